@@ -1,0 +1,48 @@
+package ginlimit
+
+import (
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// Decision is the outcome of one rate limit decision. The middleware stores
+// it in the gin context, where handlers read it with [DecisionFrom].
+type Decision struct {
+	// Rule is the name of the rule that decided (see [Name]).
+	Rule string
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Limit is the rule's limit per window.
+	Limit int
+	// Remaining is how many more requests the window admits now, after this
+	// one.
+	Remaining int
+	// Reset is the time until more quota becomes available: until the oldest
+	// request recorded in the window leaves it.
+	Reset time.Duration
+	// RetryAfter is how long a rejected request should wait before trying
+	// again; it is zero when the request was allowed.
+	RetryAfter time.Duration
+	// Time is the Redis server's clock when the decision was made.
+	Time time.Time
+	// Err is non-nil when Redis could not decide. Allowed then follows the
+	// rule's FailPolicy, and Remaining, Reset, RetryAfter and Time are zero.
+	Err error
+}
+
+type decisionKey struct{}
+
+type limiterKey struct{}
+
+// DecisionFrom returns the decision made for the current request by the
+// rate limit annotation that ran last on its route, and whether there was
+// one. A request answered 401 by a User route has none.
+func DecisionFrom(c *gin.Context) (Decision, bool) {
+	v, ok := c.Get(decisionKey{})
+	if !ok {
+		return Decision{}, false
+	}
+	d, ok := v.(Decision)
+	return d, ok
+}

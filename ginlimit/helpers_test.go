@@ -1,0 +1,67 @@
+package ginlimit
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+)
+
+func init() { gin.SetMode(gin.TestMode) }
+
+// t0 is a fixed Redis clock for miniredis tests: 2026-01-02 03:04:05 UTC.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// newMini starts a miniredis whose TIME is t0 and returns it with a client.
+func newMini(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	m.SetTime(t0)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return m, c
+}
+
+// prefix returns a random key prefix, so parallel tests never share keys.
+func prefix(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "test:" + hex.EncodeToString(b) + ":"
+}
+
+// do serves one request through the engine.
+func do(e *gin.Engine, method, target string, hdr map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, target, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	if ra, ok := hdr["RemoteAddr"]; ok {
+		req.RemoteAddr = ra
+		req.Header.Del("RemoteAddr")
+	}
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, req)
+	return w
+}
+
+func ok(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"ok": true}) }
+
+func mustPolicy(t *testing.T, opts ...Option) *Policy {
+	t.Helper()
+	l, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := l.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

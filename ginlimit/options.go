@@ -1,0 +1,275 @@
+package ginlimit
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/identity"
+)
+
+// Defaults of the route annotation, the same as the Java @RateLimiter's.
+const (
+	// DefaultKey is the key prefix used when no [Key] is given.
+	DefaultKey = "rate_limit:"
+	// DefaultWindow is the window used when no [Window] is given.
+	DefaultWindow = 10 * time.Second
+	// DefaultLimit is the limit used when no [Limit] is given.
+	DefaultLimit = 20
+	// DefaultMessage is the 429 message used when no [Message] is given.
+	DefaultMessage = "Too many requests, please try again later"
+	// DefaultTimeout bounds each decision's Redis call when no [Timeout] is
+	// given.
+	DefaultTimeout = 100 * time.Millisecond
+)
+
+// LimitType says what a route's limit is counted per: the whole route, each
+// client IP, or each authenticated user. It is the Java annotation's type.
+type LimitType int
+
+const (
+	// Method counts every request to the route in one bucket.
+	Method LimitType = iota
+	// IP counts per client IP address (see identity.IP for proxies).
+	IP
+	// User counts per authenticated user id. A request without a valid
+	// identity is answered 401 and counted nowhere.
+	User
+)
+
+// String returns "Method", "IP" or "User".
+func (t LimitType) String() string {
+	switch t {
+	case Method:
+		return "Method"
+	case IP:
+		return "IP"
+	case User:
+		return "User"
+	}
+	return fmt.Sprintf("LimitType(%d)", int(t))
+}
+
+// FailPolicy says what a route does when Redis cannot decide (an error or a
+// timeout).
+type FailPolicy int
+
+const (
+	// FailOpen allows the request and logs the error. It is the default: a
+	// rate limiter outage must not become a service outage.
+	FailOpen FailPolicy = iota
+	// FailClosed answers 503 with a JSON body.
+	FailClosed
+)
+
+// String returns "FailOpen" or "FailClosed".
+func (p FailPolicy) String() string {
+	switch p {
+	case FailOpen:
+		return "FailOpen"
+	case FailClosed:
+		return "FailClosed"
+	}
+	return fmt.Sprintf("FailPolicy(%d)", int(p))
+}
+
+// An Option configures a [Limiter] (as the default of every route it serves)
+// or one route's [RateLimit] annotation (overriding the limiter). Every option
+// is accepted in both places; a route's options are applied after its
+// limiter's.
+//
+// An invalid argument is reported when the options are used: [New] and
+// [Limiter.Policy] return an error and [RateLimit] panics, each naming the
+// option.
+type Option interface {
+	apply(*settings)
+}
+
+type optionFunc func(*settings)
+
+func (f optionFunc) apply(s *settings) { f(s) }
+
+// settings is the merged configuration of a limiter or a route.
+type settings struct {
+	client  redis.Scripter
+	prefix  string
+	window  time.Duration
+	limit   int
+	message string
+	typ     LimitType
+	name    string
+	ips     *identity.IP
+	users   identity.User
+	onFail  FailPolicy
+	timeout time.Duration
+	logger  *slog.Logger
+	errs    []error
+}
+
+func defaults() settings {
+	return settings{
+		prefix:  DefaultKey,
+		window:  DefaultWindow,
+		limit:   DefaultLimit,
+		message: DefaultMessage,
+		timeout: DefaultTimeout,
+	}
+}
+
+func (s *settings) invalid(format string, args ...any) {
+	s.errs = append(s.errs, fmt.Errorf("ginlimit: "+format, args...))
+}
+
+// Key sets the Redis key prefix, the Java annotation's key. The default is
+// [DefaultKey]. It must not be empty and must not contain '{' or '}', which
+// would move the key's Redis Cluster hash tag.
+func Key(prefix string) Option {
+	return optionFunc(func(s *settings) {
+		switch {
+		case prefix == "":
+			s.invalid("Key(%q): the key prefix must not be empty", prefix)
+		case containsAny(prefix, "{}"):
+			s.invalid("Key(%q): the key prefix must not contain '{' or '}' (they make the Redis Cluster hash tag)", prefix)
+		default:
+			s.prefix = prefix
+		}
+	})
+}
+
+// Window sets the length of the sliding window. The default is
+// [DefaultWindow]. It must be at least 1 ms and is kept at microsecond
+// precision; 250*time.Millisecond works as written.
+func Window(d time.Duration) Option {
+	return optionFunc(func(s *settings) {
+		if d < time.Millisecond {
+			s.invalid("Window(%v): the window must be at least 1ms", d)
+			return
+		}
+		s.window = d.Truncate(time.Microsecond)
+	})
+}
+
+// Limit sets how many requests are admitted per window. The default is
+// [DefaultLimit]. It must be between 1 and 1e9.
+func Limit(n int) Option {
+	return optionFunc(func(s *settings) {
+		if n < 1 || n > 1e9 {
+			s.invalid("Limit(%d): the limit must be between 1 and 1e9", n)
+			return
+		}
+		s.limit = n
+	})
+}
+
+// Message sets the message of the 429 body. The default is [DefaultMessage].
+func Message(msg string) Option {
+	return optionFunc(func(s *settings) {
+		if msg == "" {
+			s.invalid("Message(%q): the message must not be empty", msg)
+			return
+		}
+		s.message = msg
+	})
+}
+
+// Type sets what the limit is counted per: [Method] (the default), [IP] or
+// [User].
+func Type(t LimitType) Option {
+	return optionFunc(func(s *settings) {
+		if t < Method || t > User {
+			s.invalid("Type(%v): want Method, IP or User", t)
+			return
+		}
+		s.typ = t
+	})
+}
+
+// Name sets the rule's name: the policy name in the RateLimit-Policy and
+// RateLimit headers and [Decision.Rule]. It must be printable ASCII. By
+// default it is the key prefix without its trailing colons.
+func Name(name string) Option {
+	return optionFunc(func(s *settings) {
+		if name == "" || !printableASCII(name) {
+			s.invalid("Name(%q): the name must be non-empty printable ASCII", name)
+			return
+		}
+		s.name = name
+	})
+}
+
+// Redis sets the Redis backend. Any redis.Scripter works: *redis.Client,
+// *redis.ClusterClient, *redis.Ring or a redis.UniversalClient. A route must
+// get one, from its limiter or its own options.
+func Redis(client redis.Scripter) Option {
+	return optionFunc(func(s *settings) {
+		if client == nil {
+			s.invalid("Redis(nil): the Redis client must not be nil")
+			return
+		}
+		s.client = client
+	})
+}
+
+// IPIdentity sets how the client IP of an [IP] route is found, in particular
+// which proxies are trusted to send X-Forwarded-For. By default no proxy is
+// trusted and the client is the TCP peer.
+func IPIdentity(ip *identity.IP) Option {
+	return optionFunc(func(s *settings) {
+		if ip == nil {
+			s.invalid("IPIdentity(nil): the resolver must not be nil")
+			return
+		}
+		s.ips = ip
+	})
+}
+
+// UserIdentity sets how the user of a [User] route is found, for example
+// identity.NewJWT(...) or identity.FromContext("user_id"). A [User] route
+// without it is a configuration error.
+func UserIdentity(u identity.User) Option {
+	return optionFunc(func(s *settings) {
+		if u == nil {
+			s.invalid("UserIdentity(nil): the resolver must not be nil")
+			return
+		}
+		s.users = u
+	})
+}
+
+// OnFailure sets what happens when Redis cannot decide. The default is
+// [FailOpen].
+func OnFailure(p FailPolicy) Option {
+	return optionFunc(func(s *settings) {
+		if p != FailOpen && p != FailClosed {
+			s.invalid("OnFailure(%v): want FailOpen or FailClosed", p)
+			return
+		}
+		s.onFail = p
+	})
+}
+
+// Timeout bounds each decision's Redis call, inside the request's own
+// context. The default is [DefaultTimeout]. It must be positive.
+func Timeout(d time.Duration) Option {
+	return optionFunc(func(s *settings) {
+		if d <= 0 {
+			s.invalid("Timeout(%v): the timeout must be positive", d)
+			return
+		}
+		s.timeout = d
+	})
+}
+
+// Logger sets the logger for Redis errors and configuration errors found
+// while serving. The default is slog.Default() at the time of logging.
+func Logger(l *slog.Logger) Option {
+	return optionFunc(func(s *settings) {
+		if l == nil {
+			s.invalid("Logger(nil): the logger must not be nil")
+			return
+		}
+		s.logger = l
+	})
+}

@@ -1,0 +1,164 @@
+package ginlimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/lua"
+)
+
+// slidingLogScript is immutable: redis.Script holds only the source and its
+// SHA1. Run sends EVALSHA and falls back to EVAL on NOSCRIPT, so a SCRIPT
+// FLUSH or a Redis restart costs one extra round trip, once.
+var slidingLogScript = redis.NewScript(lua.SlidingLog())
+
+// Policy is one compiled rate limit rule: a backend, a window, a limit and
+// what to do when Redis fails. Make one with [Limiter.Policy] to take
+// decisions without gin; the [RateLimit] annotation compiles one per route.
+//
+// A Policy is immutable and safe for concurrent use.
+type Policy struct {
+	client  redis.Scripter
+	prefix  string
+	window  time.Duration
+	limit   int
+	name    string
+	typ     LimitType
+	ips     *identity.IP
+	users   identity.User
+	onFail  FailPolicy
+	timeout time.Duration
+	logger  *slog.Logger
+	logs    *logThrottle
+
+	args         []any  // script ARGV: window in µs, limit
+	policyHeader string // RateLimit-Policy value
+	quotedName   string
+	limitText    string
+	body429      []byte
+}
+
+// compile checks the options that depend on each other and precomputes what
+// every request would otherwise recompute.
+func compile(s settings, logs *logThrottle) (*Policy, error) {
+	if len(s.errs) > 0 {
+		return nil, errors.Join(s.errs...)
+	}
+	if s.client == nil {
+		return nil, errors.New("ginlimit: no Redis backend: give ginlimit.Redis(client) to ginlimit.New or to the route")
+	}
+	if s.typ == User && s.users == nil {
+		return nil, errors.New("ginlimit: Type(User) needs ginlimit.UserIdentity(...), for example identity.NewJWT(identity.HMACSecret(secret))")
+	}
+	if s.ips == nil {
+		s.ips = &identity.IP{}
+	}
+	name := s.name
+	if name == "" {
+		name = defaultName(s.prefix)
+	}
+	body, err := json.Marshal(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{429, s.message})
+	if err != nil {
+		return nil, fmt.Errorf("ginlimit: Message(%q): %w", s.message, err)
+	}
+	p := &Policy{
+		client:     s.client,
+		prefix:     s.prefix,
+		window:     s.window,
+		limit:      s.limit,
+		name:       name,
+		typ:        s.typ,
+		ips:        s.ips,
+		users:      s.users,
+		onFail:     s.onFail,
+		timeout:    s.timeout,
+		logger:     s.logger,
+		logs:       logs,
+		args:       []any{s.window.Microseconds(), s.limit},
+		quotedName: sfString(name),
+		limitText:  strconv.Itoa(s.limit),
+		body429:    body,
+	}
+	p.policyHeader = p.quotedName + ";q=" + p.limitText + ";w=" + strconv.FormatInt(ceilSeconds(s.window), 10)
+	return p, nil
+}
+
+// Name returns the rule's name, as in the RateLimit-Policy header.
+func (p *Policy) Name() string { return p.name }
+
+// Allow decides one request for key, an identity of the caller's choosing
+// (a user id, "ip:192.0.2.1", a tenant). The Redis key is the policy's prefix
+// followed by key, escaped, inside a Redis Cluster hash tag.
+//
+// Allow makes one Redis round trip, bounded by ctx and the policy's timeout.
+// When Redis fails it returns the error, wrapped, together with the decision
+// the policy's FailPolicy takes.
+func (p *Policy) Allow(ctx context.Context, key string) (Decision, error) {
+	var b strings.Builder
+	b.Grow(len(p.prefix) + escapedLen(key, routeSafe) + 2)
+	b.WriteString(p.prefix)
+	b.WriteByte('{')
+	writeEscaped(&b, key, routeSafe)
+	b.WriteByte('}')
+	return p.decide(ctx, b.String())
+}
+
+// decide runs the sliding-log script on the full Redis key.
+func (p *Policy) decide(ctx context.Context, key string) (Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	reply, err := slidingLogScript.Run(ctx, p.client, []string{key}, p.args...).Slice()
+	if err == nil {
+		var d Decision
+		if d, err = p.parse(reply); err == nil {
+			return d, nil
+		}
+	}
+	err = fmt.Errorf("ginlimit: sliding log %q: %w", key, err)
+	return Decision{Rule: p.name, Allowed: p.onFail == FailOpen, Limit: p.limit, Err: err}, err
+}
+
+// parse checks and converts the script's reply {allowed, remaining,
+// reset_us, now_us}.
+func (p *Policy) parse(reply []any) (Decision, error) {
+	if len(reply) != 4 {
+		return Decision{}, fmt.Errorf("unexpected reply of %d elements", len(reply))
+	}
+	var n [4]int64
+	for i, v := range reply {
+		x, ok := v.(int64)
+		if !ok {
+			return Decision{}, fmt.Errorf("unexpected reply element %d of type %T", i, v)
+		}
+		n[i] = x
+	}
+	d := Decision{
+		Rule:      p.name,
+		Allowed:   n[0] == 1,
+		Limit:     p.limit,
+		Remaining: int(n[1]),
+		Reset:     time.Duration(n[2]) * time.Microsecond,
+		Time:      time.UnixMicro(n[3]),
+	}
+	if !d.Allowed {
+		d.RetryAfter = d.Reset
+	}
+	return d, nil
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}

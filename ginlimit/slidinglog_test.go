@@ -1,0 +1,143 @@
+package ginlimit
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// step is one request in a timeline: at offset from t0, expect allowed or not
+// and the remaining count and reset the decision reports.
+type step struct {
+	at        time.Duration
+	allowed   bool
+	remaining int
+	reset     time.Duration
+}
+
+func runTimeline(t *testing.T, window time.Duration, limit int, steps []step) {
+	t.Helper()
+	m, c := newMini(t)
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(window), Limit(limit))
+	ctx := context.Background()
+	for i, s := range steps {
+		m.SetTime(t0.Add(s.at))
+		d, err := p.Allow(ctx, "k")
+		if err != nil {
+			t.Fatalf("step %d (t0+%v): %v", i, s.at, err)
+		}
+		if d.Allowed != s.allowed || d.Remaining != s.remaining || d.Reset != s.reset {
+			t.Fatalf("step %d (t0+%v): got allowed=%v remaining=%d reset=%v, want allowed=%v remaining=%d reset=%v",
+				i, s.at, d.Allowed, d.Remaining, d.Reset, s.allowed, s.remaining, s.reset)
+		}
+		if !d.Time.Equal(t0.Add(s.at)) {
+			t.Fatalf("step %d: decision time %v, want the Redis clock %v", i, d.Time, t0.Add(s.at))
+		}
+		if want := time.Duration(0); !d.Allowed {
+			want = d.Reset
+			if d.RetryAfter != want {
+				t.Fatalf("step %d: RetryAfter %v, want %v", i, d.RetryAfter, want)
+			}
+		} else if d.RetryAfter != want {
+			t.Fatalf("step %d: RetryAfter %v on an allowed request", i, d.RetryAfter)
+		}
+	}
+}
+
+func TestSlidingLogWindowBoundary(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	runTimeline(t, time.Second, 2, []step{
+		{0, true, 1, time.Second},
+		{100 * ms, true, 0, 900 * ms},
+		{500 * ms, false, 0, 500 * ms},
+		// 1 ms before the oldest entry is a window old: still inside.
+		{999 * ms, false, 0, 1 * ms},
+		// Exactly a window old: it has left (the window is (now-w, now]).
+		{1000 * ms, true, 0, 100 * ms},
+		{1000 * ms, false, 0, 100 * ms},
+		{1099 * ms, false, 0, 1 * ms},
+		{1100 * ms, true, 0, 900 * ms},
+	})
+}
+
+func TestSlidingLogRejectedRequestsAreNotRecorded(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	// If the rejections at 200..900 ms were recorded, the request at 1000 ms
+	// would still be rejected.
+	runTimeline(t, time.Second, 1, []step{
+		{0, true, 0, time.Second},
+		{200 * ms, false, 0, 800 * ms},
+		{500 * ms, false, 0, 500 * ms},
+		{900 * ms, false, 0, 100 * ms},
+		{1000 * ms, true, 0, time.Second},
+	})
+}
+
+func TestSlidingLog250msWindow(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	p := mustPolicy(t, Redis(c), Key(pre), Window(250*time.Millisecond), Limit(1))
+	ctx := context.Background()
+	key := pre + "{k}"
+	if d, _ := p.Allow(ctx, "k"); !d.Allowed || d.Reset != 250*time.Millisecond {
+		t.Fatalf("first request: %+v", d)
+	}
+	if ttl := m.TTL(key); ttl != 250*time.Millisecond {
+		t.Fatalf("TTL %v, want 250ms (a sub-second window must not truncate to 0)", ttl)
+	}
+	m.SetTime(t0.Add(249 * time.Millisecond))
+	if d, _ := p.Allow(ctx, "k"); d.Allowed {
+		t.Fatalf("at 249ms: allowed, want rejected")
+	}
+	m.SetTime(t0.Add(250 * time.Millisecond))
+	if d, _ := p.Allow(ctx, "k"); !d.Allowed {
+		t.Fatalf("at 250ms: rejected, want allowed")
+	}
+	m.FastForward(250 * time.Millisecond)
+	if m.Exists(key) {
+		t.Fatalf("key %q still exists after its 250ms TTL", key)
+	}
+}
+
+func TestSlidingLogSameMicrosecondAllCounted(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Minute), Limit(50))
+	ctx := context.Background()
+	allowed := 0
+	for range 80 { // the clock never moves: all 80 in one microsecond
+		d, err := p.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 50 {
+		t.Fatalf("admitted %d, want 50", allowed)
+	}
+	members, err := m.ZMembers(pre + "{k}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 50 {
+		t.Fatalf("ZSET holds %d members, want 50 unique ones", len(members))
+	}
+}
+
+func TestSlidingLogRejectsBadArguments(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	ctx := context.Background()
+	for _, args := range [][]any{{999, 1}, {1000, 0}, {"x", 1}, {1000, 1.5}, {1000, "y"}} {
+		err := slidingLogScript.Run(ctx, c, []string{"k"}, args...).Err()
+		if err == nil {
+			t.Errorf("script accepted ARGV %v", args)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// ErrNoClientIP is returned (wrapped) when a request carries no usable peer
+// address, for example on a Unix-socket listener.
+var ErrNoClientIP = errors.New("identity: no client IP address")
+
+// IP resolves the client IP address of a request.
+//
+// The zero value trusts no proxy: the client is the TCP peer. Use [NewIP] to
+// trust X-Forwarded-For from given proxy networks. An IP is immutable once
+// made and safe for concurrent use.
+type IP struct {
+	trusted []netip.Prefix
+}
+
+// NewIP returns an IP resolver that honours X-Forwarded-For only from peers
+// inside trustedProxies, each a CIDR ("10.0.0.0/8", "2001:db8::/32") or a
+// single address ("192.0.2.7"). With no arguments no proxy is trusted.
+func NewIP(trustedProxies ...string) (*IP, error) {
+	p := &IP{}
+	for _, s := range trustedProxies {
+		s = strings.TrimSpace(s)
+		var prefix netip.Prefix
+		var err error
+		if strings.Contains(s, "/") {
+			prefix, err = netip.ParsePrefix(s)
+		} else {
+			var a netip.Addr
+			a, err = netip.ParseAddr(s)
+			if err == nil {
+				prefix = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("identity: trusted proxy %q: %w", s, err)
+		}
+		if a := prefix.Addr(); a.Is4In6() && prefix.Bits() >= 96 {
+			prefix = netip.PrefixFrom(a.Unmap(), prefix.Bits()-96)
+		}
+		p.trusted = append(p.trusted, prefix.Masked())
+	}
+	return p, nil
+}
+
+// Resolve returns the client address of r. It fails, wrapping
+// [ErrNoClientIP], only when r.RemoteAddr holds no IP address.
+func (p *IP) Resolve(r *http.Request) (netip.Addr, error) {
+	peer, ok := parseHop(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("%w: remote address %q", ErrNoClientIP, r.RemoteAddr)
+	}
+	if p == nil || !p.trusts(peer) {
+		return peer, nil
+	}
+	// The peer is a trusted proxy: walk X-Forwarded-For from the right. Each
+	// proxy appends the address it saw, so the right-most untrusted hop is
+	// the client; anything to its left was written by the client itself.
+	client := peer
+	lines := r.Header.Values("X-Forwarded-For")
+	for i := len(lines) - 1; i >= 0; i-- {
+		rest := lines[i]
+		for rest != "" {
+			var hop string
+			if j := strings.LastIndexByte(rest, ','); j >= 0 {
+				hop, rest = rest[j+1:], rest[:j]
+			} else {
+				hop, rest = rest, ""
+			}
+			hop = strings.TrimSpace(hop)
+			if hop == "" {
+				continue
+			}
+			a, ok := parseHop(hop)
+			if !ok {
+				// A trusted proxy wrote something unparsable: stop at the
+				// last hop we can vouch for.
+				return client, nil
+			}
+			if !p.trusts(a) {
+				return a, nil
+			}
+			client = a
+		}
+	}
+	return client, nil
+}
+
+func (p *IP) trusts(a netip.Addr) bool {
+	for _, t := range p.trusted {
+		if t.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseHop parses "addr", "addr:port" or "[addr]:port" and normalises the
+// result: IPv4-mapped IPv6 becomes IPv4 and any zone is dropped.
+func parseHop(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		host, _, splitErr := net.SplitHostPort(s)
+		if splitErr != nil {
+			return netip.Addr{}, false
+		}
+		if a, err = netip.ParseAddr(host); err != nil {
+			return netip.Addr{}, false
+		}
+	}
+	return a.Unmap().WithZone(""), true
+}

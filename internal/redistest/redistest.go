@@ -1,0 +1,138 @@
+// Package redistest starts a real redis-server for a test, on a free loopback
+// port, and stops it when the test ends. It never touches a shared Redis.
+//
+// When redis-server is not on PATH the test is skipped with a clear message,
+// or fails if GINLIMIT_REQUIRE_REDIS=1 (as in CI).
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RequireEnv is the environment variable that turns a missing redis-server
+// from a skip into a failure.
+const RequireEnv = "GINLIMIT_REQUIRE_REDIS"
+
+// Server is a redis-server process owned by one test.
+type Server struct {
+	// Addr is the server's host:port on 127.0.0.1.
+	Addr string
+
+	t    testing.TB
+	bin  string
+	port int
+	dir  string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Start starts a redis-server for t and registers its shutdown with
+// t.Cleanup.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("redis-server is not on PATH and %s=1: install it (apt-get install -y redis-server)", RequireEnv)
+		}
+		t.Skipf("redis-server is not on PATH; skipping the real-Redis test (install it with apt-get install -y redis-server, or set %s=1 to fail instead)", RequireEnv)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	var lastErr error
+	for range 5 {
+		s.port, lastErr = freePort()
+		if lastErr != nil {
+			continue
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+		if lastErr = s.start(); lastErr == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+	t.Fatalf("redistest: could not start redis-server: %v", lastErr)
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) start() error {
+	cmd := exec.Command(s.bin,
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--daemonize", "no", "--loglevel", "warning")
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server on port %d exited at start", s.port)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			s.cmd, s.exited = cmd, exited
+			return nil
+		}
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+	return fmt.Errorf("redis-server on port %d did not answer PING", s.port)
+}
+
+// Stop kills the server and waits for it to exit. Stopping a stopped server
+// does nothing.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd, s.exited = nil, nil
+}
+
+// Restart starts a stopped server again on the same port, empty.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	var err error
+	for range 50 {
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.t.Fatalf("redistest: restart on port %d: %v", s.port, err)
+}
+
+// Client returns a new client of the server, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
+}

@@ -1,0 +1,51 @@
+-- Exact sliding log. One call decides one request atomically.
+--
+-- KEYS[1]  the ZSET that holds one member per admitted request, scored by
+--          its admission time in microseconds of the Redis clock.
+-- ARGV[1]  the window in microseconds (an integer, at least 1000).
+-- ARGV[2]  the limit (an integer, at least 1).
+--
+-- The window is (now - window, now]: an entry whose score is exactly
+-- now - window has left it. A request is admitted and recorded only while
+-- fewer than limit entries are inside the window; a rejected request is
+-- not recorded.
+--
+-- Returns {allowed (1 or 0), remaining, reset_us, now_us}, where reset_us is
+-- the time until the oldest recorded entry leaves the window, which is when
+-- more quota becomes available, and now_us is the Redis TIME used.
+
+local window = tonumber(ARGV[1])
+if not window or window < 1000 or window % 1 ~= 0 or window > 1e15 then
+  return redis.error_reply('ERR ginlimit: window must be an integer number of microseconds >= 1000')
+end
+local limit = tonumber(ARGV[2])
+if not limit or limit < 1 or limit % 1 ~= 0 or limit > 1e9 then
+  return redis.error_reply('ERR ginlimit: limit must be an integer >= 1')
+end
+
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+local count = redis.call('ZCARD', key)
+local allowed = 0
+if count < limit then
+  -- The member is the admission time; a request in the same microsecond
+  -- (or after the Redis clock stepped back) gets a suffix, so members are
+  -- unique and no admitted request collapses into another.
+  local member = t[1] .. string.format('%06d', tonumber(t[2]))
+  if redis.call('ZADD', key, 'NX', now, member) == 0 then
+    local n = count
+    while redis.call('ZADD', key, 'NX', now, member .. '-' .. n) == 0 do
+      n = n + 1
+    end
+  end
+  redis.call('PEXPIRE', key, math.ceil(window / 1000))
+  count = count + 1
+  allowed = 1
+end
+
+local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+local reset = tonumber(oldest[2]) + window - now
+return {allowed, limit - count, reset, now}
