@@ -39,6 +39,7 @@ type Policy struct {
 	timeout time.Duration
 	logger  *slog.Logger
 	logs    *logThrottle
+	honours bool // the client bounds reads by the context deadline
 
 	args         []any  // script ARGV: window in µs, limit
 	policyHeader string // RateLimit-Policy value
@@ -86,6 +87,7 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		timeout:    s.timeout,
 		logger:     s.logger,
 		logs:       logs,
+		honours:    honoursContext(s.client),
 		args:       []any{s.window.Microseconds(), s.limit},
 		quotedName: sfString(name),
 		limitText:  strconv.Itoa(s.limit),
@@ -119,7 +121,7 @@ func (p *Policy) Allow(ctx context.Context, key string) (Decision, error) {
 func (p *Policy) decide(ctx context.Context, key string) (Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	reply, err := slidingLogScript.Run(ctx, p.client, []string{key}, p.args...).Slice()
+	reply, err := runScript(ctx, p.honours, slidingLogScript, p.client, []string{key}, p.args)
 	if err == nil {
 		var d Decision
 		if d, err = p.parse(reply); err == nil {

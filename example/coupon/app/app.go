@@ -1,0 +1,171 @@
+// Package app is the coupon demo of ginlimit: a small Gin service whose routes
+// carry the rate limits of the Java @RateLimiter example it mirrors. The
+// command in the parent directory serves it; tests import this package and
+// drive [App.Handler] with httptest.
+//
+// # Routes
+//
+//	POST /api/login                  {"user_id":"alice"} -> {"token":"<HS256 JWT>"}; not limited
+//	GET  /api/coupon/seckill         Method: 100 per 10s over all clients
+//	GET  /api/coupon/claim           User:   3 per 60s per bearer-token user; 401 without one
+//	GET  /api/coupon/merchant        IP:     5 per 1s per client IP
+//	GET  /voucher-order/seckill/:id  Method: 5 per 10s over all clients and all ids
+//	GET  /healthz                    not limited: {"status":"ok"}
+//
+// An admitted request gets 200 {"code":200,"message":"...","data":{...}},
+// where data.remaining is the quota left in the window. A limited one gets 429
+// {"code":429,"message":"<the route's message>"} with Retry-After and the
+// RateLimit headers; see package ginlimit.
+//
+// # Redis and secrets
+//
+// With an empty [Config.RedisURL], [New] starts an in-process miniredis, so
+// the demo runs with no setup; its counts die with the process. With an empty
+// [Config.JWTSecret] it signs tokens with the public [DevJWTSecret]. Both are
+// logged at start-up, the second as a warning.
+//
+// # Client IP
+//
+// The merchant limit counts per client IP as identity.IP resolves it: the TCP
+// peer, or X-Forwarded-For only when the peer is one of
+// [Config.TrustedProxies]. Gin's own client IP logic is switched off
+// (SetTrustedProxies(nil)) and never used, so there is one answer to "who is
+// the client".
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/identity"
+)
+
+// pingTimeout bounds the start-up check that Redis answers.
+const pingTimeout = 3 * time.Second
+
+// App is the coupon demo service. Serve its Handler and call Close once the
+// server has shut down. An App is safe for concurrent use; two Apps share
+// nothing, not even their embedded Redis.
+type App struct {
+	// Handler serves every route of the demo. It is the *gin.Engine.
+	Handler http.Handler
+
+	rdb       *redis.Client
+	mini      *miniredis.Miniredis // nil unless New started one
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New builds the demo from cfg: it validates the JWT secret and the trusted
+// proxies, connects to Redis (or starts the embedded one) and checks it
+// answers within a few seconds or before ctx ends, and registers the routes.
+// ctx is used only during start-up.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+
+	secret := cfg.JWTSecret
+	if len(secret) == 0 {
+		logger.Warn("coupon: JWT_SECRET is not set; signing tokens with the built-in development secret, which is public and insecure")
+		secret = []byte(DevJWTSecret)
+	}
+	users, err := identity.NewJWT(identity.HMACSecret(secret), identity.Algorithms("HS256"))
+	if err != nil {
+		return nil, fmt.Errorf("coupon: JWT secret: %w", err)
+	}
+	ips, err := identity.NewIP(cfg.TrustedProxies...)
+	if err != nil {
+		return nil, fmt.Errorf("coupon: trusted proxies: %w", err)
+	}
+
+	a := &App{}
+	if a.rdb, a.mini, err = openRedis(ctx, cfg.RedisURL, logger); err != nil {
+		return nil, err
+	}
+	limiter, err := ginlimit.New(
+		ginlimit.Redis(a.rdb),
+		ginlimit.UserIdentity(users),
+		ginlimit.IPIdentity(ips),
+		ginlimit.Logger(logger),
+	)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("coupon: rate limiter: %w", err), a.Close())
+	}
+
+	engine := gin.New()
+	// Nobody is trusted to set the client IP through gin: c.ClientIP() is
+	// not used, and the IP limit resolves the client with identity.IP.
+	if err := engine.SetTrustedProxies(nil); err != nil {
+		return nil, errors.Join(fmt.Errorf("coupon: gin trusted proxies: %w", err), a.Close())
+	}
+	engine.Use(requestLog(logger), gin.Recovery(), limiter.Middleware())
+	engine.NoRoute(notFound)
+	routes(engine, &handlers{secret: secret, users: users, logger: logger})
+	a.Handler = engine
+	return a, nil
+}
+
+// openRedis connects to the Redis at rawURL, or to a new embedded miniredis
+// when rawURL is empty, and pings it.
+func openRedis(ctx context.Context, rawURL string, logger *slog.Logger) (*redis.Client, *miniredis.Miniredis, error) {
+	var opts *redis.Options
+	var mini *miniredis.Miniredis
+	if rawURL == "" {
+		mini = miniredis.NewMiniRedis()
+		if err := mini.StartAddr("127.0.0.1:0"); err != nil {
+			return nil, nil, fmt.Errorf("coupon: start embedded miniredis: %w", err)
+		}
+		logger.Info("coupon: REDIS_URL is not set; started an embedded in-process miniredis (counts are lost on exit)",
+			slog.String("addr", mini.Addr()))
+		opts = &redis.Options{Addr: mini.Addr()}
+	} else {
+		var err error
+		if opts, err = redis.ParseURL(rawURL); err != nil {
+			// A *url.Error repeats the URL, password included: keep only
+			// its cause.
+			if ue, ok := errors.AsType[*url.Error](err); ok {
+				err = ue.Err
+			}
+			return nil, nil, fmt.Errorf("coupon: REDIS_URL: %w", err)
+		}
+	}
+	rdb := redis.NewClient(opts)
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		if mini != nil {
+			mini.Close()
+		}
+		return nil, nil, fmt.Errorf("coupon: ping Redis at %s: %w", opts.Addr, err)
+	}
+	return rdb, mini, nil
+}
+
+// Close closes the Redis client and stops the embedded miniredis, if any.
+// Call it after the server has stopped serving Handler. Calls after the first
+// do nothing and return the first call's result.
+func (a *App) Close() error {
+	a.closeOnce.Do(func() {
+		if err := a.rdb.Close(); err != nil {
+			a.closeErr = fmt.Errorf("coupon: close Redis client: %w", err)
+		}
+		if a.mini != nil {
+			a.mini.Close()
+		}
+	})
+	return a.closeErr
+}

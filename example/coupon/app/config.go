@@ -1,0 +1,57 @@
+package app
+
+import (
+	"log/slog"
+	"strings"
+)
+
+// DevJWTSecret is the HMAC secret that [New] uses when [Config.JWTSecret] is
+// empty, so that the demo runs with no setup. It is published here, so any
+// token it signs can be forged: never use it outside development.
+const DevJWTSecret = "ginlimit-coupon-demo-development-secret-NOT-FOR-PRODUCTION"
+
+// Config configures [New]. The zero value runs the demo on an embedded
+// miniredis with [DevJWTSecret], trusting no proxy and logging to
+// slog.Default().
+type Config struct {
+	// RedisURL is the Redis server to count requests in, in the form
+	// redis.ParseURL accepts ("redis://user:pass@host:6379/0",
+	// "rediss://...", "unix:///path"). When it is empty, New starts an
+	// in-process miniredis on 127.0.0.1 and App.Close stops it.
+	RedisURL string
+	// JWTSecret is the HS256 secret that signs the tokens of POST /api/login
+	// and verifies them on User-limited routes. It must be at least 32 bytes.
+	// When it is empty, New uses DevJWTSecret and logs a warning.
+	JWTSecret []byte
+	// TrustedProxies are the proxies whose X-Forwarded-For is believed when
+	// finding the client IP of IP-limited routes, each a CIDR ("10.0.0.0/8")
+	// or a single address. When it is empty, the client is the TCP peer and
+	// X-Forwarded-For is ignored.
+	TrustedProxies []string
+	// Logger receives the start-up messages, one line per request, and the
+	// rate limiter's errors. When it is nil, slog.Default() is used.
+	Logger *slog.Logger
+}
+
+// ConfigFromEnv reads a Config from the environment through getenv (pass
+// os.Getenv):
+//
+//   - REDIS_URL becomes RedisURL;
+//   - JWT_SECRET becomes JWTSecret, left nil when the variable is unset or
+//     empty;
+//   - TRUSTED_PROXIES, a comma-separated list of CIDRs or addresses, becomes
+//     TrustedProxies, with spaces trimmed and blank entries ignored.
+//
+// Logger is left nil. ConfigFromEnv does not validate anything; [New] does.
+func ConfigFromEnv(getenv func(string) string) Config {
+	cfg := Config{RedisURL: strings.TrimSpace(getenv("REDIS_URL"))}
+	if s := getenv("JWT_SECRET"); s != "" {
+		cfg.JWTSecret = []byte(s)
+	}
+	for p := range strings.SplitSeq(getenv("TRUSTED_PROXIES"), ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			cfg.TrustedProxies = append(cfg.TrustedProxies, p)
+		}
+	}
+	return cfg
+}

@@ -1,0 +1,163 @@
+package app
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/identity"
+)
+
+// MaxUserIDLen is the longest user_id that POST /api/login accepts, in bytes.
+const MaxUserIDLen = 64
+
+// TokenTTL is how long a token issued by POST /api/login stays valid.
+const TokenTTL = time.Hour
+
+// maxLoginBody bounds the body read by POST /api/login; a login body is a few
+// dozen bytes.
+const maxLoginBody = 4 << 10
+
+// handlers holds what the route handlers share. It is immutable once made.
+type handlers struct {
+	secret []byte        // signs the tokens of POST /api/login
+	users  *identity.JWT // verifies them again in the claim handler
+	logger *slog.Logger
+}
+
+// response is the JSON body of every answer except login's token and
+// healthz: {"code":200,"message":"...","data":{...}}.
+type response struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    gin.H  `json:"data,omitempty"`
+}
+
+func reply(c *gin.Context, code int, msg string, data gin.H) {
+	c.JSON(code, response{Code: code, Message: msg, Data: data})
+}
+
+// withRemaining adds the quota left by the route's rate limit decision to
+// data, when Redis could tell: a decision taken by the fail-open policy
+// during a Redis outage knows no quota.
+func withRemaining(c *gin.Context, data gin.H) gin.H {
+	if d, ok := ginlimit.DecisionFrom(c); ok && d.Err == nil {
+		data["remaining"] = d.Remaining
+	}
+	return data
+}
+
+type loginRequest struct {
+	UserID string `json:"user_id"`
+}
+
+// login answers POST /api/login {"user_id":"alice"} with an HS256 token for
+// that user. It is a demo: there is no password, anyone may be anyone.
+func (h *handlers) login(c *gin.Context) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxLoginBody))
+	if err != nil {
+		reply(c, http.StatusBadRequest, "The request body is too large or could not be read", nil)
+		return
+	}
+	var req loginRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		reply(c, http.StatusBadRequest, `The request body must be a JSON object like {"user_id":"alice"}`, nil)
+		return
+	}
+	switch {
+	case req.UserID == "":
+		reply(c, http.StatusBadRequest, "user_id is required", nil)
+		return
+	case len(req.UserID) > MaxUserIDLen:
+		reply(c, http.StatusBadRequest, "user_id must be at most "+strconv.Itoa(MaxUserIDLen)+" bytes", nil)
+		return
+	}
+	now := time.Now()
+	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
+		Subject:   req.UserID,
+		IssuedAt:  jwt.NewNumericDate(now),
+		ExpiresAt: jwt.NewNumericDate(now.Add(TokenTTL)),
+	}).SignedString(h.secret)
+	if err != nil {
+		h.logger.ErrorContext(c.Request.Context(), "coupon: sign token", slog.String("error", err.Error()))
+		reply(c, http.StatusInternalServerError, "Internal server error", nil)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"token": token})
+}
+
+// seckill answers GET /api/coupon/seckill once its Method limit admitted it.
+func (h *handlers) seckill(c *gin.Context) {
+	reply(c, http.StatusOK, "Seckill request accepted", withRemaining(c, gin.H{}))
+}
+
+// claim answers GET /api/coupon/claim once its User limit admitted it.
+func (h *handlers) claim(c *gin.Context) {
+	// The User limit has verified the token already but does not hand the id
+	// on; verifying again costs one HMAC. It can still fail if the token
+	// expired in between.
+	userID, err := h.users.UserID(c)
+	if err != nil {
+		c.Header("WWW-Authenticate", h.users.Challenge())
+		reply(c, http.StatusUnauthorized, "Authentication required", nil)
+		return
+	}
+	reply(c, http.StatusOK, "Coupon claimed", withRemaining(c, gin.H{"user_id": userID}))
+}
+
+// merchant answers GET /api/coupon/merchant once its IP limit admitted it.
+func (h *handlers) merchant(c *gin.Context) {
+	reply(c, http.StatusOK, "Merchant list", withRemaining(c, gin.H{
+		"merchants": []string{"Coffee Corner", "Noodle House", "Book Nook"},
+	}))
+}
+
+// voucherSeckill answers GET /voucher-order/seckill/:id once its Method
+// limit, shared by every id, admitted it.
+func (h *handlers) voucherSeckill(c *gin.Context) {
+	id, err := strconv.ParseUint(c.Param("id"), 10, 63)
+	if err != nil || id == 0 {
+		reply(c, http.StatusBadRequest, "The voucher id must be a positive integer", nil)
+		return
+	}
+	reply(c, http.StatusOK, "Voucher order accepted", withRemaining(c, gin.H{"voucher_id": id}))
+}
+
+// healthz answers GET /healthz, which is never limited.
+func (h *handlers) healthz(c *gin.Context) {
+	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+}
+
+// notFound answers every path that no route matches.
+func notFound(c *gin.Context) {
+	reply(c, http.StatusNotFound, "Not found", nil)
+}
+
+// requestLog writes one Info line per request, except for health checks. It
+// logs the route template, not the path, so that ids and probes do not
+// multiply the distinct lines.
+func requestLog(l *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		route := c.FullPath()
+		switch route {
+		case "/healthz":
+			return
+		case "":
+			route = "(no route)"
+		}
+		l.LogAttrs(c.Request.Context(), slog.LevelInfo, "coupon: request",
+			slog.String("method", c.Request.Method),
+			slog.String("route", route),
+			slog.Int("status", c.Writer.Status()),
+			slog.Duration("duration", time.Since(start)))
+	}
+}

@@ -1,0 +1,92 @@
+// Command coupon serves the ginlimit coupon demo (see package app for its
+// routes and limits).
+//
+// It is configured by the environment:
+//
+//	ADDR             listen address; default ":8080"
+//	REDIS_URL        e.g. redis://localhost:6379/0; unset starts an embedded miniredis
+//	JWT_SECRET       HS256 secret of at least 32 bytes; unset uses app.DevJWTSecret (insecure)
+//	TRUSTED_PROXIES  comma-separated CIDRs whose X-Forwarded-For is believed
+//	GIN_MODE         gin's mode; default "release"
+//
+// SIGINT or SIGTERM shuts it down gracefully: in-flight requests get up to
+// ten seconds to finish.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/example/coupon/app"
+)
+
+const shutdownTimeout = 10 * time.Second
+
+func main() {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(logger); err != nil {
+		logger.Error("coupon: exiting", slog.String("error", err.Error()))
+		os.Exit(1)
+	}
+}
+
+func run(logger *slog.Logger) (err error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if os.Getenv(gin.EnvGinMode) == "" {
+		gin.SetMode(gin.ReleaseMode)
+	}
+	cfg := app.ConfigFromEnv(os.Getenv)
+	cfg.Logger = logger
+	a, err := app.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, a.Close()) }()
+
+	addr := os.Getenv("ADDR")
+	if addr == "" {
+		addr = ":8080"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("coupon: listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           a.Handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("coupon: listening", slog.String("addr", ln.Addr().String()))
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("coupon: serve: %w", err)
+	case <-ctx.Done():
+	}
+	stop() // a second signal kills the process at once
+	logger.Info("coupon: shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("coupon: shutdown: %w", err)
+	}
+	return nil
+}

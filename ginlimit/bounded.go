@@ -1,0 +1,51 @@
+package ginlimit
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// honoursContext reports whether client bounds its socket reads by the
+// context deadline. go-redis does so only with ContextTimeoutEnabled; by
+// default a read waits for the client's ReadTimeout (3 s), whatever the
+// context says.
+func honoursContext(client redis.Scripter) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+type scriptReply struct {
+	reply []any
+	err   error
+}
+
+// runScript runs s and returns no later than ctx is done. On a client that
+// honours the context this is a plain call. On one that does not, the call
+// runs in a goroutine and is abandoned when ctx ends: the request is answered
+// on time, and the goroutine ends at the client's own ReadTimeout. At most
+// the client's pool size of such goroutines can wait on a hung server,
+// because waiting for a pooled connection does honour ctx.
+func runScript(ctx context.Context, honours bool, s *redis.Script, client redis.Scripter, keys []string, args []any) ([]any, error) {
+	if honours {
+		return s.Run(ctx, client, keys, args...).Slice()
+	}
+	done := make(chan scriptReply, 1)
+	go func() {
+		r, err := s.Run(ctx, client, keys, args...).Slice()
+		done <- scriptReply{r, err}
+	}()
+	select {
+	case r := <-done:
+		return r.reply, r.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}

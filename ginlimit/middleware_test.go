@@ -1,0 +1,335 @@
+package ginlimit
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/identity"
+)
+
+// exchange is one request and what its response must carry.
+type exchange struct {
+	at      time.Duration     // Redis clock offset from t0
+	status  int               // expected status
+	headers map[string]string // expected header values ("" = must be absent)
+	body    string            // expected body, if not empty
+}
+
+func runExchanges(t *testing.T, e *gin.Engine, set func(time.Time), target string, req map[string]string, xs []exchange) {
+	t.Helper()
+	for i, x := range xs {
+		set(t0.Add(x.at))
+		w := do(e, http.MethodGet, target, req)
+		if w.Code != x.status {
+			t.Fatalf("exchange %d: status %d, want %d (body %s)", i, w.Code, x.status, w.Body)
+		}
+		for k, v := range x.headers {
+			if got := w.Header().Get(k); got != v {
+				t.Errorf("exchange %d: %s = %q, want %q", i, k, got, v)
+			}
+		}
+		if x.body != "" && w.Body.String() != x.body {
+			t.Errorf("exchange %d: body %s, want %s", i, w.Body, x.body)
+		}
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	e := gin.New()
+	l, err := New(Redis(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Use(l.Middleware())
+	e.GET("/x", RateLimit(Key(prefix(t)), Name("coupon"), Window(10*time.Second), Limit(2), Message("slow down")), ok)
+	reset := strconv.FormatInt(t0.Unix()+10, 10)
+	runExchanges(t, e, m.SetTime, "/x", nil, []exchange{
+		{0, 200, map[string]string{
+			"RateLimit-Policy": `"coupon";q=2;w=10`, "RateLimit": `"coupon";r=1;t=10`,
+			"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": reset, "Retry-After": "",
+		}, `{"ok":true}`},
+		{1500 * time.Millisecond, 200, map[string]string{
+			"RateLimit": `"coupon";r=0;t=9`, "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset, "Retry-After": "",
+		}, ""},
+		{2 * time.Second, 429, map[string]string{
+			"RateLimit-Policy": `"coupon";q=2;w=10`, "RateLimit": `"coupon";r=0;t=8`,
+			"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset, "Retry-After": "8",
+			"Content-Type": "application/json; charset=utf-8",
+		}, `{"code":429,"message":"slow down"}`},
+		// 0.3 s before more quota: Retry-After is never 0.
+		{9700 * time.Millisecond, 429, map[string]string{"Retry-After": "1", "RateLimit": `"coupon";r=0;t=1`}, ""},
+		{10 * time.Second, 200, map[string]string{"RateLimit": `"coupon";r=0;t=2`}, ""},
+	})
+}
+
+func TestHeadersSubSecondWindow(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	e := gin.New()
+	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("test"), Window(250*time.Millisecond), Limit(1)), ok)
+	runExchanges(t, e, m.SetTime, "/x", nil, []exchange{
+		{0, 200, map[string]string{"RateLimit-Policy": `"test";q=1;w=1`, "RateLimit": `"test";r=0;t=1`}, ""},
+		{100 * time.Millisecond, 429, map[string]string{"Retry-After": "1"}, ""},
+		{250 * time.Millisecond, 200, nil, ""},
+	})
+}
+
+func TestDecisionFrom(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	var got Decision
+	var found bool
+	e := gin.New()
+	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("r1"), Limit(5)), func(c *gin.Context) {
+		got, found = DecisionFrom(c)
+	})
+	do(e, http.MethodGet, "/x", nil)
+	do(e, http.MethodGet, "/x", nil)
+	if !found || got.Rule != "r1" || !got.Allowed || got.Limit != 5 || got.Remaining != 3 || got.Reset != DefaultWindow || !got.Time.Equal(t0) || got.Err != nil {
+		t.Fatalf("DecisionFrom = %+v, %v", got, found)
+	}
+	c2, _ := gin.CreateTestContext(nil)
+	if _, ok := DecisionFrom(c2); ok {
+		t.Fatal("DecisionFrom found a decision on a fresh context")
+	}
+}
+
+func TestRouteTemplateSharesOneBucket(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	e := gin.New()
+	e.GET("/voucher-order/seckill/:id", RateLimit(Redis(c), Key(pre), Limit(3)), ok)
+	for i, want := range []int{200, 200, 200, 429, 429} {
+		if w := do(e, http.MethodGet, "/voucher-order/seckill/"+strconv.Itoa(i+1), nil); w.Code != want {
+			t.Fatalf("request %d: %d, want %d", i, w.Code, want)
+		}
+	}
+	if keys := m.Keys(); len(keys) != 1 || keys[0] != pre+"{GET /voucher-order/seckill/:id}" {
+		t.Fatalf("keys %q, want the one route-template key", keys)
+	}
+}
+
+func TestKeyLayoutAndEscaping(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	e := gin.New()
+	e.Use(func(c *gin.Context) {
+		if u := c.GetHeader("X-Test-User"); u != "" {
+			c.Set("uid", u)
+		}
+	})
+	e.GET("/ip", RateLimit(Redis(c), Key(pre), Type(IP)), ok)
+	e.GET("/user", RateLimit(Redis(c), Key(pre), Type(User), UserIdentity(identity.FromContext("uid"))), ok)
+	for _, tc := range []struct {
+		path, user, remote, want string
+	}{
+		{"/ip", "", "192.0.2.1:1234", pre + "{GET /ip ip:192.0.2.1}"},
+		{"/ip", "", "[::ffff:192.0.2.2]:1234", pre + "{GET /ip ip:192.0.2.2}"},
+		{"/ip", "", "[2001:db8::1]:1234", pre + "{GET /ip ip:2001:db8::1}"},
+		{"/user", "alice", "192.0.2.1:1", pre + "{GET /user user:alice}"},
+		// A user id that tries to close the hash tag or spell another key.
+		{"/user", "x} ip:1.2.3.4", "192.0.2.1:1", pre + "{GET /user user:x%7D%20ip:1.2.3.4}"},
+		{"/user", "a%7D", "192.0.2.1:1", pre + "{GET /user user:a%257D}"},
+	} {
+		m.FlushAll()
+		w := do(e, http.MethodGet, tc.path, map[string]string{"X-Test-User": tc.user, "RemoteAddr": tc.remote})
+		if w.Code != 200 {
+			t.Fatalf("%s %q: status %d", tc.path, tc.user, w.Code)
+		}
+		if keys := m.Keys(); len(keys) != 1 || keys[0] != tc.want {
+			t.Errorf("%s user=%q remote=%s: keys %q, want %q", tc.path, tc.user, tc.remote, keys, tc.want)
+		}
+	}
+}
+
+func TestUnauthenticatedIs401AndCountedNowhere(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	secret := []byte(strings.Repeat("s", 32))
+	jwt, err := identity.NewJWT(identity.HMACSecret(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := gin.New()
+	e.GET("/claim", RateLimit(Redis(c), Key(prefix(t)), Type(User), UserIdentity(jwt), Limit(1)), ok)
+	for _, auth := range []string{"", "Bearer", "Bearer garbage", "Basic YWxpY2U6eA=="} {
+		w := do(e, http.MethodGet, "/claim", map[string]string{"Authorization": auth})
+		if w.Code != 401 || w.Body.String() != `{"code":401,"message":"Authentication required"}` {
+			t.Fatalf("auth %q: %d %s, want 401 JSON", auth, w.Code, w.Body)
+		}
+		if w.Header().Get("WWW-Authenticate") != "Bearer" || w.Header().Get("RateLimit") != "" {
+			t.Fatalf("auth %q: headers %v", auth, w.Header())
+		}
+	}
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Fatalf("unauthenticated requests were counted: keys %q", keys)
+	}
+}
+
+func TestSpoofedForwardedFor(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	trusted, err := identity.NewIP("10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := gin.New()
+	e.GET("/default", RateLimit(Redis(c), Key(pre), Type(IP), Limit(1)), ok)
+	e.GET("/proxied", RateLimit(Redis(c), Key(pre), Type(IP), Limit(1), IPIdentity(trusted)), ok)
+	for _, tc := range []struct {
+		path, remote, xff, wantKey string
+	}{
+		{"/default", "203.0.113.9:5000", "198.51.100.1", pre + "{GET /default ip:203.0.113.9}"},
+		{"/proxied", "203.0.113.9:5000", "198.51.100.1", pre + "{GET /proxied ip:203.0.113.9}"},
+		{"/proxied", "10.1.2.3:5000", "198.51.100.1", pre + "{GET /proxied ip:198.51.100.1}"},
+		{"/proxied", "10.1.2.3:5000", "6.6.6.6, 198.51.100.2, 10.9.9.9", pre + "{GET /proxied ip:198.51.100.2}"},
+	} {
+		m.FlushAll()
+		for i, want := range []int{200, 429} {
+			// The client rotates the header it controls; the bucket must not move.
+			xff := tc.xff
+			if tc.remote[:3] != "10." {
+				xff = "192.0.2." + strconv.Itoa(i+1)
+			}
+			w := do(e, http.MethodGet, tc.path, map[string]string{"RemoteAddr": tc.remote, "X-Forwarded-For": xff})
+			if w.Code != want {
+				t.Fatalf("%s from %s (XFF %q) #%d: %d, want %d", tc.path, tc.remote, xff, i, w.Code, want)
+			}
+		}
+		if keys := m.Keys(); len(keys) != 1 || keys[0] != tc.wantKey {
+			t.Errorf("%s from %s: keys %q, want %q", tc.path, tc.remote, keys, tc.wantKey)
+		}
+	}
+}
+
+func TestOptionValidation(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	for _, tc := range []struct {
+		name string
+		opt  Option
+		want string
+	}{
+		{"limit 0", Limit(0), "Limit(0)"},
+		{"limit negative", Limit(-3), "Limit(-3)"},
+		{"window 0", Window(0), "Window(0s)"},
+		{"window sub-ms", Window(999 * time.Microsecond), "Window(999µs)"},
+		{"empty key", Key(""), `Key("")`},
+		{"brace key", Key("a{b}:"), `Key("a{b}:")`},
+		{"empty message", Message(""), `Message("")`},
+		{"bad type", Type(LimitType(7)), "Type(LimitType(7))"},
+		{"bad name", Name("bad\nname"), "Name("},
+		{"nil redis", Redis(nil), "Redis(nil)"},
+		{"nil user identity", UserIdentity(nil), "UserIdentity(nil)"},
+		{"nil ip identity", IPIdentity(nil), "IPIdentity(nil)"},
+		{"bad fail policy", OnFailure(FailPolicy(9)), "OnFailure(FailPolicy(9))"},
+		{"zero timeout", Timeout(0), "Timeout(0s)"},
+		{"nil logger", Logger(nil), "Logger(nil)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(Redis(c), tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: error %v, want one naming %s", err, tc.want)
+			}
+			msg := panicMessage(func() { RateLimit(tc.opt) })
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("RateLimit: panic %q, want one naming %s", msg, tc.want)
+			}
+		})
+	}
+	// Cross-option errors.
+	if _, err := New(); err == nil || !strings.Contains(err.Error(), "ginlimit.Redis") {
+		t.Errorf("New without Redis: %v", err)
+	}
+	if _, err := New(Redis(c), Type(User)); err == nil || !strings.Contains(err.Error(), "UserIdentity") {
+		t.Errorf("New with Type(User) and no identity: %v", err)
+	}
+	l, _ := New(Redis(c))
+	if msg := panicMessage(func() { l.RateLimit(Type(User)) }); !strings.Contains(msg, "UserIdentity") {
+		t.Errorf("Limiter.RateLimit(Type(User)) without identity: panic %q", msg)
+	}
+	if msg := panicMessage(func() { RateLimit(Limit(5), Window(time.Millisecond)) }); msg != "" {
+		t.Errorf("valid options panicked: %s", msg)
+	}
+}
+
+func panicMessage(f func()) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg, _ = r.(string)
+			if msg == "" {
+				msg = "non-string panic"
+			}
+		}
+	}()
+	f()
+	return ""
+}
+
+// A route that can only be found misconfigured at request time answers 500,
+// never serves unprotected, logs once per interval, and leaks no detail.
+func TestMisconfiguredRouteAnswers500(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	var logs bytes.Buffer
+	l, err := New(Redis(c), Logger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := gin.New()
+	e.GET("/nobackend", RateLimit(Limit(1)), ok) // no limiter installed, no Redis
+	g := e.Group("/", l.Middleware())
+	g.GET("/nouser", RateLimit(Type(User)), ok) // limiter has no user identity
+	for _, path := range []string{"/nobackend", "/nouser"} {
+		for range 3 {
+			w := do(e, http.MethodGet, path, nil)
+			if w.Code != 500 || w.Body.String() != `{"code":500,"message":"Internal server error"}` {
+				t.Fatalf("%s: %d %s", path, w.Code, w.Body)
+			}
+		}
+	}
+	if n := strings.Count(logs.String(), "misconfigured"); n != 1 {
+		t.Fatalf("limiter logged %d misconfiguration lines, want 1 (throttled):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "UserIdentity") {
+		t.Fatalf("log does not name the missing option:\n%s", logs.String())
+	}
+}
+
+func TestLimiterRouteOverridesAndIsolation(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	pre := prefix(t)
+	l1, _ := New(Redis(c), Key(pre+"a:"), Limit(1))
+	l2, _ := New(Redis(c), Key(pre+"b:"), Limit(2))
+	e := gin.New()
+	h := RateLimit() // one annotation shared by two groups with different limiters
+	e.GET("/a", l1.Middleware(), h, ok)
+	e.GET("/b", l2.Middleware(), h, ok)
+	e.GET("/c", l1.RateLimit(Limit(3)), ok)
+	for _, tc := range []struct {
+		path string
+		want []int
+	}{
+		{"/a", []int{200, 429}},
+		{"/b", []int{200, 200, 429}},
+		{"/c", []int{200, 200, 200, 429}},
+	} {
+		for i, want := range tc.want {
+			if w := do(e, http.MethodGet, tc.path, nil); w.Code != want {
+				t.Fatalf("%s #%d: %d, want %d", tc.path, i, w.Code, want)
+			}
+		}
+	}
+}

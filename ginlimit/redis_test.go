@@ -1,0 +1,239 @@
+package ginlimit
+
+// Tests against a real redis-server started by the test (internal/redistest):
+// miniredis runs gopher-lua, not Redis's own Lua, so it is no proof of
+// atomicity, script caching or failure behaviour.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// TestExactUnderConcurrency: 64 goroutines race for a limit of 500; exactly
+// 500 are admitted, whether they share one client or are spread over three
+// independent clients and limiters (three app instances).
+func TestExactUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, clients := range []int{1, 3} {
+		t.Run(map[int]string{1: "one client", 3: "three clients"}[clients], func(t *testing.T) {
+			pre := prefix(t)
+			policies := make([]*Policy, clients)
+			for i := range policies {
+				policies[i] = mustPolicy(t, Redis(srv.Client()), Key(pre), Window(time.Minute), Limit(500))
+			}
+			var allowed, rejected atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for g := range 64 {
+				wg.Go(func() {
+					p := policies[g%clients]
+					for range 16 { // 1,024 attempts in all
+						d, err := p.Allow(context.Background(), "hot")
+						if err != nil {
+							errs <- err
+							return
+						}
+						if d.Allowed {
+							allowed.Add(1)
+						} else {
+							rejected.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if allowed.Load() != 500 || rejected.Load() != 1024-500 {
+				t.Fatalf("admitted %d and rejected %d, want exactly 500 and 524", allowed.Load(), rejected.Load())
+			}
+			n, err := srv.Client().ZCard(context.Background(), pre+"{hot}").Result()
+			if err != nil || n != 500 {
+				t.Fatalf("ZCARD = %d, %v; want 500 unique members", n, err)
+			}
+		})
+	}
+}
+
+// TestSurvivesScriptFlush: EVALSHA falls back to EVAL on NOSCRIPT.
+func TestSurvivesScriptFlush(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(3))
+	ctx := context.Background()
+	for i, want := range []int{2, 1} {
+		if i == 1 {
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := p.Allow(ctx, "k")
+		if err != nil || !d.Allowed || d.Remaining != want {
+			t.Fatalf("request %d: %+v, %v; want allowed with %d remaining", i, d, err, want)
+		}
+	}
+	if n, _ := c.ScriptExists(ctx, slidingLogScript.Hash()).Result(); len(n) != 1 || !n[0] {
+		t.Fatalf("script not reloaded after SCRIPT FLUSH")
+	}
+}
+
+// TestRealRedisClockAndTTL: the decision time is the server's TIME, and a
+// 250 ms window gets a 250 ms TTL.
+func TestRealRedisClockAndTTL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	pre := prefix(t)
+	p := mustPolicy(t, Redis(c), Key(pre), Window(250*time.Millisecond), Limit(1))
+	ctx := context.Background()
+	d, err := p.Allow(ctx, "k")
+	if err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	ttl, err := c.PTTL(ctx, pre+"{k}").Result()
+	if err != nil || ttl <= 0 || ttl > 250*time.Millisecond {
+		t.Fatalf("PTTL = %v, %v; want (0, 250ms]", ttl, err)
+	}
+	tm, err := c.Time(ctx).Result()
+	if err != nil || d.Time.After(tm) || tm.Sub(d.Time) > time.Second {
+		t.Fatalf("decision time %v, server TIME %v", d.Time, tm)
+	}
+}
+
+// blackhole accepts TCP connections and never answers: a hung Redis.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestFailurePolicies: with Redis stopped or hung, every answer comes within
+// the decision timeout, under the route's failure policy, and the log gets
+// one line, not one per request.
+func TestFailurePolicies(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	stopped := srv.Client()
+	srv.Stop()
+	// Without our timeout a hung Redis would hold each request for go-redis's
+	// 3 s read timeout.
+	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 3 * time.Second})
+	t.Cleanup(func() { _ = hung.Close() })
+	// The same, on a client that bounds reads by the context itself.
+	hungCtx := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 3 * time.Second, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = hungCtx.Close() })
+	const timeout = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		client *redis.Client
+		policy FailPolicy
+		status int
+		body   string
+	}{
+		{"stopped open", stopped, FailOpen, 200, `{"ok":true}`},
+		{"stopped closed", stopped, FailClosed, 503, `{"code":503,"message":"Service temporarily unavailable, please try again later"}`},
+		{"hung open", hung, FailOpen, 200, `{"ok":true}`},
+		{"hung closed", hung, FailClosed, 503, `{"code":503,"message":"Service temporarily unavailable, please try again later"}`},
+		{"hung context-aware open", hungCtx, FailOpen, 200, `{"ok":true}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var logs bytes.Buffer
+			e := gin.New()
+			var seen Decision
+			e.GET("/x", RateLimit(Redis(tc.client), Key(prefix(t)), OnFailure(tc.policy), Timeout(timeout),
+				Logger(slog.New(slog.NewTextHandler(&logs, nil)))), func(c *gin.Context) {
+				seen, _ = DecisionFrom(c)
+				ok(c)
+			})
+			for i := range 5 {
+				start := time.Now()
+				w := do(e, http.MethodGet, "/x", nil)
+				// A bound, not a performance goal: generous for a loaded CI
+				// machine, yet far below the 3 s a missing timeout would cost.
+				if el := time.Since(start); el > timeout+900*time.Millisecond {
+					t.Fatalf("request %d took %v with a %v timeout", i, el, timeout)
+				}
+				if w.Code != tc.status || w.Body.String() != tc.body {
+					t.Fatalf("request %d: %d %s, want %d %s", i, w.Code, w.Body, tc.status, tc.body)
+				}
+				if w.Header().Get("RateLimit") != "" || w.Header().Get("RateLimit-Policy") == "" {
+					t.Fatalf("request %d: headers %v: want the policy but no counters", i, w.Header())
+				}
+				if strings.Contains(w.Body.String(), "127.0.0.1") || strings.Contains(w.Body.String(), "ginlimit") {
+					t.Fatalf("internal error text in the body: %s", w.Body)
+				}
+			}
+			if tc.policy == FailOpen && (seen.Err == nil || !seen.Allowed) {
+				t.Fatalf("handler saw decision %+v, want an allowed one carrying the error", seen)
+			}
+			if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+				t.Fatalf("%d warning lines for 5 failures, want 1:\n%s", n, logs.String())
+			}
+		})
+	}
+}
+
+// TestRequestContextBoundsTheCall: a request whose own context ends first is
+// not held for the rest of the decision timeout.
+func TestRequestContextBoundsTheCall(t *testing.T) {
+	t.Parallel()
+	hung := redis.NewClient(&redis.Options{Addr: blackhole(t)})
+	t.Cleanup(func() { _ = hung.Close() })
+	p := mustPolicy(t, Redis(hung), Key(prefix(t)), Timeout(5*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	d, err := p.Allow(ctx, "k")
+	if err == nil || !d.Allowed || d.Err == nil {
+		t.Fatalf("Allow on a hung Redis: %+v, %v; want a fail-open decision with the error", d, err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("error %v does not say it timed out", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("took %v; the request context allowed 50ms", el)
+	}
+}
