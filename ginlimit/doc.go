@@ -1,0 +1,106 @@
+// Package ginlimit rate-limits Gin routes with Redis: an exact sliding window
+// shared by every instance of an application, declared per route the way
+// Java teams declare @RateLimiter(key, window, limit, message, type).
+//
+//	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(jwt))
+//	r.Use(limiter.Middleware())
+//	r.GET("/api/coupon/claim", ginlimit.RateLimit(
+//		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
+//		ginlimit.Message("You are claiming coupons too often, please try again later"),
+//		ginlimit.Type(ginlimit.User)), claim)
+//
+// A [Limiter] carries what routes share (the Redis client, identity settings,
+// failure policy); each [RateLimit] annotation states its own rule.
+// [Limiter.Policy] gives the same decisions without gin.
+//
+// # The sliding log
+//
+// Each key is a Redis sorted set with one member per admitted request, scored
+// by its admission time in microseconds of the Redis server's clock (TIME),
+// never the application server's. One Lua script decides a request
+// atomically, in one round trip:
+//
+//  1. ZREMRANGEBYSCORE drops every entry with score <= now - window, so the
+//     window is (now - window, now]: a request is admitted again exactly when
+//     the oldest entry is a whole window old, not a microsecond earlier.
+//  2. ZCARD counts what is left.
+//  3. Only if the count is under the limit, ZADD records the request and
+//     PEXPIRE sets the key's TTL to the window (in milliseconds, rounded up,
+//     so a 250 ms window keeps a 250 ms TTL), and the request is allowed. A
+//     rejected request is not recorded, so a flood does not extend its own
+//     lockout.
+//
+// Members are the admission time; a second request in the same microsecond
+// gets a suffix (ZADD NX decides), so no admitted request collapses into
+// another. The count is therefore exact under any concurrency and across any
+// number of application instances. The script validates its arguments, and it
+// is sent as EVALSHA with a fallback to EVAL on NOSCRIPT, so SCRIPT FLUSH or a
+// Redis restart is survived.
+//
+// Memory is one sorted-set entry per admitted request in the window: about
+// limit entries per busy key. An idle key expires a window after its last
+// admission.
+//
+// # Keys
+//
+// A decision's Redis key is
+//
+//	<prefix>{<METHOD> <route template>[ <dimension>]}
+//
+// The prefix is [Key] (default "rate_limit:"). The route template is
+// c.FullPath(), so /voucher-order/seckill/1 and /voucher-order/seckill/2
+// share one bucket. The dimension is empty for [Method], "ip:<addr>" for [IP]
+// and "user:<id>" for [User]. Route templates and user ids are
+// percent-escaped ('%', '{', '}', spaces and non-printable bytes; user ids
+// keep only letters, digits and -._~@:+=), so no identity can forge another
+// identity's key or close the hash tag. The braces are a Redis Cluster hash
+// tag: the key of one route and identity always maps to one slot, and
+// different routes and identities spread over the cluster. For example:
+//
+//	coupon:claim:{GET /api/coupon/claim user:alice}
+//	coupon:merchant:{GET /api/coupon/merchant ip:192.0.2.1}
+//	voucher:seckill:{GET /voucher-order/seckill/:id}
+//
+// # Identity
+//
+// [IP] routes count per client address as resolved by identity.IP: the TCP
+// peer, unless the peer is a configured trusted proxy (see [IPIdentity]);
+// gin's own ClientIP, which trusts X-Forwarded-For from anyone by default, is
+// not used. [User] routes count per user id from [UserIdentity], typically
+// identity.JWT. A request with no valid identity on a User route is answered
+// 401 {"code":401,"message":"Authentication required"}, with
+// WWW-Authenticate: Bearer for JWT, and is counted in no bucket.
+//
+// # Responses and headers
+//
+// A limited request is answered 429 {"code":429,"message":"<Message>"} and
+// the chain is aborted. Every response of a limited route that Redis decided
+// carries
+//
+//	RateLimit-Policy: "<name>";q=<limit>;w=<window in seconds, rounded up>
+//	RateLimit: "<name>";r=<remaining>;t=<seconds until more quota, rounded up>
+//	X-RateLimit-Limit, X-RateLimit-Remaining
+//	X-RateLimit-Reset: <Unix time in seconds, rounded up, when more quota comes>
+//
+// in the syntax of draft-ietf-httpapi-ratelimit-headers, and a 429 also
+// carries Retry-After in seconds, at least 1. "More quota" comes when the
+// oldest request in the window leaves it. The handler can read the decision
+// with [DecisionFrom].
+//
+// # Failures
+//
+// Every Redis call is bounded by the request's context and by [Timeout]
+// (default 100 ms), even on go-redis clients without ContextTimeoutEnabled.
+// When Redis fails or times out, [FailOpen] (the default) lets the request
+// through and [FailClosed] answers 503
+// {"code":503,"message":"Service temporarily unavailable, please try again later"}.
+// Either way the response carries RateLimit-Policy but no counters, the
+// decision's Err is set, and the error is logged through log/slog at warn
+// level, at most one line per limiter every 5 seconds. No internal error text
+// ever reaches a response body.
+//
+// Misconfiguration never passes silently: New returns an error and RateLimit
+// panics at start-up, naming the option. What can only be checked on a
+// request, such as a [RateLimit] route that reaches no Redis backend, answers
+// 500 and logs the cause.
+package ginlimit

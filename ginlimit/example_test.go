@@ -1,0 +1,132 @@
+package ginlimit_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/identity"
+)
+
+func ExampleRateLimit() {
+	mr := miniredis.NewMiniRedis() // stands in for a real Redis
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	if err != nil {
+		panic(err)
+	}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.Use(limiter.Middleware())
+	r.GET("/voucher-order/seckill/:id", ginlimit.RateLimit(
+		ginlimit.Key("voucher:seckill:"), ginlimit.Window(10*time.Second), ginlimit.Limit(2),
+		ginlimit.Message("Seckill is too popular, please try again later"),
+		ginlimit.Type(ginlimit.Method)),
+		func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+
+	for _, id := range []string{"1", "2", "3"} { // one bucket per route template
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/voucher-order/seckill/"+id, nil))
+		fmt.Println(w.Code, w.Header().Get("X-RateLimit-Remaining"), w.Body.String())
+	}
+	// Output:
+	// 200 1 ok
+	// 200 0 ok
+	// 429 0 {"code":429,"message":"Seckill is too popular, please try again later"}
+}
+
+func ExampleLimiter_Policy() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	mr.SetTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // the Redis clock decides
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	if err != nil {
+		panic(err)
+	}
+	policy, err := limiter.Policy(ginlimit.Key("export:"), ginlimit.Window(250*time.Millisecond), ginlimit.Limit(1))
+	if err != nil {
+		panic(err)
+	}
+	for range 2 {
+		d, err := policy.Allow(context.Background(), "tenant-42")
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	fmt.Println(mr.Keys())
+	// Output:
+	// true 0 0s
+	// false 0 250ms
+	// [export:{tenant-42}]
+}
+
+func ExampleDecisionFrom() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.GET("/report", ginlimit.RateLimit(ginlimit.Redis(rdb), ginlimit.Name("reports"), ginlimit.Limit(5)),
+		func(c *gin.Context) {
+			d, _ := ginlimit.DecisionFrom(c)
+			c.JSON(http.StatusOK, gin.H{"rule": d.Rule, "remaining": d.Remaining})
+		})
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/report", nil))
+	fmt.Println(w.Body.String())
+	// Output:
+	// {"remaining":4,"rule":"reports"}
+}
+
+func ExampleNew() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	jwt, err := identity.NewJWT(identity.HMACSecret([]byte("an-hs256-secret-of-at-least-32-bytes")))
+	if err != nil {
+		panic(err)
+	}
+	ips, err := identity.NewIP("10.0.0.0/8") // X-Forwarded-For is honoured from these proxies only
+	if err != nil {
+		panic(err)
+	}
+	_, err = ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(jwt), ginlimit.IPIdentity(ips),
+		ginlimit.OnFailure(ginlimit.FailClosed))
+	fmt.Println(err)
+
+	_, err = ginlimit.New(ginlimit.Redis(rdb), ginlimit.Limit(0))
+	fmt.Println(err)
+	// Output:
+	// <nil>
+	// ginlimit.New: ginlimit: Limit(0): the limit must be between 1 and 1e9
+}
