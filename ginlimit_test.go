@@ -1,0 +1,319 @@
+// End-to-end tests across the packages: the coupon demo's routes, served by
+// httptest, on the embedded miniredis and on a real redis-server.
+package ginlimit_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/example/coupon/app"
+	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+var secret = []byte("e2e-secret-of-at-least-thirty-two-bytes!")
+
+// backend is where the demo keeps its counters.
+type backend struct {
+	name string
+	// start returns the demo's Redis URL ("" for embedded miniredis) and, for
+	// a real server, a client to inspect it.
+	start func(t *testing.T) (string, *redis.Client)
+}
+
+var backends = []backend{
+	{"miniredis", func(*testing.T) (string, *redis.Client) { return "", nil }},
+	{"redis-server", func(t *testing.T) (string, *redis.Client) {
+		srv := redistest.Start(t)
+		return "redis://" + srv.Addr + "/0", srv.Client()
+	}},
+}
+
+// demo builds the coupon app for one test.
+func demo(t *testing.T, redisURL string, trusted ...string) http.Handler {
+	t.Helper()
+	a, err := app.New(context.Background(), app.Config{
+		RedisURL: redisURL, JWTSecret: secret, TrustedProxies: trusted,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	return a.Handler
+}
+
+type call struct {
+	method, path, remote, auth, xff, body string
+}
+
+func (c call) do(h http.Handler) *httptest.ResponseRecorder {
+	var body io.Reader
+	if c.body != "" {
+		body = strings.NewReader(c.body)
+	}
+	method := c.method
+	if method == "" {
+		method = http.MethodGet
+	}
+	req := httptest.NewRequest(method, c.path, body)
+	if c.remote != "" {
+		req.RemoteAddr = c.remote
+	}
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	if c.xff != "" {
+		req.Header.Set("X-Forwarded-For", c.xff)
+	}
+	if c.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+func sign(t *testing.T, m jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(m, claims).SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestCouponFlow(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			url, _ := b.start(t)
+			h := demo(t, url)
+
+			w := call{method: http.MethodPost, path: "/api/login", body: `{"user_id":"alice"}`}.do(h)
+			var login struct{ Token string }
+			if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &login) != nil || login.Token == "" {
+				t.Fatalf("login: %d %s", w.Code, w.Body)
+			}
+			if w := (call{method: http.MethodPost, path: "/api/login", body: `{"user":`}).do(h); w.Code != 400 || !strings.Contains(w.Body.String(), `"code":400`) {
+				t.Fatalf("bad login body: %d %s", w.Code, w.Body)
+			}
+			claim := call{path: "/api/coupon/claim", auth: "Bearer " + login.Token}
+			for i := range app.ClaimLimit {
+				w := claim.do(h)
+				if w.Code != 200 || w.Header().Get("RateLimit") != `"coupon:claim";r=`+strconv.Itoa(app.ClaimLimit-1-i)+`;t=60` {
+					t.Fatalf("claim %d: %d %v %s", i, w.Code, w.Header(), w.Body)
+				}
+			}
+			w = claim.do(h)
+			if w.Code != 429 || w.Body.String() != `{"code":429,"message":"You are claiming coupons too often, please try again later"}` {
+				t.Fatalf("claim over the limit: %d %s", w.Code, w.Body)
+			}
+			if ra, _ := strconv.Atoi(w.Header().Get("Retry-After")); ra < 1 || ra > 60 {
+				t.Fatalf("Retry-After %q", w.Header().Get("Retry-After"))
+			}
+			if got := w.Header().Get("RateLimit-Policy"); got != `"coupon:claim";q=3;w=60` {
+				t.Fatalf("RateLimit-Policy %q", got)
+			}
+			// Another user has a bucket of their own.
+			bob := sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob", "exp": time.Now().Add(time.Hour).Unix()})
+			if w := (call{path: "/api/coupon/claim", auth: "Bearer " + bob}).do(h); w.Code != 200 {
+				t.Fatalf("bob: %d", w.Code)
+			}
+			for range 50 {
+				if w := (call{path: "/healthz"}).do(h); w.Code != 200 {
+					t.Fatalf("healthz: %d", w.Code)
+				}
+			}
+		})
+	}
+}
+
+// TestBadTokensAre401AndCountedNowhere runs the JWT table against the demo
+// on a real Redis, then checks that no counter was written.
+func TestBadTokensAre401AndCountedNowhere(t *testing.T) {
+	t.Parallel()
+	url, rdb := backends[1].start(t)
+	h := demo(t, url)
+
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().Add(time.Hour).Unix()
+	b64 := base64.RawURLEncoding.EncodeToString
+	for _, tc := range []struct{ name, auth string }{
+		{"missing", ""},
+		{"not bearer", "Basic YWxpY2U6c2VjcmV0"},
+		{"garbage", "Bearer not.a.jwt"},
+		{"alg none", "Bearer " + b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(`{"sub":"alice","exp":`+strconv.FormatInt(hour, 10)+`}`)) + "."},
+		{"wrong secret", "Bearer " + sign(t, jwt.SigningMethodHS256, []byte("another-secret-of-at-least-32-bytes!!"), jwt.MapClaims{"sub": "alice", "exp": hour})},
+		{"RS256 not accepted", "Bearer " + sign(t, jwt.SigningMethodRS256, rsaKey, jwt.MapClaims{"sub": "alice", "exp": hour})},
+		{"HS512 not accepted", "Bearer " + sign(t, jwt.SigningMethodHS512, secret, jwt.MapClaims{"sub": "alice", "exp": hour})},
+		{"expired", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(-time.Hour).Unix()})},
+		{"not yet valid", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": hour, "nbf": hour - 60})},
+		{"no exp", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice"})},
+		{"missing claim", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"exp": hour})},
+		{"empty claim", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "", "exp": hour})},
+	} {
+		w := call{path: "/api/coupon/claim", auth: tc.auth}.do(h)
+		if w.Code != 401 || w.Body.String() != `{"code":401,"message":"Authentication required"}` {
+			t.Errorf("%s: %d %s, want 401", tc.name, w.Code, w.Body)
+		}
+	}
+	if n, err := rdb.DBSize(context.Background()).Result(); err != nil || n != 0 {
+		t.Fatalf("DBSIZE = %d, %v after only rejected tokens; want 0", n, err)
+	}
+}
+
+// TestAlgorithmConfusion: a verifier holding an RSA public key rejects an
+// HS256 token "signed" with that public key as the HMAC secret.
+func TestAlgorithmConfusion(t *testing.T) {
+	t.Parallel()
+	_, rdb := backends[1].start(t)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := identity.NewJWT(identity.PublicKey(&key.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+	gin.SetMode(gin.TestMode)
+	e := gin.New()
+	e.GET("/x", ginlimit.RateLimit(ginlimit.Redis(rdb), ginlimit.Type(ginlimit.User), ginlimit.UserIdentity(verifier)),
+		func(c *gin.Context) { c.Status(200) })
+	hour := time.Now().Add(time.Hour).Unix()
+	for _, forged := range [][]byte{pemBytes, der} {
+		tok := sign(t, jwt.SigningMethodHS256, forged, jwt.MapClaims{"sub": "mallory", "exp": hour})
+		if w := (call{path: "/x", auth: "Bearer " + tok}).do(e); w.Code != 401 {
+			t.Fatalf("HS256 token keyed with the RSA public key: %d, want 401", w.Code)
+		}
+	}
+	good := sign(t, jwt.SigningMethodRS256, key, jwt.MapClaims{"sub": "alice", "exp": hour})
+	if w := (call{path: "/x", auth: "Bearer " + good}).do(e); w.Code != 200 {
+		t.Fatalf("genuine RS256 token: %d, want 200", w.Code)
+	}
+	keys, _ := rdb.Keys(context.Background(), "*").Result()
+	if len(keys) != 1 || !strings.HasSuffix(keys[0], " user:alice}") {
+		t.Fatalf("keys %q, want only alice's", keys)
+	}
+}
+
+// TestMerchantPerIPAndProxies: the IP route counts per client; a spoofed
+// X-Forwarded-For moves nothing unless it comes from a trusted proxy.
+func TestMerchantPerIPAndProxies(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			url, _ := b.start(t)
+			h := demo(t, url, "10.0.0.0/8")
+			spoofer := func(i int) call {
+				return call{path: "/api/coupon/merchant", remote: "203.0.113.7:4000", xff: "198.51.100." + strconv.Itoa(i)}
+			}
+			for i := range app.MerchantLimit {
+				if w := spoofer(i).do(h); w.Code != 200 {
+					t.Fatalf("merchant %d: %d", i, w.Code)
+				}
+			}
+			if w := spoofer(99).do(h); w.Code != 429 || w.Body.String() != `{"code":429,"message":"Too many merchant queries, please try again later"}` {
+				t.Fatalf("spoofed XFF from an untrusted peer escaped its bucket: %d %s", w.Code, w.Body)
+			}
+			// Through the trusted proxy, the forwarded client is the identity.
+			viaProxy := call{path: "/api/coupon/merchant", remote: "10.0.0.2:80", xff: "203.0.113.8"}
+			if w := viaProxy.do(h); w.Code != 200 {
+				t.Fatalf("new client via trusted proxy: %d", w.Code)
+			}
+			// The proxy forwarding the spoofer's own address hits its full bucket.
+			if w := (call{path: "/api/coupon/merchant", remote: "10.0.0.2:80", xff: "203.0.113.7"}).do(h); w.Code != 429 {
+				t.Fatalf("spoofer via trusted proxy: %d, want 429", w.Code)
+			}
+		})
+	}
+}
+
+// TestVoucherSeckillRouteTemplate: every id shares the route's one bucket,
+// exactly, under concurrency.
+func TestVoucherSeckillRouteTemplate(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			url, rdb := b.start(t)
+			h := demo(t, url)
+			var ok, limited atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 32 {
+				wg.Go(func() {
+					w := call{path: "/voucher-order/seckill/" + strconv.Itoa(i)}.do(h)
+					switch w.Code {
+					case 200:
+						ok.Add(1)
+					case 429:
+						limited.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if ok.Load() != app.VoucherSeckillLimit || limited.Load() != 32-app.VoucherSeckillLimit {
+				t.Fatalf("%d allowed and %d limited, want %d and %d", ok.Load(), limited.Load(), app.VoucherSeckillLimit, 32-app.VoucherSeckillLimit)
+			}
+			if rdb != nil {
+				keys, _ := rdb.Keys(context.Background(), "*").Result()
+				if len(keys) != 1 || keys[0] != "voucher:seckill:{GET /voucher-order/seckill/:id}" {
+					t.Fatalf("keys %q", keys)
+				}
+			}
+		})
+	}
+}
+
+// TestSeckillExactUnderConcurrency: 64 goroutines against the 100-request
+// seckill route on a real Redis admit exactly 100.
+func TestSeckillExactUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	url, _ := backends[1].start(t)
+	h := demo(t, url)
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 4 {
+				if w := (call{path: "/api/coupon/seckill"}).do(h); w.Code == 200 {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != app.SeckillLimit {
+		t.Fatalf("admitted %d of 256, want exactly %d", ok.Load(), app.SeckillLimit)
+	}
+}
