@@ -142,6 +142,11 @@ func openRedis(ctx context.Context, rawURL string, logger *slog.Logger) (*redis.
 			return nil, nil, fmt.Errorf("coupon: REDIS_URL: %w", err)
 		}
 	}
+	// Let the context deadline bound socket reads, so that ginlimit's
+	// per-decision Timeout cuts a slow Redis short with a plain call; without
+	// it ginlimit runs each call in a goroutine it can abandon, and a read
+	// waits for ReadTimeout (3 s by default). REDIS_URL cannot set this.
+	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
