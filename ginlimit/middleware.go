@@ -38,7 +38,12 @@ func (p *Policy) serve(c *gin.Context) {
 	if err != nil {
 		if errors.Is(err, identity.ErrUnauthenticated) {
 			if ch, ok := p.users.(challenger); ok {
-				c.Header("WWW-Authenticate", ch.Challenge())
+				challenge := ch.Challenge()
+				if c.GetHeader("Authorization") != "" {
+					// RFC 6750 section 3: a token was sent but is not valid.
+					challenge += ` error="invalid_token"`
+				}
+				c.Header("WWW-Authenticate", challenge)
 			}
 			abortJSON(c, http.StatusUnauthorized, bodyUnauthorized)
 			return

@@ -168,7 +168,11 @@ func TestUnauthenticatedIs401AndCountedNowhere(t *testing.T) {
 		if w.Code != 401 || w.Body.String() != `{"code":401,"message":"Authentication required"}` {
 			t.Fatalf("auth %q: %d %s, want 401 JSON", auth, w.Code, w.Body)
 		}
-		if w.Header().Get("WWW-Authenticate") != "Bearer" || w.Header().Get("RateLimit") != "" {
+		challenge := "Bearer"
+		if auth != "" {
+			challenge = `Bearer error="invalid_token"`
+		}
+		if w.Header().Get("WWW-Authenticate") != challenge || w.Header().Get("RateLimit") != "" {
 			t.Fatalf("auth %q: headers %v", auth, w.Header())
 		}
 	}

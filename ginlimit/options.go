@@ -201,7 +201,14 @@ func Name(name string) Option {
 
 // Redis sets the Redis backend. Any redis.Scripter works: *redis.Client,
 // *redis.ClusterClient, *redis.Ring or a redis.UniversalClient. A route must
-// get one, from its limiter or its own options.
+// get one, from its limiter or its own options. Redis 5 or newer is needed
+// (the script reads TIME before it writes); 7 is what the tests run.
+//
+// Set ContextTimeoutEnabled on the client's options: go-redis then bounds
+// socket reads by the decision's deadline. Without it the decision is still
+// answered within [Timeout], but each call runs in its own goroutine, and a
+// call abandoned on a hung server holds its pooled connection until the
+// client's ReadTimeout.
 func Redis(client redis.Scripter) Option {
 	return optionFunc(func(s *settings) {
 		if client == nil {
