@@ -324,6 +324,13 @@ func TestIPResolveTrustedProxies(t *testing.T) {
 			want:       "11.1.2.3",
 		},
 		{
+			name:       "whole IPv4-mapped space /96 trusts every IPv4 peer",
+			trusted:    []string{"::ffff:0:0/96"},
+			remoteAddr: "192.0.2.1:80",
+			xff:        []string{"203.0.113.7, 198.51.100.9"},
+			want:       "203.0.113.7",
+		},
+		{
 			name:       "IPv4-mapped single address",
 			trusted:    []string{"::ffff:10.0.0.1"},
 			remoteAddr: "10.0.0.1:80",

@@ -3,6 +3,7 @@ package identity
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
@@ -29,8 +30,8 @@ type User interface {
 
 // FromContext returns a User that reads the id the application's own
 // authentication middleware stored with c.Set(key, id). The value may be a
-// string, a fmt.Stringer or any Go integer type; anything else, a missing
-// value or an empty id is unauthenticated.
+// string, a fmt.Stringer or any Go integer type, named types included;
+// anything else, a missing or nil value or an empty id is unauthenticated.
 func FromContext(key string) User {
 	return contextUser{key: key}
 }
@@ -44,36 +45,37 @@ func (u contextUser) UserID(c *gin.Context) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w: no value under context key %q", ErrUnauthenticated, u.key)
 	}
-	var id string
-	switch v := v.(type) {
-	case string:
-		id = v
-	case fmt.Stringer:
-		id = v.String()
-	case int:
-		id = strconv.FormatInt(int64(v), 10)
-	case int8:
-		id = strconv.FormatInt(int64(v), 10)
-	case int16:
-		id = strconv.FormatInt(int64(v), 10)
-	case int32:
-		id = strconv.FormatInt(int64(v), 10)
-	case int64:
-		id = strconv.FormatInt(v, 10)
-	case uint:
-		id = strconv.FormatUint(uint64(v), 10)
-	case uint8:
-		id = strconv.FormatUint(uint64(v), 10)
-	case uint16:
-		id = strconv.FormatUint(uint64(v), 10)
-	case uint32:
-		id = strconv.FormatUint(uint64(v), 10)
-	case uint64:
-		id = strconv.FormatUint(v, 10)
-	default:
-		return "", fmt.Errorf("%w: context key %q holds a %T, not a string or integer", ErrUnauthenticated, u.key, v)
+	id, err := idString(v)
+	if err != nil {
+		return "", fmt.Errorf("%w: context key %q: %w", ErrUnauthenticated, u.key, err)
 	}
 	return checkID(id)
+}
+
+// idString converts a context value to an id: strings, integers and
+// fmt.Stringers, including named types of those kinds.
+func idString(v any) (id string, err error) {
+	if s, ok := v.(fmt.Stringer); ok {
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return "", errors.New("nil value")
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				id, err = "", fmt.Errorf("String method of %T panicked", v)
+			}
+		}()
+		return s.String(), nil
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.String:
+		return rv.String(), nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(rv.Int(), 10), nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return strconv.FormatUint(rv.Uint(), 10), nil
+	}
+	return "", fmt.Errorf("holds a %T, not a string, integer or fmt.Stringer", v)
 }
 
 func checkID(id string) (string, error) {
