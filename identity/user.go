@@ -61,7 +61,7 @@ func idString(v any) (id string, err error) {
 		}
 		defer func() {
 			if r := recover(); r != nil {
-				id, err = "", fmt.Errorf("String method of %T panicked", v)
+				id, err = "", fmt.Errorf("the String method of %T panicked", v)
 			}
 		}()
 		return s.String(), nil
