@@ -49,3 +49,11 @@ func runScript(ctx context.Context, honours bool, s *redis.Script, client redis.
 		return nil, context.Cause(ctx)
 	}
 }
+
+// The clients ginlimit is built for; each is a redis.Scripter.
+var (
+	_ redis.Scripter = (*redis.Client)(nil)
+	_ redis.Scripter = (*redis.ClusterClient)(nil)
+	_ redis.Scripter = (*redis.Ring)(nil)
+	_ redis.Scripter = (redis.UniversalClient)(nil)
+)

@@ -237,3 +237,22 @@ func TestRequestContextBoundsTheCall(t *testing.T) {
 		t.Fatalf("took %v; the request context allowed 50ms", el)
 	}
 }
+
+// TestRingAndUniversalClients: the same policy runs on a Ring and on a
+// UniversalClient, not only on *redis.Client.
+func TestRingAndUniversalClients(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"one": srv.Addr}})
+	universal := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { _ = ring.Close(); _ = universal.Close() })
+	for name, client := range map[string]redis.Scripter{"ring": ring, "universal": universal} {
+		p := mustPolicy(t, Redis(client), Key(prefix(t)), Limit(2))
+		for i, want := range []bool{true, true, false} {
+			d, err := p.Allow(context.Background(), "k")
+			if err != nil || d.Allowed != want {
+				t.Fatalf("%s request %d: %+v, %v; want allowed=%v", name, i, d, err, want)
+			}
+		}
+	}
+}
