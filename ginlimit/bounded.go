@@ -22,6 +22,32 @@ func honoursContext(client redis.Scripter) bool {
 	return false
 }
 
+// asyncPipeliner is implemented by the go-redis clients that can
+// auto-pipeline: *redis.Client, *redis.ClusterClient and *redis.Ring.
+type asyncPipeliner interface {
+	AsyncAutoPipeline() (*redis.AutoPipeliner, error)
+}
+
+// runPipelined submits the script's EVALSHA to the auto-pipeliner and waits
+// for it no longer than ctx. The pipeliner runs commands on its own context,
+// so WaitContext is what bounds the wait; a command abandoned that way still
+// executes. On NOSCRIPT (after SCRIPT FLUSH or a restart) the script is run
+// once through the plain client, whose EVAL loads it again.
+func runPipelined(ctx context.Context, ap *redis.AutoPipeliner, s *redis.Script, client redis.Scripter, key string, args []any) ([]any, error) {
+	cmd := redis.NewCmd(ctx, "evalsha", s.Hash(), 1, key, args[0], args[1])
+	err := ap.Submit(ctx, cmd).WaitContext(ctx)
+	if err == nil {
+		return cmd.Slice()
+	}
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return s.Run(ctx, client, []string{key}, args...).Slice()
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return nil, err
+}
+
 type scriptReply struct {
 	reply []any
 	err   error

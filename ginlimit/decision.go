@@ -26,6 +26,9 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Time is the Redis server's clock when the decision was made.
 	Time time.Time
+	// Cached reports that the rejection came from the in-process deny cache
+	// (see [DenyCache]) without a Redis call.
+	Cached bool
 	// Err is non-nil when Redis could not decide. Allowed then follows the
 	// rule's FailPolicy, and Remaining, Reset, RetryAfter and Time are zero.
 	Err error

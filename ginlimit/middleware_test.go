@@ -50,7 +50,7 @@ func TestHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Use(l.Middleware())
-	e.GET("/x", RateLimit(Key(prefix(t)), Name("coupon"), Window(10*time.Second), Limit(2), Message("slow down")), ok)
+	e.GET("/x", RateLimit(Key(prefix(t)), Name("coupon"), Window(10*time.Second), Limit(2), Message("slow down"), DenyCache(0)), ok)
 	reset := strconv.FormatInt(t0.Unix()+10, 10)
 	runExchanges(t, e, m.SetTime, "/x", nil, []exchange{
 		{0, 200, map[string]string{
@@ -75,7 +75,7 @@ func TestHeadersSubSecondWindow(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	e := gin.New()
-	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("test"), Window(250*time.Millisecond), Limit(1)), ok)
+	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("test"), Window(250*time.Millisecond), Limit(1), DenyCache(0)), ok)
 	runExchanges(t, e, m.SetTime, "/x", nil, []exchange{
 		{0, 200, map[string]string{"RateLimit-Policy": `"test";q=1;w=1`, "RateLimit": `"test";r=0;t=1`}, ""},
 		{100 * time.Millisecond, 429, map[string]string{"Retry-After": "1"}, ""},

@@ -23,6 +23,9 @@ const (
 	// DefaultTimeout bounds each decision's Redis call when no [Timeout] is
 	// given.
 	DefaultTimeout = 100 * time.Millisecond
+	// DefaultDenyCacheSize is how many rejected keys a rule remembers in
+	// process when no [DenyCache] is given.
+	DefaultDenyCacheSize = 10_000
 )
 
 // LimitType says what a route's limit is counted per: the whole route, each
@@ -93,19 +96,21 @@ func (f optionFunc) apply(s *settings) { f(s) }
 
 // settings is the merged configuration of a limiter or a route.
 type settings struct {
-	client  redis.Scripter
-	prefix  string
-	window  time.Duration
-	limit   int
-	message string
-	typ     LimitType
-	name    string
-	ips     *identity.IP
-	users   identity.User
-	onFail  FailPolicy
-	timeout time.Duration
-	logger  *slog.Logger
-	errs    []error
+	client       redis.Scripter
+	prefix       string
+	window       time.Duration
+	limit        int
+	message      string
+	typ          LimitType
+	name         string
+	ips          *identity.IP
+	users        identity.User
+	onFail       FailPolicy
+	timeout      time.Duration
+	logger       *slog.Logger
+	deny         int
+	autoPipeline bool
+	errs         []error
 }
 
 func defaults() settings {
@@ -115,6 +120,7 @@ func defaults() settings {
 		limit:   DefaultLimit,
 		message: DefaultMessage,
 		timeout: DefaultTimeout,
+		deny:    DefaultDenyCacheSize,
 	}
 }
 
@@ -279,4 +285,37 @@ func Logger(l *slog.Logger) Option {
 		}
 		s.logger = l
 	})
+}
+
+// DenyCache sets how many rejected keys a rule remembers in process; 0 turns
+// the cache off. The default is [DefaultDenyCacheSize].
+//
+// A sliding-log rejection is certain until the oldest request in the window
+// leaves it, on every instance, so the cache answers repeated requests on a
+// rejected key without Redis until that moment: a flood on an over-limit key
+// costs Redis nothing. The answers are the ones Redis would give, with one
+// caveat: a change to the key that does not go through ginlimit, such as an
+// administrator deleting it to reset a user, is not seen by an instance until
+// its cached moment passes. The cache is bounded by size (per rule) and safe
+// for concurrent use.
+func DenyCache(size int) Option {
+	return optionFunc(func(s *settings) {
+		if size < 0 {
+			s.invalid("DenyCache(%d): the size must be 0 (off) or positive", size)
+			return
+		}
+		s.deny = size
+	})
+}
+
+// AutoPipeline batches the decisions of concurrent requests into Redis
+// pipelines with go-redis's AutoPipeliner (the client's AsyncAutoPipeline),
+// which raises throughput under concurrency. Every guarantee stays: each
+// decision is still its own atomic script call, and each still returns
+// within [Timeout] and the request's context. Clients that cannot
+// auto-pipeline (anything but *redis.Client, *redis.ClusterClient and
+// *redis.Ring) fall back to one call per decision. The default is off,
+// because go-redis marks the AutoPipeliner experimental.
+func AutoPipeline(enabled bool) Option {
+	return optionFunc(func(s *settings) { s.autoPipeline = enabled })
 }

@@ -40,6 +40,8 @@ type Policy struct {
 	logger  *slog.Logger
 	logs    *logThrottle
 	honours bool // the client bounds reads by the context deadline
+	pipe    *redis.AutoPipeliner
+	deny    *denyCache
 
 	args         []any  // script ARGV: window in µs, limit
 	policyHeader string // RateLimit-Policy value
@@ -88,10 +90,18 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		logger:     s.logger,
 		logs:       logs,
 		honours:    honoursContext(s.client),
+		deny:       newDenyCache(s.deny),
 		args:       []any{s.window.Microseconds(), s.limit},
 		quotedName: sfString(name),
 		limitText:  strconv.Itoa(s.limit),
 		body429:    body,
+	}
+	if s.autoPipeline {
+		if ap, ok := s.client.(asyncPipeliner); ok {
+			if p.pipe, err = ap.AsyncAutoPipeline(); err != nil {
+				return nil, fmt.Errorf("ginlimit: AutoPipeline(true): %w", err)
+			}
+		}
 	}
 	p.policyHeader = p.quotedName + ";q=" + p.limitText + ";w=" + strconv.FormatInt(ceilSeconds(s.window), 10)
 	return p, nil
@@ -117,19 +127,55 @@ func (p *Policy) Allow(ctx context.Context, key string) (Decision, error) {
 	return p.decide(ctx, b.String())
 }
 
-// decide runs the sliding-log script on the full Redis key.
+// decide answers from the deny cache when it can, and otherwise runs the
+// sliding-log script on the full Redis key.
 func (p *Policy) decide(ctx context.Context, key string) (Decision, error) {
+	var sent int64
+	if p.deny != nil {
+		sent = p.deny.now()
+		if e, ok := p.deny.get(key, sent); ok {
+			return p.cached(e, sent), nil
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	reply, err := runScript(ctx, p.honours, slidingLogScript, p.client, []string{key}, p.args)
+	var reply []any
+	var err error
+	if p.pipe != nil {
+		reply, err = runPipelined(ctx, p.pipe, slidingLogScript, p.client, key, p.args)
+	} else {
+		reply, err = runScript(ctx, p.honours, slidingLogScript, p.client, []string{key}, p.args)
+	}
 	if err == nil {
 		var d Decision
 		if d, err = p.parse(reply); err == nil {
+			// A rejection, and an admission that used the last of the
+			// quota, both mean nothing is admitted until the oldest entry
+			// leaves the window.
+			if d.Remaining == 0 && p.deny != nil {
+				p.deny.put(key, denyEntry{
+					until:   sent + int64(d.Reset),
+					resetAt: d.Time.UnixMicro() + d.Reset.Microseconds(),
+				}, sent)
+			}
 			return d, nil
 		}
 	}
 	err = fmt.Errorf("ginlimit: sliding log %q: %w", key, err)
 	return Decision{Rule: p.name, Allowed: p.onFail == FailOpen, Limit: p.limit, Err: err}, err
+}
+
+// cached is the decision for a rejection found in the deny cache at now.
+func (p *Policy) cached(e denyEntry, now int64) Decision {
+	reset := time.Duration(e.until - now)
+	return Decision{
+		Rule:       p.name,
+		Limit:      p.limit,
+		Reset:      reset,
+		RetryAfter: reset,
+		Time:       time.UnixMicro(e.resetAt).Add(-reset),
+		Cached:     true,
+	}
 }
 
 // parse checks and converts the script's reply {allowed, remaining,

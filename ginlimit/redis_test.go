@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,23 +26,35 @@ import (
 
 // TestExactUnderConcurrency: 64 goroutines race for a limit of 500; exactly
 // 500 are admitted, whether they share one client or are spread over three
-// independent clients and limiters (three app instances).
+// independent clients and limiters (three app instances), with and without
+// auto-pipelining and the deny cache.
 func TestExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	for _, clients := range []int{1, 3} {
-		t.Run(map[int]string{1: "one client", 3: "three clients"}[clients], func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		clients int
+		opts    []Option
+	}{
+		{"one client", 1, []Option{DenyCache(0)}},
+		{"three clients", 3, []Option{DenyCache(0)}},
+		{"three clients, deny cache", 3, nil},
+		{"one client, autopipeline", 1, []Option{DenyCache(0), AutoPipeline(true)}},
+		{"three clients, autopipeline and deny cache", 3, []Option{AutoPipeline(true)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			pre := prefix(t)
-			policies := make([]*Policy, clients)
+			policies := make([]*Policy, tc.clients)
 			for i := range policies {
-				policies[i] = mustPolicy(t, Redis(srv.Client()), Key(pre), Window(time.Minute), Limit(500))
+				opts := append([]Option{Redis(srv.Client()), Key(pre), Window(time.Minute), Limit(500)}, tc.opts...)
+				policies[i] = mustPolicy(t, opts...)
 			}
 			var allowed, rejected atomic.Int64
 			var wg sync.WaitGroup
 			errs := make(chan error, 64)
 			for g := range 64 {
 				wg.Go(func() {
-					p := policies[g%clients]
+					p := policies[g%tc.clients]
 					for range 16 { // 1,024 attempts in all
 						d, err := p.Allow(context.Background(), "hot")
 						if err != nil {
@@ -69,6 +82,130 @@ func TestExactUnderConcurrency(t *testing.T) {
 				t.Fatalf("ZCARD = %d, %v; want 500 unique members", n, err)
 			}
 		})
+	}
+}
+
+// scriptCalls returns how many EVALSHA and EVAL calls the server has run
+// since its stats were last reset.
+func scriptCalls(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// TestDenyCacheFlood: a flood on an over-limit key is answered in process.
+// Redis sees the admissions plus at most the calls that were already in
+// flight when the quota ran out, and the count stays exact.
+func TestDenyCacheFlood(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(100))
+	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const callers, each = 16, 500
+	var allowed, cached atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				d, err := p.Allow(context.Background(), "flood")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				}
+				if d.Cached {
+					cached.Add(1)
+					if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > time.Minute {
+						t.Errorf("bad cached decision %+v", d)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	calls := scriptCalls(t, c)
+	if allowed.Load() != 100 {
+		t.Fatalf("admitted %d, want exactly 100", allowed.Load())
+	}
+	// Each decision not answered from the cache made one script call, plus
+	// at most one EVAL per caller for the first EVALSHAs, which race the
+	// script's loading and meet NOSCRIPT.
+	fromRedis := callers*each - cached.Load()
+	if fromRedis > 100+callers || calls > fromRedis+callers {
+		t.Fatalf("%d of %d decisions went to Redis, which saw %d script calls; want at most %d decisions and one call each",
+			fromRedis, callers*each, calls, 100+callers)
+	}
+}
+
+// TestAutoPipelineSurvivesScriptFlushAndTimesOut: the auto-pipelined path
+// reloads the script after SCRIPT FLUSH and is bounded by the timeout on a
+// hung server.
+func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(5), AutoPipeline(true), DenyCache(0))
+	if p.pipe == nil {
+		t.Fatal("AutoPipeline(true) on a *redis.Client did not auto-pipeline")
+	}
+	ctx := context.Background()
+	for i, want := range []int{4, 3} {
+		if i == 1 {
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d, err := p.Allow(ctx, "k"); err != nil || d.Remaining != want {
+			t.Fatalf("request %d: %+v, %v; want %d remaining", i, d, err, want)
+		}
+	}
+	// Short client timeouts only so that closing the client at the end does
+	// not wait on the black hole; the decision's own bound is the 100ms.
+	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = hung.Close() })
+	hp := mustPolicy(t, Redis(hung), Key(prefix(t)), AutoPipeline(true), Timeout(100*time.Millisecond), OnFailure(FailClosed))
+	start := time.Now()
+	d, err := hp.Allow(ctx, "k")
+	if err == nil || d.Allowed {
+		t.Fatalf("hung server: %+v, %v; want a fail-closed error", d, err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("auto-pipelined call on a hung server took %v with a 100ms timeout", el)
+	}
+}
+
+// wrapped is a Scripter go-redis cannot auto-pipeline.
+type wrapped struct{ redis.Scripter }
+
+func TestAutoPipelineFallsBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := mustPolicy(t, Redis(wrapped{srv.Client()}), Key(prefix(t)), Limit(1), AutoPipeline(true))
+	if p.pipe != nil {
+		t.Fatal("a wrapped client was auto-pipelined")
+	}
+	for i, want := range []bool{true, false} {
+		if d, err := p.Allow(context.Background(), "k"); err != nil || d.Allowed != want {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
 	}
 }
 

@@ -15,20 +15,44 @@ type step struct {
 	reset     time.Duration
 }
 
+// runTimeline runs steps twice: without the deny cache, and with it on a
+// local clock that moves with the Redis clock, where cached rejections must
+// be exactly the decisions Redis would have made.
 func runTimeline(t *testing.T, window time.Duration, limit int, steps []step) {
 	t.Helper()
+	for _, cache := range []int{0, 100} {
+		runTimelineWith(t, window, limit, cache, steps)
+	}
+}
+
+func runTimelineWith(t *testing.T, window time.Duration, limit, cache int, steps []step) {
+	t.Helper()
 	m, c := newMini(t)
-	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(window), Limit(limit))
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(window), Limit(limit), DenyCache(cache))
+	var offset time.Duration
+	if p.deny != nil {
+		p.deny.clock = func() int64 { return int64(offset) }
+	}
 	ctx := context.Background()
+	cached := 0
+	defer func() {
+		if cache > 0 && cached == 0 && !t.Failed() {
+			t.Errorf("deny cache on: no decision came from it")
+		}
+	}()
 	for i, s := range steps {
 		m.SetTime(t0.Add(s.at))
+		offset = s.at
 		d, err := p.Allow(ctx, "k")
 		if err != nil {
 			t.Fatalf("step %d (t0+%v): %v", i, s.at, err)
 		}
 		if d.Allowed != s.allowed || d.Remaining != s.remaining || d.Reset != s.reset {
-			t.Fatalf("step %d (t0+%v): got allowed=%v remaining=%d reset=%v, want allowed=%v remaining=%d reset=%v",
-				i, s.at, d.Allowed, d.Remaining, d.Reset, s.allowed, s.remaining, s.reset)
+			t.Fatalf("cache %d, step %d (t0+%v): got allowed=%v remaining=%d reset=%v, want allowed=%v remaining=%d reset=%v",
+				cache, i, s.at, d.Allowed, d.Remaining, d.Reset, s.allowed, s.remaining, s.reset)
+		}
+		if d.Cached {
+			cached++
 		}
 		if !d.Time.Equal(t0.Add(s.at)) {
 			t.Fatalf("step %d: decision time %v, want the Redis clock %v", i, d.Time, t0.Add(s.at))
@@ -79,7 +103,7 @@ func TestSlidingLog250msWindow(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	pre := prefix(t)
-	p := mustPolicy(t, Redis(c), Key(pre), Window(250*time.Millisecond), Limit(1))
+	p := mustPolicy(t, Redis(c), Key(pre), Window(250*time.Millisecond), Limit(1), DenyCache(0))
 	ctx := context.Background()
 	key := pre + "{k}"
 	if d, _ := p.Allow(ctx, "k"); !d.Allowed || d.Reset != 250*time.Millisecond {
