@@ -343,8 +343,7 @@ func TestNotFound(t *testing.T) {
 	})
 }
 
-// TestRedisURL runs the demo against a Redis it does not own, whose clock the
-// test moves to see the merchant window slide.
+// TestRedisURL runs the demo against a Redis it does not own.
 func TestRedisURL(t *testing.T) {
 	t.Parallel()
 	m := miniredis.RunT(t)
