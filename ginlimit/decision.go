@@ -46,6 +46,9 @@ func DecisionFrom(c *gin.Context) (Decision, bool) {
 	if !ok {
 		return Decision{}, false
 	}
-	d, ok := v.(Decision)
-	return d, ok
+	d, ok := v.(*Decision)
+	if !ok || d == nil {
+		return Decision{}, false
+	}
+	return *d, true
 }

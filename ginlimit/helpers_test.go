@@ -53,7 +53,7 @@ func do(e *gin.Engine, method, target string, hdr map[string]string) *httptest.R
 
 func ok(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"ok": true}) }
 
-func mustPolicy(t *testing.T, opts ...Option) *Policy {
+func mustPolicy(t testing.TB, opts ...Option) *Policy {
 	t.Helper()
 	l, err := New(opts...)
 	if err != nil {

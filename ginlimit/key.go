@@ -1,6 +1,9 @@
 package ginlimit
 
-import "strings"
+import (
+	"strings"
+	"unsafe"
+)
 
 // The Redis key of a decision is
 //
@@ -97,3 +100,8 @@ func sfString(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// unsafeString views b as a string without copying. The caller must not
+// modify b while the string is in use; requestKey copies it into the key
+// before its buffer goes out of scope.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

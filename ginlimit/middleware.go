@@ -53,11 +53,16 @@ func (p *Policy) serve(c *gin.Context) {
 		abortJSON(c, http.StatusInternalServerError, bodyInternal)
 		return
 	}
-	d, err := p.decide(c.Request.Context(), key)
+	// One allocation holds what the rest of the request needs: the decision
+	// the handler reads, the key slice go-redis takes, and the header values.
+	sc := &scratch{}
+	sc.keys[0] = key
+	var d *Decision = &sc.d
+	*d, err = p.decide(c.Request.Context(), sc.keys[:])
 	c.Set(decisionKey{}, d)
 	h := c.Writer.Header()
-	h.Set("RateLimit-Policy", p.policyHeader)
 	if err != nil {
+		h[hdrRateLimitPolicy] = []string{p.policyHeader}
 		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
 			slog.String("rule", p.name), slog.String("policy", p.onFail.String()), errAttr(err))
 		if !d.Allowed {
@@ -65,27 +70,70 @@ func (p *Policy) serve(c *gin.Context) {
 		}
 		return
 	}
-	p.writeHeaders(h, d)
+	p.writeHeaders(h, d, sc)
 	if !d.Allowed {
-		h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
 		c.Data(http.StatusTooManyRequests, contentTypeJSON, p.body429)
 		c.Abort()
 	}
 }
 
-// writeHeaders sets the IETF RateLimit field and the X-RateLimit-* fields.
-func (p *Policy) writeHeaders(h http.Header, d Decision) {
-	reset := ceilSeconds(d.Reset)
-	remaining := strconv.Itoa(d.Remaining)
-	h.Set("RateLimit", p.quotedName+";r="+remaining+";t="+strconv.FormatInt(reset, 10))
-	h.Set("X-RateLimit-Limit", p.limitText)
-	h.Set("X-RateLimit-Remaining", remaining)
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(unixCeil(d), 10))
+// Header names in canonical form, so they can be assigned to the header map
+// directly, without canonicalising them on every request.
+const (
+	hdrRateLimit       = "Ratelimit"
+	hdrRateLimitPolicy = "Ratelimit-Policy"
+	hdrLimit           = "X-Ratelimit-Limit"
+	hdrRemaining       = "X-Ratelimit-Remaining"
+	hdrReset           = "X-Ratelimit-Reset"
+	hdrRetryAfter      = "Retry-After"
+)
+
+// scratch is the per-request memory of a limited request.
+type scratch struct {
+	d    Decision
+	keys [1]string
+	vals [6]string
+	buf  [96]byte
+}
+
+// writeHeaders sets the IETF RateLimit fields, the X-RateLimit-* fields and,
+// on a rejection, Retry-After. The values live in sc, which is never written
+// again once they are set.
+func (p *Policy) writeHeaders(h http.Header, d *Decision, sc *scratch) {
+	b := sc.buf[:0]
+	remaining := strconv.Itoa(d.Remaining) // 0 to 99 need no allocation
+	b = append(b, p.quotedName...)
+	b = append(b, ";r="...)
+	b = append(b, remaining...)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
+	rl := len(b)
+	b = strconv.AppendInt(b, unixCeil(d), 10)
+	reset := len(b)
+	if !d.Allowed {
+		b = strconv.AppendInt(b, max(1, ceilSeconds(d.RetryAfter)), 10)
+	}
+	var str string
+	if len(b) <= len(sc.buf) {
+		str = unsafeString(b) // sc.buf is never written again
+	} else {
+		str = string(b) // a very long policy name outgrew sc.buf
+	}
+	v := &sc.vals
+	v[0], v[1], v[2], v[3], v[4], v[5] = str[:rl], p.policyHeader, p.limitText, remaining, str[rl:reset], str[reset:]
+	h[hdrRateLimit] = v[0:1:1]
+	h[hdrRateLimitPolicy] = v[1:2:2]
+	h[hdrLimit] = v[2:3:3]
+	h[hdrRemaining] = v[3:4:4]
+	h[hdrReset] = v[4:5:5]
+	if !d.Allowed {
+		h[hdrRetryAfter] = v[5:6:6]
+	}
 }
 
 // unixCeil is the Unix time, in seconds rounded up, when more quota becomes
 // available.
-func unixCeil(d Decision) int64 {
+func unixCeil(d *Decision) int64 {
 	us := d.Time.UnixMicro() + d.Reset.Microseconds()
 	return (us + 999_999) / 1_000_000
 }
@@ -102,7 +150,8 @@ func (p *Policy) requestKey(c *gin.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		dim, id, idSafeFn = " ip:", addr.String(), routeSafe
+		var buf [64]byte // longest IPv6 text is 39 bytes
+		dim, id, idSafeFn = " ip:", unsafeString(addr.AppendTo(buf[:0])), routeSafe
 	case User:
 		uid, err := p.users.UserID(c)
 		if err != nil {

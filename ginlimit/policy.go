@@ -124,12 +124,14 @@ func (p *Policy) Allow(ctx context.Context, key string) (Decision, error) {
 	b.WriteByte('{')
 	writeEscaped(&b, key, routeSafe)
 	b.WriteByte('}')
-	return p.decide(ctx, b.String())
+	return p.decide(ctx, []string{b.String()})
 }
 
 // decide answers from the deny cache when it can, and otherwise runs the
-// sliding-log script on the full Redis key.
-func (p *Policy) decide(ctx context.Context, key string) (Decision, error) {
+// sliding-log script on the full Redis key keys[0]. keys is passed in, not
+// built here, so the middleware can keep it in its per-request scratch.
+func (p *Policy) decide(ctx context.Context, keys []string) (Decision, error) {
+	key := keys[0]
 	var sent int64
 	if p.deny != nil {
 		sent = p.deny.now()
@@ -144,7 +146,7 @@ func (p *Policy) decide(ctx context.Context, key string) (Decision, error) {
 	if p.pipe != nil {
 		reply, err = runPipelined(ctx, p.pipe, slidingLogScript, p.client, key, p.args)
 	} else {
-		reply, err = runScript(ctx, p.honours, slidingLogScript, p.client, []string{key}, p.args)
+		reply, err = runScript(ctx, p.honours, slidingLogScript, p.client, keys, p.args)
 	}
 	if err == nil {
 		var d Decision

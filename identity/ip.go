@@ -54,7 +54,7 @@ func NewIP(trustedProxies ...string) (*IP, error) {
 // Resolve returns the client address of r. It fails, wrapping
 // [ErrNoClientIP], only when r.RemoteAddr holds no IP address.
 func (p *IP) Resolve(r *http.Request) (netip.Addr, error) {
-	peer, ok := parseHop(r.RemoteAddr)
+	peer, ok := parsePeer(r.RemoteAddr)
 	if !ok {
 		return netip.Addr{}, fmt.Errorf("%w: remote address %q", ErrNoClientIP, r.RemoteAddr)
 	}
@@ -101,6 +101,15 @@ func (p *IP) trusts(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// parsePeer parses a RemoteAddr, normally "addr:port" or "[addr]:port",
+// without allocating in that common case.
+func parsePeer(s string) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().WithZone(""), true
+	}
+	return parseHop(s)
 }
 
 // parseHop parses "addr", "addr:port" or "[addr]:port" and normalises the

@@ -1,0 +1,135 @@
+package ginlimit
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// cannedReply is a go-redis hook that answers every command with an
+// admitting sliding-log reply and sends nothing: it leaves only the client's
+// and the middleware's own work in a benchmark.
+type cannedReply struct{}
+
+func (cannedReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (cannedReply) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(_ context.Context, cmd redis.Cmder) error {
+		if c, ok := cmd.(*redis.Cmd); ok {
+			c.SetVal([]any{int64(1), int64(5), int64(1_000_000), time.Now().UnixMicro()})
+		}
+		return nil
+	}
+}
+
+func (cannedReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func cannedClient(b *testing.B) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	c.AddHook(cannedReply{})
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func serveLoop(b *testing.B, e *gin.Engine, target string) {
+	req := httptest.NewRequest(http.MethodGet, target, nil)
+	req.RemoteAddr = "192.0.2.1:1234"
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		clear(w.Header())
+		w.Body.Reset()
+		e.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d", w.Code)
+		}
+	}
+}
+
+// BenchmarkMiddleware compares a bare route with the same route behind
+// RateLimit on a client whose replies are canned: the difference is
+// ginlimit's own cost per request, Redis excluded.
+func BenchmarkMiddleware(b *testing.B) {
+	gin.SetMode(gin.ReleaseMode)
+	for _, tc := range []struct {
+		name string
+		typ  LimitType
+	}{{"Method", Method}, {"IP", IP}} {
+		b.Run("bare/"+tc.name, func(b *testing.B) {
+			e := gin.New()
+			e.GET("/r/:id", func(c *gin.Context) { c.Status(http.StatusOK) })
+			serveLoop(b, e, "/r/1")
+		})
+		b.Run("limited/"+tc.name, func(b *testing.B) {
+			e := gin.New()
+			e.GET("/r/:id", RateLimit(Redis(cannedClient(b)), Type(tc.typ), Limit(1_000_000)), func(c *gin.Context) { c.Status(http.StatusOK) })
+			serveLoop(b, e, "/r/1")
+		})
+	}
+}
+
+// BenchmarkDenyCacheHit is a rejection answered in process.
+func BenchmarkDenyCacheHit(b *testing.B) {
+	c := newDenyCache(DefaultDenyCacheSize)
+	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
+	c.put(key, denyEntry{until: int64(time.Hour)}, 0)
+	p := &Policy{name: "x", limit: 1, deny: c}
+	ctx := context.Background()
+	keys := []string{key}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if d, _ := p.decide(ctx, keys); !d.Cached {
+				b.Fatal("not cached")
+			}
+		}
+	})
+}
+
+// BenchmarkAllowRealRedis is one decision on a real redis-server, with and
+// without auto-pipelining, at the benchmark's parallelism over 1,000 keys.
+func BenchmarkAllowRealRedis(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"plain", nil},
+		{"autopipeline", []Option{AutoPipeline(true)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+			b.Cleanup(func() { _ = c.Close() })
+			opts := append([]Option{Redis(c), Key("bench:" + tc.name + ":"), Window(time.Second), Limit(1_000_000), DenyCache(0)}, tc.opts...)
+			p := mustPolicy(b, opts...)
+			keys := make([]string, 1000)
+			for i := range keys {
+				keys[i] = "k" + strconv.Itoa(i)
+			}
+			b.ReportAllocs()
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					if _, err := p.Allow(context.Background(), keys[i%len(keys)]); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+		})
+	}
+}
