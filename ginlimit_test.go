@@ -55,7 +55,7 @@ var backends = []backend{
 func demo(t *testing.T, redisURL string, trusted ...string) http.Handler {
 	t.Helper()
 	a, err := app.New(context.Background(), app.Config{
-		RedisURL: redisURL, JWTSecret: secret, TrustedProxies: trusted,
+		RedisURL: redisURL, JWTSecret: secret, TrustedProxies: trusted, DecisionTimeout: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

@@ -83,7 +83,7 @@ func BenchmarkMiddleware(b *testing.B) {
 func BenchmarkDenyCacheHit(b *testing.B) {
 	c := newDenyCache(DefaultDenyCacheSize)
 	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
-	c.put(key, denyEntry{until: int64(time.Hour)}, 0)
+	c.leave(key, nil, c.now(), &Decision{Remaining: 0, Reset: time.Hour, Time: time.Now()}, true)
 	p := &Policy{name: "x", limit: 1, deny: c}
 	ctx := context.Background()
 	keys := []string{key}

@@ -48,11 +48,6 @@ func runPipelined(ctx context.Context, ap *redis.AutoPipeliner, s *redis.Script,
 	return nil, err
 }
 
-type scriptReply struct {
-	reply []any
-	err   error
-}
-
 // runScript runs s and returns no later than ctx is done. On a client that
 // honours the context this is a plain call. On one that does not, the call
 // runs in a goroutine and is abandoned when ctx ends: the request is answered
@@ -63,16 +58,27 @@ func runScript(ctx context.Context, honours bool, s *redis.Script, client redis.
 	if honours {
 		return s.Run(ctx, client, keys, args...).Slice()
 	}
-	done := make(chan scriptReply, 1)
+	return bounded(ctx, func() ([]any, error) { return s.Run(ctx, client, keys, args...).Slice() })
+}
+
+// bounded runs f in a goroutine and returns its result, or ctx's error as
+// soon as ctx ends.
+func bounded[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
-		r, err := s.Run(ctx, client, keys, args...).Slice()
-		done <- scriptReply{r, err}
+		v, err := f()
+		done <- result{v, err}
 	}()
 	select {
 	case r := <-done:
-		return r.reply, r.err
+		return r.v, r.err
 	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+		var zero T
+		return zero, context.Cause(ctx)
 	}
 }
 

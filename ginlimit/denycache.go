@@ -1,30 +1,47 @@
 package ginlimit
 
 import (
+	"context"
 	"hash/maphash"
 	"sync"
 	"time"
 )
 
-// denyShards is the number of independently locked parts of a deny cache.
-const denyShards = 16
+const (
+	// denyShards is the number of independently locked parts of a deny cache.
+	denyShards = 16
+	// lowRemaining is the remaining quota under which a key's in-flight
+	// calls are counted, so that no more calls are sent than could still be
+	// admitted.
+	lowRemaining = 64
+)
 
-// denyCache remembers, per Redis key, until when a rejection is certain.
+// denyCache remembers, per Redis key, what is certain about its quota.
 //
-// The sliding log admits nothing on a key until its oldest entry leaves the
-// window: entries leave only by time (or by the key's TTL, which is later),
-// and requests from any instance only add entries. So a rejection with reset
-// r stays valid for r on every instance. The cache stores the deadline as
-// (local monotonic time the request was sent) + r. The request was sent
-// before Redis read its clock, so the local deadline never outlasts the true
-// one; a cached answer is always the answer Redis would give.
+// The sliding log admits nothing more on a key until its oldest entry leaves
+// the window: entries leave only by time (or by the key's TTL, which is
+// later), and requests from any instance only add entries. So after a
+// decision that reports remaining r and reset t, the key's true remaining
+// quota stays at most r for t, on every instance. The cache keeps that bound
+// with a deadline of (local monotonic time the call was sent) + t. The call
+// was sent before Redis read its clock, so the local deadline never outlasts
+// the true one.
 //
-// The one thing it cannot see is an out-of-band change to the key, such as an
-// administrator deleting it: that is noticed when the cached deadline passes.
+//   - Bound 0: every request until the deadline is rejected in process,
+//     exactly as Redis would reject it. A flood on an over-limit key costs
+//     Redis nothing.
+//   - Bound r below lowRemaining: at most r calls on the key are sent to
+//     Redis at once. A further request waits (within its timeout) for one of
+//     them to finish and then looks again. Nothing is rejected on a guess;
+//     requests that would have been rejected just do not reach Redis.
 //
-// The cache is bounded: each shard holds at most perShard entries; a full
-// shard first drops expired entries and otherwise an arbitrary one. It is
-// safe for concurrent use.
+// The one thing the cache cannot see is an out-of-band change to the key,
+// such as an administrator deleting it: that is noticed when the deadline
+// passes.
+//
+// The cache is bounded: each shard holds at most perShard keys; a full shard
+// drops expired keys first and otherwise an arbitrary idle one. It is safe
+// for concurrent use.
 type denyCache struct {
 	base     time.Time // origin of the monotonic clock
 	seed     maphash.Seed
@@ -35,23 +52,27 @@ type denyCache struct {
 
 type denyShard struct {
 	mu sync.RWMutex
-	m  map[string]denyEntry
+	m  map[string]*keyState
 }
 
-// denyEntry is one cached rejection.
-type denyEntry struct {
-	until   int64 // local monotonic nanoseconds since base
-	resetAt int64 // Redis clock, Unix microseconds, when more quota comes
+// keyState is what the cache knows of one key. Its fields are guarded by
+// the shard's lock.
+type keyState struct {
+	until     int64 // local monotonic ns: the bound holds before this
+	resetAt   int64 // Redis clock, Unix µs, when more quota comes
+	remaining int   // upper bound on the key's remaining quota
+	inflight  int   // counted calls now in flight
+	wake      chan struct{}
 }
 
-// newDenyCache returns a cache of about size entries, or nil if size is 0.
+// newDenyCache returns a cache of about size keys, or nil if size is 0.
 func newDenyCache(size int) *denyCache {
 	if size <= 0 {
 		return nil
 	}
 	c := &denyCache{base: time.Now(), seed: maphash.MakeSeed(), perShard: max(1, (size+denyShards-1)/denyShards)}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string]denyEntry)
+		c.shards[i].m = make(map[string]*keyState)
 	}
 	return c
 }
@@ -68,37 +89,124 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%denyShards]
 }
 
-// get returns the rejection cached for key if it is still certain at now.
-func (c *denyCache) get(key string, now int64) (denyEntry, bool) {
+// verdict is what enter decides for a request.
+type verdict int
+
+const (
+	callRedis verdict = iota // send it; the cache knows nothing certain
+	rejected                 // a certain rejection: answer from the cache
+	waitTurn                 // enough calls are in flight: wait, then look again
+)
+
+// enter decides whether a request on key may go to Redis at now. With
+// callRedis and a non-nil state, the call is counted in flight and the caller
+// must pass the state to leave.
+func (c *denyCache) enter(key string, now int64) (verdict, *keyState, keyState) {
 	s := c.shard(key)
 	s.mu.RLock()
-	e, ok := s.m[key]
+	st := s.m[key]
+	if st == nil || now >= st.until {
+		s.mu.RUnlock()
+		return callRedis, nil, keyState{}
+	}
+	if st.remaining == 0 {
+		snap := *st
+		s.mu.RUnlock()
+		return rejected, nil, snap
+	}
 	s.mu.RUnlock()
-	return e, ok && now < e.until
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st = s.m[key]; st == nil || now >= st.until {
+		return callRedis, nil, keyState{}
+	}
+	switch {
+	case st.remaining == 0:
+		return rejected, nil, *st
+	case st.inflight < st.remaining:
+		st.inflight++
+		return callRedis, st, keyState{}
+	}
+	if st.wake == nil {
+		st.wake = make(chan struct{})
+	}
+	return waitTurn, nil, keyState{wake: st.wake}
 }
 
-// put caches a rejection of key.
-func (c *denyCache) put(key string, e denyEntry, now int64) {
+// wait blocks until a counted call on the key finishes or ctx ends.
+func wait(ctx context.Context, wake chan struct{}) error {
+	select {
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// leave records the outcome of a call sent at sent: the state counted by
+// enter (nil if none) is released, waiters are woken, and what the decision
+// proves is kept. ok is false when the call failed.
+func (c *denyCache) leave(key string, counted *keyState, sent int64, d *Decision, ok bool) {
+	learn := ok && d.Remaining < lowRemaining
+	if counted == nil && !learn {
+		return
+	}
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.m[key]; !ok && len(s.m) >= c.perShard {
-		for k, old := range s.m {
-			if now >= old.until {
-				delete(s.m, k)
-			}
-		}
-		if len(s.m) >= c.perShard {
-			for k := range s.m { // map order is random: evict any one
-				delete(s.m, k)
-				break
-			}
+	if counted != nil {
+		counted.inflight--
+		if counted.wake != nil {
+			close(counted.wake)
+			counted.wake = nil
 		}
 	}
-	s.m[key] = e
+	if !learn {
+		return
+	}
+	until := sent + int64(d.Reset)
+	resetAt := d.Time.UnixMicro() + d.Reset.Microseconds()
+	st := s.m[key]
+	if st == nil {
+		c.makeRoom(s, sent)
+		st = &keyState{}
+		s.m[key] = st
+	}
+	if sent >= st.until { // the old bound has lapsed: start afresh
+		st.until, st.resetAt, st.remaining = until, resetAt, d.Remaining
+		return
+	}
+	// Both bounds hold until the earlier deadline; keep the tighter.
+	if until < st.until {
+		st.until, st.resetAt = until, resetAt
+	}
+	st.remaining = min(st.remaining, d.Remaining)
 }
 
-// len returns the number of entries, expired ones included.
+// makeRoom evicts from a full shard: expired idle keys first, otherwise any
+// one idle key. Keys with calls in flight stay, so no waiter is orphaned.
+func (c *denyCache) makeRoom(s *denyShard, now int64) {
+	if len(s.m) < c.perShard {
+		return
+	}
+	for k, st := range s.m {
+		if now >= st.until && st.inflight == 0 {
+			delete(s.m, k)
+		}
+	}
+	if len(s.m) < c.perShard {
+		return
+	}
+	for k, st := range s.m { // map order is random
+		if st.inflight == 0 {
+			delete(s.m, k)
+			return
+		}
+	}
+}
+
+// len returns the number of keys held, expired ones included.
 func (c *denyCache) len() int {
 	n := 0
 	for i := range c.shards {

@@ -3,7 +3,13 @@ package ginlimit
 import (
 	"strconv"
 	"testing"
+	"time"
 )
+
+// learn records a decision with the given remaining and reset, sent at now.
+func learn(c *denyCache, key string, counted *keyState, now int64, remaining int, reset time.Duration) {
+	c.leave(key, counted, now, &Decision{Allowed: true, Remaining: remaining, Reset: reset, Time: t0}, true)
+}
 
 func TestDenyCacheBoundedAndExpiring(t *testing.T) {
 	t.Parallel()
@@ -12,33 +18,67 @@ func TestDenyCacheBoundedAndExpiring(t *testing.T) {
 	}
 	c := newDenyCache(64)
 	for i := range 10_000 {
-		c.put("k"+strconv.Itoa(i), denyEntry{until: 100}, 0)
+		learn(c, "k"+strconv.Itoa(i), nil, 0, 0, 100)
 		if n := c.len(); n > 64 {
-			t.Fatalf("after %d puts the cache holds %d entries, want at most 64", i+1, n)
+			t.Fatalf("after %d keys the cache holds %d, want at most 64", i+1, n)
 		}
 	}
-	c.put("x", denyEntry{until: 100, resetAt: 7}, 0)
-	if e, ok := c.get("x", 99); !ok || e.resetAt != 7 {
-		t.Fatalf("get before the deadline: %+v, %v", e, ok)
+	learn(c, "x", nil, 0, 0, 100)
+	if v, _, snap := c.enter("x", 99); v != rejected || snap.until != 100 || snap.resetAt != t0.UnixMicro() {
+		t.Fatalf("enter before the deadline: %v %+v, want a certain rejection", v, snap)
 	}
-	if _, ok := c.get("x", 100); ok {
-		t.Fatal("get at the deadline still answered")
+	if v, st, _ := c.enter("x", 100); v != callRedis || st != nil {
+		t.Fatalf("enter at the deadline: %v, want an uncounted call", v)
 	}
-	if _, ok := c.get("never", 0); ok {
-		t.Fatal("get of an absent key answered")
+	if v, _, _ := c.enter("never", 0); v != callRedis {
+		t.Fatalf("enter of an unknown key: %v", v)
 	}
-	// A full shard drops expired entries before live ones.
-	c = newDenyCache(denyShards) // one entry per shard
-	c.put("old", denyEntry{until: 10}, 0)
-	s := c.shard("old")
-	for i := 0; ; i++ {
-		k := "new" + strconv.Itoa(i)
-		if c.shard(k) == s {
-			c.put(k, denyEntry{until: 1000}, 50)
-			if _, ok := c.get(k, 60); !ok {
-				t.Fatal("the live entry was not stored")
-			}
-			break
-		}
+	// High remaining quota is not tracked at all.
+	learn(c, "roomy", nil, 0, lowRemaining, time.Second)
+	if v, st, _ := c.enter("roomy", 1); v != callRedis || st != nil {
+		t.Fatalf("roomy key: %v %v", v, st)
+	}
+}
+
+// TestDenyCacheInFlight: with 2 known remaining, 2 calls go and the third
+// waits until one of them ends; nothing is rejected on a guess.
+func TestDenyCacheInFlight(t *testing.T) {
+	t.Parallel()
+	c := newDenyCache(100)
+	learn(c, "k", nil, 0, 2, time.Second)
+	v1, s1, _ := c.enter("k", 1)
+	v2, s2, _ := c.enter("k", 2)
+	v3, _, snap := c.enter("k", 3)
+	if v1 != callRedis || s1 == nil || v2 != callRedis || s2 == nil || v3 != waitTurn {
+		t.Fatalf("verdicts %v %v %v, want two counted calls and a wait", v1, v2, v3)
+	}
+	select {
+	case <-snap.wake:
+		t.Fatal("woken before any call ended")
+	default:
+	}
+	// The first call was rejected elsewhere? No: it was admitted with 1 left.
+	learn(c, "k", s1, 1, 1, time.Second)
+	select {
+	case <-snap.wake:
+	default:
+		t.Fatal("not woken when a call ended")
+	}
+	// 1 remaining, 1 in flight: still wait.
+	if v, _, _ := c.enter("k", 4); v != waitTurn {
+		t.Fatalf("after the first call: %v, want wait", v)
+	}
+	// The second call used the last of the quota: now a certain rejection.
+	learn(c, "k", s2, 2, 0, time.Second)
+	if v, _, _ := c.enter("k", 5); v != rejected {
+		t.Fatalf("after the quota ran out: %v, want rejected", v)
+	}
+	// A failed call releases its place and proves nothing.
+	c2 := newDenyCache(100)
+	learn(c2, "k", nil, 0, 1, time.Second)
+	_, st, _ := c2.enter("k", 1)
+	c2.leave("k", st, 1, &Decision{}, false)
+	if v, st, _ := c2.enter("k", 2); v != callRedis || st == nil {
+		t.Fatalf("after a failed call: %v %v, want a counted call", v, st)
 	}
 }

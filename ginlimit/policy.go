@@ -103,6 +103,13 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 			}
 		}
 	}
+	// Load the script now, best effort, so that the first burst of
+	// decisions does not meet NOSCRIPT and send each script twice. Run
+	// handles NOSCRIPT anyway, so a failure here costs nothing, and a dead
+	// Redis delays start-up by DefaultTimeout at most.
+	ctx, cancel := context.WithTimeout(context.Background(), min(p.timeout, DefaultTimeout))
+	_, _ = bounded(ctx, func() (string, error) { return slidingLogScript.Load(ctx, p.client).Result() })
+	cancel()
 	p.policyHeader = p.quotedName + ";q=" + p.limitText + ";w=" + strconv.FormatInt(ceilSeconds(s.window), 10)
 	return p, nil
 }
@@ -133,14 +140,25 @@ func (p *Policy) Allow(ctx context.Context, key string) (Decision, error) {
 func (p *Policy) decide(ctx context.Context, keys []string) (Decision, error) {
 	key := keys[0]
 	var sent int64
+	var counted *keyState
+	v, snap := callRedis, keyState{}
 	if p.deny != nil {
 		sent = p.deny.now()
-		if e, ok := p.deny.get(key, sent); ok {
-			return p.cached(e, sent), nil
+		if v, counted, snap = p.deny.enter(key, sent); v == rejected {
+			return p.cached(snap, sent), nil // no context, no timer: the cheap path
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
+	for v == waitTurn {
+		if err := wait(ctx, snap.wake); err != nil {
+			return p.failed(key, err)
+		}
+		sent = p.deny.now()
+		if v, counted, snap = p.deny.enter(key, sent); v == rejected {
+			return p.cached(snap, sent), nil
+		}
+	}
 	var reply []any
 	var err error
 	if p.pipe != nil {
@@ -148,34 +166,34 @@ func (p *Policy) decide(ctx context.Context, keys []string) (Decision, error) {
 	} else {
 		reply, err = runScript(ctx, p.honours, slidingLogScript, p.client, keys, p.args)
 	}
+	var d Decision
 	if err == nil {
-		var d Decision
-		if d, err = p.parse(reply); err == nil {
-			// A rejection, and an admission that used the last of the
-			// quota, both mean nothing is admitted until the oldest entry
-			// leaves the window.
-			if d.Remaining == 0 && p.deny != nil {
-				p.deny.put(key, denyEntry{
-					until:   sent + int64(d.Reset),
-					resetAt: d.Time.UnixMicro() + d.Reset.Microseconds(),
-				}, sent)
-			}
-			return d, nil
-		}
+		d, err = p.parse(reply)
 	}
+	if p.deny != nil {
+		p.deny.leave(key, counted, sent, &d, err == nil)
+	}
+	if err != nil {
+		return p.failed(key, err)
+	}
+	return d, nil
+}
+
+// failed is the decision and error when Redis could not decide.
+func (p *Policy) failed(key string, err error) (Decision, error) {
 	err = fmt.Errorf("ginlimit: sliding log %q: %w", key, err)
 	return Decision{Rule: p.name, Allowed: p.onFail == FailOpen, Limit: p.limit, Err: err}, err
 }
 
-// cached is the decision for a rejection found in the deny cache at now.
-func (p *Policy) cached(e denyEntry, now int64) Decision {
-	reset := time.Duration(e.until - now)
+// cached is the decision for a rejection the deny cache is certain of at now.
+func (p *Policy) cached(st keyState, now int64) Decision {
+	reset := time.Duration(st.until - now)
 	return Decision{
 		Rule:       p.name,
 		Limit:      p.limit,
 		Reset:      reset,
 		RetryAfter: reset,
-		Time:       time.UnixMicro(e.resetAt).Add(-reset),
+		Time:       time.UnixMicro(st.resetAt).Add(-reset),
 		Cached:     true,
 	}
 }

@@ -116,7 +116,7 @@ func TestDenyCacheFlood(t *testing.T) {
 	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	const callers, each = 16, 500
+	const callers, each = 32, 300
 	var allowed, cached atomic.Int64
 	var wg sync.WaitGroup
 	for range callers {
@@ -149,9 +149,10 @@ func TestDenyCacheFlood(t *testing.T) {
 	// at most one EVAL per caller for the first EVALSHAs, which race the
 	// script's loading and meet NOSCRIPT.
 	fromRedis := callers*each - cached.Load()
-	if fromRedis > 100+callers || calls > fromRedis+callers {
-		t.Fatalf("%d of %d decisions went to Redis, which saw %d script calls; want at most %d decisions and one call each",
-			fromRedis, callers*each, calls, 100+callers)
+	t.Logf("%d of %d decisions went to Redis (%d script calls)", fromRedis, callers*each, calls)
+	if fromRedis > 100+10 || calls > fromRedis+callers {
+		t.Fatalf("%d of %d decisions went to Redis, which saw %d script calls; want at most 110 decisions and one call each",
+			fromRedis, callers*each, calls)
 	}
 }
 

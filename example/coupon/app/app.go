@@ -95,12 +95,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.rdb, a.mini, err = openRedis(ctx, cfg.RedisURL, logger); err != nil {
 		return nil, err
 	}
-	limiter, err := ginlimit.New(
+	opts := []ginlimit.Option{
 		ginlimit.Redis(a.rdb),
 		ginlimit.UserIdentity(users),
 		ginlimit.IPIdentity(ips),
 		ginlimit.Logger(logger),
-	)
+	}
+	if cfg.DecisionTimeout > 0 {
+		opts = append(opts, ginlimit.Timeout(cfg.DecisionTimeout))
+	}
+	limiter, err := ginlimit.New(opts...)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: rate limiter: %w", err), a.Close())
 	}

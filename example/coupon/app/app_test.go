@@ -37,6 +37,7 @@ func newApp(t *testing.T, cfg app.Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.DecisionTimeout = 5 * time.Second // a loaded machine must not fail open
 	a, err := app.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)

@@ -3,6 +3,7 @@ package app
 import (
 	"log/slog"
 	"strings"
+	"time"
 )
 
 // DevJWTSecret is the HMAC secret that [New] uses when [Config.JWTSecret] is
@@ -31,6 +32,10 @@ type Config struct {
 	// Logger receives the start-up messages, one line per request, and the
 	// rate limiter's errors. When it is nil, slog.Default() is used.
 	Logger *slog.Logger
+	// DecisionTimeout bounds each rate limit decision's Redis call. When it
+	// is zero, ginlimit.DefaultTimeout (100 ms) is used. Tests raise it so
+	// that a loaded machine never turns a slow answer into a fail-open.
+	DecisionTimeout time.Duration
 }
 
 // ConfigFromEnv reads a Config from the environment through getenv (pass
