@@ -14,6 +14,11 @@ const (
 	// calls are counted, so that no more calls are sent than could still be
 	// admitted.
 	lowRemaining = 64
+	// exactBelow is the script's ARGV[3]: below this remaining quota (and on
+	// every rejection) the script reports the exact time until the oldest
+	// entry leaves the window, which the cache's bounds need; above it, it
+	// reports the window, an upper bound, and saves a ZRANGE.
+	exactBelow = lowRemaining
 )
 
 // denyCache remembers, per Redis key, what is certain about its quota.

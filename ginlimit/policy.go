@@ -43,7 +43,7 @@ type Policy struct {
 	pipe    *redis.AutoPipeliner
 	deny    *denyCache
 
-	args         []any  // script ARGV: window in µs, limit
+	args         []any  // script ARGV: window in µs, limit, exactBelow
 	policyHeader string // RateLimit-Policy value
 	quotedName   string
 	limitText    string
@@ -91,7 +91,7 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		logs:       logs,
 		honours:    honoursContext(s.client),
 		deny:       newDenyCache(s.deny),
-		args:       []any{s.window.Microseconds(), s.limit},
+		args:       []any{s.window.Microseconds(), s.limit, exactBelow},
 		quotedName: sfString(name),
 		limitText:  strconv.Itoa(s.limit),
 		body429:    body,

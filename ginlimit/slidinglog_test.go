@@ -158,10 +158,34 @@ func TestSlidingLogRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	ctx := context.Background()
-	for _, args := range [][]any{{999, 1}, {1000, 0}, {"x", 1}, {1000, 1.5}, {1000, "y"}} {
+	for _, args := range [][]any{{999, 1, 0}, {1000, 0, 0}, {"x", 1, 0}, {1000, 1.5, 0}, {1000, "y", 0}, {1000, 1, -1}, {1000, 1, "z"}, {1000, 1}} {
 		err := slidingLogScript.Run(ctx, c, []string{"k"}, args...).Err()
 		if err == nil {
 			t.Errorf("script accepted ARGV %v", args)
+		}
+	}
+}
+
+// TestSlidingLogResetPrecision: with plenty of quota left the reset is the
+// window (an upper bound, no ZRANGE); near the limit and on rejection it is
+// exact.
+func TestSlidingLogResetPrecision(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Second), Limit(exactBelow+2), DenyCache(0))
+	ctx := context.Background()
+	for i := range exactBelow + 3 {
+		m.SetTime(t0.Add(time.Duration(i) * time.Millisecond))
+		d, err := p.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := time.Second // remaining >= exactBelow: the window
+		if d.Remaining < exactBelow || !d.Allowed {
+			want = time.Second - time.Duration(i)*time.Millisecond // exact: the first entry leaves at t0+1s
+		}
+		if d.Reset != want {
+			t.Fatalf("request %d (remaining %d, allowed %v): reset %v, want %v", i, d.Remaining, d.Allowed, d.Reset, want)
 		}
 	}
 }

@@ -4,6 +4,10 @@
 --          its admission time in microseconds of the Redis clock.
 -- ARGV[1]  the window in microseconds (an integer, at least 1000).
 -- ARGV[2]  the limit (an integer, at least 1).
+-- ARGV[3]  exact-below: reset_us is computed exactly when the request is
+--          rejected or fewer than this many requests remain; otherwise it is
+--          reported as the window, an upper bound, which saves a ZRANGE on
+--          the common path (an integer, at least 0).
 --
 -- The window is (now - window, now]: an entry whose score is exactly
 -- now - window has left it. A request is admitted and recorded only while
@@ -12,7 +16,8 @@
 --
 -- Returns {allowed (1 or 0), remaining, reset_us, now_us}, where reset_us is
 -- the time until the oldest recorded entry leaves the window, which is when
--- more quota becomes available, and now_us is the Redis TIME used.
+-- more quota becomes available (see ARGV[3]), and now_us is the Redis TIME
+-- used.
 
 local window = tonumber(ARGV[1])
 if not window or window < 1000 or window % 1 ~= 0 or window > 1e15 then
@@ -21,6 +26,11 @@ end
 local limit = tonumber(ARGV[2])
 if not limit or limit < 1 or limit % 1 ~= 0 or limit > 1e9 then
   return redis.error_reply('ERR ginlimit: limit must be an integer >= 1')
+end
+
+local exact = tonumber(ARGV[3])
+if not exact or exact < 0 or exact % 1 ~= 0 then
+  return redis.error_reply('ERR ginlimit: exact-below must be an integer >= 0')
 end
 
 local key = KEYS[1]
@@ -46,6 +56,10 @@ if count < limit then
   allowed = 1
 end
 
-local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-local reset = tonumber(oldest[2]) + window - now
-return {allowed, limit - count, reset, now}
+local remaining = limit - count
+local reset = window
+if allowed == 0 or remaining < exact then
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  reset = tonumber(oldest[2]) + window - now
+end
+return {allowed, remaining, reset, now}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
+)
+
+// A decider takes one rate limit decision for key. It is what every case
+// reduces to, so every case is measured by the same loop. It must be safe for
+// concurrent use.
+type decider func(ctx context.Context, key string) (allowed bool, err error)
+
+// benchCase is one way of deciding, with what the report needs to know
+// about it.
+type benchCase struct {
+	// ID is the short name that -cases selects.
+	ID string
+	// Name is the name in the report.
+	Name string
+	// Algorithm says what the case keeps in Redis.
+	Algorithm string
+	// Floor marks the PING and no-op script cases, which decide nothing:
+	// they are in the throughput tables only.
+	Floor bool
+	// ZSET marks the cases that keep one sorted-set entry per admitted
+	// request, whose memory is also given per entry.
+	ZSET bool
+	// Exact marks the cases that must admit exactly the limit in a flood.
+	Exact bool
+	// Memory and Flood put the case in those sections.
+	Memory, Flood bool
+	// RedisKey maps a decision key to the Redis key the case writes.
+	RedisKey func(key string) string
+	// New builds the decider on rdb for limit requests per window.
+	New func(rdb *redis.Client, limit int, window time.Duration) (decider, error)
+	// Note is a footnote for the report, or "".
+	Note string
+}
+
+// newClient returns a go-redis client of the harness's Redis. Every case gets
+// a client built here, so all of them run with identical options: the
+// default pool (10 connections per GOMAXPROCS) and ContextTimeoutEnabled, the
+// setting ginlimit recommends, so context deadlines bound socket reads.
+func newClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+}
+
+// allCases lists the cases in report order.
+func allCases() []*benchCase {
+	return []*benchCase{
+		{
+			ID: "ping", Name: "floor: PING", Algorithm: "none", Floor: true,
+			RedisKey: func(key string) string { return key },
+			New: func(rdb *redis.Client, _ int, _ time.Duration) (decider, error) {
+				return func(ctx context.Context, _ string) (bool, error) {
+					return true, rdb.Ping(ctx).Err()
+				}, nil
+			},
+		},
+		{
+			ID: "noop", Name: "floor: EVALSHA `return 1`", Algorithm: "none", Floor: true,
+			RedisKey: func(key string) string { return key },
+			New: func(rdb *redis.Client, _ int, _ time.Duration) (decider, error) {
+				return func(ctx context.Context, key string) (bool, error) {
+					n, err := noopScript.Run(ctx, rdb, []string{key}).Int64()
+					return n == 1, err
+				}, nil
+			},
+		},
+		{
+			ID: "seeds", Name: "seeds' recipe (ZSET, app clock)", Algorithm: "sliding log, ZSET, app clock in ms",
+			ZSET: true, Exact: true, Memory: true, Flood: true,
+			RedisKey: seedsKey,
+			New:      newSeeds,
+			Note: "The published Java recipe: ZREMRANGEBYSCORE 0 (now-window), ZCARD, then ZADD now member and " +
+				"EXPIRE window-seconds if under the limit; now is the app's time.Now().UnixMilli() and the member is now-<16 random hex digits>.",
+		},
+		{
+			ID: "redis_rate", Name: "redis_rate v10 (GCRA)", Algorithm: "GCRA, one string per key",
+			Memory: true, Flood: true,
+			RedisKey: func(key string) string { return "rate:" + key },
+			New:      newRedisRate,
+			Note:     "limiter.Allow(ctx, key, redis_rate.Limit{Rate: limit, Burst: limit, Period: window}).",
+		},
+		{
+			ID: "ulule", Name: "ulule/limiter v3 (fixed window)", Algorithm: "fixed window, one counter per key",
+			Exact: true, Memory: true, Flood: true,
+			RedisKey: func(key string) string { return ululePrefix + ":" + key },
+			New:      newUlule,
+			Note: "limiter.Get(ctx, key) on drivers/store/redis: one EVALSHA of an INCRBY+PEXPIRE script per decision " +
+				"(no MULTI); a rejected request is counted too. Its window starts at a key's first request.",
+		},
+		{
+			ID: "ginlimit", Name: "ginlimit sliding log, DenyCache(0)", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			ZSET: true, Exact: true, Memory: true, Flood: true,
+			RedisKey: ginlimitKey("bench:"),
+			New:      newGinlimit("bench:", ginlimit.DenyCache(0)),
+			Note:     "p.Allow(ctx, key) with the deny cache off: every decision goes to Redis (the honest per-decision cost).",
+		},
+		{
+			ID: "ginlimit-defaults", Name: "ginlimit sliding log, defaults", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			Exact: true, Flood: true,
+			RedisKey: ginlimitKey("bench-defaults:"),
+			New:      newGinlimit("bench-defaults:"),
+			Note:     "p.Allow(ctx, key) with ginlimit's defaults (deny cache on).",
+		},
+		{
+			ID: "ginlimit-autopipeline", Name: "ginlimit sliding log + autopipeline, DenyCache(0)", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			Exact:    true,
+			RedisKey: ginlimitKey("bench-autopipeline:"),
+			New:      newGinlimit("bench-autopipeline:", ginlimit.AutoPipeline(true), ginlimit.DenyCache(0)),
+			Note:     "p.Allow(ctx, key) with AutoPipeline(true) and the deny cache off.",
+		},
+	}
+}
+
+// selectCases returns the cases whose IDs are in filter (comma-separated), or
+// all of them for an empty filter, and whether the HTTP section is selected.
+func selectCases(filter string) ([]*benchCase, bool, error) {
+	all := allCases()
+	if strings.TrimSpace(filter) == "" {
+		return all, true, nil
+	}
+	want := make(map[string]bool)
+	for _, id := range strings.Split(filter, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			want[id] = true
+		}
+	}
+	var out []*benchCase
+	valid := []string{}
+	for _, c := range all {
+		valid = append(valid, c.ID)
+		if want[c.ID] {
+			out = append(out, c)
+			delete(want, c.ID)
+		}
+	}
+	http := want["http"]
+	delete(want, "http")
+	valid = append(valid, "http")
+	for id := range want {
+		return nil, false, fmt.Errorf("-cases: unknown case %q; the cases are %s", id, strings.Join(valid, ","))
+	}
+	return out, http, nil
+}
+
+// noopScript is the floor of a script call: EVALSHA of a script that does
+// nothing.
+var noopScript = redis.NewScript("return 1")
+
+// seedsScript is the ZSET sliding log of the Java articles the project
+// started from, as published: the app's clock in milliseconds, EXPIRE in
+// whole seconds, and a member that the app makes unique.
+//
+// KEYS[1] the ZSET; ARGV: now_ms, window_ms, limit, window_seconds, member.
+var seedsScript = redis.NewScript(`
+local key = KEYS[1]
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
+local count = redis.call('ZCARD', key)
+if count < limit then
+  redis.call('ZADD', key, now, ARGV[5])
+  redis.call('EXPIRE', key, ARGV[4])
+  return 1
+else
+  return 0
+end
+`)
+
+func seedsKey(key string) string { return "seeds:" + key }
+
+// newSeeds returns the seeds' recipe: one EVALSHA per decision.
+func newSeeds(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
+	windowMs := window.Milliseconds()
+	windowSec := max(1, int64((window+time.Second-1)/time.Second))
+	return func(ctx context.Context, key string) (bool, error) {
+		now := time.Now().UnixMilli()
+		var rnd [8]byte
+		u := rand.Uint64()
+		for i := range rnd {
+			rnd[i] = byte(u >> (8 * i))
+		}
+		member := make([]byte, 0, 20+1+16) // now-<16 hex digits>, built without fmt
+		member = strconv.AppendInt(member, now, 10)
+		member = append(member, '-')
+		member = hex.AppendEncode(member, rnd[:])
+		n, err := seedsScript.Run(ctx, rdb, []string{seedsKey(key)}, now, windowMs, limit, windowSec, member).Int64()
+		return n == 1, err
+	}, nil
+}
+
+// ginlimitKey returns the Redis key that ginlimit's Policy.Allow writes for
+// a key with no bytes to escape: prefix{key}.
+func ginlimitKey(prefix string) func(string) string {
+	return func(key string) string { return prefix + "{" + key + "}" }
+}
+
+// newGinlimit returns a constructor of ginlimit deciders: a Limiter on the
+// client and a Policy of prefix, the case's window and limit, and extra.
+// Each variant has its own prefix, so variants never share a key.
+func newGinlimit(prefix string, extra ...ginlimit.Option) func(*redis.Client, int, time.Duration) (decider, error) {
+	return func(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
+		l, err := ginlimit.New(ginlimit.Redis(rdb))
+		if err != nil {
+			return nil, err
+		}
+		opts := append([]ginlimit.Option{ginlimit.Key(prefix), ginlimit.Window(window), ginlimit.Limit(limit)}, extra...)
+		p, err := l.Policy(opts...)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, key string) (bool, error) {
+			d, err := p.Allow(ctx, key)
+			return d.Allowed, err
+		}, nil
+	}
+}

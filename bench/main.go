@@ -1,0 +1,283 @@
+// Command bench measures ginlimit against the seeds' recipe and its peers
+// (go-redis/redis_rate and ulule/limiter) on a redis-server that it starts
+// itself, and prints a markdown report.
+//
+//	cd bench && go run . -quick          # under a minute
+//	cd bench && go run . -out RESULTS.md # the full run
+//	go run -C bench . -cases ginlimit,redis_rate,http
+//
+// It is a module of its own so that the peer libraries never enter
+// ginlimit's go.mod. Every case runs one after another against the same
+// server, each on a fresh go-redis client with identical options, on an
+// emptied database (FLUSHDB: the server is the harness's own, on a free
+// loopback port; no other Redis is touched).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// config is the parsed command line.
+type config struct {
+	quick         bool
+	duration      time.Duration // measured per throughput cell, over all its rounds
+	rounds        int           // the rounds a cell's time is split into
+	warmup        time.Duration // per case and concurrency, before its first round
+	out           string
+	cases         string
+	limit         int
+	window        time.Duration
+	keys          int
+	callers       []int
+	floodN        int64
+	httpBenchtime time.Duration
+	redisServer   string
+	args          []string // as given, for the report
+}
+
+// env is what the measurements share: the server, an admin client for
+// FLUSHDB, CONFIG RESETSTAT and INFO, the keys and the caller states.
+type env struct {
+	cfg     config
+	srv     *redisServer
+	admin   *redis.Client
+	keys    []string
+	workers *workers
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	cfg := config{args: args}
+	var callers string
+	fs.BoolVar(&cfg.quick, "quick", false, "short cells, a smaller flood and short HTTP benchmarks: the whole run takes under a minute")
+	fs.DurationVar(&cfg.duration, "duration", 0, "measured time per throughput cell (case and concurrency), over all rounds (default 5s, or 400ms with -quick)")
+	fs.IntVar(&cfg.rounds, "rounds", 0, "rounds each cell's time is split into; every round runs every case, interleaved (default 10, or 4 with -quick)")
+	fs.StringVar(&cfg.out, "out", "", "also write the report to `file`")
+	fs.StringVar(&cfg.cases, "cases", "", "comma-separated cases to run (default all): "+caseIDs())
+	fs.IntVar(&cfg.limit, "limit", 1000, "limit per window of the throughput and HTTP cases")
+	fs.DurationVar(&cfg.window, "window", time.Second, "window of the throughput and HTTP cases")
+	fs.IntVar(&cfg.keys, "keys", 1000, "number of keys the throughput cases spread over uniformly")
+	fs.StringVar(&callers, "callers", "1,32,256", "comma-separated numbers of concurrent callers")
+	fs.Int64Var(&cfg.floodN, "flood-n", 0, "decisions in each flood (default 100000, or 20000 with -quick)")
+	fs.DurationVar(&cfg.httpBenchtime, "http-benchtime", 0, "testing.Benchmark time per HTTP benchmark (default 2s, or 300ms with -quick)")
+	fs.StringVar(&cfg.redisServer, "redis-server", "redis-server", "redis-server binary")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, s := range strings.Split(callers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return config{}, fmt.Errorf("-callers: %q is not a positive number", s)
+		}
+		cfg.callers = append(cfg.callers, n)
+	}
+	cfg.warmup = 500 * time.Millisecond
+	if cfg.quick {
+		cfg.warmup = 100 * time.Millisecond
+	}
+	cfg.duration = pick(cfg.duration, cfg.quick, 400*time.Millisecond, 5*time.Second)
+	cfg.rounds = pick(cfg.rounds, cfg.quick, 4, 10)
+	cfg.floodN = pick(cfg.floodN, cfg.quick, 20_000, 100_000)
+	cfg.httpBenchtime = pick(cfg.httpBenchtime, cfg.quick, 300*time.Millisecond, 2*time.Second)
+	switch {
+	case cfg.limit < 1:
+		return config{}, fmt.Errorf("-limit %d: must be at least 1", cfg.limit)
+	case cfg.window < time.Millisecond:
+		return config{}, fmt.Errorf("-window %v: must be at least 1ms", cfg.window)
+	case cfg.keys < 1:
+		return config{}, fmt.Errorf("-keys %d: must be at least 1", cfg.keys)
+	case cfg.rounds < 1:
+		return config{}, fmt.Errorf("-rounds %d: must be at least 1", cfg.rounds)
+	case cfg.duration <= 0 || cfg.floodN < floodLimit || cfg.httpBenchtime <= 0:
+		return config{}, errors.New("-duration, -flood-n and -http-benchtime must be positive (and -flood-n at least the flood's limit)")
+	}
+	if _, _, err := selectCases(cfg.cases); err != nil {
+		return config{}, err
+	}
+	return cfg, nil
+}
+
+// pick returns v when it was given (non-zero), else the mode's default.
+func pick[T comparable](v T, quick bool, quickDefault, fullDefault T) T {
+	var zero T
+	switch {
+	case v != zero:
+		return v
+	case quick:
+		return quickDefault
+	}
+	return fullDefault
+}
+
+func caseIDs() string {
+	var ids []string
+	for _, c := range allCases() {
+		ids = append(ids, c.ID)
+	}
+	return strings.Join(append(ids, "http"), ",")
+}
+
+func run(cfg config) error {
+	cases, withHTTP, err := selectCases(cfg.cases)
+	if err != nil {
+		return err
+	}
+	// testing.Benchmark reads its run time from the testing flags.
+	testing.Init()
+	if err := flag.CommandLine.Set("test.benchtime", cfg.httpBenchtime.String()); err != nil {
+		return err
+	}
+
+	started := time.Now()
+	srv, err := startRedis(cfg.redisServer)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	// On Ctrl-C or SIGTERM, stop the server before exiting.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		srv.stop()
+		fmt.Fprintf(os.Stderr, "bench: %v: redis-server stopped\n", s)
+		os.Exit(130)
+	}()
+	progress("redis-server %s on %s", srv.Version, srv.Addr)
+
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer admin.Close()
+	e := &env{cfg: cfg, srv: srv, admin: admin, workers: newWorkers(max(slicesMax(cfg.callers), floodCallers))}
+	for i := range cfg.keys {
+		e.keys = append(e.keys, "k:"+strconv.Itoa(i))
+	}
+
+	res, err := e.measureAll(context.Background(), cases, withHTTP)
+	if err != nil {
+		return err
+	}
+	res.total = time.Since(started)
+	report := renderReport(e, res)
+	if _, err := os.Stdout.WriteString(report); err != nil {
+		return err
+	}
+	if cfg.out != "" {
+		if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
+			return fmt.Errorf("-out: %w", err)
+		}
+		progress("report written to %s", cfg.out)
+	}
+	return nil
+}
+
+func slicesMax(s []int) int {
+	m := 0
+	for _, v := range s {
+		m = max(m, v)
+	}
+	return m
+}
+
+// progress writes a line to stderr, so the report on stdout stays clean.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+// results is everything the report shows.
+type results struct {
+	cells  []cellResult
+	memory []memoryResult
+	floods []floodResult
+	http   []httpResult
+	total  time.Duration
+}
+
+// measureAll runs every section for the selected cases, one after another.
+func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool) (*results, error) {
+	res := &results{}
+	for _, n := range e.cfg.callers {
+		if len(cases) == 0 {
+			break
+		}
+		cells, err := e.measureThroughput(ctx, cases, n)
+		if err != nil {
+			return nil, fmt.Errorf("%d callers: %w (redis-server: %v)", n, err, e.srv.alive())
+		}
+		for _, cell := range cells {
+			progress("%-22s %3d callers: %8.0f decisions/s, p50 %7.1f µs, %d errors, CPU client/redis/others %v",
+				cell.Case.ID, n, cell.Run.PerSec(), us(cell.Run.Hist.quantile(0.5)), cell.Run.Errors, cell.CPU.use())
+		}
+		res.cells = append(res.cells, cells...)
+	}
+	fail := func(c *benchCase, what string, err error) error {
+		return fmt.Errorf("%s, %s: %w (redis-server: %v)", c.ID, what, err, e.srv.alive())
+	}
+	for _, c := range cases {
+		if !c.Memory {
+			continue
+		}
+		for _, limit := range []int{100, 10_000} {
+			m, err := e.measureMemory(ctx, c, limit)
+			if err != nil {
+				return nil, fail(c, fmt.Sprintf("memory at limit %d", limit), err)
+			}
+			progress("%-22s memory at limit %d: %d bytes", c.ID, limit, m.Bytes)
+			res.memory = append(res.memory, m)
+		}
+	}
+	for _, c := range cases {
+		if !c.Flood {
+			continue
+		}
+		f, err := e.runFlood(ctx, c, e.cfg.floodN)
+		if err != nil {
+			return nil, fail(c, "flood", err)
+		}
+		progress("%-22s flood: %d admitted, %d script calls", c.ID, f.Run.Allowed, f.ScriptCalls)
+		res.floods = append(res.floods, f)
+	}
+	if withHTTP {
+		for _, canned := range []bool{false, true} {
+			h, err := e.benchHTTP(ctx, canned)
+			if err != nil {
+				return nil, fmt.Errorf("http (canned reply %v): %w", canned, err)
+			}
+			progress("http %s: bare %d ns/op, limited %d ns/op", h.Env, h.Bare.NsPerOp(), h.Limited.NsPerOp())
+			res.http = append(res.http, h)
+		}
+	}
+	return res, nil
+}
+
+// us converts d to microseconds.
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// memoryWindow is the window of the memory cases: long enough that nothing
+// leaves it while a key is filled.
+const memoryWindow = 60 * time.Second
+
+// memoryResult is the Redis memory of one full key.
+type memoryResult struct {
+	Case     *benchCase
+	Limit    int
+	Admitted int64
+	Bytes    int64  // MEMORY USAGE key SAMPLES 0
+	Encoding string // OBJECT ENCODING key
+}
+
+// PerEntry returns the bytes per admitted request.
+func (m memoryResult) PerEntry() float64 { return float64(m.Bytes) / float64(max(1, m.Admitted)) }
+
+// measureMemory sends exactly limit requests, one after another, to one
+// fresh key of case c with a limit of limit per memoryWindow, so the key is
+// full, and reads MEMORY USAGE of the key with SAMPLES 0 (every element
+// counted, not sampled).
+func (e *env) measureMemory(ctx context.Context, c *benchCase, limit int) (memoryResult, error) {
+	if err := e.admin.FlushDB(ctx).Err(); err != nil {
+		return memoryResult{}, fmt.Errorf("FLUSHDB: %w", err)
+	}
+	rdb := newClient(e.srv.Addr)
+	defer rdb.Close()
+	d, err := c.New(rdb, limit, memoryWindow)
+	if err != nil {
+		return memoryResult{}, err
+	}
+	key := "mem:" + strconv.Itoa(limit)
+	res := memoryResult{Case: c, Limit: limit}
+	for range limit {
+		ok, err := d(ctx, key)
+		if err != nil {
+			return memoryResult{}, err
+		}
+		if ok {
+			res.Admitted++
+		}
+	}
+	rkey := c.RedisKey(key)
+	if res.Bytes, err = e.admin.MemoryUsage(ctx, rkey, 0).Result(); err != nil {
+		return memoryResult{}, fmt.Errorf("MEMORY USAGE %s SAMPLES 0: %w", rkey, err)
+	}
+	if res.Encoding, err = e.admin.ObjectEncoding(ctx, rkey).Result(); err != nil {
+		return memoryResult{}, fmt.Errorf("OBJECT ENCODING %s: %w", rkey, err)
+	}
+	return res, nil
+}

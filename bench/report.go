@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+)
+
+// renderReport returns the markdown report of a run.
+func renderReport(e *env, res *results) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	cfg := e.cfg
+
+	w("# ginlimit benchmark\n\n")
+	w("- **Machine:** nproc %d (GOMAXPROCS %d), %s, %s/%s. The machine is shared and noisy, and the client and redis-server share its CPUs.\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), runtime.GOOS, runtime.GOARCH)
+	w("- **Go:** %s\n", runtime.Version())
+	w("- **Redis:** redis-server %s, started by the harness on %s with `--save \"\" --appendonly no`\n", e.srv.Version, e.srv.Addr)
+	w("- **Date:** %s\n", time.Now().UTC().Format("2006-01-02 15:04:05 MST"))
+	w("- **Command:** `%s` (in bench/; the same as `go run -C bench .%s` from the repository root); the run took %.1f s\n",
+		command(cfg.args), argsSuffix(cfg.args), res.total.Seconds())
+	w("- **Code:** %s\n", versions())
+	w("- **Settings:** limit %d per %v window; keys k:0..k:%d chosen uniformly; %v measured per cell (case × concurrency) in %d interleaved rounds, "+
+		"after a %v warm-up; each case on its own client, `redis.NewClient(&redis.Options{Addr, ContextTimeoutEnabled: true})` (default pool: %d connections); FLUSHDB before each concurrency\n\n",
+		cfg.limit, cfg.window, cfg.keys-1, cfg.duration, cfg.rounds, cfg.warmup, 10*runtime.GOMAXPROCS(0))
+
+	if len(res.cells) > 0 {
+		renderThroughput(w, res.cells)
+	}
+	if len(res.memory) > 0 {
+		renderMemory(w, res.memory)
+	}
+	if len(res.floods) > 0 {
+		renderFlood(w, res.floods, cfg.floodN)
+	}
+	if len(res.http) > 0 {
+		renderHTTP(w, res.http, cfg)
+	}
+	renderCases(w, res)
+	return b.String()
+}
+
+type writer func(format string, args ...any)
+
+func renderThroughput(w writer, cells []cellResult) {
+	find := func(id string, callers int) *cellResult {
+		for i := range cells {
+			if cells[i].Case.ID == id && cells[i].Callers == callers {
+				return &cells[i]
+			}
+		}
+		return nil
+	}
+	var callers []int
+	for _, c := range cells {
+		if !slices.Contains(callers, c.Callers) {
+			callers = append(callers, c.Callers)
+		}
+	}
+	w("## Decisions: throughput, latency, allocations, Redis time\n\n")
+	w("Every decision is admitted (the limit is never reached at these rates), so this is the cost of one decision. "+
+		"÷ redis_rate and ÷ seeds are the case's decisions/s divided by theirs at the same concurrency. "+
+		"Allocations are the whole process's heap allocations (runtime.MemStats.Mallocs) during the run, per decision. "+
+		"Redis µs/call is usec_per_call of the case's command (EVALSHA; PING for the PING floor) in INFO commandstats after CONFIG RESETSTAT; "+
+		"Redis calls/decision and µs/decision count the commands a client sends (EVALSHA, EVAL, PING, MULTI, EXEC) per decision.[^stats] "+
+		"CPU is the share of one core used during the cell by this process (the client), by redis-server and by everything else on the machine (other processes, and hypervisor steal), from /proc; "+
+		"the machine has %d cores in all. "+
+		"At 1 caller the client and redis-server sleep between calls, so a round trip includes waking idle CPUs and moves with the machine's other load; "+
+		"at %d connections and beyond, the client's pool is the queue, and latency includes waiting for a connection.\n\n", runtime.NumCPU(), 10*runtime.GOMAXPROCS(0))
+	for _, n := range callers {
+		rr, seeds := find("redis_rate", n), find("seeds", n)
+		w("### %d caller%s\n\n", n, plural(n))
+		w("| case | decisions/s | ÷ redis_rate | ÷ seeds | p50 µs | p99 µs | allocs/decision | Redis µs/call | Redis calls/decision | Redis µs/decision | denied | errors | CPU %% client / redis / others |\n")
+		w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, c := range cells {
+			if c.Callers != n {
+				continue
+			}
+			perCall := "–"
+			if v, ok := c.ServerUsecPerCall(); ok {
+				perCall = fmt.Sprintf("%.2f", v)
+			}
+			calls, usec := c.ServerPerDecision()
+			denied := c.Run.Decisions - c.Run.Allowed - c.Run.Errors
+			if c.Case.Floor {
+				denied = 0
+			}
+			w("| %s | %.0f | %s | %s | %.1f | %.1f | %.2f | %s | %.3f | %.2f | %d | %s | %v |\n",
+				c.Case.Name, c.Run.PerSec(), ratio(c, rr), ratio(c, seeds),
+				us(c.Run.Hist.quantile(0.5)), us(c.Run.Hist.quantile(0.99)), c.AllocsPerDecision(),
+				perCall, calls, usec, denied, errText(c.Run), c.CPU.use())
+		}
+		w("\n")
+	}
+
+	if noop := find("noop", 1); noop != nil {
+		base := noop.Run.Hist.quantile(0.5)
+		w("### 1 caller: p50 latency against the EVALSHA no-op\n\n")
+		w("| case | p50 µs | ÷ EVALSHA `return 1` p50 (%.1f µs) |\n|---|--:|--:|\n", us(base))
+		for _, c := range cells {
+			if c.Callers == 1 {
+				p50 := c.Run.Hist.quantile(0.5)
+				w("| %s | %.1f | %.2f |\n", c.Case.Name, us(p50), float64(p50)/float64(base))
+			}
+		}
+		w("\n")
+	}
+
+	w("### Where the Redis time goes (%d caller%s)\n\n", callers[0], plural(callers[0]))
+	w("Commands that a script runs are counted in commandstats as commands of their own, and their time is inside the script's. " +
+		"Each entry is calls per decision × µs per call. Script overhead = the script's µs per decision − its commands' µs per decision: " +
+		"the cost of running the Lua itself (argument parsing, string building, calls into Redis, the reply).\n\n")
+	w("| case | script µs/decision | commands inside, per decision | commands µs/decision | script overhead µs/decision |\n|---|--:|---|--:|--:|\n")
+	for _, c := range cells {
+		if c.Callers != callers[0] || c.Case.ID == "ping" {
+			continue
+		}
+		n := float64(max(1, c.Run.Decisions))
+		script := float64(c.Stats["evalsha"].Usec+c.Stats["eval"].Usec) / n
+		in := c.Stats.inner()
+		names := make([]string, 0, len(in))
+		var innerUsec int64
+		for name, st := range in {
+			names = append(names, name)
+			innerUsec += st.Usec
+		}
+		slices.Sort(names)
+		var parts []string
+		for _, name := range names {
+			st := in[name]
+			parts = append(parts, fmt.Sprintf("%s %.3f × %.2f", name, float64(st.Calls)/n, float64(st.Usec)/float64(max(1, st.Calls))))
+		}
+		w("| %s | %.2f | %s | %.2f | %.2f |\n", c.Case.Name, script, orDash(strings.Join(parts, ", ")),
+			float64(innerUsec)/n, script-float64(innerUsec)/n)
+	}
+	w("\n[^stats]: All four libraries send exactly one EVALSHA per decision (ulule/limiter v3.11's Redis store included: " +
+		"it runs an INCRBY/PEXPIRE script, not MULTI), so no MULTI/EXEC sums were needed; " +
+		"the commands a script runs are not added, because their time is already in the script's.\n\n")
+}
+
+func ratio(c cellResult, base *cellResult) string {
+	if base == nil || base.Run.PerSec() == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", c.Run.PerSec()/base.Run.PerSec())
+}
+
+func errText(r runResult) string {
+	if r.Errors == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("**%d** (%v)", r.Errors, r.FirstErr)
+}
+
+func renderMemory(w writer, mem []memoryResult) {
+	w("## Redis memory per active key\n\n")
+	w("One fresh key, sent exactly `limit` requests one after another (window %v, so nothing leaves it), then `MEMORY USAGE key SAMPLES 0` "+
+		"(every element counted) and `OBJECT ENCODING key`. Bytes per entry is usage ÷ limit, for the ZSET-based cases.\n\n", memoryWindow)
+	w("| case | what it keeps | limit | admitted | MEMORY USAGE bytes | encoding | bytes per entry |\n|---|---|--:|--:|--:|---|--:|\n")
+	for _, m := range mem {
+		perEntry := "–"
+		if m.Case.ZSET {
+			perEntry = fmt.Sprintf("%.2f", m.PerEntry())
+		}
+		admitted := fmt.Sprint(m.Admitted)
+		if m.Admitted != int64(m.Limit) {
+			admitted = fmt.Sprintf("**%d**", m.Admitted)
+		}
+		w("| %s | %s | %d | %s | %d | %s | %s |\n", m.Case.Name, m.Case.Algorithm, m.Limit, admitted, m.Bytes, m.Encoding, perEntry)
+	}
+	w("\n")
+}
+
+func renderFlood(w writer, floods []floodResult, total int64) {
+	w("## Flood: %d decisions on one key, limit %d per %v, %d callers\n\n", total, floodLimit, floodWindow, floodCallers)
+	w("Script calls are INFO commandstats calls of EVALSHA + EVAL after CONFIG RESETSTAT (the pool and scripts were warmed on another key first). " +
+		"The rejected p50 is the median latency of the decisions that were answered no.\n\n")
+	w("| case | admitted | expected | script calls seen by Redis | rejected | rejected p50 µs | rejected p99 µs | flood took s | decisions/s | errors |\n")
+	w("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, f := range floods {
+		admitted := fmt.Sprint(f.Run.Allowed)
+		if f.Case.Exact && f.Run.Allowed != floodLimit {
+			admitted = fmt.Sprintf("**%d (NOT EXACT)**", f.Run.Allowed)
+		}
+		w("| %s | %s | %s | %d | %d | %.1f | %.1f | %.2f | %.0f | %s |\n",
+			f.Case.Name, admitted, expectedAdmitted(f), f.ScriptCalls, f.Rejected(),
+			us(f.Run.Hist.quantile(0.5)), us(f.Run.Hist.quantile(0.99)), f.Run.Elapsed.Seconds(), f.Run.PerSec(), errText(f.Run))
+	}
+	w("\n")
+}
+
+func renderHTTP(w writer, hs []httpResult, cfg config) {
+	w("## HTTP: the middleware's own cost per request\n\n")
+	w("A gin engine (ReleaseMode, gin.New()) with `GET /r/:id`, served in process (ServeHTTP on a reused response writer and "+
+		"%d prebuilt requests from %d client addresses), bare versus `r.Use(limiter.Middleware())` and "+
+		"`ginlimit.RateLimit(Key, Window(%v), Limit(%d), Type(IP))` on the route, with ginlimit's defaults. "+
+		"One caller, testing.Benchmark (%v each). Overhead = limited − bare.\n\n", httpClients, httpClients, cfg.window, cfg.limit, cfg.httpBenchtime)
+	w("| decisions from | bare ns/op | bare allocs/op | bare B/op | limited ns/op | limited allocs/op | limited B/op | overhead µs/request | overhead allocs/request | overhead B/request | non-200 |\n")
+	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, h := range hs {
+		w("| %s | %d | %d | %d | %d | %d | %d | %.2f | %d | %d | %d |\n", h.Env,
+			h.Bare.NsPerOp(), h.Bare.AllocsPerOp(), h.Bare.AllocedBytesPerOp(),
+			h.Limited.NsPerOp(), h.Limited.AllocsPerOp(), h.Limited.AllocedBytesPerOp(),
+			float64(h.Limited.NsPerOp()-h.Bare.NsPerOp())/1000,
+			h.Limited.AllocsPerOp()-h.Bare.AllocsPerOp(), h.Limited.AllocedBytesPerOp()-h.Bare.AllocedBytesPerOp(), h.Non200)
+	}
+	w("\nThe canned reply is built per call (`[]interface{}{int64(1), int64(5), int64(1000000), int64(time.Now().UnixMicro())}`), " +
+		"so \"excluding Redis\" still includes its few allocations, which stand in for go-redis parsing a real reply.\n\n")
+}
+
+func renderCases(w writer, res *results) {
+	seen := map[string]bool{}
+	var notes []string
+	add := func(c *benchCase) {
+		if c.Note != "" && !seen[c.ID] {
+			seen[c.ID] = true
+			notes = append(notes, fmt.Sprintf("- **%s**: %s", c.Name, c.Note))
+		}
+	}
+	for _, c := range res.cells {
+		add(c.Case)
+	}
+	for _, f := range res.floods {
+		add(f.Case)
+	}
+	if len(notes) == 0 {
+		return
+	}
+	w("## The cases\n\n%s\n", strings.Join(notes, "\n"))
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+// cpuModel returns the first "model name" of /proc/cpuinfo.
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "CPU model unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "CPU model unknown"
+}
+
+// command returns the command line as typed: "go run ." for a binary that
+// go run built, else the binary's name, then the arguments, quoted for a
+// shell where needed.
+func command(args []string) string {
+	name := os.Args[0]
+	if strings.Contains(name, "go-build") {
+		name = "go run ."
+	}
+	return name + argsSuffix(args)
+}
+
+func argsSuffix(args []string) string {
+	var b strings.Builder
+	for _, a := range args {
+		b.WriteByte(' ')
+		if a == "" || strings.ContainsAny(a, " \t\"'$\\`*?[]{}()<>|&;") {
+			b.WriteString("'" + strings.ReplaceAll(a, "'", `'\''`) + "'")
+		} else {
+			b.WriteString(a)
+		}
+	}
+	return b.String()
+}
+
+// versions lists the modules under test and ginlimit's git state.
+func versions() string {
+	var parts []string
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			switch d.Path {
+			case "github.com/redis/go-redis/v9", "github.com/go-redis/redis_rate/v10", "github.com/ulule/limiter/v3", "github.com/gin-gonic/gin":
+				parts = append(parts, d.Path+" "+d.Version)
+			}
+		}
+	}
+	slices.Sort(parts)
+	gl := "ginlimit from the working tree (../)"
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		gl += " at commit " + strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "status", "--porcelain", "--", "../ginlimit", "../lua").Output(); err == nil && len(st) > 0 {
+			gl += " with uncommitted changes in ginlimit/ or lua/"
+		}
+	}
+	return strings.Join(append([]string{gl}, parts...), "; ")
+}
