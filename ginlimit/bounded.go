@@ -25,8 +25,26 @@ func honoursContext(client redis.Scripter) bool {
 // asyncPipeliner is implemented by the go-redis clients that can
 // auto-pipeline: *redis.Client, *redis.ClusterClient and *redis.Ring.
 type asyncPipeliner interface {
-	AsyncAutoPipeline() (*redis.AutoPipeliner, error)
+	AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
 }
+
+// pipelineOptions configures ginlimit's auto-pipeliner. Decisions are
+// independent of each other, so command order does not matter, and letting
+// two batches overlap keeps Redis busy while the client reads the previous
+// batch's replies.
+func pipelineOptions() *redis.AutoPipelineOptions {
+	o := redis.DefaultAutoPipelineOptions()
+	o.MaxConcurrentBatches = 2
+	o.Unordered = true
+	return o
+}
+
+// pipelineAbove is how many decisions of one policy must already be waiting
+// on Redis before the next one is auto-pipelined. A lone decision gains
+// nothing from a pipeline and pays the hand-off to the pipeliner's
+// goroutine, so light traffic takes the direct path and only concurrent
+// traffic is batched.
+const pipelineAbove = 2
 
 // runPipelined submits the script's EVALSHA to the auto-pipeliner and waits
 // for it no longer than ctx. The pipeliner runs commands on its own context,

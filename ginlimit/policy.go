@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,6 +42,8 @@ type Policy struct {
 	logs    *logThrottle
 	honours bool // the client bounds reads by the context deadline
 	pipe    *redis.AutoPipeliner
+	calls     atomic.Int64 // decisions now waiting on Redis
+	pipeAbove int64        // pipelineAbove; tests lower it
 	deny    *denyCache
 
 	args         []any  // script ARGV: window in µs, limit, exactBelow
@@ -91,6 +94,7 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		logs:       logs,
 		honours:    honoursContext(s.client),
 		deny:       newDenyCache(s.deny),
+		pipeAbove:  pipelineAbove,
 		args:       []any{s.window.Microseconds(), s.limit, exactBelow},
 		quotedName: sfString(name),
 		limitText:  strconv.Itoa(s.limit),
@@ -98,7 +102,7 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 	}
 	if s.autoPipeline {
 		if ap, ok := s.client.(asyncPipeliner); ok {
-			if p.pipe, err = ap.AsyncAutoPipeline(); err != nil {
+			if p.pipe, err = ap.AsyncAutoPipelineWithOptions(pipelineOptions()); err != nil {
 				return nil, fmt.Errorf("ginlimit: AutoPipeline(true): %w", err)
 			}
 		}
@@ -161,9 +165,13 @@ func (p *Policy) decide(ctx context.Context, keys []string) (Decision, error) {
 	}
 	var reply []any
 	var err error
-	if p.pipe != nil {
+	if p.pipe != nil && p.calls.Add(1) > p.pipeAbove {
 		reply, err = runPipelined(ctx, p.pipe, slidingLogScript, p.client, key, p.args)
+		p.calls.Add(-1)
 	} else {
+		if p.pipe != nil {
+			defer p.calls.Add(-1)
+		}
 		reply, err = runScript(ctx, p.honours, slidingLogScript, p.client, keys, p.args)
 	}
 	var d Decision

@@ -167,6 +167,7 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	if p.pipe == nil {
 		t.Fatal("AutoPipeline(true) on a *redis.Client did not auto-pipeline")
 	}
+	p.pipeAbove = 0 // pipeline even a lone decision
 	ctx := context.Background()
 	for i, want := range []int{4, 3} {
 		if i == 1 {
@@ -183,6 +184,7 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = hung.Close() })
 	hp := mustPolicy(t, Redis(hung), Key(prefix(t)), AutoPipeline(true), Timeout(100*time.Millisecond), OnFailure(FailClosed))
+	hp.pipeAbove = 0
 	start := time.Now()
 	d, err := hp.Allow(ctx, "k")
 	if err == nil || d.Allowed {
@@ -393,4 +395,52 @@ func TestRingAndUniversalClients(t *testing.T) {
 			}
 		}
 	}
+}
+
+// pipelineCounter is a go-redis hook that counts the commands sent in
+// pipelines.
+type pipelineCounter struct{ n atomic.Int64 }
+
+func (*pipelineCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestAutoPipelineBatchesConcurrentDecisions: under concurrency the
+// decisions really travel in pipelines, and the count stays exact.
+func TestAutoPipelineBatchesConcurrentDecisions(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	hook := &pipelineCounter{}
+	c.AddHook(hook)
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(300), AutoPipeline(true), DenyCache(0))
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 20 {
+				d, err := p.Allow(context.Background(), "k")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if allowed.Load() != 300 {
+		t.Fatalf("admitted %d of 640, want exactly 300", allowed.Load())
+	}
+	if hook.n.Load() == 0 {
+		t.Fatal("no decision went through a pipeline")
+	}
+	t.Logf("%d of 640 decisions were pipelined", hook.n.Load())
 }
