@@ -20,10 +20,13 @@
 // never the application server's. One Lua script decides a request
 // atomically, in one round trip:
 //
-//  1. ZREMRANGEBYSCORE drops every entry with score <= now - window, so the
-//     window is (now - window, now]: a request is admitted again exactly when
-//     the oldest entry is a whole window old, not a microsecond earlier.
-//  2. ZCARD counts what is left.
+//  1. ZCARD counts the entries; ZREMRANGEBYSCORE drops every entry with
+//     score <= now - window whenever that could change the outcome (when
+//     fewer than 64 requests would remain) and on about one call in eight.
+//     The window is (now - window, now]: a request is admitted again exactly
+//     when the oldest entry is a whole window old, not a microsecond earlier.
+//  2. That gives the count in the window (an upper bound on it while plenty
+//     of quota is left, exact otherwise).
 //  3. Only if the count is under the limit, ZADD records the request and
 //     PEXPIRE sets the key's TTL to the window (in milliseconds, rounded up,
 //     so a 250 ms window keeps a 250 ms TTL), and the request is allowed. A
@@ -111,7 +114,10 @@
 //
 // in the syntax of draft-ietf-httpapi-ratelimit-headers, and a 429 also
 // carries Retry-After in seconds, at least 1. "More quota" comes when the
-// oldest request in the window leaves it. The handler can read the decision
+// oldest request in the window leaves it. Remaining and reset are exact on a
+// rejection and when fewer than 64 requests remain; with more left, remaining
+// is a lower bound and reset is the window (an upper bound), which saves the
+// script two Redis commands. The handler can read the decision
 // with [DecisionFrom].
 //
 // # Failures

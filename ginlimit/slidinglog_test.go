@@ -189,3 +189,43 @@ func TestSlidingLogResetPrecision(t *testing.T) {
 		}
 	}
 }
+
+// TestSlidingLogLazyRemoval: with plenty of quota left, entries that left the
+// window may stay (remaining is then a lower bound); once the count could
+// matter they are removed and remaining is exact. The set never holds more
+// than the limit.
+func TestSlidingLogLazyRemoval(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Second), Limit(100), DenyCache(0))
+	ctx := context.Background()
+	// An odd microsecond keeps the script off its one-in-eight sweep.
+	m.SetTime(t0.Add(time.Microsecond))
+	for range 30 {
+		if d, err := p.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	m.SetTime(t0.Add(2*time.Second + time.Microsecond)) // all 30 have left the window
+	for i := range 40 {
+		d, err := p.Allow(ctx, "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+		trueRemaining := 100 - (i + 1)
+		if d.Remaining > trueRemaining {
+			t.Fatalf("request %d: remaining %d exceeds the true %d", i, d.Remaining, trueRemaining)
+		}
+		if d.Remaining < exactBelow && d.Remaining != trueRemaining {
+			t.Fatalf("request %d: remaining %d below %d must be exact (%d)", i, d.Remaining, exactBelow, trueRemaining)
+		}
+		n, _ := c.ZCard(ctx, pre+"{k}").Result()
+		if n > 100 {
+			t.Fatalf("the set holds %d entries, more than the limit", n)
+		}
+	}
+	if n, _ := c.ZCard(ctx, pre+"{k}").Result(); n != 40 {
+		t.Fatalf("after the count mattered the set holds %d entries, want the 40 in the window", n)
+	}
+}

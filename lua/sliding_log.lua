@@ -4,10 +4,11 @@
 --          its admission time in microseconds of the Redis clock.
 -- ARGV[1]  the window in microseconds (an integer, at least 1000).
 -- ARGV[2]  the limit (an integer, at least 1).
--- ARGV[3]  exact-below: reset_us is computed exactly when the request is
---          rejected or fewer than this many requests remain; otherwise it is
---          reported as the window, an upper bound, which saves a ZRANGE on
---          the common path (an integer, at least 0).
+-- ARGV[3]  exact-below: remaining and reset_us are exact when the request
+--          is rejected or fewer than this many requests remain; otherwise
+--          remaining is a lower bound and reset_us the window, an upper
+--          bound, which saves a ZREMRANGEBYSCORE and a ZRANGE on the common
+--          path (an integer, at least 0).
 --
 -- The window is (now - window, now]: an entry whose score is exactly
 -- now - window has left it. A request is admitted and recorded only while
@@ -37,8 +38,15 @@ local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+-- ZCARD counts entries that have left the window too. While even that
+-- count leaves more than `exact` requests, the decision cannot depend on
+-- them: they are removed only when it could, and on about one call in
+-- eight to bound memory. Remaining is then exact below `exact` and a lower
+-- bound above it.
 local count = redis.call('ZCARD', key)
+if limit - count <= exact or now % 8 == 0 then
+  count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+end
 local allowed = 0
 if count < limit then
   -- The member is the admission time; a request in the same microsecond
