@@ -49,13 +49,16 @@ if limit - count <= exact or now % 8 == 0 then
 end
 local allowed = 0
 if count < limit then
-  -- The member is the admission time; a request in the same microsecond
-  -- (or after the Redis clock stepped back) gets a suffix, so members are
-  -- unique and no admitted request collapses into another.
-  local member = t[1] .. string.format('%06d', tonumber(t[2]))
-  if redis.call('ZADD', key, 'NX', now, member) == 0 then
+  -- The member is the admission time in µs, passed as a number, which Redis
+  -- writes as an integer (and a listpack stores compactly). A request in the
+  -- same microsecond, or after the Redis clock stepped back, gets
+  -- "<sec>.<usec>-<n>" instead, which no plain integer can equal; ZADD NX
+  -- decides, so members are unique and no admitted request collapses into
+  -- another.
+  if redis.call('ZADD', key, 'NX', now, now) == 0 then
+    local base = t[1] .. '.' .. t[2] .. '-'
     local n = count
-    while redis.call('ZADD', key, 'NX', now, member .. '-' .. n) == 0 do
+    while redis.call('ZADD', key, 'NX', now, base .. n) == 0 do
       n = n + 1
     end
   end
