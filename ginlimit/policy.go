@@ -28,23 +28,23 @@ var slidingLogScript = redis.NewScript(lua.SlidingLog())
 //
 // A Policy is immutable and safe for concurrent use.
 type Policy struct {
-	client  redis.Scripter
-	prefix  string
-	window  time.Duration
-	limit   int
-	name    string
-	typ     LimitType
-	ips     *identity.IP
-	users   identity.User
-	onFail  FailPolicy
-	timeout time.Duration
-	logger  *slog.Logger
-	logs    *logThrottle
-	honours bool // the client bounds reads by the context deadline
-	pipe    *redis.AutoPipeliner
+	client    redis.Scripter
+	prefix    string
+	window    time.Duration
+	limit     int
+	name      string
+	typ       LimitType
+	ips       *identity.IP
+	users     identity.User
+	onFail    FailPolicy
+	timeout   time.Duration
+	logger    *slog.Logger
+	logs      *logThrottle
+	honours   bool // the client bounds reads by the context deadline
+	pipe      *redis.AutoPipeliner
 	calls     atomic.Int64 // decisions now waiting on Redis
 	pipeAbove int64        // pipelineAbove; tests lower it
-	deny    *denyCache
+	deny      *denyCache
 
 	args         []any  // script ARGV: window in µs, limit, exactBelow
 	policyHeader string // RateLimit-Policy value
