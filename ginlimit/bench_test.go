@@ -83,14 +83,14 @@ func BenchmarkMiddleware(b *testing.B) {
 func BenchmarkDenyCacheHit(b *testing.B) {
 	c := newDenyCache(DefaultDenyCacheSize)
 	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
-	c.leave(key, nil, c.now(), &Decision{Remaining: 0, Reset: time.Hour, Time: time.Now()}, true)
+	c.leave(key, nil, 1, c.now(), &Decision{Remaining: 0, Reset: time.Hour, Time: time.Now()}, true)
 	p := &Policy{name: "x", limit: 1, deny: c}
 	ctx := context.Background()
 	keys := []string{key}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if d, _ := p.decide(ctx, keys); !d.Cached {
+			if d, _ := p.decide(ctx, keys, 1); !d.Cached {
 				b.Fatal("not cached")
 			}
 		}

@@ -52,7 +52,7 @@ const pipelineAbove = 2
 // executes. On NOSCRIPT (after SCRIPT FLUSH or a restart) the script is run
 // once through the plain client, whose EVAL loads it again.
 func runPipelined(ctx context.Context, ap *redis.AutoPipeliner, s *redis.Script, client redis.Scripter, key string, args []any) ([]any, error) {
-	cmd := redis.NewCmd(ctx, "evalsha", s.Hash(), 1, key, args[0], args[1], args[2])
+	cmd := redis.NewCmd(ctx, append([]any{"evalsha", s.Hash(), 1, key}, args...)...)
 	err := ap.Submit(ctx, cmd).WaitContext(ctx)
 	if err == nil {
 		return cmd.Slice()

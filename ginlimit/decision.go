@@ -26,6 +26,9 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Time is the Redis server's clock when the decision was made.
 	Time time.Time
+	// Reason is set when a request was rejected for a reason other than the
+	// rate: today, a cost larger than the rule can ever admit.
+	Reason string
 	// Cached reports that the rejection came from the in-process deny cache
 	// (see [DenyCache]) without a Redis call.
 	Cached bool

@@ -35,10 +35,17 @@ const (
 //   - Bound 0: every request until the deadline is rejected in process,
 //     exactly as Redis would reject it. A flood on an over-limit key costs
 //     Redis nothing.
-//   - Bound r below lowRemaining: at most r calls on the key are sent to
-//     Redis at once. A further request waits (within its timeout) for one of
-//     them to finish and then looks again. Nothing is rejected on a guess;
-//     requests that would have been rejected just do not reach Redis.
+//   - Bound r below lowRemaining: a request costing more than r is rejected
+//     in process (it is certain not to fit), and calls on the key are sent
+//     to Redis only while the costs in flight fit in r. A further request
+//     waits (within its timeout) for one of them to finish and then looks
+//     again. Nothing is rejected on a guess; requests that would have been
+//     rejected just do not reach Redis.
+//
+// This holds for every algorithm, because each script reports as reset the
+// first moment its remaining quota can grow: the oldest entry leaving (log),
+// the window ending (fixed), the next whole token (bucket), the oldest
+// counted sub-window leaving (counter).
 //
 // The one thing the cache cannot see is an out-of-band change to the key,
 // such as an administrator deleting it: that is noticed when the deadline
@@ -66,7 +73,7 @@ type keyState struct {
 	until     int64 // local monotonic ns: the bound holds before this
 	resetAt   int64 // Redis clock, Unix µs, when more quota comes
 	remaining int   // upper bound on the key's remaining quota
-	inflight  int   // counted calls now in flight
+	inflight  int   // units of the counted calls now in flight
 	wake      chan struct{}
 }
 
@@ -103,10 +110,10 @@ const (
 	waitTurn                 // enough calls are in flight: wait, then look again
 )
 
-// enter decides whether a request on key may go to Redis at now. With
-// callRedis and a non-nil state, the call is counted in flight and the caller
-// must pass the state to leave.
-func (c *denyCache) enter(key string, now int64) (verdict, *keyState, keyState) {
+// enter decides whether a request of cost units on key may go to Redis at
+// now. With callRedis and a non-nil state, the call is counted in flight and
+// the caller must pass the state and cost to leave.
+func (c *denyCache) enter(key string, now int64, cost int) (verdict, *keyState, keyState) {
 	s := c.shard(key)
 	s.mu.RLock()
 	st := s.m[key]
@@ -114,7 +121,7 @@ func (c *denyCache) enter(key string, now int64) (verdict, *keyState, keyState) 
 		s.mu.RUnlock()
 		return callRedis, nil, keyState{}
 	}
-	if st.remaining == 0 {
+	if st.remaining < cost {
 		snap := *st
 		s.mu.RUnlock()
 		return rejected, nil, snap
@@ -127,10 +134,10 @@ func (c *denyCache) enter(key string, now int64) (verdict, *keyState, keyState) 
 		return callRedis, nil, keyState{}
 	}
 	switch {
-	case st.remaining == 0:
+	case st.remaining < cost:
 		return rejected, nil, *st
-	case st.inflight < st.remaining:
-		st.inflight++
+	case st.inflight+cost <= st.remaining:
+		st.inflight += cost
 		return callRedis, st, keyState{}
 	}
 	if st.wake == nil {
@@ -152,7 +159,7 @@ func wait(ctx context.Context, wake chan struct{}) error {
 // leave records the outcome of a call sent at sent: the state counted by
 // enter (nil if none) is released, waiters are woken, and what the decision
 // proves is kept. ok is false when the call failed.
-func (c *denyCache) leave(key string, counted *keyState, sent int64, d *Decision, ok bool) {
+func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, d *Decision, ok bool) {
 	learn := ok && d.Remaining < lowRemaining
 	if counted == nil && !learn {
 		return
@@ -161,7 +168,7 @@ func (c *denyCache) leave(key string, counted *keyState, sent int64, d *Decision
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if counted != nil {
-		counted.inflight--
+		counted.inflight -= cost
 		if counted.wake != nil {
 			close(counted.wake)
 			counted.wake = nil

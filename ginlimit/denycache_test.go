@@ -8,7 +8,7 @@ import (
 
 // learn records a decision with the given remaining and reset, sent at now.
 func learn(c *denyCache, key string, counted *keyState, now int64, remaining int, reset time.Duration) {
-	c.leave(key, counted, now, &Decision{Allowed: true, Remaining: remaining, Reset: reset, Time: t0}, true)
+	c.leave(key, counted, 1, now, &Decision{Allowed: true, Remaining: remaining, Reset: reset, Time: t0}, true)
 }
 
 func TestDenyCacheBoundedAndExpiring(t *testing.T) {
@@ -24,18 +24,18 @@ func TestDenyCacheBoundedAndExpiring(t *testing.T) {
 		}
 	}
 	learn(c, "x", nil, 0, 0, 100)
-	if v, _, snap := c.enter("x", 99); v != rejected || snap.until != 100 || snap.resetAt != t0.UnixMicro() {
+	if v, _, snap := c.enter("x", 99, 1); v != rejected || snap.until != 100 || snap.resetAt != t0.UnixMicro() {
 		t.Fatalf("enter before the deadline: %v %+v, want a certain rejection", v, snap)
 	}
-	if v, st, _ := c.enter("x", 100); v != callRedis || st != nil {
+	if v, st, _ := c.enter("x", 100, 1); v != callRedis || st != nil {
 		t.Fatalf("enter at the deadline: %v, want an uncounted call", v)
 	}
-	if v, _, _ := c.enter("never", 0); v != callRedis {
+	if v, _, _ := c.enter("never", 0, 1); v != callRedis {
 		t.Fatalf("enter of an unknown key: %v", v)
 	}
 	// High remaining quota is not tracked at all.
 	learn(c, "roomy", nil, 0, lowRemaining, time.Second)
-	if v, st, _ := c.enter("roomy", 1); v != callRedis || st != nil {
+	if v, st, _ := c.enter("roomy", 1, 1); v != callRedis || st != nil {
 		t.Fatalf("roomy key: %v %v", v, st)
 	}
 }
@@ -46,9 +46,9 @@ func TestDenyCacheInFlight(t *testing.T) {
 	t.Parallel()
 	c := newDenyCache(100)
 	learn(c, "k", nil, 0, 2, time.Second)
-	v1, s1, _ := c.enter("k", 1)
-	v2, s2, _ := c.enter("k", 2)
-	v3, _, snap := c.enter("k", 3)
+	v1, s1, _ := c.enter("k", 1, 1)
+	v2, s2, _ := c.enter("k", 2, 1)
+	v3, _, snap := c.enter("k", 3, 1)
 	if v1 != callRedis || s1 == nil || v2 != callRedis || s2 == nil || v3 != waitTurn {
 		t.Fatalf("verdicts %v %v %v, want two counted calls and a wait", v1, v2, v3)
 	}
@@ -65,20 +65,20 @@ func TestDenyCacheInFlight(t *testing.T) {
 		t.Fatal("not woken when a call ended")
 	}
 	// 1 remaining, 1 in flight: still wait.
-	if v, _, _ := c.enter("k", 4); v != waitTurn {
+	if v, _, _ := c.enter("k", 4, 1); v != waitTurn {
 		t.Fatalf("after the first call: %v, want wait", v)
 	}
 	// The second call used the last of the quota: now a certain rejection.
 	learn(c, "k", s2, 2, 0, time.Second)
-	if v, _, _ := c.enter("k", 5); v != rejected {
+	if v, _, _ := c.enter("k", 5, 1); v != rejected {
 		t.Fatalf("after the quota ran out: %v, want rejected", v)
 	}
 	// A failed call releases its place and proves nothing.
 	c2 := newDenyCache(100)
 	learn(c2, "k", nil, 0, 1, time.Second)
-	_, st, _ := c2.enter("k", 1)
-	c2.leave("k", st, 1, &Decision{}, false)
-	if v, st, _ := c2.enter("k", 2); v != callRedis || st == nil {
+	_, st, _ := c2.enter("k", 1, 1)
+	c2.leave("k", st, 1, 1, &Decision{}, false)
+	if v, st, _ := c2.enter("k", 2, 1); v != callRedis || st == nil {
 		t.Fatalf("after a failed call: %v %v, want a counted call", v, st)
 	}
 }

@@ -58,7 +58,11 @@ func (p *Policy) serve(c *gin.Context) {
 	sc := &scratch{}
 	sc.keys[0] = key
 	var d *Decision = &sc.d
-	*d, err = p.decide(c.Request.Context(), sc.keys[:])
+	cost := p.cost
+	if p.costFunc != nil {
+		cost = p.costFunc(c)
+	}
+	*d, err = p.decide(c.Request.Context(), sc.keys[:], cost)
 	c.Set(decisionKey{}, d)
 	h := c.Writer.Header()
 	if err != nil {
@@ -68,6 +72,10 @@ func (p *Policy) serve(c *gin.Context) {
 		if !d.Allowed {
 			abortJSON(c, http.StatusServiceUnavailable, bodyUnavailable)
 		}
+		return
+	}
+	if d.Reason != "" {
+		abortJSON(c, http.StatusTooManyRequests, `{"code":429,"message":`+strconv.Quote(d.Reason)+`}`)
 		return
 	}
 	p.writeHeaders(h, d, sc)

@@ -2,6 +2,8 @@ package ginlimit
 
 import (
 	"fmt"
+
+	"github.com/gin-gonic/gin"
 	"log/slog"
 	"time"
 
@@ -110,17 +112,24 @@ type settings struct {
 	logger       *slog.Logger
 	deny         int
 	autoPipeline bool
+	alg          AlgorithmKind
+	subWindows   int
+	burst        int
+	cost         int
+	costFunc     func(*gin.Context) int
 	errs         []error
 }
 
 func defaults() settings {
 	return settings{
-		prefix:  DefaultKey,
-		window:  DefaultWindow,
-		limit:   DefaultLimit,
-		message: DefaultMessage,
-		timeout: DefaultTimeout,
-		deny:    DefaultDenyCacheSize,
+		prefix:     DefaultKey,
+		window:     DefaultWindow,
+		limit:      DefaultLimit,
+		message:    DefaultMessage,
+		timeout:    DefaultTimeout,
+		deny:       DefaultDenyCacheSize,
+		subWindows: DefaultSubWindows,
+		cost:       1,
 	}
 }
 
@@ -318,4 +327,33 @@ func DenyCache(size int) Option {
 // because go-redis marks the AutoPipeliner experimental.
 func AutoPipeline(enabled bool) Option {
 	return optionFunc(func(s *settings) { s.autoPipeline = enabled })
+}
+
+// Cost charges each request of the route n units instead of 1, for example
+// for a batch endpoint. It must be between 1 and 1e9. A request that costs
+// more than the rule can ever admit (the limit, or a token bucket's burst)
+// is rejected with 429 and a message saying so; it is never retried or
+// queued.
+func Cost(n int) Option {
+	return optionFunc(func(s *settings) {
+		if n < 1 || n > 1e9 {
+			s.invalid("Cost(%d): the cost must be between 1 and 1e9", n)
+			return
+		}
+		s.cost, s.costFunc = n, nil
+	})
+}
+
+// CostFunc charges each request f(c) units, for example by its batch size.
+// A result below 1 is charged as 1. f runs on every request and must be
+// safe for concurrent use; it must not read the request body unless it
+// restores it.
+func CostFunc(f func(c *gin.Context) int) Option {
+	return optionFunc(func(s *settings) {
+		if f == nil {
+			s.invalid("CostFunc(nil): the function must not be nil")
+			return
+		}
+		s.costFunc = f
+	})
 }

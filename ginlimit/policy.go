@@ -11,16 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/identity"
-	"github.com/ginlimit/ginlimit/lua"
 )
-
-// slidingLogScript is immutable: redis.Script holds only the source and its
-// SHA1. Run sends EVALSHA and falls back to EVAL on NOSCRIPT, so a SCRIPT
-// FLUSH or a Redis restart costs one extra round trip, once.
-var slidingLogScript = redis.NewScript(lua.SlidingLog())
 
 // Policy is one compiled rate limit rule: a backend, a window, a limit and
 // what to do when Redis fails. Make one with [Limiter.Policy] to take
@@ -46,7 +41,15 @@ type Policy struct {
 	pipeAbove int64        // pipelineAbove; tests lower it
 	deny      *denyCache
 
-	args         []any  // script ARGV: window in µs, limit, exactBelow
+	alg      AlgorithmKind
+	script   *redis.Script
+	param    int                    // the script's ARGV[3]
+	maxCost  int                    // the most one request can ever be admitted with
+	cost     int                    // the fixed cost, when costFunc is nil
+	costFunc func(*gin.Context) int // per-request cost, or nil
+	clock    func() int64           // tests only: the script's clock in µs
+
+	args         []any  // script ARGV for the fixed cost: window µs, limit, param, cost
 	policyHeader string // RateLimit-Policy value
 	quotedName   string
 	limitText    string
@@ -67,6 +70,17 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 	}
 	if s.ips == nil {
 		s.ips = &identity.IP{}
+	}
+	if s.alg == SlidingCounter && s.window.Microseconds()%int64(s.subWindows) != 0 {
+		return nil, fmt.Errorf("ginlimit: SubWindows(%d): does not divide Window(%v) in whole microseconds", s.subWindows, s.window)
+	}
+	script, param := s.alg.script(&s)
+	maxCost := s.limit
+	if s.alg == TokenBucket {
+		maxCost = s.burstOrLimit()
+	}
+	if s.costFunc == nil && s.cost > maxCost {
+		return nil, fmt.Errorf("ginlimit: Cost(%d): more than the rule can ever admit (%d)", s.cost, maxCost)
 	}
 	name := s.name
 	if name == "" {
@@ -95,7 +109,13 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		honours:    honoursContext(s.client),
 		deny:       newDenyCache(s.deny),
 		pipeAbove:  pipelineAbove,
-		args:       []any{s.window.Microseconds(), s.limit, exactBelow},
+		alg:        s.alg,
+		script:     script,
+		param:      param,
+		maxCost:    maxCost,
+		cost:       s.cost,
+		costFunc:   s.costFunc,
+		args:       []any{s.window.Microseconds(), s.limit, param, s.cost},
 		quotedName: sfString(name),
 		limitText:  strconv.Itoa(s.limit),
 		body429:    body,
@@ -112,7 +132,7 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 	// handles NOSCRIPT anyway, so a failure here costs nothing, and a dead
 	// Redis delays start-up by DefaultTimeout at most.
 	ctx, cancel := context.WithTimeout(context.Background(), min(p.timeout, DefaultTimeout))
-	_, _ = bounded(ctx, func() (string, error) { return slidingLogScript.Load(ctx, p.client).Result() })
+	_, _ = bounded(ctx, func() (string, error) { return p.script.Load(ctx, p.client).Result() })
 	cancel()
 	p.policyHeader = p.quotedName + ";q=" + p.limitText + ";w=" + strconv.FormatInt(ceilSeconds(s.window), 10)
 	return p, nil
@@ -129,26 +149,47 @@ func (p *Policy) Name() string { return p.name }
 // When Redis fails it returns the error, wrapped, together with the decision
 // the policy's FailPolicy takes.
 func (p *Policy) Allow(ctx context.Context, key string) (Decision, error) {
+	return p.AllowN(ctx, key, p.cost)
+}
+
+// AllowN is [Policy.Allow] for a request that costs n units. A request that
+// costs more than the rule can ever admit is rejected without a Redis call,
+// with [Decision.Reason] saying why.
+func (p *Policy) AllowN(ctx context.Context, key string, n int) (Decision, error) {
 	var b strings.Builder
 	b.Grow(len(p.prefix) + escapedLen(key, routeSafe) + 2)
 	b.WriteString(p.prefix)
 	b.WriteByte('{')
 	writeEscaped(&b, key, routeSafe)
 	b.WriteByte('}')
-	return p.decide(ctx, []string{b.String()})
+	return p.decide(ctx, []string{b.String()}, n)
 }
 
 // decide answers from the deny cache when it can, and otherwise runs the
 // sliding-log script on the full Redis key keys[0]. keys is passed in, not
 // built here, so the middleware can keep it in its per-request scratch.
-func (p *Policy) decide(ctx context.Context, keys []string) (Decision, error) {
+func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision, error) {
 	key := keys[0]
+	cost = max(cost, 1)
+	if cost > p.maxCost {
+		return Decision{
+			Rule: p.name, Limit: p.limit,
+			Reason: "the request costs " + strconv.Itoa(cost) + ", more than the rule can ever admit (" + strconv.Itoa(p.maxCost) + ")",
+		}, nil
+	}
+	args := p.args
+	if cost != p.cost || p.clock != nil {
+		args = []any{p.args[0], p.args[1], p.args[2], cost}
+		if p.clock != nil {
+			args = append(args, p.clock())
+		}
+	}
 	var sent int64
 	var counted *keyState
 	v, snap := callRedis, keyState{}
 	if p.deny != nil {
 		sent = p.deny.now()
-		if v, counted, snap = p.deny.enter(key, sent); v == rejected {
+		if v, counted, snap = p.deny.enter(key, sent, cost); v == rejected {
 			return p.cached(snap, sent), nil // no context, no timer: the cheap path
 		}
 	}
@@ -159,27 +200,27 @@ func (p *Policy) decide(ctx context.Context, keys []string) (Decision, error) {
 			return p.failed(key, err)
 		}
 		sent = p.deny.now()
-		if v, counted, snap = p.deny.enter(key, sent); v == rejected {
+		if v, counted, snap = p.deny.enter(key, sent, cost); v == rejected {
 			return p.cached(snap, sent), nil
 		}
 	}
 	var reply []any
 	var err error
 	if p.pipe != nil && p.calls.Add(1) > p.pipeAbove {
-		reply, err = runPipelined(ctx, p.pipe, slidingLogScript, p.client, key, p.args)
+		reply, err = runPipelined(ctx, p.pipe, p.script, p.client, key, args)
 		p.calls.Add(-1)
 	} else {
 		if p.pipe != nil {
 			defer p.calls.Add(-1)
 		}
-		reply, err = runScript(ctx, p.honours, slidingLogScript, p.client, keys, p.args)
+		reply, err = runScript(ctx, p.honours, p.script, p.client, keys, args)
 	}
 	var d Decision
 	if err == nil {
 		d, err = p.parse(reply)
 	}
 	if p.deny != nil {
-		p.deny.leave(key, counted, sent, &d, err == nil)
+		p.deny.leave(key, counted, cost, sent, &d, err == nil)
 	}
 	if err != nil {
 		return p.failed(key, err)
@@ -189,7 +230,7 @@ func (p *Policy) decide(ctx context.Context, keys []string) (Decision, error) {
 
 // failed is the decision and error when Redis could not decide.
 func (p *Policy) failed(key string, err error) (Decision, error) {
-	err = fmt.Errorf("ginlimit: sliding log %q: %w", key, err)
+	err = fmt.Errorf("ginlimit: %v %q: %w", p.alg, key, err)
 	return Decision{Rule: p.name, Allowed: p.onFail == FailOpen, Limit: p.limit, Err: err}, err
 }
 
@@ -207,12 +248,12 @@ func (p *Policy) cached(st keyState, now int64) Decision {
 }
 
 // parse checks and converts the script's reply {allowed, remaining,
-// reset_us, now_us}.
+// reset_us, now_us, retry_us}.
 func (p *Policy) parse(reply []any) (Decision, error) {
-	if len(reply) != 4 {
+	if len(reply) != 5 {
 		return Decision{}, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}
-	var n [4]int64
+	var n [5]int64
 	for i, v := range reply {
 		x, ok := v.(int64)
 		if !ok {
@@ -229,7 +270,7 @@ func (p *Policy) parse(reply []any) (Decision, error) {
 		Time:      time.UnixMicro(n[3]),
 	}
 	if !d.Allowed {
-		d.RetryAfter = d.Reset
+		d.RetryAfter = time.Duration(n[4]) * time.Microsecond
 	}
 	return d, nil
 }

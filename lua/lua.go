@@ -2,19 +2,41 @@
 // the .lua files beside this one so they can be read, reviewed and tested as
 // Lua.
 //
-// Each script is documented at its top: what KEYS and ARGV it takes and what
-// it returns. The ginlimit package wraps each one once in redis.NewScript.
+// Every script decides one request atomically in one call and takes the same
+// arguments: KEYS[1] the key; ARGV the window in µs, the limit, one
+// algorithm parameter, the request's cost, and an optional test clock in µs
+// (empty means Redis TIME). Every script returns {allowed, remaining,
+// reset_us, now_us, retry_us}. Each file documents the details at its top.
+// The ginlimit package wraps each one once in redis.NewScript.
+//
+// The scripts are returned by functions, not exported as variables, so no
+// caller can change what another one runs.
 package lua
 
 import _ "embed"
 
-//go:embed sliding_log.lua
-var slidingLog string
+var (
+	//go:embed sliding_log.lua
+	slidingLog string
+	//go:embed sliding_counter.lua
+	slidingCounter string
+	//go:embed fixed_window.lua
+	fixedWindow string
+	//go:embed token_bucket.lua
+	tokenBucket string
+)
 
-// SlidingLog returns the exact sliding-log script: ZREMRANGEBYSCORE, ZCARD
-// and, only while the count is under the limit, ZADD with a unique member
-// and PEXPIRE, all on the Redis clock in one atomic call.
-//
-// The scripts are returned by functions, not exported as variables, so no
-// caller can change what another one runs.
+// SlidingLog returns the exact sliding-log script: a ZSET of admission
+// times on the Redis clock.
 func SlidingLog() string { return slidingLog }
+
+// SlidingCounter returns the sliding-window-counter script: a hash of N
+// sub-window counts.
+func SlidingCounter() string { return slidingCounter }
+
+// FixedWindow returns the fixed-window script: one count per aligned window.
+func FixedWindow() string { return fixedWindow }
+
+// TokenBucket returns the token-bucket script in its GCRA form: one
+// timestamp per key.
+func TokenBucket() string { return tokenBucket }
