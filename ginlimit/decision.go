@@ -29,6 +29,11 @@ type Decision struct {
 	// Reason is set when a request was rejected for a reason other than the
 	// rate: today, a cost larger than the rule can ever admit.
 	Reason string
+	// Rules holds the decision of every rule of a route with several
+	// [Rule]s; the Decision itself is then the rule that fired (with the
+	// longest RetryAfter of the rules that rejected) or, when admitted, the
+	// rule with the least remaining. It is nil for a single rule.
+	Rules []Decision
 	// Cached reports that the rejection came from the in-process deny cache
 	// (see [DenyCache]) without a Redis call.
 	Cached bool

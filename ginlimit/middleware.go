@@ -1,15 +1,12 @@
 package ginlimit
 
 import (
-	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/ginlimit/ginlimit/identity"
 )
 
 // Response bodies that carry no configuration. Internal error text never goes
@@ -34,23 +31,13 @@ type challenger interface{ Challenge() string }
 
 // serve is the gin handler of a compiled policy.
 func (p *Policy) serve(c *gin.Context) {
+	if p.rules != nil {
+		p.serveMulti(c)
+		return
+	}
 	key, err := p.requestKey(c)
 	if err != nil {
-		if errors.Is(err, identity.ErrUnauthenticated) {
-			if ch, ok := p.users.(challenger); ok {
-				challenge := ch.Challenge()
-				if c.GetHeader("Authorization") != "" {
-					// RFC 6750 section 3: a token was sent but is not valid.
-					challenge += ` error="invalid_token"`
-				}
-				c.Header("WWW-Authenticate", challenge)
-			}
-			abortJSON(c, http.StatusUnauthorized, bodyUnauthorized)
-			return
-		}
-		p.logs.log(c.Request.Context(), p.logger, slog.LevelError, "ginlimit: no identity for the request; answering 500",
-			slog.String("rule", p.name), errAttr(err))
-		abortJSON(c, http.StatusInternalServerError, bodyInternal)
+		p.identityFailed(c, err)
 		return
 	}
 	// One allocation holds what the rest of the request needs: the decision

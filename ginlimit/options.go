@@ -117,6 +117,8 @@ type settings struct {
 	burst        int
 	cost         int
 	costFunc     func(*gin.Context) int
+	rules        [][]Option // Rule(...) groups, in order
+	inRule       bool       // applying the options of one Rule
 	errs         []error
 }
 
@@ -226,6 +228,10 @@ func Name(name string) Option {
 // client's ReadTimeout.
 func Redis(client redis.Scripter) Option {
 	return optionFunc(func(s *settings) {
+		if s.inRule {
+			s.invalid("Rule(Redis(...)): Redis applies to the whole route, not to one of its rules")
+			return
+		}
 		if client == nil {
 			s.invalid("Redis(nil): the Redis client must not be nil")
 			return
@@ -264,6 +270,10 @@ func UserIdentity(u identity.User) Option {
 // [FailOpen].
 func OnFailure(p FailPolicy) Option {
 	return optionFunc(func(s *settings) {
+		if s.inRule {
+			s.invalid("Rule(OnFailure(...)): OnFailure applies to the whole route, not to one of its rules")
+			return
+		}
 		if p != FailOpen && p != FailClosed {
 			s.invalid("OnFailure(%v): want FailOpen or FailClosed", p)
 			return
@@ -276,6 +286,10 @@ func OnFailure(p FailPolicy) Option {
 // context. The default is [DefaultTimeout]. It must be positive.
 func Timeout(d time.Duration) Option {
 	return optionFunc(func(s *settings) {
+		if s.inRule {
+			s.invalid("Rule(Timeout(...)): Timeout applies to the whole route, not to one of its rules")
+			return
+		}
 		if d <= 0 {
 			s.invalid("Timeout(%v): the timeout must be positive", d)
 			return
@@ -288,6 +302,10 @@ func Timeout(d time.Duration) Option {
 // while serving. The default is slog.Default() at the time of logging.
 func Logger(l *slog.Logger) Option {
 	return optionFunc(func(s *settings) {
+		if s.inRule {
+			s.invalid("Rule(Logger(...)): Logger applies to the whole route, not to one of its rules")
+			return
+		}
 		if l == nil {
 			s.invalid("Logger(nil): the logger must not be nil")
 			return
@@ -309,6 +327,10 @@ func Logger(l *slog.Logger) Option {
 // for concurrent use.
 func DenyCache(size int) Option {
 	return optionFunc(func(s *settings) {
+		if s.inRule {
+			s.invalid("Rule(DenyCache(...)): DenyCache applies to the whole route, not to one of its rules")
+			return
+		}
 		if size < 0 {
 			s.invalid("DenyCache(%d): the size must be 0 (off) or positive", size)
 			return
@@ -326,7 +348,13 @@ func DenyCache(size int) Option {
 // *redis.Ring) fall back to one call per decision. The default is off,
 // because go-redis marks the AutoPipeliner experimental.
 func AutoPipeline(enabled bool) Option {
-	return optionFunc(func(s *settings) { s.autoPipeline = enabled })
+	return optionFunc(func(s *settings) {
+		if s.inRule {
+			s.invalid("Rule(AutoPipeline(...)): AutoPipeline applies to the whole route, not to one of its rules")
+			return
+		}
+		s.autoPipeline = enabled
+	})
 }
 
 // Cost charges each request of the route n units instead of 1, for example

@@ -48,6 +48,7 @@ type Policy struct {
 	cost     int                    // the fixed cost, when costFunc is nil
 	costFunc func(*gin.Context) int // per-request cost, or nil
 	clock    func() int64           // tests only: the script's clock in µs
+	rules    []*Policy              // the rules of a several-rule route, or nil
 
 	args         []any  // script ARGV for the fixed cost: window µs, limit, param, cost
 	policyHeader string // RateLimit-Policy value
@@ -61,6 +62,9 @@ type Policy struct {
 func compile(s settings, logs *logThrottle) (*Policy, error) {
 	if len(s.errs) > 0 {
 		return nil, errors.Join(s.errs...)
+	}
+	if len(s.rules) > 0 {
+		return compileMulti(s, logs)
 	}
 	if s.client == nil {
 		return nil, errors.New("ginlimit: no Redis backend: give ginlimit.Redis(client) to ginlimit.New or to the route")
@@ -162,6 +166,14 @@ func (p *Policy) AllowN(ctx context.Context, key string, n int) (Decision, error
 	b.WriteByte('{')
 	writeEscaped(&b, key, routeSafe)
 	b.WriteByte('}')
+	if p.rules != nil {
+		dims := make([]string, len(p.rules))
+		costs := make([]int, len(p.rules))
+		for i := range costs {
+			costs[i] = n
+		}
+		return p.decideMulti(ctx, p.multiKeys(b.String()[len(p.prefix):], dims), costs)
+	}
 	return p.decide(ctx, []string{b.String()}, n)
 }
 

@@ -24,6 +24,8 @@ var (
 	fixedWindow string
 	//go:embed token_bucket.lua
 	tokenBucket string
+	//go:embed multi.lua
+	multi string
 )
 
 // SlidingLog returns the exact sliding-log script: a ZSET of admission
@@ -40,3 +42,8 @@ func FixedWindow() string { return fixedWindow }
 // TokenBucket returns the token-bucket script in its GCRA form: one
 // timestamp per key.
 func TokenBucket() string { return tokenBucket }
+
+// Multi returns the script that decides several rules, of any algorithms,
+// atomically and all or nothing. Its arguments differ from the others': see
+// its header.
+func Multi() string { return multi }
