@@ -44,15 +44,54 @@
 // limit entries per busy key. An idle key expires a window after its last
 // admission.
 //
+// # Algorithms
+//
+// [Algorithm] picks one per rule. Every algorithm runs as one atomic Lua
+// script on the Redis clock (TIME), in one round trip, with a TTL on every
+// key, on keys that are Redis Cluster safe; every one returns the same
+// [Decision] and the same headers, and supports [Cost].
+//
+//   - [SlidingLog] (default): exact. Over any window-long span (now-w, now]
+//     at most limit units are admitted. Memory: one sorted-set entry per
+//     admitted unit in the window, about 21 bytes each while the set is a
+//     listpack (up to 128 entries) and about 130 bytes each beyond: roughly
+//     2 KB at limit 100 and 1.3 MB at limit 10,000.
+//   - [SlidingCounter]: the window is split into [SubWindows] (default 10)
+//     aligned parts, and the count is the sum of the parts that overlap the
+//     window. The counted span is between (N-1)/N of the window and all of
+//     it, so up to limit·(N+1)/N units can pass in one window's length (the
+//     error bound); in practice it errs on a share of requests that the
+//     tests measure against the exact log. Memory: a hash of at most N small
+//     counters, about 100 bytes to 1 KB whatever the limit.
+//   - [FixedWindow]: one count per window aligned on the Redis clock. Exact
+//     within each window, but up to 2·limit units can pass across a boundary
+//     within one window's length. Memory: one small hash, under 100 bytes.
+//   - [TokenBucket] (GCRA): limit tokens refill per window into a bucket of
+//     [Burst] tokens (default limit). After a quiet spell a burst of up to
+//     Burst passes at once; sustained, the rate is limit per window. Exact
+//     with respect to its definition (float64 µs arithmetic). Memory: one
+//     string, under 100 bytes.
+//
+// A request that costs more than a rule can ever admit (its limit, or a
+// bucket's burst) is rejected at once with [Decision.Reason] set and a 429
+// that says so; it is never queued or retried.
+//
+// [Rule] puts several rules on one route; one script call decides all of
+// them, atomically and all or nothing.
+//
 // # The deny cache
 //
-// A sliding-log rejection is certain until the oldest request in the window
-// leaves it: entries leave only by time, and other instances can only add
-// entries. So each rule remembers, in process and per key, the bound the
-// last decisions proved, until that moment (measured from when the call was
+// A rejection is certain until the first moment the key's remaining quota
+// can grow: for the sliding log, when the oldest request leaves the window
+// (entries leave only by time, and other instances can only add); for the
+// fixed window, when the window ends; for the token bucket, when the next
+// whole token accrues; for the counter, when the oldest counted sub-window
+// leaves. Each script reports exactly that moment. So each rule remembers,
+// in process and per key, the bound the last decisions proved, until that
+// moment (measured from when the call was
 // sent, so it never outlasts the truth):
 //
-//   - remaining 0: requests are rejected in process, with the same answer
+//   - remaining below the request's cost: requests are rejected in process, with the same answer
 //     and headers Redis would give ([Decision.Cached] is true). A flood on an
 //     over-limit key costs Redis nothing.
 //   - a small remaining r: at most r calls on the key are in flight at once;
