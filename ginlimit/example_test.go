@@ -132,3 +132,61 @@ func ExampleNew() {
 	// <nil>
 	// ginlimit.New: ginlimit: Limit(0): the limit must be between 1 and 1e9
 }
+
+func ExampleRule() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.GET("/search", ginlimit.RateLimit(ginlimit.Redis(rdb), ginlimit.Key("search:"),
+		ginlimit.Rule(ginlimit.Name("burst"), ginlimit.Window(time.Second), ginlimit.Limit(2)),
+		ginlimit.Rule(ginlimit.Name("daily"), ginlimit.Window(24*time.Hour), ginlimit.Limit(100), ginlimit.Algorithm(ginlimit.FixedWindow))),
+		func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	for range 3 {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/search", nil))
+		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"), w.Body.String())
+	}
+	// Output:
+	// 200 "burst";q=2;w=1, "daily";q=100;w=86400 ok
+	// 200 "burst";q=2;w=1, "daily";q=100;w=86400 ok
+	// 429 "burst";q=2;w=1, "daily";q=100;w=86400 {"code":429,"message":"Too many requests, please try again later","rule":"burst"}
+}
+
+func ExampleAlgorithm() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	if err != nil {
+		panic(err)
+	}
+	// 10 per minute sustained, bursts of up to 3, batch requests costing 2.
+	bucket, err := limiter.Policy(ginlimit.Key("export:"), ginlimit.Algorithm(ginlimit.TokenBucket),
+		ginlimit.Window(time.Minute), ginlimit.Limit(10), ginlimit.Burst(3))
+	if err != nil {
+		panic(err)
+	}
+	for _, cost := range []int{2, 2, 5} {
+		d, err := bucket.AllowN(context.Background(), "tenant-7", cost)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("cost %d: allowed %v, %d left %q\n", cost, d.Allowed, d.Remaining, d.Reason)
+	}
+	// Output:
+	// cost 2: allowed true, 1 left ""
+	// cost 2: allowed false, 1 left ""
+	// cost 5: allowed false, 0 left "the request costs 5, more than the rule can ever admit (3)"
+}

@@ -252,6 +252,7 @@ func (p *Policy) cached(st keyState, now int64) Decision {
 	return Decision{
 		Rule:       p.name,
 		Limit:      p.limit,
+		Remaining:  st.remaining,
 		Reset:      reset,
 		RetryAfter: reset,
 		Time:       time.UnixMicro(st.resetAt).Add(-reset),
