@@ -196,25 +196,34 @@ func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, d
 	st.remaining = min(st.remaining, d.Remaining)
 }
 
-// makeRoom evicts from a full shard: expired idle keys first, otherwise any
-// one idle key. Keys with calls in flight stay, so no waiter is orphaned.
+// makeRoom evicts from a full shard. It looks at a few keys only (map order
+// is random), so an insert costs O(1) however large the shard: expired idle
+// keys among them go, and if none did, the first idle one. Keys with calls
+// in flight stay, so no waiter is orphaned.
 func (c *denyCache) makeRoom(s *denyShard, now int64) {
 	if len(s.m) < c.perShard {
 		return
 	}
+	const sample = 8
+	seen, victim := 0, ""
 	for k, st := range s.m {
-		if now >= st.until && st.inflight == 0 {
-			delete(s.m, k)
-		}
-	}
-	if len(s.m) < c.perShard {
-		return
-	}
-	for k, st := range s.m { // map order is random
 		if st.inflight == 0 {
-			delete(s.m, k)
-			return
+			if now >= st.until {
+				delete(s.m, k)
+				victim = ""
+				if len(s.m) < c.perShard-sample {
+					return
+				}
+			} else if victim == "" {
+				victim = k
+			}
 		}
+		if seen++; seen == sample {
+			break
+		}
+	}
+	if victim != "" && len(s.m) >= c.perShard {
+		delete(s.m, victim)
 	}
 }
 

@@ -230,6 +230,7 @@ func TestOptionValidation(t *testing.T) {
 		{"limit negative", Limit(-3), "Limit(-3)"},
 		{"window 0", Window(0), "Window(0s)"},
 		{"window sub-ms", Window(999 * time.Microsecond), "Window(999µs)"},
+		{"window too long", Window(40 * 365 * 24 * time.Hour), "Window(350400h0m0s)"},
 		{"empty key", Key(""), `Key("")`},
 		{"brace key", Key("a{b}:"), `Key("a{b}:")`},
 		{"empty message", Message(""), `Message("")`},

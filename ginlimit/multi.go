@@ -169,7 +169,7 @@ func (p *Policy) parseMulti(reply []any) (Decision, error) {
 			Rule:      r.name,
 			Allowed:   fired == 0,
 			Limit:     r.limit,
-			Remaining: int(v[1]),
+			Remaining: int(max(v[1], 0)),
 			Reset:     time.Duration(v[2]) * time.Microsecond,
 			Time:      now,
 		}

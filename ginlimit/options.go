@@ -139,6 +139,10 @@ func (s *settings) invalid(format string, args ...any) {
 	s.errs = append(s.errs, fmt.Errorf("ginlimit: "+format, args...))
 }
 
+// maxWindow is the longest window the scripts accept (1e15 µs, about 31
+// years).
+const maxWindow = 1e15 * time.Microsecond
+
 // Key sets the Redis key prefix, the Java annotation's key. The default is
 // [DefaultKey]. It must not be empty and must not contain '{' or '}', which
 // would move the key's Redis Cluster hash tag.
@@ -155,13 +159,13 @@ func Key(prefix string) Option {
 	})
 }
 
-// Window sets the length of the sliding window. The default is
-// [DefaultWindow]. It must be at least 1 ms and is kept at microsecond
-// precision; 250*time.Millisecond works as written.
+// Window sets the length of the window. The default is [DefaultWindow]. It
+// must be from 1 ms to about 31 years and is kept at microsecond precision;
+// 250*time.Millisecond works as written.
 func Window(d time.Duration) Option {
 	return optionFunc(func(s *settings) {
-		if d < time.Millisecond {
-			s.invalid("Window(%v): the window must be at least 1ms", d)
+		if d < time.Millisecond || d > maxWindow {
+			s.invalid("Window(%v): the window must be from 1ms to %v", d, maxWindow)
 			return
 		}
 		s.window = d.Truncate(time.Microsecond)
@@ -314,8 +318,8 @@ func Logger(l *slog.Logger) Option {
 	})
 }
 
-// DenyCache sets how many rejected keys a rule remembers in process; 0 turns
-// the cache off. The default is [DefaultDenyCacheSize].
+// DenyCache sets how many keys near or over their limit a rule remembers in
+// process; 0 turns the cache off. The default is [DefaultDenyCacheSize].
 //
 // A sliding-log rejection is certain until the oldest request in the window
 // leaves it, on every instance, so the cache answers repeated requests on a

@@ -275,10 +275,12 @@ func (p *Policy) parse(reply []any) (Decision, error) {
 		n[i] = x
 	}
 	d := Decision{
-		Rule:      p.name,
-		Allowed:   n[0] == 1,
-		Limit:     p.limit,
-		Remaining: int(n[1]),
+		Rule:    p.name,
+		Allowed: n[0] == 1,
+		Limit:   p.limit,
+		// A key can hold more than the limit (a limit lowered on redeploy,
+		// two rules sharing a key): remaining is never reported below 0.
+		Remaining: int(max(n[1], 0)),
 		Reset:     time.Duration(n[2]) * time.Microsecond,
 		Time:      time.UnixMicro(n[3]),
 	}

@@ -444,3 +444,34 @@ func TestAutoPipelineBatchesConcurrentDecisions(t *testing.T) {
 	}
 	t.Logf("%d of 640 decisions were pipelined", hook.n.Load())
 }
+
+// TestKeyOverItsLimit: a key holding more than the rule's limit (a limit
+// lowered on redeploy) is rejected at once, with remaining 0, with and
+// without the deny cache: never a negative count, never a wait that times
+// out and fails open.
+func TestKeyOverItsLimit(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	pre := prefix(t)
+	ctx := context.Background()
+	old := mustPolicy(t, Redis(c), Key(pre), Window(time.Minute), Limit(10), DenyCache(0))
+	for range 10 {
+		if _, err := old.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cache := range []int{0, 100} {
+		lowered := mustPolicy(t, Redis(c), Key(pre), Window(time.Minute), Limit(3), DenyCache(cache), Timeout(2*time.Second))
+		for i := range 3 {
+			start := time.Now()
+			d, err := lowered.Allow(ctx, "k")
+			if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
+				t.Fatalf("cache %d request %d: %+v, %v; want a rejection with 0 remaining", cache, i, d, err)
+			}
+			if el := time.Since(start); el > time.Second {
+				t.Fatalf("cache %d request %d took %v: it waited instead of rejecting", cache, i, el)
+			}
+		}
+	}
+}

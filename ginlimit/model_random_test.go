@@ -1,0 +1,408 @@
+package ginlimit
+
+// Random request timelines run through each script, on miniredis and on a
+// real redis-server, and through its reference model in model_test.go; every
+// decision must match. Each case has a fixed seed, logged, so a failure
+// reproduces; -model.seed overrides every case's seed and -model.scale
+// multiplies the steps, to search further:
+//
+//	go test -race -count=1 -run 'ModelRandom' -model.seed=12345 -model.scale=10 ./ginlimit
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+var (
+	modelSeedFlag  = flag.Uint64("model.seed", 0, "the seed of every random model timeline; 0 means each case's own fixed seed")
+	modelScaleFlag = flag.Float64("model.scale", 1, "multiplies the steps of every random model timeline")
+)
+
+// modelCase is one rule and the length and seed of its random timeline.
+type modelCase struct {
+	alg    AlgorithmKind
+	window time.Duration
+	limit  int
+	burst  int // TokenBucket: the bucket's capacity
+	subs   int // SlidingCounter: the number of sub-windows
+	steps  int
+	seed   uint64
+}
+
+func (c modelCase) String() string {
+	s := fmt.Sprintf("w=%v,l=%d", c.window, c.limit)
+	switch c.alg {
+	case TokenBucket:
+		s += fmt.Sprintf(",b=%d", c.burst)
+	case SlidingCounter:
+		s += fmt.Sprintf(",n=%d", c.subs)
+	}
+	return s
+}
+
+func (c modelCase) windowUS() int64 { return c.window.Microseconds() }
+
+// maxCost is the largest cost the rule admits.
+func (c modelCase) maxCost() int {
+	if c.alg == TokenBucket {
+		return c.burst
+	}
+	return c.limit
+}
+
+// boundary is the spacing of the clock-aligned boundaries where the count
+// changes at once: the sub-window for the counter, else the window.
+func (c modelCase) boundary() int64 {
+	if c.alg == SlidingCounter {
+		return c.windowUS() / int64(c.subs)
+	}
+	return c.windowUS()
+}
+
+func (c modelCase) model() rateModel {
+	w := c.windowUS()
+	switch c.alg {
+	case SlidingCounter:
+		return newSlidingCounterModel(w, c.limit, c.subs)
+	case FixedWindow:
+		return newFixedWindowModel(w, c.limit)
+	case TokenBucket:
+		return newTokenBucketModel(w, c.limit, c.burst)
+	}
+	return newSlidingLogModel(w, c.limit)
+}
+
+func (c modelCase) options() []Option {
+	opts := []Option{Window(c.window), Limit(c.limit), Algorithm(c.alg), DenyCache(0)}
+	switch c.alg {
+	case TokenBucket:
+		opts = append(opts, Burst(c.burst))
+	case SlidingCounter:
+		opts = append(opts, SubWindows(c.subs))
+	}
+	return opts
+}
+
+// The cases: windows of 1 ms, 7.3 ms, 250 ms and 1 s (and multiples of 3 and
+// 60 for the counter), limits from 1 to 200 with several around the sliding
+// log's exactBelow (64), token buckets with bursts below and above the limit
+// and refill times that are not whole microseconds. Each exact algorithm
+// runs at least 10,000 steps per backend.
+const modelMS = time.Millisecond
+
+var (
+	modelSlidingLogCases = []modelCase{
+		{window: 1 * modelMS, limit: 1, steps: 800, seed: 101},
+		{window: 1 * modelMS, limit: 5, steps: 800, seed: 102},
+		{window: 250 * modelMS, limit: 3, steps: 800, seed: 103},
+		{window: 7300 * time.Microsecond, limit: 37, steps: 1000, seed: 104},
+		{window: time.Second, limit: 66, steps: 1400, seed: 105},
+		{window: 250 * modelMS, limit: 70, steps: 1400, seed: 106},
+		{window: 7300 * time.Microsecond, limit: 100, steps: 1400, seed: 107},
+		{window: time.Second, limit: 130, steps: 1400, seed: 108},
+		{window: 1 * modelMS, limit: 200, steps: 1200, seed: 109},
+	}
+	modelFixedWindowCases = []modelCase{
+		{window: 1 * modelMS, limit: 1, steps: 1000, seed: 201},
+		{window: 1 * modelMS, limit: 7, steps: 1200, seed: 202},
+		{window: 250 * modelMS, limit: 3, steps: 1200, seed: 203},
+		{window: 7300 * time.Microsecond, limit: 50, steps: 1400, seed: 204},
+		{window: time.Second, limit: 20, steps: 1200, seed: 205},
+		{window: time.Second, limit: 100, steps: 1400, seed: 206},
+		{window: 250 * modelMS, limit: 200, steps: 1400, seed: 207},
+		{window: 7300 * time.Microsecond, limit: 128, steps: 1400, seed: 208},
+	}
+	modelTokenBucketCases = []modelCase{
+		{window: 1 * modelMS, limit: 1, burst: 1, steps: 1000, seed: 301},
+		{window: 1 * modelMS, limit: 3, burst: 10, steps: 1200, seed: 302},   // T = 333.33 µs
+		{window: 250 * modelMS, limit: 10, burst: 3, steps: 1200, seed: 303}, // T = 25 ms
+		{window: time.Second, limit: 7, burst: 7, steps: 1200, seed: 304},    // T = 142857.14 µs
+		{window: 7300 * time.Microsecond, limit: 100, burst: 1, steps: 1200, seed: 305},
+		{window: time.Second, limit: 200, burst: 50, steps: 1400, seed: 306},
+		{window: 250 * modelMS, limit: 3, burst: 200, steps: 1400, seed: 307},
+		{window: 7300 * time.Microsecond, limit: 64, burst: 130, steps: 1400, seed: 308}, // T = 114.0625 µs
+	}
+	modelSlidingCounterCases = []modelCase{
+		{window: 1 * modelMS, limit: 5, subs: 1, steps: 1000, seed: 401},
+		{window: 1 * modelMS, limit: 10, subs: 2, steps: 1200, seed: 402},
+		{window: 3 * modelMS, limit: 4, subs: 3, steps: 1000, seed: 403},
+		{window: 7300 * time.Microsecond, limit: 20, subs: 10, steps: 1200, seed: 404},
+		{window: 250 * modelMS, limit: 100, subs: 10, steps: 1400, seed: 405},
+		{window: 300 * modelMS, limit: 7, subs: 3, steps: 1000, seed: 406},
+		{window: 600 * modelMS, limit: 120, subs: 60, steps: 1400, seed: 407},
+		{window: time.Second, limit: 1, subs: 2, steps: 800, seed: 408},
+		{window: time.Second, limit: 200, subs: 10, steps: 1400, seed: 409},
+	}
+)
+
+func TestModelRandomSlidingLog(t *testing.T) { runModelCases(t, SlidingLog, modelSlidingLogCases) }
+
+func TestModelRandomFixedWindow(t *testing.T) { runModelCases(t, FixedWindow, modelFixedWindowCases) }
+
+func TestModelRandomTokenBucket(t *testing.T) { runModelCases(t, TokenBucket, modelTokenBucketCases) }
+
+func TestModelRandomSlidingCounter(t *testing.T) {
+	runModelCases(t, SlidingCounter, modelSlidingCounterCases)
+}
+
+// modelEpoch is where the random timelines' test clock starts: 2040-01-01
+// UTC, in the same power-of-two range of µs (2^50 to 2^51) as today's clock,
+// so the token bucket's doubles round as in production, and far enough ahead
+// that the absolute expiries (PEXPIREAT) of the fixed window and the counter
+// lie in a real redis-server's future. Once the real clock nears it, it moves
+// on to a later New Year.
+func modelEpoch() int64 {
+	e := time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC)
+	if soon := time.Now().AddDate(1, 0, 0); soon.After(e) {
+		e = time.Date(soon.Year()+1, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return e.UnixMicro()
+}
+
+// modelBackend is where a case's script runs.
+type modelBackend struct {
+	client redis.Scripter
+	// setClock, when set, moves the backend's own clock (TIME and TTLs) to
+	// the step's time before the decision.
+	setClock func(now int64)
+}
+
+func runModelCases(t *testing.T, alg AlgorithmKind, cases []modelCase) {
+	t.Parallel()
+	total := 0
+	for _, c := range cases {
+		total += modelSteps(c)
+	}
+	t.Logf("%v: %d steps per backend over %d cases", alg, total, len(cases))
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range cases {
+			c.alg = alg
+			t.Run(c.String(), func(t *testing.T) {
+				// A miniredis per case: its clock is the case's. TTLs move
+				// with it (FastForward), so a key that expired while its
+				// state still mattered would show as a mismatch.
+				m := miniredis.RunT(t)
+				client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+				t.Cleanup(func() { _ = client.Close() })
+				var last int64
+				runModelCase(t, c, modelBackend{client: client, setClock: func(now int64) {
+					if last != 0 {
+						m.FastForward(time.Duration(now-last) * time.Microsecond)
+					}
+					m.SetTime(time.UnixMicro(now))
+					last = now
+				}})
+			})
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		client := persistingScripter{srv.Client()}
+		for _, c := range cases {
+			c.alg = alg
+			t.Run(c.String(), func(t *testing.T) {
+				runModelCase(t, c, modelBackend{client: client})
+			})
+		}
+	})
+}
+
+// persistingScripter runs each script call in MULTI/EXEC with a PERSIST of
+// its key, in the same round trip. The test clock moves a script's time but
+// not the real server's, on which TTLs run, so a key could expire (or
+// outlive its state) at any real moment; no decision depends on that, since
+// every script recognises stale state by time. The miniredis runs check the
+// TTLs, and TestRealRedisClockAndTTL checks them on the real clock.
+type persistingScripter struct{ *redis.Client }
+
+func (p persistingScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	var cmd *redis.Cmd
+	_, _ = p.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		cmd = pipe.EvalSha(ctx, sha1, keys, args...)
+		pipe.Persist(ctx, keys[0])
+		return nil
+	})
+	return cmd
+}
+
+func (p persistingScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	var cmd *redis.Cmd
+	_, _ = p.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		cmd = pipe.Eval(ctx, script, keys, args...)
+		pipe.Persist(ctx, keys[0])
+		return nil
+	})
+	return cmd
+}
+
+func modelSteps(c modelCase) int {
+	return max(1, int(math.Round(float64(c.steps)**modelScaleFlag)))
+}
+
+// modelLogged is one step of a timeline, for the failure message.
+type modelLogged struct {
+	i    int
+	at   int64 // µs after the start
+	cost int
+	got  modelResult
+}
+
+// runModelCase runs one random timeline through the script on b and through
+// the model, and fails at the first decision where they differ.
+func runModelCase(t *testing.T, c modelCase, b modelBackend) {
+	seed := c.seed
+	if *modelSeedFlag != 0 {
+		seed = *modelSeedFlag
+	}
+	steps := modelSteps(c)
+	p := mustPolicy(t, append(c.options(), Redis(b.client), Key(prefix(t)))...)
+	var now int64
+	p.clock = func() int64 { return now }
+	g := newModelTimeline(c, seed, modelEpoch())
+	m := c.model()
+	ctx := context.Background()
+
+	var recent [8]modelLogged
+	var allowed, rejected, exact int
+	for i := range steps {
+		var cost int
+		now, cost = g.next()
+		if b.setClock != nil {
+			b.setClock(now)
+		}
+		d, err := p.AllowN(ctx, "k", cost)
+		if err != nil {
+			t.Fatalf("seed %d, step %d (start+%dµs, cost %d): %v", seed, i, now-g.start, cost, err)
+		}
+		got := modelResult{d.Allowed, d.Remaining, int64(d.Reset / time.Microsecond), int64(d.RetryAfter / time.Microsecond)}
+		want := decideModel(m, now, cost)
+		recent[i%len(recent)] = modelLogged{i, now - g.start, cost, got}
+		why := modelCompare(c.alg, c.windowUS(), got, want)
+		if why == "" && d.Time.UnixMicro() != now {
+			why = fmt.Sprintf("decision time %d, want the test clock %d", d.Time.UnixMicro(), now)
+		}
+		if why != "" {
+			var h strings.Builder
+			for j := max(0, i-len(recent)+1); j < i; j++ {
+				r := recent[j%len(recent)]
+				fmt.Fprintf(&h, "\n\tstep %5d  start+%dµs  cost %-3d  script %v", r.i, r.at, r.cost, r.got)
+			}
+			t.Fatalf("%v %v, seed %d: step %d of %d at start+%dµs (now %dµs), cost %d: %s\n\tscript: %v\n\tmodel:  %v\nthe steps before:%s\nreproduce: go test -count=1 -run '%s$' -model.seed=%d ./ginlimit",
+				c.alg, c, seed, i, steps, now-g.start, now, cost, why, got, want, h.String(), t.Name(), seed)
+		}
+		g.observe(want)
+		switch {
+		case !want.allowed:
+			rejected++
+		default:
+			allowed++
+		}
+		if !want.allowed || want.remaining < exactBelow {
+			exact++
+		}
+	}
+	t.Logf("seed %d: %d steps over %v, %d allowed, %d rejected, %d with remaining below %d or rejected",
+		seed, steps, time.Duration(now-g.start)*time.Microsecond, allowed, rejected, exact, exactBelow)
+}
+
+// modelTimeline makes a random request timeline for a case: gaps of zero,
+// a few µs, around the mean gap at the limit's rate, up to the boundaries
+// and reset and retry moments the last decision named (one µs either side
+// included), half a window to a few windows; bursts of requests in one µs
+// or a few µs apart; costs mostly 1, sometimes random up to the largest and
+// sometimes exactly the largest.
+type modelTimeline struct {
+	rng      *rand.Rand
+	c        modelCase
+	start    int64
+	now      int64
+	first    bool
+	burst    int   // requests left in the current burst
+	burstGap int64 // the gap between them
+	last     modelResult
+	lastAt   int64
+}
+
+func newModelTimeline(c modelCase, seed uint64, epoch int64) *modelTimeline {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	// Start anywhere within two windows of the epoch, so boundaries and the
+	// sliding log's one-in-eight sweep fall differently per seed.
+	start := epoch + rng.Int64N(2*c.windowUS())
+	return &modelTimeline{rng: rng, c: c, start: start, now: start, first: true}
+}
+
+// observe passes the model's decision at the current step, whose reset and
+// retry the next gap may aim at.
+func (g *modelTimeline) observe(r modelResult) { g.last, g.lastAt = r, g.now }
+
+func (g *modelTimeline) next() (now int64, cost int) {
+	if g.first {
+		g.first = false
+		return g.now, g.cost()
+	}
+	g.now += g.gap()
+	return g.now, g.cost()
+}
+
+func (g *modelTimeline) cost() int {
+	top := g.c.maxCost()
+	switch r := g.rng.IntN(100); {
+	case r < 75:
+		return 1
+	case r < 94:
+		return 1 + g.rng.IntN(top)
+	}
+	return top
+}
+
+// near is target moved by -1, 0 or +1 µs, as a gap from now (0 if passed).
+func (g *modelTimeline) near(target int64) int64 {
+	return max(0, target+g.rng.Int64N(3)-1-g.now)
+}
+
+func (g *modelTimeline) gap() int64 {
+	w := g.c.windowUS()
+	if g.burst > 0 {
+		g.burst--
+		return g.burstGap
+	}
+	mean := max(1, w/int64(g.c.limit))
+	switch r := g.rng.IntN(100); {
+	case r < 4: // a burst, starting at a boundary
+		g.burst = 1 + g.rng.IntN(g.c.limit+4)
+		g.burstGap = []int64{0, 0, 1, 2, 5}[g.rng.IntN(5)]
+		b := g.c.boundary()
+		return g.near((g.now/b + 1) * b)
+	case r < 18:
+		return 0
+	case r < 28:
+		return 1 + g.rng.Int64N(10)
+	case r < 55:
+		return 1 + g.rng.Int64N(2*mean)
+	case r < 65: // the next clock-aligned boundary
+		b := g.c.boundary()
+		return g.near((g.now/b + 1) * b)
+	case r < 80: // when the last decision said more quota comes, or a retry fits
+		target := g.lastAt + g.last.reset
+		if !g.last.allowed && g.rng.IntN(2) == 0 {
+			target = g.lastAt + g.last.retry
+		}
+		return g.near(target)
+	case r < 96:
+		return w/2 + g.rng.Int64N(w)
+	}
+	return w + g.rng.Int64N(4*w)
+}

@@ -1,0 +1,377 @@
+package ginlimit
+
+// Reference models of the four algorithms, in plain Go, written from the
+// semantics documented at the top of each script in lua/ and not from the
+// scripts' code. model_random_test.go runs random timelines through a script
+// and its model and compares every decision.
+//
+// Every model takes the time in microseconds, as the scripts do, and assumes
+// it never goes back (the timelines only move forward). A model holds no
+// TTLs: each script's key expires only once its state can no longer affect a
+// decision, which the miniredis runs check by moving TTLs with the clock.
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"testing"
+)
+
+// rateModel decides one request of cost units at now (µs) and returns what
+// the script replies: allowed, remaining, reset_us and retry_us (0 when
+// allowed).
+type rateModel interface {
+	decide(now int64, cost int) (allowed bool, remaining int, resetUS, retryUS int64)
+	// clone returns an independent copy, to ask what-if questions.
+	clone() rateModel
+}
+
+var (
+	_ rateModel = (*slidingLogModel)(nil)
+	_ rateModel = (*slidingCounterModel)(nil)
+	_ rateModel = (*fixedWindowModel)(nil)
+	_ rateModel = (*tokenBucketModel)(nil)
+)
+
+// slidingLogModel is the exact sliding log: the window is (now-window, now],
+// one entry per admitted unit, rejected requests are not recorded. It always
+// reports the exact remaining and reset; the script is exact only below
+// exactBelow (see modelCompare).
+type slidingLogModel struct {
+	window int64
+	limit  int
+	log    []int64 // admission time of each unit still in the window, oldest first
+}
+
+func newSlidingLogModel(window int64, limit int) *slidingLogModel {
+	return &slidingLogModel{window: window, limit: limit}
+}
+
+// expire drops the entries that have left the window at now: an entry of
+// exactly now-window has left.
+func (m *slidingLogModel) expire(now int64) {
+	i := 0
+	for i < len(m.log) && m.log[i] <= now-m.window {
+		i++
+	}
+	m.log = m.log[i:]
+}
+
+// inWindow is the number of units in the window at now.
+func (m *slidingLogModel) inWindow(now int64) int {
+	m.expire(now)
+	return len(m.log)
+}
+
+// record adds cost units admitted at now, whatever the limit.
+func (m *slidingLogModel) record(now int64, cost int) {
+	for range cost {
+		m.log = append(m.log, now)
+	}
+}
+
+func (m *slidingLogModel) clone() rateModel {
+	c := *m
+	c.log = append([]int64(nil), m.log...)
+	return &c
+}
+
+func (m *slidingLogModel) decide(now int64, cost int) (bool, int, int64, int64) {
+	count := m.inWindow(now)
+	if count+cost <= m.limit {
+		m.record(now, cost)
+		// The oldest entry leaving is the first moment remaining can grow.
+		return true, m.limit - len(m.log), m.log[0] + m.window - now, 0
+	}
+	// Rejected: count >= 1, since cost <= limit. The request fits once the
+	// count+cost-limit oldest entries have left.
+	k := count + cost - m.limit
+	return false, m.limit - count, m.log[0] + m.window - now, m.log[k-1] + m.window - now
+}
+
+// fixedWindowModel counts per window aligned on multiples of the window.
+type fixedWindowModel struct {
+	window int64
+	limit  int
+	start  int64 // the start of the window count belongs to, or -1
+	count  int
+}
+
+func newFixedWindowModel(window int64, limit int) *fixedWindowModel {
+	return &fixedWindowModel{window: window, limit: limit, start: -1}
+}
+
+func (m *fixedWindowModel) clone() rateModel { c := *m; return &c }
+
+func (m *fixedWindowModel) decide(now int64, cost int) (bool, int, int64, int64) {
+	if start := now - now%m.window; start != m.start {
+		m.start, m.count = start, 0
+	}
+	untilEnd := m.start + m.window - now // the count starts again from 0 then
+	if m.count+cost > m.limit {
+		return false, m.limit - m.count, untilEnd, untilEnd
+	}
+	m.count += cost
+	return true, m.limit - m.count, untilEnd, 0
+}
+
+// slidingCounterModel divides the window into n sub-windows of window/n µs
+// aligned on the clock; the count is the sum of the current sub-window and
+// the n-1 before it. Sub-window i stops being counted at (i+n)*sub.
+type slidingCounterModel struct {
+	window int64
+	limit  int
+	n      int64
+	units  map[int64]int // sub-window index (start / sub) -> units admitted in it
+}
+
+func newSlidingCounterModel(window int64, limit, n int) *slidingCounterModel {
+	return &slidingCounterModel{window: window, limit: limit, n: int64(n), units: map[int64]int{}}
+}
+
+func (m *slidingCounterModel) clone() rateModel {
+	c := *m
+	c.units = make(map[int64]int, len(m.units))
+	for i, u := range m.units {
+		c.units[i] = u
+	}
+	return &c
+}
+
+func (m *slidingCounterModel) decide(now int64, cost int) (bool, int, int64, int64) {
+	sub := m.window / m.n
+	cur := now / sub
+	oldest := cur - m.n + 1
+	count := 0
+	for i, u := range m.units {
+		if i < oldest || i > cur {
+			delete(m.units, i)
+			continue
+		}
+		count += u
+	}
+	allowed := count+cost <= m.limit
+	if allowed {
+		m.units[cur] += cost
+		count += cost
+	}
+	remaining := m.limit - count
+
+	// Walk the counted sub-windows that hold units, oldest first: the first
+	// one to leave is the reset (the next boundary when there is none); for a
+	// rejection, retry is when the units that have left cover the excess.
+	reset := (cur+1)*sub - now
+	var retry int64
+	excess := count + cost - m.limit
+	left := 0
+	first := true
+	for i := oldest; i <= cur; i++ {
+		u := m.units[i]
+		if u == 0 {
+			continue
+		}
+		leaves := (i+m.n)*sub - now
+		if first {
+			reset, first = leaves, false
+		}
+		left += u
+		if !allowed && retry == 0 && left >= excess {
+			retry = leaves
+		}
+	}
+	return allowed, remaining, reset, retry
+}
+
+// tokenBucketModel is GCRA with float64 arithmetic in the order the script
+// documents: T = window/limit, capacity = burst*T, the stored theoretical
+// arrival time (TAT) written as %.17g and read back.
+type tokenBucketModel struct {
+	window int64
+	limit  int
+	burst  int
+	tat    string // the stored TAT, as the script writes it; "" when absent
+}
+
+func newTokenBucketModel(window int64, limit, burst int) *tokenBucketModel {
+	return &tokenBucketModel{window: window, limit: limit, burst: burst}
+}
+
+func (m *tokenBucketModel) clone() rateModel { c := *m; return &c }
+
+// The products are wrapped in float64(...) so that no architecture fuses
+// them with the following addition (the Go spec allows that otherwise);
+// the script's Lua rounds every operation on its own.
+func (m *tokenBucketModel) decide(now int64, cost int) (bool, int, int64, int64) {
+	t := float64(now)
+	T := float64(m.window) / float64(m.limit)
+	capacity := float64(float64(m.burst) * T)
+	tat := t
+	if m.tat != "" {
+		stored, err := strconv.ParseFloat(m.tat, 64)
+		if err != nil {
+			panic(err)
+		}
+		tat = max(stored, t)
+	}
+	newTat := tat + float64(float64(cost)*T)
+	allowed := newTat-t <= capacity
+	var retry int64
+	if allowed {
+		tat = newTat
+		m.tat = strconv.FormatFloat(newTat, 'g', 17, 64)
+	} else {
+		retry = int64(math.Ceil(newTat - capacity - t))
+	}
+	room := capacity - (tat - t)
+	remaining := math.Floor(room / T)
+	reset := math.Ceil(float64((remaining+1)*T) - room)
+	return allowed, int(remaining), int64(reset), retry
+}
+
+// modelResult is one decision, of a model or of a script.
+type modelResult struct {
+	allowed   bool
+	remaining int
+	reset     int64 // µs
+	retry     int64 // µs, 0 when allowed
+}
+
+func (r modelResult) String() string {
+	return fmt.Sprintf("allowed=%-5v remaining=%-3d reset=%dµs retry=%dµs", r.allowed, r.remaining, r.reset, r.retry)
+}
+
+func decideModel(m rateModel, now int64, cost int) modelResult {
+	a, rem, reset, retry := m.decide(now, cost)
+	return modelResult{a, rem, reset, retry}
+}
+
+// modelCompare returns why got (the script) differs from want (the model),
+// or "". The sliding log's remaining and reset are exact only when the
+// request is rejected or fewer than exactBelow units remain; above that the
+// script reports a lower bound of remaining (still at least exactBelow) and
+// the window as reset.
+func modelCompare(alg AlgorithmKind, window int64, got, want modelResult) string {
+	if got.allowed != want.allowed || got.retry != want.retry {
+		return "allowed or retry differ"
+	}
+	if alg == SlidingLog && want.allowed && want.remaining >= exactBelow {
+		switch {
+		case got.remaining > want.remaining:
+			return fmt.Sprintf("remaining %d above the true %d", got.remaining, want.remaining)
+		case got.remaining < exactBelow:
+			return fmt.Sprintf("remaining %d below exactBelow (%d) but not exact (%d)", got.remaining, exactBelow, want.remaining)
+		case got.reset != window:
+			return fmt.Sprintf("reset %dµs with remaining >= exactBelow, want the window %dµs", got.reset, window)
+		}
+		return ""
+	}
+	if got.remaining != want.remaining || got.reset != want.reset {
+		return "remaining or reset differ"
+	}
+	return ""
+}
+
+// modelStep is one request of a hand-written table: at (µs after base),
+// cost, and the decision the model must take.
+type modelStep struct {
+	at   int64
+	cost int
+	want modelResult
+}
+
+func runModelTable(t *testing.T, m rateModel, base int64, steps []modelStep) {
+	t.Helper()
+	for i, s := range steps {
+		if got := decideModel(m, base+s.at, s.cost); got != s.want {
+			t.Fatalf("step %d (base+%dµs, cost %d): model says %v, want %v", i, s.at, s.cost, got, s.want)
+		}
+	}
+}
+
+// The tables below check the models themselves against decisions worked out
+// by hand from the scripts' documentation, so that the random comparison
+// does not rest on two implementations sharing one misreading.
+
+// modelTableBase is a clock in the same power-of-two range as today's µs
+// clock, a multiple of every window below.
+const modelTableBase int64 = 1_800_000_000_000_000
+
+func TestModelSlidingLogTable(t *testing.T) {
+	t.Parallel()
+	const ms = 1000
+	const w = 1000 * ms
+	runModelTable(t, newSlidingLogModel(w, 2), modelTableBase, []modelStep{
+		{0, 1, modelResult{true, 1, w, 0}},
+		{100 * ms, 1, modelResult{true, 0, 900 * ms, 0}},
+		{500 * ms, 1, modelResult{false, 0, 500 * ms, 500 * ms}},
+		{500 * ms, 2, modelResult{false, 0, 500 * ms, 600 * ms}}, // both entries must leave
+		{999 * ms, 1, modelResult{false, 0, 1 * ms, 1 * ms}},
+		{1000 * ms, 1, modelResult{true, 0, 100 * ms, 0}}, // exactly a window old: left
+		{1000 * ms, 1, modelResult{false, 0, 100 * ms, 100 * ms}},
+		{1100 * ms, 2, modelResult{false, 1, 900 * ms, 900 * ms}}, // the entry at 1000 ms holds one unit
+		{2000 * ms, 2, modelResult{true, 0, w, 0}},
+	})
+}
+
+func TestModelFixedWindowTable(t *testing.T) {
+	t.Parallel()
+	const ms = 1000
+	const w = 250 * ms
+	runModelTable(t, newFixedWindowModel(w, 3), modelTableBase, []modelStep{
+		{10 * ms, 2, modelResult{true, 1, 240 * ms, 0}},
+		{20 * ms, 2, modelResult{false, 1, 230 * ms, 230 * ms}},
+		{249*ms + 999, 1, modelResult{true, 0, 1, 0}},
+		{250 * ms, 3, modelResult{true, 0, w, 0}}, // a new window
+		{499*ms + 999, 1, modelResult{false, 0, 1, 1}},
+		{1000 * ms, 3, modelResult{true, 0, w, 0}}, // windows skipped: still from 0
+	})
+}
+
+func TestModelSlidingCounterTable(t *testing.T) {
+	t.Parallel()
+	const ms = 1000
+	const w = 300 * ms // 3 sub-windows of 100 ms
+	runModelTable(t, newSlidingCounterModel(w, 4, 3), modelTableBase, []modelStep{
+		{50 * ms, 1, modelResult{true, 3, 250 * ms, 0}},         // sub 0 leaves at 300 ms
+		{150 * ms, 2, modelResult{true, 1, 150 * ms, 0}},        // subs 0, 1
+		{250 * ms, 2, modelResult{false, 1, 50 * ms, 50 * ms}},  // one unit must leave: sub 0 at 300 ms
+		{250 * ms, 4, modelResult{false, 1, 50 * ms, 150 * ms}}, // all three: sub 1 at 400 ms
+		{300 * ms, 1, modelResult{true, 1, 100 * ms, 0}},        // sub 0 gone; subs 1, 3
+		{399*ms + 999, 2, modelResult{false, 1, 1, 1}},
+		{400 * ms, 1, modelResult{true, 2, 200 * ms, 0}}, // sub 1 gone; sub 3 leaves at 600 ms
+		{1000 * ms, 4, modelResult{true, 0, 300 * ms, 0}},
+		{1050 * ms, 1, modelResult{false, 0, 250 * ms, 250 * ms}},
+	})
+	// A limit of one: every sub-window that admitted leaves the count whole.
+	runModelTable(t, newSlidingCounterModel(w, 1, 3), modelTableBase, []modelStep{
+		{10 * ms, 1, modelResult{true, 0, 290 * ms, 0}},
+		{20 * ms, 1, modelResult{false, 0, 280 * ms, 280 * ms}},
+	})
+}
+
+func TestModelTokenBucketTable(t *testing.T) {
+	t.Parallel()
+	const ms = 1000
+	// 10 tokens per second, a bucket of 3: a token every 100 ms.
+	runModelTable(t, newTokenBucketModel(1000*ms, 10, 3), modelTableBase, []modelStep{
+		{0, 1, modelResult{true, 2, 100 * ms, 0}},
+		{0, 1, modelResult{true, 1, 100 * ms, 0}},
+		{0, 1, modelResult{true, 0, 100 * ms, 0}},
+		{0, 1, modelResult{false, 0, 100 * ms, 100 * ms}},
+		{50 * ms, 1, modelResult{false, 0, 50 * ms, 50 * ms}},
+		{50 * ms, 3, modelResult{false, 0, 50 * ms, 250 * ms}},
+		{100 * ms, 1, modelResult{true, 0, 100 * ms, 0}}, // exactly conforming
+		{1000 * ms, 3, modelResult{true, 0, 100 * ms, 0}},
+		{1150 * ms, 1, modelResult{true, 0, 50 * ms, 0}}, // 1.5 tokens back, 1 taken
+		{1250 * ms, 1, modelResult{true, 0, 50 * ms, 0}},
+	})
+	// A refill time of 250 µs exactly representable: a burst larger than the
+	// limit.
+	runModelTable(t, newTokenBucketModel(1000, 4, 8), modelTableBase, []modelStep{
+		{0, 8, modelResult{true, 0, 250, 0}},
+		{0, 1, modelResult{false, 0, 250, 250}},
+		{1000, 4, modelResult{true, 0, 250, 0}},
+		{1100, 1, modelResult{false, 0, 150, 150}},
+		{3000, 1, modelResult{true, 7, 250, 0}},
+	})
+}
