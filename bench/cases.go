@@ -38,6 +38,14 @@ type benchCase struct {
 	Exact bool
 	// Memory and Flood put the case in those sections.
 	Memory, Flood bool
+	// FloodOnly keeps the case out of the throughput tables: a variant whose
+	// admitted decisions cost what another case's do, and that differs only
+	// in what it does with rejections.
+	FloodOnly bool
+	// Aligned marks a fixed window aligned on the Redis clock (multiples of
+	// the window since the Unix epoch): a flood that crosses a boundary may
+	// admit the limit once more, so runFlood starts it clear of one.
+	Aligned bool
 	// RedisKey maps a decision key to the Redis key the case writes.
 	RedisKey func(key string) string
 	// New builds the decider on rdb for limit requests per window.
@@ -119,6 +127,54 @@ func allCases() []*benchCase {
 			RedisKey: ginlimitKey("bench-autopipeline:"),
 			New:      newGinlimit("bench-autopipeline:", ginlimit.AutoPipeline(true), ginlimit.DenyCache(0)),
 			Note:     "p.Allow(ctx, key) with AutoPipeline(true) and the deny cache off.",
+		},
+		{
+			ID: "ginlimit-counter", Name: "ginlimit sliding counter, DenyCache(0)", Algorithm: "sliding counter, hash of 10 sub-window counts, Redis clock in µs",
+			Exact: true, Memory: true, Flood: true,
+			RedisKey: ginlimitKey("bench-counter:"),
+			New:      newGinlimit("bench-counter:", ginlimit.Algorithm(ginlimit.SlidingCounter), ginlimit.DenyCache(0)),
+			Note: "p.Allow(ctx, key) with Algorithm(SlidingCounter) (the default 10 sub-windows) and the deny cache off. " +
+				"It counts the sub-windows that overlap the window, so in general up to limit × 11/10 can pass in one window's length; " +
+				"the flood lasts far less than 9/10 of its window, so there it must admit exactly the limit.",
+		},
+		{
+			ID: "ginlimit-counter-defaults", Name: "ginlimit sliding counter, defaults", Algorithm: "sliding counter, hash of 10 sub-window counts, Redis clock in µs",
+			Exact: true, Flood: true, FloodOnly: true,
+			RedisKey: ginlimitKey("bench-counter-defaults:"),
+			New:      newGinlimit("bench-counter-defaults:", ginlimit.Algorithm(ginlimit.SlidingCounter)),
+			Note:     "p.Allow(ctx, key) with Algorithm(SlidingCounter) and otherwise ginlimit's defaults (deny cache on); flood only.",
+		},
+		{
+			ID: "ginlimit-fixed", Name: "ginlimit fixed window, DenyCache(0)", Algorithm: "fixed window on the Redis clock, hash {start, count}",
+			Exact: true, Memory: true, Flood: true, Aligned: true,
+			RedisKey: ginlimitKey("bench-fixed:"),
+			New:      newGinlimit("bench-fixed:", ginlimit.Algorithm(ginlimit.FixedWindow), ginlimit.DenyCache(0)),
+			Note: "p.Allow(ctx, key) with Algorithm(FixedWindow) and the deny cache off. Its windows are aligned on the Redis clock " +
+				"(unlike ulule's, which start at a key's first request) and a rejected request is not counted; " +
+				"the flood is started clear of a window boundary.",
+		},
+		{
+			ID: "ginlimit-fixed-defaults", Name: "ginlimit fixed window, defaults", Algorithm: "fixed window on the Redis clock, hash {start, count}",
+			Exact: true, Flood: true, FloodOnly: true, Aligned: true,
+			RedisKey: ginlimitKey("bench-fixed-defaults:"),
+			New:      newGinlimit("bench-fixed-defaults:", ginlimit.Algorithm(ginlimit.FixedWindow)),
+			Note:     "p.Allow(ctx, key) with Algorithm(FixedWindow) and otherwise ginlimit's defaults (deny cache on); flood only.",
+		},
+		{
+			ID: "ginlimit-bucket", Name: "ginlimit token bucket, DenyCache(0)", Algorithm: "token bucket (GCRA), one string per key, Redis clock in µs",
+			Memory: true, Flood: true,
+			RedisKey: ginlimitKey("bench-bucket:"),
+			New:      newGinlimit("bench-bucket:", ginlimit.Algorithm(ginlimit.TokenBucket), ginlimit.DenyCache(0)),
+			Note: "p.Allow(ctx, key) with Algorithm(TokenBucket) and the deny cache off; the burst is the limit (the default), " +
+				"refilled at limit per window, the same rule as the redis_rate case.",
+		},
+		{
+			ID: "ginlimit-bucket-defaults", Name: "ginlimit token bucket, defaults", Algorithm: "token bucket (GCRA), one string per key, Redis clock in µs",
+			Flood: true, FloodOnly: true,
+			RedisKey: ginlimitKey("bench-bucket-defaults:"),
+			New:      newGinlimit("bench-bucket-defaults:", ginlimit.Algorithm(ginlimit.TokenBucket)),
+			Note: "p.Allow(ctx, key) with Algorithm(TokenBucket) and otherwise ginlimit's defaults (deny cache on, burst = limit); flood only. " +
+				"The cache holds a rejection until the next whole token.",
 		},
 	}
 }

@@ -225,16 +225,22 @@ type results struct {
 // measureAll runs every section for the selected cases, one after another.
 func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool) (*results, error) {
 	res := &results{}
+	var throughput []*benchCase
+	for _, c := range cases {
+		if !c.FloodOnly {
+			throughput = append(throughput, c)
+		}
+	}
 	for _, n := range e.cfg.callers {
-		if len(cases) == 0 {
+		if len(throughput) == 0 {
 			break
 		}
-		cells, err := e.measureThroughput(ctx, cases, n)
+		cells, err := e.measureThroughput(ctx, throughput, n)
 		if err != nil {
 			return nil, fmt.Errorf("%d callers: %w (redis-server: %v)", n, err, e.srv.alive())
 		}
 		for _, cell := range cells {
-			progress("%-22s %3d callers: %8.0f decisions/s, p50 %7.1f µs, %d errors, CPU client/redis/others %v",
+			progress("%-25s %3d callers: %8.0f decisions/s, p50 %7.1f µs, %d errors, CPU client/redis/others %v",
 				cell.Case.ID, n, cell.Run.PerSec(), us(cell.Run.Hist.quantile(0.5)), cell.Run.Errors, cell.CPU.use())
 		}
 		res.cells = append(res.cells, cells...)
@@ -251,7 +257,7 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 			if err != nil {
 				return nil, fail(c, fmt.Sprintf("memory at limit %d", limit), err)
 			}
-			progress("%-22s memory at limit %d: %d bytes", c.ID, limit, m.Bytes)
+			progress("%-25s memory at limit %d: %d bytes", c.ID, limit, m.Bytes)
 			res.memory = append(res.memory, m)
 		}
 	}
@@ -263,7 +269,7 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 		if err != nil {
 			return nil, fail(c, "flood", err)
 		}
-		progress("%-22s flood: %d admitted, %d script calls", c.ID, f.Run.Allowed, f.ScriptCalls)
+		progress("%-25s flood: %d admitted, %d script calls", c.ID, f.Run.Allowed, f.ScriptCalls)
 		res.floods = append(res.floods, f)
 	}
 	if withHTTP {

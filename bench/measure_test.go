@@ -50,3 +50,36 @@ func TestSelectCases(t *testing.T) {
 		t.Fatal("selectCases(nope): no error")
 	}
 }
+
+func TestCasesCoverEveryAlgorithm(t *testing.T) {
+	prefixes := map[string]string{}
+	ids := map[string]bool{}
+	for _, c := range allCases() {
+		if ids[c.ID] {
+			t.Errorf("case ID %q twice", c.ID)
+		}
+		ids[c.ID] = true
+		if c.Floor {
+			continue
+		}
+		p := c.RedisKey("x")
+		if other, ok := prefixes[p]; ok {
+			t.Errorf("cases %s and %s write the same Redis key %q", other, c.ID, p)
+		}
+		prefixes[p] = c.ID
+		if c.FloodOnly && (!c.Flood || c.Memory || c.Floor) {
+			t.Errorf("%s: FloodOnly must be in the flood only", c.ID)
+		}
+	}
+	// Each ginlimit algorithm: in the throughput tables, the memory table and
+	// the flood with the deny cache off, and in the flood with it on.
+	for _, id := range []string{"ginlimit", "ginlimit-counter", "ginlimit-fixed", "ginlimit-bucket"} {
+		cs, _, err := selectCases(id + "," + id + "-defaults")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) != 2 || cs[0].FloodOnly || !cs[0].Memory || !cs[0].Flood || !cs[1].Flood {
+			t.Errorf("%s: want a throughput, memory and flood case and a flood case with the defaults", id)
+		}
+	}
+}

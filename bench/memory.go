@@ -18,6 +18,8 @@ type memoryResult struct {
 	Admitted int64
 	Bytes    int64  // MEMORY USAGE key SAMPLES 0
 	Encoding string // OBJECT ENCODING key
+	Type     string // TYPE key
+	Fields   int64  // HLEN key, for a hash
 }
 
 // PerEntry returns the bytes per admitted request.
@@ -54,6 +56,14 @@ func (e *env) measureMemory(ctx context.Context, c *benchCase, limit int) (memor
 	}
 	if res.Encoding, err = e.admin.ObjectEncoding(ctx, rkey).Result(); err != nil {
 		return memoryResult{}, fmt.Errorf("OBJECT ENCODING %s: %w", rkey, err)
+	}
+	if res.Type, err = e.admin.Type(ctx, rkey).Result(); err != nil {
+		return memoryResult{}, fmt.Errorf("TYPE %s: %w", rkey, err)
+	}
+	if res.Type == "hash" {
+		if res.Fields, err = e.admin.HLen(ctx, rkey).Result(); err != nil {
+			return memoryResult{}, fmt.Errorf("HLEN %s: %w", rkey, err)
+		}
 	}
 	return res, nil
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
 )
 
 // renderReport returns the markdown report of a run.
@@ -176,6 +178,20 @@ func renderMemory(w writer, mem []memoryResult) {
 		w("| %s | %s | %d | %s | %d | %s | %s |\n", m.Case.Name, m.Case.Algorithm, m.Limit, admitted, m.Bytes, m.Encoding, perEntry)
 	}
 	w("\n")
+	var hashes []string
+	for _, m := range mem {
+		if m.Type == "hash" {
+			hashes = append(hashes, fmt.Sprintf("%s at limit %d: %d", m.Case.Name, m.Limit, m.Fields))
+		}
+	}
+	if len(hashes) > 0 {
+		w("For a counter, a fixed window or a bucket, full means `limit` admitted requests; what it keeps does not grow with them, only the numbers in it get longer. "+
+			"Hash fields (HLEN) of the hash-based keys: %s. "+
+			"A fixed window keeps two fields (the window's start and its count); "+
+			"a sliding counter keeps one per sub-window that admitted something and is still counted: "+
+			"one or two here, where each key was filled in well under one sub-window (%v), and up to 10 for a key busy through its whole window.\n\n",
+			strings.Join(hashes, "; "), memoryWindow/ginlimit.DefaultSubWindows)
+	}
 }
 
 func renderFlood(w writer, floods []floodResult, total int64) {
@@ -186,7 +202,7 @@ func renderFlood(w writer, floods []floodResult, total int64) {
 	w("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, f := range floods {
 		admitted := fmt.Sprint(f.Run.Allowed)
-		if f.Case.Exact && f.Run.Allowed != floodLimit {
+		if f.Case.Exact && !exactEnough(f) {
 			admitted = fmt.Sprintf("**%d (NOT EXACT)**", f.Run.Allowed)
 		}
 		w("| %s | %s | %s | %d | %d | %.1f | %.1f | %.2f | %.0f | %s |\n",

@@ -7,6 +7,7 @@
 //	REDIS_URL        e.g. redis://localhost:6379/0; unset starts an embedded miniredis
 //	JWT_SECRET       HS256 secret of at least 32 bytes; unset uses app.DevJWTSecret (insecure)
 //	TRUSTED_PROXIES  comma-separated CIDRs whose X-Forwarded-For is believed
+//	LIMIT_ALGORITHM  sliding_log (default), sliding_counter, fixed_window or token_bucket
 //	GIN_MODE         gin's mode; default "release"
 //
 // SIGINT or SIGTERM shuts it down gracefully: in-flight requests get up to
@@ -47,7 +48,10 @@ func run(logger *slog.Logger) (err error) {
 	if os.Getenv(gin.EnvGinMode) == "" {
 		gin.SetMode(gin.ReleaseMode)
 	}
-	cfg := app.ConfigFromEnv(os.Getenv)
+	cfg, err := app.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
 	cfg.Logger = logger
 	a, err := app.New(ctx, cfg)
 	if err != nil {

@@ -24,6 +24,14 @@
 // [Config.JWTSecret] it signs tokens with the public [DevJWTSecret]. Both are
 // logged at start-up, the second as a warning.
 //
+// # Algorithm
+//
+// Every limited route uses [Config.Algorithm], the sliding log unless set
+// (LIMIT_ALGORITHM in the command). It is given to ginlimit.New as the
+// limiter's default, so the route table above holds for each algorithm;
+// only how strictly "limit per window" holds changes. [New] logs it at
+// start-up.
+//
 // # Client IP
 //
 // The merchant limit counts per client IP as identity.IP resolves it: the TCP
@@ -76,6 +84,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	// Checked first, before anything is logged or started, rather than left
+	// to ginlimit.New, so that the error names the environment variable.
+	if _, err := ginlimit.ParseAlgorithm(cfg.Algorithm.String()); err != nil {
+		return nil, fmt.Errorf("coupon: Algorithm (LIMIT_ALGORITHM): %w", err)
+	}
 
 	secret := cfg.JWTSecret
 	if len(secret) == 0 {
@@ -100,6 +113,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		ginlimit.UserIdentity(users),
 		ginlimit.IPIdentity(ips),
 		ginlimit.Logger(logger),
+		ginlimit.Algorithm(cfg.Algorithm),
 	}
 	if cfg.DecisionTimeout > 0 {
 		opts = append(opts, ginlimit.Timeout(cfg.DecisionTimeout))
@@ -108,6 +122,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: rate limiter: %w", err), a.Close())
 	}
+	logger.Info("coupon: rate limiting", slog.String("algorithm", cfg.Algorithm.String()))
 
 	engine := gin.New()
 	// Nobody is trusted to set the client IP through gin: c.ClientIP() is

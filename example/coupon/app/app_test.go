@@ -19,6 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/ginlimit/ginlimit/example/coupon/app"
+	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -371,6 +372,7 @@ func TestNewErrors(t *testing.T) {
 		"bad Redis URL scheme":  {RedisURL: "http://localhost:6379"},
 		"unparsable Redis URL":  {RedisURL: "redis://user:hunter2@[::1"},
 		"unreachable Redis URL": {RedisURL: "redis://127.0.0.1:1"},
+		"unknown algorithm":     {Algorithm: ginlimit.AlgorithmKind(99)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -452,12 +454,14 @@ func TestConfigFromEnv(t *testing.T) {
 				"REDIS_URL":       "redis://localhost:6379/1",
 				"JWT_SECRET":      "s3cret",
 				"TRUSTED_PROXIES": "10.0.0.0/8,192.168.0.0/16",
+				"LIMIT_ALGORITHM": "token_bucket",
 				"ADDR":            ":9999",
 			},
 			want: app.Config{
 				RedisURL:       "redis://localhost:6379/1",
 				JWTSecret:      []byte("s3cret"),
 				TrustedProxies: []string{"10.0.0.0/8", "192.168.0.0/16"},
+				Algorithm:      ginlimit.TokenBucket,
 			},
 		},
 		{
@@ -467,17 +471,101 @@ func TestConfigFromEnv(t *testing.T) {
 		},
 		{
 			name: "only blanks",
-			env:  map[string]string{"TRUSTED_PROXIES": " ,, "},
+			env:  map[string]string{"TRUSTED_PROXIES": " ,, ", "LIMIT_ALGORITHM": "  "},
 			want: app.Config{},
 		},
+		{name: "sliding_log", env: map[string]string{"LIMIT_ALGORITHM": "sliding_log"}, want: app.Config{Algorithm: ginlimit.SlidingLog}},
+		{name: "sliding_counter", env: map[string]string{"LIMIT_ALGORITHM": "sliding_counter"}, want: app.Config{Algorithm: ginlimit.SlidingCounter}},
+		{name: "fixed_window", env: map[string]string{"LIMIT_ALGORITHM": " fixed_window "}, want: app.Config{Algorithm: ginlimit.FixedWindow}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := app.ConfigFromEnv(func(k string) string { return tt.env[k] })
+			got, err := app.ConfigFromEnv(func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatalf("ConfigFromEnv: %v", err)
+			}
 			if got.RedisURL != tt.want.RedisURL || !bytes.Equal(got.JWTSecret, tt.want.JWTSecret) ||
 				(got.JWTSecret == nil) != (tt.want.JWTSecret == nil) ||
-				!slices.Equal(got.TrustedProxies, tt.want.TrustedProxies) || got.Logger != nil {
+				!slices.Equal(got.TrustedProxies, tt.want.TrustedProxies) || got.Logger != nil ||
+				got.Algorithm != tt.want.Algorithm {
 				t.Errorf("ConfigFromEnv = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestConfigFromEnvBadAlgorithm checks that an unknown LIMIT_ALGORITHM stops
+// the demo at start-up with an error that names the variable and the value.
+func TestConfigFromEnvBadAlgorithm(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"leaky_bucket", "SlidingLog", "sliding-log", "0"} {
+		_, err := app.ConfigFromEnv(func(k string) string {
+			if k == "LIMIT_ALGORITHM" {
+				return v
+			}
+			return ""
+		})
+		if err == nil {
+			t.Errorf("LIMIT_ALGORITHM=%q: no error", v)
+			continue
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, "coupon: LIMIT_ALGORITHM: ") || !strings.Contains(msg, strconv.Quote(v)) {
+			t.Errorf("LIMIT_ALGORITHM=%q: error %q does not name the variable and the value", v, msg)
+		}
+	}
+}
+
+// TestAlgorithms runs the demo with each algorithm: the merchant route admits
+// its limit, 5, and then answers 429 (the token bucket's burst is the limit),
+// and every other limited route still admits a request, so each route's
+// window suits each algorithm (a sliding counter's sub-windows must divide
+// it). The Redis clock is frozen with SetTime, so no window slides and no
+// token refills while the test runs, however slow the machine. The shape of
+// the merchant key shows which script really ran.
+func TestAlgorithms(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		alg      ginlimit.AlgorithmKind
+		keyType  string // the Redis type of the merchant key
+		hasField string // a field the merchant key must have, for hashes
+	}{
+		{ginlimit.SlidingLog, "zset", ""},
+		{ginlimit.SlidingCounter, "hash", ""},
+		{ginlimit.FixedWindow, "hash", "s"},
+		{ginlimit.TokenBucket, "string", ""},
+	} {
+		alg := tt.alg
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			m := miniredis.RunT(t)
+			m.SetTime(time.Now())
+			h := newApp(t, app.Config{RedisURL: "redis://" + m.Addr() + "/0", Algorithm: alg, JWTSecret: testSecret})
+
+			merchant := req{target: "/api/coupon/merchant", remote: "192.0.2.1:1111"}
+			steps := repeat(app.MerchantLimit, step{req: merchant, status: 200})
+			steps = append(steps,
+				step{req: merchant, status: 429, body: tooMany(app.MerchantMessage)},
+				step{req: merchant, status: 429, body: tooMany(app.MerchantMessage)},
+				step{req: req{target: "/api/coupon/merchant", remote: "198.51.100.7:1111"}, status: 200},
+				step{req: req{target: "/api/coupon/seckill"}, status: 200},
+				step{req: req{target: "/api/coupon/claim", token: login(t, h, "alice")}, status: 200},
+				step{req: req{target: "/voucher-order/seckill/1"}, status: 200},
+			)
+			ws := run(t, h, steps)
+			if got := ws[app.MerchantLimit].Header().Get("Retry-After"); got == "" {
+				t.Error("429 has no Retry-After")
+			}
+			if got, want := ws[0].Header().Get("X-RateLimit-Limit"), strconv.Itoa(app.MerchantLimit); got != want {
+				t.Errorf("X-RateLimit-Limit = %q, want %q", got, want)
+			}
+			key := app.MerchantKey + "{GET /api/coupon/merchant ip:192.0.2.1}"
+			if got := m.Type(key); got != tt.keyType {
+				t.Errorf("%s is a %q, want a %q; keys: %q", key, got, tt.keyType, m.Keys())
+			}
+			if tt.hasField != "" {
+				if fields, _ := m.HKeys(key); !slices.Contains(fields, tt.hasField) {
+					t.Errorf("%s has fields %q, want %q among them", key, fields, tt.hasField)
+				}
 			}
 		})
 	}

@@ -1,9 +1,12 @@
 package app
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
 )
 
 // DevJWTSecret is the HMAC secret that [New] uses when [Config.JWTSecret] is
@@ -12,8 +15,8 @@ import (
 const DevJWTSecret = "ginlimit-coupon-demo-development-secret-NOT-FOR-PRODUCTION"
 
 // Config configures [New]. The zero value runs the demo on an embedded
-// miniredis with [DevJWTSecret], trusting no proxy and logging to
-// slog.Default().
+// miniredis with [DevJWTSecret] and the sliding log, trusting no proxy and
+// logging to slog.Default().
 type Config struct {
 	// RedisURL is the Redis server to count requests in, in the form
 	// redis.ParseURL accepts ("redis://user:pass@host:6379/0",
@@ -29,6 +32,16 @@ type Config struct {
 	// or a single address. When it is empty, the client is the TCP peer and
 	// X-Forwarded-For is ignored.
 	TrustedProxies []string
+	// Algorithm is the rate limiting algorithm of every limited route. The
+	// routes keep their windows and limits whatever it is; what changes is
+	// how strictly "limit per window" holds (see package ginlimit):
+	// ginlimit.SlidingLog (the zero value, the default) admits at most the
+	// limit in any window's length; ginlimit.SlidingCounter, with
+	// ginlimit.DefaultSubWindows sub-windows, up to 1.1 times the limit;
+	// ginlimit.FixedWindow up to twice the limit across a window boundary;
+	// and ginlimit.TokenBucket refills limit tokens per window into a bucket
+	// of limit tokens (its burst). New rejects a value outside these four.
+	Algorithm ginlimit.AlgorithmKind
 	// Logger receives the start-up messages, one line per request, and the
 	// rate limiter's errors. When it is nil, slog.Default() is used.
 	Logger *slog.Logger
@@ -45,10 +58,15 @@ type Config struct {
 //   - JWT_SECRET becomes JWTSecret, left nil when the variable is unset or
 //     empty;
 //   - TRUSTED_PROXIES, a comma-separated list of CIDRs or addresses, becomes
-//     TrustedProxies, with spaces trimmed and blank entries ignored.
+//     TrustedProxies, with spaces trimmed and blank entries ignored;
+//   - LIMIT_ALGORITHM, one of sliding_log, sliding_counter, fixed_window or
+//     token_bucket (see [ginlimit.ParseAlgorithm]), becomes Algorithm;
+//     unset or blank means sliding_log.
 //
-// Logger is left nil. ConfigFromEnv does not validate anything; [New] does.
-func ConfigFromEnv(getenv func(string) string) Config {
+// Logger is left nil. The only value ConfigFromEnv checks is
+// LIMIT_ALGORITHM, because it must parse it: an unknown name is an error
+// that names the variable. Everything else is validated by [New].
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	cfg := Config{RedisURL: strings.TrimSpace(getenv("REDIS_URL"))}
 	if s := getenv("JWT_SECRET"); s != "" {
 		cfg.JWTSecret = []byte(s)
@@ -58,5 +76,12 @@ func ConfigFromEnv(getenv func(string) string) Config {
 			cfg.TrustedProxies = append(cfg.TrustedProxies, p)
 		}
 	}
-	return cfg
+	if s := strings.TrimSpace(getenv("LIMIT_ALGORITHM")); s != "" {
+		a, err := ginlimit.ParseAlgorithm(s)
+		if err != nil {
+			return Config{}, fmt.Errorf("coupon: LIMIT_ALGORITHM: %w", err)
+		}
+		cfg.Algorithm = a
+	}
+	return cfg, nil
 }
