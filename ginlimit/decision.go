@@ -18,8 +18,10 @@ type Decision struct {
 	// Remaining is how many more requests the window admits now, after this
 	// one.
 	Remaining int
-	// Reset is the time until more quota becomes available: until the oldest
-	// request recorded in the window leaves it.
+	// Reset is the time until more quota becomes available: until the
+	// oldest request in the window leaves it (sliding log), the oldest
+	// counted sub-window leaves (sliding counter), the window ends (fixed
+	// window) or the next whole token accrues (token bucket).
 	Reset time.Duration
 	// RetryAfter is how long a rejected request should wait before trying
 	// again; it is zero when the request was allowed.

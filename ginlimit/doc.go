@@ -59,9 +59,11 @@
 //   - [SlidingCounter]: the window is split into [SubWindows] (default 10)
 //     aligned parts, and the count is the sum of the parts that overlap the
 //     window. The counted span is between (N-1)/N of the window and all of
-//     it, so up to limit·(N+1)/N units can pass in one window's length (the
-//     error bound); in practice it errs on a share of requests that the
-//     tests measure against the exact log. Memory: a hash of at most N small
+//     it: any span of (N-1)/N of the window admits at most limit units, but
+//     a full window-long span can, in the worst case (two bursts a little
+//     more than (N-1)/N of the window apart), admit up to 2·limit. In
+//     practice it errs on a small share of requests, which the tests measure
+//     against the exact log. Memory: a hash of at most N small
 //     counters, about 100 bytes to 1 KB whatever the limit.
 //   - [FixedWindow]: one count per window aligned on the Redis clock. Exact
 //     within each window, but up to 2·limit units can pass across a boundary

@@ -2,9 +2,14 @@ package ginlimit
 
 // Random request timelines run through each script, on miniredis and on a
 // real redis-server, and through its reference model in model_test.go; every
-// decision must match. Each case has a fixed seed, logged, so a failure
-// reproduces; -model.seed overrides every case's seed and -model.scale
-// multiplies the steps, to search further:
+// decision must match (TestModelRandom*). On the same timelines and models:
+// what retry_us promises (TestModelRetryFits), the token bucket's burst
+// (TestModelTokenBucketBurstAfterQuietSpell), and the sliding counter's
+// worst case and error against the exact log (TestModelSlidingCounter*).
+//
+// Each case has a fixed seed, logged, so a failure reproduces; -model.seed
+// overrides every case's seed and -model.scale multiplies the steps, to
+// search further:
 //
 //	go test -race -count=1 -run 'ModelRandom' -model.seed=12345 -model.scale=10 ./ginlimit
 
@@ -14,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +34,12 @@ var (
 	modelSeedFlag  = flag.Uint64("model.seed", 0, "the seed of every random model timeline; 0 means each case's own fixed seed")
 	modelScaleFlag = flag.Float64("model.scale", 1, "multiplies the steps of every random model timeline")
 )
+
+// modelCounterMiniScale is the share of its steps a sliding counter case
+// runs on miniredis, whose Lua (a new interpreter per call) costs about 1 ms
+// a call under -race; the counter is not one of the exact algorithms that
+// must run 10,000 steps on both backends, and runs them all on real Redis.
+const modelCounterMiniScale = 0.3
 
 // modelCase is one rule and the length and seed of its random timeline.
 type modelCase struct {
@@ -180,15 +192,23 @@ type modelBackend struct {
 
 func runModelCases(t *testing.T, alg AlgorithmKind, cases []modelCase) {
 	t.Parallel()
-	total := 0
+	miniCase := func(c modelCase) modelCase {
+		c.alg = alg
+		if alg == SlidingCounter {
+			c.steps = int(float64(c.steps) * modelCounterMiniScale)
+		}
+		return c
+	}
+	total, mini := 0, 0
 	for _, c := range cases {
 		total += modelSteps(c)
+		mini += modelSteps(miniCase(c))
 	}
-	t.Logf("%v: %d steps per backend over %d cases", alg, total, len(cases))
+	t.Logf("%v: %d steps on real Redis and %d on miniredis, over %d cases", alg, total, mini, len(cases))
 	t.Run("miniredis", func(t *testing.T) {
 		t.Parallel()
 		for _, c := range cases {
-			c.alg = alg
+			c := miniCase(c)
 			t.Run(c.String(), func(t *testing.T) {
 				// A miniredis per case: its clock is the case's. TTLs move
 				// with it (FastForward), so a key that expired while its
@@ -221,11 +241,13 @@ func runModelCases(t *testing.T, alg AlgorithmKind, cases []modelCase) {
 }
 
 // persistingScripter runs each script call in MULTI/EXEC with a PERSIST of
-// its key, in the same round trip. The test clock moves a script's time but
-// not the real server's, on which TTLs run, so a key could expire (or
-// outlive its state) at any real moment; no decision depends on that, since
-// every script recognises stale state by time. The miniredis runs check the
-// TTLs, and TestRealRedisClockAndTTL checks them on the real clock.
+// its key, in the same round trip. A real redis-server runs TTLs on its own
+// clock, which the test clock does not move: a 1 ms TTL would expire after
+// 1 ms of real time while the test clock may say its state is still live.
+// Without TTLs every script still tells stale state from live by the time,
+// so the decisions are unchanged. The miniredis runs, where TTLs move with
+// the test clock, check the TTLs, and TestRealRedisClockAndTTL checks them
+// on a real clock.
 type persistingScripter struct{ *redis.Client }
 
 func (p persistingScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
@@ -276,7 +298,7 @@ func runModelCase(t *testing.T, c modelCase, b modelBackend) {
 	ctx := context.Background()
 
 	var recent [8]modelLogged
-	var allowed, rejected, exact int
+	var allowed, rejected, exact, bound int
 	for i := range steps {
 		var cost int
 		now, cost = g.next()
@@ -300,8 +322,8 @@ func runModelCase(t *testing.T, c modelCase, b modelBackend) {
 				r := recent[j%len(recent)]
 				fmt.Fprintf(&h, "\n\tstep %5d  start+%dµs  cost %-3d  script %v", r.i, r.at, r.cost, r.got)
 			}
-			t.Fatalf("%v %v, seed %d: step %d of %d at start+%dµs (now %dµs), cost %d: %s\n\tscript: %v\n\tmodel:  %v\nthe steps before:%s\nreproduce: go test -count=1 -run '%s$' -model.seed=%d ./ginlimit",
-				c.alg, c, seed, i, steps, now-g.start, now, cost, why, got, want, h.String(), t.Name(), seed)
+			t.Fatalf("%v %v, seed %d: step %d of %d at start+%dµs (now %dµs), cost %d: %s\n\tscript: %v\n\tmodel:  %v\nthe steps before:%s\nreproduce: go test -count=1 -run '%s' -model.seed=%d ./ginlimit",
+				c.alg, c, seed, i, steps, now-g.start, now, cost, why, got, want, h.String(), modelRunPattern(t), seed)
 		}
 		g.observe(want)
 		switch {
@@ -313,9 +335,21 @@ func runModelCase(t *testing.T, c modelCase, b modelBackend) {
 		if !want.allowed || want.remaining < exactBelow {
 			exact++
 		}
+		if got.remaining != want.remaining {
+			bound++
+		}
 	}
-	t.Logf("seed %d: %d steps over %v, %d allowed, %d rejected, %d with remaining below %d or rejected",
-		seed, steps, time.Duration(now-g.start)*time.Microsecond, allowed, rejected, exact, exactBelow)
+	t.Logf("seed %d: %d steps over %v: %d allowed, %d rejected; %d rejected or with remaining below %d; %d where the script's remaining was a lower bound",
+		seed, steps, time.Duration(now-g.start)*time.Microsecond, allowed, rejected, exact, exactBelow, bound)
+}
+
+// modelRunPattern is a -run pattern that selects t alone.
+func modelRunPattern(t *testing.T) string {
+	parts := strings.Split(t.Name(), "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
 }
 
 // modelTimeline makes a random request timeline for a case: gaps of zero,
@@ -405,4 +439,301 @@ func (g *modelTimeline) gap() int64 {
 		return w/2 + g.rng.Int64N(w)
 	}
 	return w + g.rng.Int64N(4*w)
+}
+
+// modelAllCases is every case of the four algorithms.
+func modelAllCases() []modelCase {
+	var all []modelCase
+	for _, g := range []struct {
+		alg   AlgorithmKind
+		cases []modelCase
+	}{
+		{SlidingLog, modelSlidingLogCases},
+		{SlidingCounter, modelSlidingCounterCases},
+		{FixedWindow, modelFixedWindowCases},
+		{TokenBucket, modelTokenBucketCases},
+	} {
+		for _, c := range g.cases {
+			c.alg = g.alg
+			all = append(all, c)
+		}
+	}
+	return all
+}
+
+// TestModelRetryFits checks, on the models (which the random tests show
+// decide bit for bit as the scripts do), what retry_us promises: a rejected
+// request sent again retry_us later, with nothing else in between, fits, and
+// one µs earlier it does not. The timelines are the random tests' own, ten
+// times longer, without Redis.
+func TestModelRetryFits(t *testing.T) {
+	t.Parallel()
+	for _, c := range modelAllCases() {
+		t.Run(c.alg.String()+"/"+c.String(), func(t *testing.T) {
+			t.Parallel()
+			seed := c.seed
+			if *modelSeedFlag != 0 {
+				seed = *modelSeedFlag
+			}
+			g := newModelTimeline(c, seed, modelEpoch())
+			m := c.model()
+			var bad []string
+			violations, rejections := 0, 0
+			for i := range 10 * modelSteps(c) {
+				now, cost := g.next()
+				before := m.clone()
+				r := decideModel(m, now, cost)
+				g.observe(r)
+				if r.allowed {
+					continue
+				}
+				rejections++
+				var why string
+				switch {
+				case r.retry < 1:
+					why = fmt.Sprintf("retry %dµs on a rejection", r.retry)
+				case !decideModel(before.clone(), now+r.retry, cost).allowed:
+					fits := "not within retry+1000µs"
+					for late := int64(1); late <= 1000; late++ {
+						if decideModel(before.clone(), now+r.retry+late, cost).allowed {
+							fits = fmt.Sprintf("only %dµs later", late)
+							break
+						}
+					}
+					why = fmt.Sprintf("retry %dµs, but at now+retry the same request is still rejected; it fits %s", r.retry, fits)
+				case decideModel(before.clone(), now+r.retry-1, cost).allowed:
+					why = fmt.Sprintf("retry %dµs, but the request already fits 1µs earlier", r.retry)
+				}
+				if why == "" {
+					continue
+				}
+				violations++
+				if len(bad) < 4 {
+					bad = append(bad, fmt.Sprintf("step %d at start+%dµs (now %d), cost %d: %v: %s", i, now-g.start, now, cost, r, why))
+				}
+			}
+			if violations > 0 {
+				t.Errorf("%v %v, seed %d: %d of %d rejections break retry_us's promise; the first:\n\t%s",
+					c.alg, c, seed, violations, rejections, strings.Join(bad, "\n\t"))
+			}
+		})
+	}
+}
+
+// TestModelTokenBucketBurstAfterQuietSpell checks [Burst]'s documented
+// promise on the script itself, on both backends: after a quiet spell,
+// burst units pass at once, as burst requests of cost 1 at one instant or
+// as one request of cost burst.
+func TestModelTokenBucketBurstAfterQuietSpell(t *testing.T) {
+	t.Parallel()
+	cases := []modelCase{
+		{window: time.Second, limit: 10, burst: 10}, // T = 100 ms exactly: holds
+		{window: time.Second, limit: 7, burst: 1},
+		{window: time.Second, limit: 6, burst: 6},
+		{window: time.Second, limit: 29, burst: 29},
+		{window: time.Minute, limit: 9, burst: 1},
+	}
+	run := func(t *testing.T, client redis.Scripter) {
+		for _, c := range cases {
+			c.alg = TokenBucket
+			p := mustPolicy(t, append(c.options(), Redis(client), Key(prefix(t)))...)
+			var now int64
+			p.clock = func() int64 { return now }
+			ctx := context.Background()
+			m := c.model()
+			now = modelEpoch() + 1 // quiet: the key is new
+			admitted := 0
+			var first Decision
+			for i := range c.burst {
+				d, err := p.AllowN(ctx, "ones", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := d.Allowed, decideModel(m, now, 1).allowed; got != want {
+					t.Fatalf("%v: the script and the model disagree", c)
+				}
+				if d.Allowed {
+					admitted++
+				} else if admitted == i {
+					first = d
+				}
+			}
+			if admitted != c.burst {
+				t.Errorf("Window(%v) Limit(%d) Burst(%d): after a quiet spell %d of %d requests of cost 1 at one instant passed, want all; the first rejected: Remaining %d, Reset %v, RetryAfter %v",
+					c.window, c.limit, c.burst, admitted, c.burst, first.Remaining, first.Reset, first.RetryAfter)
+			}
+			d, err := p.AllowN(ctx, "whole", c.burst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				t.Errorf("Window(%v) Limit(%d) Burst(%d): after a quiet spell a request of cost %d was rejected (Remaining %d, Reset %v, RetryAfter %v), want allowed",
+					c.window, c.limit, c.burst, c.burst, d.Remaining, d.Reset, d.RetryAfter)
+			}
+		}
+	}
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		m := miniredis.RunT(t)
+		m.SetTime(time.UnixMicro(modelEpoch()))
+		client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = client.Close() })
+		run(t, client)
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		run(t, persistingScripter{redistest.Start(t).Client()})
+	})
+}
+
+// TestModelSlidingCounterWorstCase runs on the script the request pattern
+// that lets the most units through a sliding counter in one window's
+// length: limit units in the last µs of a sub-window, then limit more once
+// that sub-window has left the count, n-1 sub-windows later. Both batches lie
+// within (n-1)/n of the window plus 1 µs, so 2*limit units pass in one
+// window's length for every n, not limit*(n+1)/n. The test pins that
+// behaviour (the script matches its model) and logs the figure.
+func TestModelSlidingCounterWorstCase(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	const limit = 10
+	for _, n := range []int{2, 10, 60} {
+		c := modelCase{alg: SlidingCounter, window: 600 * modelMS, limit: limit, subs: n}
+		p := mustPolicy(t, append(c.options(), Redis(client), Key(prefix(t)))...)
+		var now int64
+		p.clock = func() int64 { return now }
+		sub := c.windowUS() / int64(n)
+		j := modelEpoch() / sub
+		firstAt, secondAt := (j+1)*sub-1, (j+int64(n))*sub
+		log := newSlidingLogModel(c.windowUS(), math.MaxInt)
+		for _, at := range []int64{firstAt, secondAt} {
+			now = at
+			m.SetTime(time.UnixMicro(now))
+			d, err := p.AllowN(ctx, "k", limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				t.Fatalf("n=%d: %d units at start+%dµs rejected (%+v), but none are counted then", n, limit, at-firstAt, d)
+			}
+			log.record(now, limit)
+		}
+		inWindow := log.inWindow(secondAt)
+		if inWindow != 2*limit {
+			t.Fatalf("n=%d: %d units in the window ending at the second batch, want %d", n, inWindow, 2*limit)
+		}
+		t.Logf("n=%d: %d units passed within %dµs (window %dµs): %.2f times the limit; lua/sliding_counter.lua documents at most limit*(n+1)/n = %.2f times",
+			n, inWindow, secondAt-firstAt, c.windowUS(), float64(inWindow)/limit, float64(n+1)/float64(n))
+	}
+}
+
+// TestModelSlidingCounterError measures how far the sliding counter is from
+// the exact sliding log, on the models (the random tests show the script
+// decides as its model does), for n = 2, 10 and 60 sub-windows, all on one
+// timeline of cost-1 requests: a steady Poisson load at 0.9 or 1.1 times the
+// limit's rate, plus about once a window a burst of a fifth of the limit at
+// a multiple of 300 ms (a sub-window boundary for every n), give or take a
+// µs. Two measures, as shares of all requests:
+//
+//   - against history: each decision of the counter is judged by the exact
+//     rule applied to what the counter itself admitted. A wrong admission
+//     puts more than the limit in the window ending now. A wrong rejection
+//     cannot happen: the counted sub-windows lie inside the window.
+//   - against an exact limiter: an exact sliding log runs beside the counter
+//     on the same timeline, with its own admissions, and the decisions are
+//     compared one by one.
+//
+// It also reports the most units the counter let into one window's length.
+// It is a measurement: it logs the figures and checks loose bounds only.
+//
+//	go test -count=1 -run 'TestModelSlidingCounterError' -v ./ginlimit
+func TestModelSlidingCounterError(t *testing.T) {
+	t.Parallel()
+	const (
+		window  = 600_000 // µs; 2, 10 and 60 divide it
+		limit   = 100
+		windows = 400
+	)
+	for _, load := range []float64{0.9, 1.1} {
+		seed := uint64(500 + 10*load)
+		if *modelSeedFlag != 0 {
+			seed = *modelSeedFlag
+		}
+		times := modelPoissonTimeline(seed, modelEpoch(), window, limit, windows, load)
+		for _, n := range []int{2, 10, 60} {
+			counter := newSlidingCounterModel(window, limit, n)
+			admitted := newSlidingLogModel(window, math.MaxInt) // what the counter admitted
+			exact := newSlidingLogModel(window, limit)
+			var allowed, wrongAllow, wrongReject, counterOnly, exactOnly, peak int
+			for _, now := range times {
+				truth := admitted.inWindow(now)+1 <= limit
+				ok, _, _, _ := counter.decide(now, 1)
+				e, _, _, _ := exact.decide(now, 1)
+				switch {
+				case ok && !truth:
+					wrongAllow++
+				case !ok && truth:
+					wrongReject++
+				}
+				switch {
+				case ok && !e:
+					counterOnly++
+				case !ok && e:
+					exactOnly++
+				}
+				if ok {
+					allowed++
+					admitted.record(now, 1)
+					peak = max(peak, admitted.inWindow(now))
+				}
+			}
+			pct := func(k int) float64 { return 100 * float64(k) / float64(len(times)) }
+			t.Logf("load %.1f, n=%-2d (seed %d, %d requests, %d admitted): against history: wrongly allowed %5.2f%%, wrongly rejected %.2f%%; "+
+				"against an exact limiter: allowed by the counter only %5.2f%%, by the log only %5.2f%%; peak %d in one window (%.2f times the limit, documented bound %.2f)",
+				load, n, seed, len(times), allowed, pct(wrongAllow), pct(wrongReject), pct(counterOnly), pct(exactOnly),
+				peak, float64(peak)/limit, float64(n+1)/float64(n))
+			if wrongReject != 0 {
+				t.Errorf("load %.1f, n=%d: %d requests rejected that the exact rule admits given the same history; the counted span lies inside the window, so there must be none", load, n, wrongReject)
+			}
+			if pct(wrongAllow) >= 25 || pct(counterOnly) >= 25 || pct(exactOnly) >= 25 {
+				t.Errorf("load %.1f, n=%d: an error share of 25%% or more", load, n)
+			}
+			if peak > 2*limit {
+				t.Errorf("load %.1f, n=%d: %d units in one window, more than twice the limit", load, n, peak)
+			}
+		}
+	}
+	t.Logf("reproduce: go test -count=1 -run 'TestModelSlidingCounterError' -v ./ginlimit")
+}
+
+// modelPoissonTimeline returns the request times of windows windows from
+// start: Poisson arrivals at load times limit per window, and about once a
+// window a burst of limit/5 requests at a multiple of 300 ms, give or take
+// a µs.
+func modelPoissonTimeline(seed uint64, start, window int64, limit, windows int, load float64) []int64 {
+	const boundary = 300_000
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	start += rng.Int64N(window)
+	end := start + int64(windows)*window
+	mean := float64(window) / (load * float64(limit))
+	nextBurst := start + rng.Int64N(window)
+	var times []int64
+	for now := start; now < end; {
+		next := now + int64(rng.ExpFloat64()*mean)
+		if next >= nextBurst {
+			at := max(now, (nextBurst/boundary+1)*boundary+rng.Int64N(3)-1)
+			for range limit / 5 {
+				times = append(times, at)
+			}
+			now = at
+			nextBurst = at + window/2 + rng.Int64N(window)
+			continue
+		}
+		now = next
+		times = append(times, now)
+	}
+	return times
 }

@@ -4,8 +4,9 @@
 -- aligned on the Redis clock. The count of a request is the sum of the N
 -- sub-windows that overlap the window ending now: the current, partial one
 -- and the N-1 before it. So the counted span is between (N-1)/N of the
--- window and the whole window, and up to limit*(N+1)/N units can pass in any
--- one window's length. Memory is O(N) per key, whatever the limit.
+-- window and the whole window: any span of (N-1)/N of the window admits at
+-- most limit units, while a whole window's length can, in the worst case,
+-- see up to 2*limit. Memory is O(N) per key, whatever the limit.
 --
 -- KEYS[1]  a hash: sub-window index (start / sub-window length) -> units.
 -- ARGV[1]  the window in microseconds (an integer, at least 1000).

@@ -37,10 +37,13 @@ type Config struct {
 	// how strictly "limit per window" holds (see package ginlimit):
 	// ginlimit.SlidingLog (the zero value, the default) admits at most the
 	// limit in any window's length; ginlimit.SlidingCounter, with
-	// ginlimit.DefaultSubWindows sub-windows, up to 1.1 times the limit;
-	// ginlimit.FixedWindow up to twice the limit across a window boundary;
-	// and ginlimit.TokenBucket refills limit tokens per window into a bucket
-	// of limit tokens (its burst). New rejects a value outside these four.
+	// ginlimit.DefaultSubWindows sub-windows, about the limit in steady
+	// traffic but up to twice it in the worst case (a burst at the end of
+	// one sub-window and another a window later); ginlimit.FixedWindow up
+	// to twice the limit across a window boundary; and ginlimit.TokenBucket
+	// refills limit tokens per window into a bucket of limit tokens (its
+	// burst), so up to twice the limit after a quiet spell. New rejects a
+	// value outside these four.
 	Algorithm ginlimit.AlgorithmKind
 	// Logger receives the start-up messages, one line per request, and the
 	// rate limiter's errors. When it is nil, slog.Default() is used.
