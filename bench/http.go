@@ -34,9 +34,9 @@ type httpResult struct {
 const httpClients = 1000
 
 // cannedReply is a go-redis hook that answers every script call with a
-// fixed sliding-log reply {allowed 1, remaining 5, reset 1 s, now} without
-// touching the network, so that only the middleware and go-redis's
-// client-side code run. It answers anything else with an error, so a
+// fixed sliding-log reply of the five elements every ginlimit script returns,
+// {allowed 1, remaining 5, reset 1 s, now, retry 0}, without touching the
+// network, so that only the middleware and go-redis's client-side code run. It answers anything else with an error, so a
 // command it does not expect shows up (as a missing X-RateLimit-Remaining).
 type cannedReply struct{}
 
@@ -65,7 +65,7 @@ func fill(cmd redis.Cmder) error {
 		cmd.SetErr(errNotScript)
 		return errNotScript
 	}
-	c.SetVal([]interface{}{int64(1), int64(5), int64(1000000), int64(time.Now().UnixMicro())})
+	c.SetVal([]interface{}{int64(1), int64(5), int64(1000000), int64(time.Now().UnixMicro()), int64(0)})
 	return nil
 }
 

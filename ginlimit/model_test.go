@@ -12,8 +12,6 @@ package ginlimit
 
 import (
 	"fmt"
-	"math"
-	"strconv"
 	"testing"
 )
 
@@ -182,14 +180,17 @@ func (m *slidingCounterModel) decide(now int64, cost int) (bool, int, int64, int
 	return allowed, remaining, reset, retry
 }
 
-// tokenBucketModel is GCRA with float64 arithmetic in the order the script
-// documents: T = window/limit, capacity = burst*T, the stored theoretical
-// arrival time (TAT) written as %.17g and read back.
+// tokenBucketModel is GCRA in exact integers, as the script documents:
+// times in units of 1/limit µs, where one token is exactly window and the
+// capacity exactly burst*window; the key stores the last admission's time
+// and how far the TAT was then ahead of it.
 type tokenBucketModel struct {
 	window int64
 	limit  int
 	burst  int
-	tat    string // the stored TAT, as the script writes it; "" when absent
+	stored bool
+	base   int64 // µs of the last admission
+	ahead  int64 // 1/limit µs
 }
 
 func newTokenBucketModel(window int64, limit, burst int) *tokenBucketModel {
@@ -198,34 +199,34 @@ func newTokenBucketModel(window int64, limit, burst int) *tokenBucketModel {
 
 func (m *tokenBucketModel) clone() rateModel { c := *m; return &c }
 
-// The products are wrapped in float64(...) so that no architecture fuses
-// them with the following addition (the Go spec allows that otherwise);
-// the script's Lua rounds every operation on its own.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
 func (m *tokenBucketModel) decide(now int64, cost int) (bool, int, int64, int64) {
-	t := float64(now)
-	T := float64(m.window) / float64(m.limit)
-	capacity := float64(float64(m.burst) * T)
-	tat := t
-	if m.tat != "" {
-		stored, err := strconv.ParseFloat(m.tat, 64)
-		if err != nil {
-			panic(err)
+	limit := int64(m.limit)
+	capacity := int64(m.burst) * m.window
+	var ahead int64
+	if m.stored {
+		elapsed := now - m.base
+		ahead = m.ahead
+		if elapsed >= ceilDiv(ahead, limit) {
+			ahead = 0
+		} else if elapsed > 0 {
+			ahead -= elapsed * limit
 		}
-		tat = max(stored, t)
 	}
-	newTat := tat + float64(float64(cost)*T)
-	allowed := newTat-t <= capacity
+	newAhead := ahead + int64(cost)*m.window
+	allowed := newAhead <= capacity
 	var retry int64
 	if allowed {
-		tat = newTat
-		m.tat = strconv.FormatFloat(newTat, 'g', 17, 64)
+		ahead = newAhead
+		m.stored, m.base, m.ahead = true, now, ahead
 	} else {
-		retry = int64(math.Ceil(newTat - capacity - t))
+		retry = ceilDiv(newAhead-capacity, limit)
 	}
-	room := capacity - (tat - t)
-	remaining := math.Floor(room / T)
-	reset := math.Ceil(float64((remaining+1)*T) - room)
-	return allowed, int(remaining), int64(reset), retry
+	room := capacity - ahead
+	remaining := room / m.window
+	reset := ceilDiv(ahead-(capacity-(remaining+1)*m.window), limit)
+	return allowed, int(remaining), reset, retry
 }
 
 // modelResult is one decision, of a model or of a script.

@@ -70,14 +70,17 @@ end
 local function report_log(r)
   r.remaining = r.limit - r.count
   r.reset, r.retry = r.window, 0
-  if r.count > 0 then
-    local oldest = redis.call('ZRANGE', r.key, 0, 0, 'WITHSCORES')
+  local oldest = redis.call('ZRANGE', r.key, 0, 0, 'WITHSCORES')
+  if oldest[2] then
     r.reset = tonumber(oldest[2]) + r.window - now
   end
   if not r.admitted and not r.ok then
     local k = r.count + r.cost - r.limit
     local kth = redis.call('ZRANGE', r.key, k - 1, k - 1, 'WITHSCORES')
-    r.retry = tonumber(kth[2]) + r.window - now
+    r.retry = r.reset
+    if kth[2] then
+      r.retry = tonumber(kth[2]) + r.window - now
+    end
   end
 end
 
@@ -155,29 +158,38 @@ local function report_fixed(r)
 end
 
 local function check_bucket(r)
-  r.T = r.window / r.limit
-  r.capacity = r.param * r.T
-  local tat = tonumber(redis.call('GET', r.key)) or now
-  if tat < now then
-    tat = now
+  -- Exact integer GCRA, as in token_bucket.lua: times in 1/limit µs.
+  r.capacity = r.param * r.window
+  r.ahead = 0
+  local stored = redis.call('GET', r.key)
+  if stored then
+    local b, a = string.match(stored, '^(%d+):(%d+)$')
+    if b then
+      local elapsed = now - tonumber(b)
+      r.ahead = tonumber(a)
+      if elapsed >= math.ceil(r.ahead / r.limit) then
+        r.ahead = 0
+      elseif elapsed > 0 then
+        r.ahead = r.ahead - elapsed * r.limit
+      end
+    end
   end
-  r.tat = tat
-  r.new_tat = tat + r.cost * r.T
-  r.ok = r.new_tat - now <= r.capacity
+  r.new_ahead = r.ahead + r.cost * r.window
+  r.ok = r.new_ahead <= r.capacity
 end
 
 local function commit_bucket(r)
-  r.tat = r.new_tat
-  redis.call('SET', r.key, string.format('%.17g', r.tat), 'PX', math.max(1, math.ceil((r.tat - now) / 1000)))
+  r.ahead = r.new_ahead
+  redis.call('SET', r.key, string.format('%d:%d', now, r.ahead), 'PX', math.max(1, math.ceil(r.ahead / r.limit / 1000)))
 end
 
 local function report_bucket(r)
-  local room = r.capacity - (r.tat - now)
-  r.remaining = math.floor(room / r.T)
-  r.reset = math.ceil((r.remaining + 1) * r.T - room)
+  local room = r.capacity - r.ahead
+  r.remaining = math.floor(room / r.window)
+  r.reset = math.ceil((r.ahead - (r.capacity - (r.remaining + 1) * r.window)) / r.limit)
   r.retry = 0
   if not r.admitted and not r.ok then
-    r.retry = math.ceil(r.new_tat - r.capacity - now)
+    r.retry = math.ceil((r.new_ahead - r.capacity) / r.limit)
   end
 end
 
@@ -205,8 +217,8 @@ for i = 1, n do
   if r.alg == 1 and (r.param < 1 or r.param > 1000 or r.window % r.param ~= 0) then
     return redis.error_reply('ERR ginlimit: sub-windows of rule ' .. i .. ' must divide the window')
   end
-  if r.alg == 3 and r.param < 1 then
-    return redis.error_reply('ERR ginlimit: burst of rule ' .. i .. ' must be at least 1')
+  if r.alg == 3 and (r.param < 1 or r.param * r.window > 9007199254740992) then
+    return redis.error_reply('ERR ginlimit: burst of rule ' .. i .. ' must be at least 1, and burst * window below 2^53')
   end
   rules[i] = r
 end

@@ -90,15 +90,22 @@ end
 local remaining = limit - count
 local reset, retry = window, 0
 if allowed == 0 or remaining < exact then
+  -- The set can only be empty here if its TTL (the window, rounded up to
+  -- a millisecond) ran out while a very slow script ran; nothing is then
+  -- left in the window, and the defaults stand.
   local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  reset = tonumber(oldest[2]) + window - now
+  if oldest[2] then
+    reset = tonumber(oldest[2]) + window - now
+  end
   if allowed == 0 then
     -- The request fits once count + cost - limit entries have left.
     local k = count + cost - limit
     retry = reset
     if k > 1 then
       local kth = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
-      retry = tonumber(kth[2]) + window - now
+      if kth[2] then
+        retry = tonumber(kth[2]) + window - now
+      end
     end
   end
 end

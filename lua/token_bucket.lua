@@ -1,13 +1,15 @@
--- Token bucket in its single-timestamp form, GCRA. One call decides one
--- request atomically.
+-- Token bucket in its single-timestamp form, GCRA, in exact integer
+-- arithmetic. One call decides one request atomically.
 --
 -- The bucket holds up to burst tokens and refills at limit tokens per
--- window. The key stores the theoretical arrival time (TAT): the moment the
--- bucket would be full again. A request of cost n conforms when
--- max(TAT, now) + n*T - now <= burst*T, where T = window / limit is the time
--- one token takes to refill.
+-- window: one token every T = window/limit µs. GCRA keeps how far the
+-- theoretical arrival time (TAT) is ahead of now; a request of cost n
+-- conforms when ahead + n*T <= burst*T. To stay exact, every time is kept in
+-- units of 1/limit µs, where T is exactly `window` and the capacity exactly
+-- burst*window (burst*window must stay below 2^53).
 --
--- KEYS[1]  a string: the TAT in microseconds on the Redis clock.
+-- KEYS[1]  a string "<base>:<ahead>": the µs time of the last admission and
+--          how far the TAT was then ahead of it, in 1/limit µs.
 -- ARGV[1]  the window in microseconds (an integer, at least 1000).
 -- ARGV[2]  the limit: tokens refilled per window (an integer, at least 1).
 -- ARGV[3]  the burst: the bucket's capacity (an integer, at least 1).
@@ -17,8 +19,8 @@
 --
 -- Returns {allowed (1 or 0), remaining, reset_us, now_us, retry_us}:
 -- remaining is the whole tokens left, reset_us the time until the next whole
--- token, and retry_us, for a rejected request, the time until its cost fits.
--- Times are rounded up to whole microseconds.
+-- token, and retry_us, for a rejected request, the time until its cost fits,
+-- both rounded up to whole microseconds.
 
 local window = tonumber(ARGV[1])
 if not window or window < 1000 or window % 1 ~= 0 or window > 1e15 then
@@ -49,27 +51,39 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local T = window / limit
-local capacity = burst * T
-local tat = tonumber(redis.call('GET', key)) or now
-if tat < now then
-  tat = now
+if burst * window > 9007199254740992 then
+  return redis.error_reply('ERR ginlimit: burst * window must stay below 2^53')
 end
-local new_tat = tat + cost * T
+local capacity = burst * window -- in 1/limit µs, like ahead
+local ahead = 0
+local stored = redis.call('GET', key)
+if stored then
+  local b, a = string.match(stored, '^(%d+):(%d+)$')
+  if b then
+    local elapsed = now - tonumber(b)
+    ahead = tonumber(a)
+    -- Drain elapsed µs, each worth limit units; compare first so the
+    -- product stays small (elapsed*limit < ahead <= capacity < 2^53).
+    if elapsed >= math.ceil(ahead / limit) then
+      ahead = 0
+    elseif elapsed > 0 then
+      ahead = ahead - elapsed * limit
+    end
+  end
+end
 
 local allowed, retry = 0, 0
-if new_tat - now <= capacity then
-  allowed = 1
-  tat = new_tat
-  -- %.17g keeps every bit of the double, so the next call reads it back
-  -- exactly. The key expires when the bucket is full again.
-  redis.call('SET', key, string.format('%.17g', tat), 'PX', math.max(1, math.ceil((tat - now) / 1000)))
+local new_ahead = ahead + cost * window
+if new_ahead <= capacity then
+  allowed, ahead = 1, new_ahead
+  -- The key expires when the bucket is full again.
+  redis.call('SET', key, string.format('%d:%d', now, ahead), 'PX', math.max(1, math.ceil(ahead / limit / 1000)))
 else
-  retry = math.ceil(new_tat - capacity - now)
+  retry = math.ceil((new_ahead - capacity) / limit)
 end
 
--- Free room in the bucket, in time: capacity - (tat - now).
-local room = capacity - (tat - now)
-local remaining = math.floor(room / T)
-local reset = math.ceil((remaining + 1) * T - room)
+local room = capacity - ahead
+local remaining = math.floor(room / window)
+-- The next whole token: ahead must fall to capacity - (remaining+1)*window.
+local reset = math.ceil((ahead - (capacity - (remaining + 1) * window)) / limit)
 return {allowed, remaining, reset, now, retry}
