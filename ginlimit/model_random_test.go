@@ -139,7 +139,7 @@ var (
 		{window: 1 * milli, limit: 1, burst: 1, steps: 1000, seed: 301},
 		{window: 1 * milli, limit: 3, burst: 10, steps: 1200, seed: 302},   // T = 333.33 µs
 		{window: 250 * milli, limit: 10, burst: 3, steps: 1200, seed: 303}, // T = 25 ms
-		{window: time.Second, limit: 7, burst: 7, steps: 1200, seed: 304},    // T = 142857.14 µs
+		{window: time.Second, limit: 7, burst: 7, steps: 1200, seed: 304},  // T = 142857.14 µs
 		{window: 7300 * time.Microsecond, limit: 100, burst: 1, steps: 1200, seed: 305},
 		{window: time.Second, limit: 200, burst: 50, steps: 1400, seed: 306},
 		{window: 250 * milli, limit: 3, burst: 200, steps: 1400, seed: 307},
