@@ -338,3 +338,38 @@ func TestLimiterRouteOverridesAndIsolation(t *testing.T) {
 		}
 	}
 }
+
+// TestCostOverHTTP: a per-request cost is charged, and a request that costs
+// more than the rule can ever admit gets a 429 that says so, at once.
+func TestCostOverHTTP(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	e := gin.New()
+	e.GET("/batch", RateLimit(Redis(c), Key(pre), Limit(10), DenyCache(0), CostFunc(func(c *gin.Context) int {
+		n, _ := strconv.Atoi(c.Query("n"))
+		return n
+	})), ok)
+	for i, tc := range []struct {
+		n, status int
+		remaining string
+		body      string
+	}{
+		{4, 200, "6", ""},
+		{0, 200, "5", ""}, // below 1 is charged as 1
+		{5, 200, "0", ""},
+		{1, 429, "0", ""},
+		{11, 429, "", `{"code":429,"message":"the request costs 11, more than the rule can ever admit (10)"}`},
+	} {
+		w := do(e, http.MethodGet, "/batch?n="+strconv.Itoa(tc.n), nil)
+		if w.Code != tc.status || w.Header().Get("X-RateLimit-Remaining") != tc.remaining || (tc.body != "" && w.Body.String() != tc.body) {
+			t.Fatalf("request %d (n=%d): %d %q %s", i, tc.n, w.Code, w.Header().Get("X-RateLimit-Remaining"), w.Body)
+		}
+	}
+	if n, _ := m.ZMembers(pre + "{GET /batch}"); len(n) != 10 {
+		t.Fatalf("the log holds %d units, want 10", len(n))
+	}
+	if _, err := New(Redis(c), Limit(5), Cost(6)); err == nil || !strings.Contains(err.Error(), "Cost(6)") {
+		t.Fatalf("a fixed cost above the limit passed start-up: %v", err)
+	}
+}
