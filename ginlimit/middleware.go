@@ -52,17 +52,7 @@ func (p *Policy) serve(c *gin.Context) {
 	*d, err = p.decide(c.Request.Context(), sc.keys[:], cost)
 	c.Set(decisionKey{}, d)
 	h := c.Writer.Header()
-	if err != nil {
-		h[hdrRateLimitPolicy] = []string{p.policyHeader}
-		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
-			slog.String("rule", p.name), slog.String("policy", p.onFail.String()), errAttr(err))
-		if !d.Allowed {
-			abortJSON(c, http.StatusServiceUnavailable, bodyUnavailable)
-		}
-		return
-	}
-	if d.Reason != "" {
-		abortJSON(c, http.StatusTooManyRequests, `{"code":429,"message":`+strconv.Quote(d.Reason)+`}`)
+	if p.answeredWithout(c, d, err) {
 		return
 	}
 	p.writeHeaders(h, d, sc)
@@ -70,6 +60,26 @@ func (p *Policy) serve(c *gin.Context) {
 		c.Data(http.StatusTooManyRequests, contentTypeJSON, p.body429)
 		c.Abort()
 	}
+}
+
+// answeredWithout answers the requests whose decision gives no counters: a
+// Redis failure (the failure policy applies: 503 or on down the chain) and a
+// cost no rule can admit (429 saying so). It reports whether it did.
+func (p *Policy) answeredWithout(c *gin.Context, d *Decision, err error) bool {
+	if err != nil {
+		c.Writer.Header()[hdrRateLimitPolicy] = []string{p.policyHeader}
+		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
+			slog.String("rule", p.name), slog.String("policy", p.onFail.String()), errAttr(err))
+		if !d.Allowed {
+			abortJSON(c, http.StatusServiceUnavailable, bodyUnavailable)
+		}
+		return true
+	}
+	if d.Reason != "" {
+		abortJSON(c, http.StatusTooManyRequests, `{"code":429,"message":`+strconv.Quote(d.Reason)+`}`)
+		return true
+	}
+	return false
 }
 
 // Header names in canonical form, so they can be assigned to the header map

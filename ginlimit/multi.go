@@ -220,20 +220,11 @@ func (p *Policy) serveMulti(c *gin.Context) {
 	}
 	d, err := p.decideMulti(c.Request.Context(), p.multiKeys(tb.String(), dims), costs)
 	c.Set(decisionKey{}, &d)
+	if p.answeredWithout(c, &d, err) {
+		return
+	}
 	h := c.Writer.Header()
 	h.Set(hdrRateLimitPolicy, p.policyHeader)
-	if err != nil {
-		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
-			slog.String("rule", p.name), slog.String("policy", p.onFail.String()), errAttr(err))
-		if !d.Allowed {
-			abortJSON(c, http.StatusServiceUnavailable, bodyUnavailable)
-		}
-		return
-	}
-	if d.Reason != "" {
-		abortJSON(c, http.StatusTooManyRequests, `{"code":429,"message":`+strconv.Quote(d.Reason)+`}`)
-		return
-	}
 	var rl []string
 	for i, r := range p.rules {
 		rd := d.Rules[i]

@@ -5,7 +5,9 @@
 // Every script decides one request atomically in one call and takes the same
 // arguments: KEYS[1] the key; ARGV the window in µs, the limit, one
 // algorithm parameter, the request's cost, and an optional test clock in µs
-// (empty means Redis TIME). Every script returns {allowed, remaining,
+// (empty means Redis TIME). prologue.lua checks the shared arguments and
+// reads the clock; each function returns it followed by its algorithm's
+// file. Every script returns {allowed, remaining,
 // reset_us, now_us, retry_us}. Each file documents the details at its top.
 // The ginlimit package wraps each one once in redis.NewScript.
 //
@@ -16,6 +18,8 @@ package lua
 import _ "embed"
 
 var (
+	//go:embed prologue.lua
+	prologue string
 	//go:embed sliding_log.lua
 	slidingLog string
 	//go:embed sliding_counter.lua
@@ -30,18 +34,18 @@ var (
 
 // SlidingLog returns the exact sliding-log script: a ZSET of admission
 // times on the Redis clock.
-func SlidingLog() string { return slidingLog }
+func SlidingLog() string { return prologue + slidingLog }
 
 // SlidingCounter returns the sliding-window-counter script: a hash of N
 // sub-window counts.
-func SlidingCounter() string { return slidingCounter }
+func SlidingCounter() string { return prologue + slidingCounter }
 
 // FixedWindow returns the fixed-window script: one count per aligned window.
-func FixedWindow() string { return fixedWindow }
+func FixedWindow() string { return prologue + fixedWindow }
 
 // TokenBucket returns the token-bucket script in its GCRA form: one
 // timestamp per key.
-func TokenBucket() string { return tokenBucket }
+func TokenBucket() string { return prologue + tokenBucket }
 
 // Multi returns the script that decides several rules, of any algorithms,
 // atomically and all or nothing. Its arguments differ from the others': see

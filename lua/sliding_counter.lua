@@ -17,20 +17,15 @@
 -- ARGV[5]  optional: the time in microseconds, for tests; empty or absent
 --          means the Redis clock (TIME).
 --
+-- prologue.lua, put in front of this file, checks ARGV[1], ARGV[2] and
+-- ARGV[5] and leaves key, window, limit, now, sec and usec.
+--
 -- Returns {allowed (1 or 0), remaining, reset_us, now_us, retry_us}:
 -- reset_us is the time until the oldest counted sub-window with units in it
 -- leaves (the first moment remaining can grow; the next sub-window boundary
 -- when there is none), and retry_us, for a rejected request, the time until
 -- enough of them have left for its cost to fit.
 
-local window = tonumber(ARGV[1])
-if not window or window < 1000 or window % 1 ~= 0 or window > 1e15 then
-  return redis.error_reply('ERR ginlimit: window must be an integer number of microseconds >= 1000')
-end
-local limit = tonumber(ARGV[2])
-if not limit or limit < 1 or limit % 1 ~= 0 or limit > 1e9 then
-  return redis.error_reply('ERR ginlimit: limit must be an integer >= 1')
-end
 local n = tonumber(ARGV[3])
 if not n or n < 1 or n > 1000 or n % 1 ~= 0 or window % n ~= 0 then
   return redis.error_reply('ERR ginlimit: sub-windows must be an integer from 1 to 1000 that divides the window')
@@ -38,18 +33,6 @@ end
 local cost = tonumber(ARGV[4])
 if not cost or cost < 1 or cost % 1 ~= 0 or cost > limit then
   return redis.error_reply('ERR ginlimit: cost must be an integer from 1 to the limit')
-end
-
-local key = KEYS[1]
-local now
-if ARGV[5] and ARGV[5] ~= '' then
-  now = tonumber(ARGV[5])
-  if not now or now < 0 or now % 1 ~= 0 then
-    return redis.error_reply('ERR ginlimit: the test clock must be an integer number of microseconds')
-  end
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 local sub = window / n

@@ -13,6 +13,9 @@
 -- ARGV[5]  optional: the time in microseconds, for tests; empty or absent
 --          means the Redis clock (TIME).
 --
+-- prologue.lua, put in front of this file, checks ARGV[1], ARGV[2] and
+-- ARGV[5] and leaves key, window, limit, now, sec and usec.
+--
 -- The window is (now - window, now]: an entry whose score is exactly
 -- now - window has left it. A request is admitted and recorded only while
 -- the entries inside the window plus its cost fit in the limit; a rejected
@@ -23,14 +26,6 @@
 -- moment remaining can grow (see ARGV[3]); retry_us, for a rejected request,
 -- is the time until enough entries have left for its cost to fit.
 
-local window = tonumber(ARGV[1])
-if not window or window < 1000 or window % 1 ~= 0 or window > 1e15 then
-  return redis.error_reply('ERR ginlimit: window must be an integer number of microseconds >= 1000')
-end
-local limit = tonumber(ARGV[2])
-if not limit or limit < 1 or limit % 1 ~= 0 or limit > 1e9 then
-  return redis.error_reply('ERR ginlimit: limit must be an integer >= 1')
-end
 local exact = tonumber(ARGV[3])
 if not exact or exact < 0 or exact % 1 ~= 0 then
   return redis.error_reply('ERR ginlimit: exact-below must be an integer >= 0')
@@ -38,20 +33,6 @@ end
 local cost = tonumber(ARGV[4])
 if not cost or cost < 1 or cost % 1 ~= 0 or cost > limit then
   return redis.error_reply('ERR ginlimit: cost must be an integer from 1 to the limit')
-end
-
-local key = KEYS[1]
-local now, sec, usec
-if ARGV[5] and ARGV[5] ~= '' then
-  now = tonumber(ARGV[5])
-  if not now or now < 0 or now % 1 ~= 0 then
-    return redis.error_reply('ERR ginlimit: the test clock must be an integer number of microseconds')
-  end
-  sec, usec = string.format('%d', math.floor(now / 1000000)), string.format('%d', now % 1000000)
-else
-  local t = redis.call('TIME')
-  sec, usec = t[1], t[2]
-  now = tonumber(sec) * 1000000 + tonumber(usec)
 end
 
 -- ZCARD counts entries that have left the window too. While even that

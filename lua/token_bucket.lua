@@ -17,19 +17,14 @@
 -- ARGV[5]  optional: the time in microseconds, for tests; empty or absent
 --          means the Redis clock (TIME).
 --
+-- prologue.lua, put in front of this file, checks ARGV[1], ARGV[2] and
+-- ARGV[5] and leaves key, window, limit, now, sec and usec.
+--
 -- Returns {allowed (1 or 0), remaining, reset_us, now_us, retry_us}:
 -- remaining is the whole tokens left, reset_us the time until the next whole
 -- token, and retry_us, for a rejected request, the time until its cost fits,
 -- both rounded up to whole microseconds.
 
-local window = tonumber(ARGV[1])
-if not window or window < 1000 or window % 1 ~= 0 or window > 1e15 then
-  return redis.error_reply('ERR ginlimit: window must be an integer number of microseconds >= 1000')
-end
-local limit = tonumber(ARGV[2])
-if not limit or limit < 1 or limit % 1 ~= 0 or limit > 1e9 then
-  return redis.error_reply('ERR ginlimit: limit must be an integer >= 1')
-end
 local burst = tonumber(ARGV[3])
 if not burst or burst < 1 or burst % 1 ~= 0 or burst > 1e9 then
   return redis.error_reply('ERR ginlimit: burst must be an integer >= 1')
@@ -37,18 +32,6 @@ end
 local cost = tonumber(ARGV[4])
 if not cost or cost < 1 or cost % 1 ~= 0 or cost > burst then
   return redis.error_reply('ERR ginlimit: cost must be an integer from 1 to the burst')
-end
-
-local key = KEYS[1]
-local now
-if ARGV[5] and ARGV[5] ~= '' then
-  now = tonumber(ARGV[5])
-  if not now or now < 0 or now % 1 ~= 0 then
-    return redis.error_reply('ERR ginlimit: the test clock must be an integer number of microseconds')
-  end
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 if burst * window > 9007199254740992 then
