@@ -36,6 +36,10 @@ type Decision struct {
 	// longest RetryAfter of the rules that rejected) or, when admitted, the
 	// rule with the least remaining. It is nil for a single rule.
 	Rules []Decision
+	// Shadow reports that shadow mode (see [Shadow]) let the request
+	// through although the rule, or the failure policy, would have refused
+	// it. Allowed still says what the rule decided.
+	Shadow bool
 	// Cached reports that the rejection came from the in-process deny cache
 	// (see [DenyCache]) without a Redis call.
 	Cached bool

@@ -160,7 +160,7 @@ func wait(ctx context.Context, wake chan struct{}) error {
 // enter (nil if none) is released, waiters are woken, and what the decision
 // proves is kept. ok is false when the call failed.
 func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, d *Decision, ok bool) {
-	learn := ok && d.Remaining < lowRemaining
+	learn := ok && d != nil && d.Remaining < lowRemaining
 	if counted == nil && !learn {
 		return
 	}

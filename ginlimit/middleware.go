@@ -55,7 +55,14 @@ func (p *Policy) serve(c *gin.Context) {
 	if p.answeredWithout(c, d, err) {
 		return
 	}
+	if !d.Allowed && p.shadow {
+		d.Shadow = true
+	}
 	p.writeHeaders(h, d, sc)
+	if d.Shadow {
+		p.shadowed(c, d)
+		return
+	}
 	if !d.Allowed {
 		c.Data(http.StatusTooManyRequests, contentTypeJSON, p.body429)
 		c.Abort()
@@ -71,15 +78,36 @@ func (p *Policy) answeredWithout(c *gin.Context, d *Decision, err error) bool {
 		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
 			slog.String("rule", p.name), slog.String("policy", p.onFail.String()), errAttr(err))
 		if !d.Allowed {
+			if p.shadow {
+				p.shadowed(c, d)
+				return true
+			}
 			abortJSON(c, http.StatusServiceUnavailable, bodyUnavailable)
 		}
 		return true
 	}
 	if d.Reason != "" {
+		if p.shadow {
+			p.shadowed(c, d)
+			return true
+		}
 		abortJSON(c, http.StatusTooManyRequests, `{"code":429,"message":`+strconv.Quote(d.Reason)+`}`)
 		return true
 	}
 	return false
+}
+
+// shadowed lets through a request that would have been refused, in shadow
+// mode: the decision says so, and a debug line is logged.
+func (p *Policy) shadowed(c *gin.Context, d *Decision) {
+	d.Shadow = true
+	if l := p.logger; l != nil || slog.Default().Enabled(c.Request.Context(), slog.LevelDebug) {
+		if l == nil {
+			l = slog.Default()
+		}
+		l.LogAttrs(c.Request.Context(), slog.LevelDebug, "ginlimit: shadow mode let through a request it would have refused",
+			slog.String("rule", d.Rule), slog.String("route", c.FullPath()))
+	}
 }
 
 // Header names in canonical form, so they can be assigned to the header map
@@ -131,7 +159,7 @@ func (p *Policy) writeHeaders(h http.Header, d *Decision, sc *scratch) {
 	h[hdrLimit] = v[2:3:3]
 	h[hdrRemaining] = v[3:4:4]
 	h[hdrReset] = v[4:5:5]
-	if !d.Allowed {
+	if !d.Allowed && !d.Shadow {
 		h[hdrRetryAfter] = v[5:6:6]
 	}
 }

@@ -79,7 +79,7 @@ func compileMulti(s settings, logs *logThrottle) (*Policy, error) {
 			return nil, fmt.Errorf("ginlimit: Rule %d: the name %q is used twice", i+1, rs.name)
 		}
 		names[rs.name] = true
-		rs.deny, rs.autoPipeline = 0, false
+		rs.deny, rs.autoPipeline, rs.breakFailures = 0, false, 0
 		child, err := compile(rs, logs)
 		if err != nil {
 			return nil, fmt.Errorf("ginlimit: Rule %d (%s): %w", i+1, rs.name, err)
@@ -128,12 +128,24 @@ func (p *Policy) decideMulti(ctx context.Context, keys []string, costs []int) (D
 		}
 		args = append(args, int(r.alg), r.window.Microseconds(), r.limit, r.param, cost)
 	}
+	probe := false
+	if p.brk != nil {
+		var ok bool
+		if ok, probe = p.brk.allow(); !ok {
+			err := fmt.Errorf("ginlimit: rules %q: %w", keys, ErrCircuitOpen)
+			return Decision{Rule: p.name, Allowed: p.onFail == FailOpen, Limit: p.limit, Err: err}, err
+		}
+	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	reply, err := runScript(ctx, p.honours, multiScript, p.client, keys, args)
 	var d Decision
 	if err == nil {
 		d, err = p.parseMulti(reply)
+	}
+	if p.brk != nil {
+		p.brk.done(probe, err != nil && parent.Err() == nil)
 	}
 	if err != nil {
 		err = fmt.Errorf("ginlimit: rules %q: %w", keys, err)
@@ -234,6 +246,10 @@ func (p *Policy) serveMulti(c *gin.Context) {
 	h.Set(hdrLimit, strconv.Itoa(d.Limit))
 	h.Set(hdrRemaining, strconv.Itoa(d.Remaining))
 	h.Set(hdrReset, strconv.FormatInt(unixCeil(&d), 10))
+	if !d.Allowed && p.shadow {
+		p.shadowed(c, &d)
+		return
+	}
 	if !d.Allowed {
 		h.Set(hdrRetryAfter, strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
 		for _, r := range p.rules {

@@ -98,40 +98,45 @@ func (f optionFunc) apply(s *settings) { f(s) }
 
 // settings is the merged configuration of a limiter or a route.
 type settings struct {
-	client       redis.Scripter
-	prefix       string
-	window       time.Duration
-	limit        int
-	message      string
-	typ          LimitType
-	name         string
-	ips          *identity.IP
-	users        identity.User
-	onFail       FailPolicy
-	timeout      time.Duration
-	logger       *slog.Logger
-	deny         int
-	autoPipeline bool
-	alg          AlgorithmKind
-	subWindows   int
-	burst        int
-	cost         int
-	costFunc     func(*gin.Context) int
-	rules        [][]Option // Rule(...) groups, in order
-	inRule       bool       // applying the options of one Rule
-	errs         []error
+	client        redis.Scripter
+	prefix        string
+	window        time.Duration
+	limit         int
+	message       string
+	typ           LimitType
+	name          string
+	ips           *identity.IP
+	users         identity.User
+	onFail        FailPolicy
+	timeout       time.Duration
+	logger        *slog.Logger
+	deny          int
+	autoPipeline  bool
+	alg           AlgorithmKind
+	subWindows    int
+	burst         int
+	cost          int
+	costFunc      func(*gin.Context) int
+	rules         [][]Option // Rule(...) groups, in order
+	breakFailures int
+	breakOpen     time.Duration
+	shadow        bool
+	inRule        bool // applying the options of one Rule
+	errs          []error
 }
 
 func defaults() settings {
 	return settings{
-		prefix:     DefaultKey,
-		window:     DefaultWindow,
-		limit:      DefaultLimit,
-		message:    DefaultMessage,
-		timeout:    DefaultTimeout,
-		deny:       DefaultDenyCacheSize,
-		subWindows: DefaultSubWindows,
-		cost:       1,
+		prefix:        DefaultKey,
+		window:        DefaultWindow,
+		limit:         DefaultLimit,
+		message:       DefaultMessage,
+		timeout:       DefaultTimeout,
+		deny:          DefaultDenyCacheSize,
+		subWindows:    DefaultSubWindows,
+		breakFailures: DefaultBreakerFailures,
+		breakOpen:     DefaultBreakerOpen,
+		cost:          1,
 	}
 }
 
@@ -387,5 +392,20 @@ func CostFunc(f func(c *gin.Context) int) Option {
 			return
 		}
 		s.costFunc = f
+	})
+}
+
+// Shadow turns on shadow mode (a dry run): decisions are made and recorded
+// as usual and the headers are sent, but a request that would be limited is
+// let through; its decision has Shadow set and a debug line is logged. This
+// is how to roll out a new limit safely: watch what it would do first. The
+// default is off.
+func Shadow(enabled bool) Option {
+	return optionFunc(func(s *settings) {
+		if s.inRule {
+			s.invalid("Rule(Shadow(...)): Shadow applies to the whole route, not to one of its rules")
+			return
+		}
+		s.shadow = enabled
 	})
 }

@@ -49,6 +49,8 @@ type Policy struct {
 	costFunc func(*gin.Context) int // per-request cost, or nil
 	clock    func() int64           // tests only: the script's clock in µs
 	rules    []*Policy              // the rules of a several-rule route, or nil
+	brk      *breaker               // nil when off
+	shadow   bool
 
 	args         []any  // script ARGV for the fixed cost: window µs, limit, param, cost
 	policyHeader string // RateLimit-Policy value
@@ -112,6 +114,8 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		logs:       logs,
 		honours:    honoursContext(s.client),
 		deny:       newDenyCache(s.deny),
+		brk:        newBreaker(s.breakFailures, s.breakOpen),
+		shadow:     s.shadow,
 		pipeAbove:  pipelineAbove,
 		alg:        s.alg,
 		script:     script,
@@ -205,6 +209,7 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 			return p.cached(snap, sent), nil // no context, no timer: the cheap path
 		}
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	for v == waitTurn {
@@ -214,6 +219,16 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 		sent = p.deny.now()
 		if v, counted, snap = p.deny.enter(key, sent, cost); v == rejected {
 			return p.cached(snap, sent), nil
+		}
+	}
+	probe := false
+	if p.brk != nil {
+		var ok bool
+		if ok, probe = p.brk.allow(); !ok {
+			if p.deny != nil {
+				p.deny.leave(key, counted, cost, sent, nil, false)
+			}
+			return p.failed(key, ErrCircuitOpen)
 		}
 	}
 	var reply []any
@@ -230,6 +245,9 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 	var d Decision
 	if err == nil {
 		d, err = p.parse(reply)
+	}
+	if p.brk != nil {
+		p.brk.done(probe, err != nil && parent.Err() == nil)
 	}
 	if p.deny != nil {
 		p.deny.leave(key, counted, cost, sent, &d, err == nil)

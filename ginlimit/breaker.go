@@ -1,0 +1,111 @@
+package ginlimit
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+)
+
+// ErrCircuitOpen is wrapped by the error of a decision that was not sent to
+// Redis because the rule's circuit breaker is open (see [Breaker]).
+var ErrCircuitOpen = errors.New("ginlimit: circuit breaker open: Redis is failing")
+
+// Defaults of the circuit breaker.
+const (
+	// DefaultBreakerFailures is how many consecutive Redis failures open the
+	// breaker when no [Breaker] is given.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerOpen is how long the breaker stays open before it lets
+	// one probe through, when no [Breaker] is given.
+	DefaultBreakerOpen = 500 * time.Millisecond
+)
+
+// Breaker sets the rule's circuit breaker: after failures consecutive Redis
+// failures (errors or timeouts) it stops calling Redis for open, answering
+// every decision at once under the failure policy, so a dead Redis does not
+// add a timeout's worth of latency to every request. Then it lets a single
+// probe through: success closes it, failure opens it again for open. A
+// failure counts only when the request itself was still waiting. The
+// default is DefaultBreakerFailures and DefaultBreakerOpen; Breaker(0, 0)
+// turns it off.
+func Breaker(failures int, open time.Duration) Option {
+	return optionFunc(func(s *settings) {
+		if s.inRule {
+			s.invalid("Rule(Breaker(...)): Breaker applies to the whole route, not to one of its rules")
+			return
+		}
+		switch {
+		case failures == 0 && open == 0:
+		case failures < 1 || open <= 0 || open > time.Hour:
+			s.invalid("Breaker(%d, %v): want failures >= 1 and 0 < open <= 1h, or Breaker(0, 0) for none", failures, open)
+			return
+		}
+		s.breakFailures, s.breakOpen = failures, open
+	})
+}
+
+// breaker is a consecutive-failure circuit breaker. It is safe for
+// concurrent use and takes no lock.
+type breaker struct {
+	threshold int32
+	open      int64 // ns
+	base      time.Time
+
+	failures  atomic.Int32
+	openUntil atomic.Int64 // ns since base; 0 when closed
+	probing   atomic.Bool
+}
+
+func newBreaker(failures int, open time.Duration) *breaker {
+	if failures <= 0 {
+		return nil
+	}
+	return &breaker{threshold: int32(failures), open: int64(open), base: time.Now()}
+}
+
+func (b *breaker) now() int64 { return int64(time.Since(b.base)) }
+
+// allow reports whether a call may go to Redis, and whether it is the
+// half-open probe (which must be followed by done).
+func (b *breaker) allow() (ok, probe bool) {
+	until := b.openUntil.Load()
+	if until == 0 {
+		return true, false
+	}
+	if b.now() < until || !b.probing.CompareAndSwap(false, true) {
+		return false, false
+	}
+	return true, true
+}
+
+// done records a call's outcome.
+func (b *breaker) done(probe, failed bool) {
+	if !failed {
+		if b.openUntil.Load() != 0 || b.failures.Load() != 0 {
+			b.failures.Store(0)
+			b.openUntil.Store(0)
+		}
+		if probe {
+			b.probing.Store(false)
+		}
+		return
+	}
+	if n := b.failures.Add(1); n >= b.threshold || probe {
+		b.openUntil.Store(b.now() + b.open)
+	}
+	if probe {
+		b.probing.Store(false)
+	}
+}
+
+// state returns "closed", "open" or "half-open".
+func (b *breaker) state() string {
+	until := b.openUntil.Load()
+	switch {
+	case until == 0:
+		return "closed"
+	case b.now() < until:
+		return "open"
+	}
+	return "half-open"
+}

@@ -1,0 +1,123 @@
+package ginlimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// TestBreakerOpensAndRecovers: against a hung Redis the first failures cost
+// the timeout, then the breaker answers at once; once Redis is back, the
+// first probe after the open period closes it again.
+func TestBreakerOpensAndRecovers(t *testing.T) {
+	t.Parallel()
+	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = hung.Close() })
+	p := mustPolicy(t, Redis(hung), Key(prefix(t)), Timeout(100*time.Millisecond), Breaker(3, 300*time.Millisecond), OnFailure(FailClosed))
+	ctx := context.Background()
+	for i := range 3 {
+		d, err := p.Allow(ctx, "k")
+		if err == nil || d.Allowed || errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("failure %d: %+v, %v; want a Redis timeout", i, d, err)
+		}
+	}
+	if got := p.brk.state(); got != "open" {
+		t.Fatalf("after 3 failures the breaker is %s", got)
+	}
+	start := time.Now()
+	for i := range 50 {
+		d, err := p.Allow(ctx, "k")
+		if !errors.Is(err, ErrCircuitOpen) || d.Allowed || d.Err == nil {
+			t.Fatalf("open breaker, call %d: %+v, %v", i, d, err)
+		}
+	}
+	// Bound, not a benchmark: 50 calls without Redis take microseconds; 50
+	// timeouts would take 5 s.
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("50 decisions with the breaker open took %v", el)
+	}
+
+	srv := redistest.Start(t)
+	c := srv.Client()
+	q := mustPolicy(t, Redis(c), Key(prefix(t)), Timeout(200*time.Millisecond), Breaker(2, 200*time.Millisecond))
+	srv.Stop()
+	for range 2 {
+		if _, err := q.Allow(ctx, "k"); err == nil {
+			t.Fatal("a stopped Redis answered")
+		}
+	}
+	if got := q.brk.state(); got != "open" {
+		t.Fatalf("after 2 failures the breaker is %s", got)
+	}
+	srv.Restart()
+	back := time.Now()
+	for {
+		d, err := q.Allow(ctx, "k")
+		if err == nil && d.Err == nil {
+			break
+		}
+		if time.Since(back) > 2*time.Second {
+			t.Fatalf("decisions did not come from Redis again within 2s of its return: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("decisions came from Redis again %v after it returned", time.Since(back).Round(time.Millisecond))
+	if got := q.brk.state(); got != "closed" {
+		t.Fatalf("after a good probe the breaker is %s", got)
+	}
+}
+
+func TestBreakerOption(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	for _, o := range []Option{Breaker(0, time.Second), Breaker(3, 0), Breaker(-1, time.Second), Breaker(1, 2*time.Hour)} {
+		if _, err := New(Redis(c), o); err == nil {
+			t.Errorf("an invalid Breaker was accepted")
+		}
+	}
+	p := mustPolicy(t, Redis(c), Breaker(0, 0))
+	if p.brk != nil {
+		t.Fatal("Breaker(0, 0) left a breaker")
+	}
+}
+
+// TestShadowMode: nothing is ever refused, the headers still tell the
+// truth, and the decision says what would have happened.
+func TestShadowMode(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	var seen []Decision
+	e := gin.New()
+	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Limit(1), Shadow(true)), func(c *gin.Context) {
+		d, _ := DecisionFrom(c)
+		seen = append(seen, d)
+		ok(c)
+	})
+	for i := range 3 {
+		w := do(e, http.MethodGet, "/x", nil)
+		if w.Code != 200 {
+			t.Fatalf("request %d: %d in shadow mode", i, w.Code)
+		}
+		if i > 0 && (w.Header().Get("X-RateLimit-Remaining") != "0" || w.Header().Get("Retry-After") != "") {
+			t.Fatalf("request %d: headers %v", i, w.Header())
+		}
+	}
+	if len(seen) != 3 || seen[0].Shadow || !seen[1].Shadow || seen[1].Allowed || !seen[2].Shadow {
+		t.Fatalf("decisions %+v", seen)
+	}
+	// A failing Redis under FailClosed does not refuse in shadow mode either.
+	stopped := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = stopped.Close() })
+	e2 := gin.New()
+	e2.GET("/y", RateLimit(Redis(stopped), OnFailure(FailClosed), Shadow(true), Timeout(200*time.Millisecond)), ok)
+	if w := do(e2, http.MethodGet, "/y", nil); w.Code != 200 {
+		t.Fatalf("FailClosed in shadow mode: %d", w.Code)
+	}
+}
