@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -119,5 +120,47 @@ func TestShadowMode(t *testing.T) {
 	e2.GET("/y", RateLimit(Redis(stopped), OnFailure(FailClosed), Shadow(true), Timeout(200*time.Millisecond)), ok)
 	if w := do(e2, http.MethodGet, "/y", nil); w.Code != 200 {
 		t.Fatalf("FailClosed in shadow mode: %d", w.Code)
+	}
+}
+
+// TestFailLocal: while Redis is down, an in-process limiter of the same rule
+// decides, its limit divided by the instances sharing it, and says so.
+func TestFailLocal(t *testing.T) {
+	t.Parallel()
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	e := gin.New()
+	var seen []Decision
+	e.GET("/x", RateLimit(Redis(down), Key(prefix(t)), Window(time.Minute), Limit(6), OnFailure(FailLocal), LocalInstances(2),
+		Timeout(200*time.Millisecond)), func(c *gin.Context) {
+		d, _ := DecisionFrom(c)
+		seen = append(seen, d)
+		ok(c)
+	})
+	codes := []int{}
+	for range 5 {
+		w := do(e, http.MethodGet, "/x", nil)
+		codes = append(codes, w.Code)
+		if w.Code == 429 && w.Header().Get("Retry-After") == "" {
+			t.Fatalf("a local 429 without Retry-After: %v", w.Header())
+		}
+	}
+	// 6 per minute over 2 instances: this instance admits 3.
+	if want := []int{200, 200, 200, 429, 429}; !slices.Equal(codes, want) {
+		t.Fatalf("codes %v, want %v", codes, want)
+	}
+	for _, d := range seen {
+		if !d.Local || d.Err == nil || !d.Allowed {
+			t.Fatalf("decision %+v: want an allowed local decision carrying the Redis error", d)
+		}
+	}
+	// Several rules fall back all or nothing too.
+	p := mustPolicy(t, Redis(down), Key(prefix(t)), OnFailure(FailLocal), Timeout(200*time.Millisecond),
+		Rule(Name("a"), Window(time.Minute), Limit(2)), Rule(Name("b"), Window(time.Minute), Limit(5)))
+	for i, want := range []bool{true, true, false} {
+		d, err := p.Allow(context.Background(), "k")
+		if err == nil || !d.Local || d.Allowed != want {
+			t.Fatalf("rules, request %d: %+v, %v; want local allowed=%v", i, d, err, want)
+		}
 	}
 }

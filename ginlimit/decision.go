@@ -36,6 +36,9 @@ type Decision struct {
 	// longest RetryAfter of the rules that rejected) or, when admitted, the
 	// rule with the least remaining. It is nil for a single rule.
 	Rules []Decision
+	// Local reports that Redis failed and the in-process fallback of
+	// [FailLocal] decided; Err holds the Redis error.
+	Local bool
 	// Shadow reports that shadow mode (see [Shadow]) let the request
 	// through although the rule, or the failure policy, would have refused
 	// it. Allowed still says what the rule decided.
@@ -44,7 +47,9 @@ type Decision struct {
 	// (see [DenyCache]) without a Redis call.
 	Cached bool
 	// Err is non-nil when Redis could not decide. Allowed then follows the
-	// rule's FailPolicy, and Remaining, Reset, RetryAfter and Time are zero.
+	// rule's FailPolicy; with FailOpen and FailClosed, Remaining, Reset,
+	// RetryAfter and Time are zero, and with FailLocal they come from the
+	// in-process fallback (Local is set).
 	Err error
 }
 

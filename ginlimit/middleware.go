@@ -77,6 +77,9 @@ func (p *Policy) answeredWithout(c *gin.Context, d *Decision, err error) bool {
 		c.Writer.Header()[hdrRateLimitPolicy] = []string{p.policyHeader}
 		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
 			slog.String("rule", p.name), slog.String("policy", p.onFail.String()), errAttr(err))
+		if d.Local {
+			return false // the fallback decided: headers and 429 as usual
+		}
 		if !d.Allowed {
 			if p.shadow {
 				p.shadowed(c, d)

@@ -132,8 +132,7 @@ func (p *Policy) decideMulti(ctx context.Context, keys []string, costs []int) (D
 	if p.brk != nil {
 		var ok bool
 		if ok, probe = p.brk.allow(); !ok {
-			err := fmt.Errorf("ginlimit: rules %q: %w", keys, ErrCircuitOpen)
-			return Decision{Rule: p.name, Allowed: p.onFail == FailOpen, Limit: p.limit, Err: err}, err
+			return p.failedMulti(keys, costs, ErrCircuitOpen)
 		}
 	}
 	parent := ctx
@@ -148,10 +147,21 @@ func (p *Policy) decideMulti(ctx context.Context, keys []string, costs []int) (D
 		p.brk.done(probe, err != nil && parent.Err() == nil)
 	}
 	if err != nil {
-		err = fmt.Errorf("ginlimit: rules %q: %w", keys, err)
-		return Decision{Rule: p.name, Allowed: p.onFail == FailOpen, Limit: p.limit, Err: err}, err
+		return p.failedMulti(keys, costs, err)
 	}
 	return d, nil
+}
+
+// failedMulti is the decision and error when Redis could not decide the
+// rules: the failure policy's, or the in-process fallback's for FailLocal.
+func (p *Policy) failedMulti(keys []string, costs []int, err error) (Decision, error) {
+	err = fmt.Errorf("ginlimit: rules %q: %w", keys, err)
+	if p.onFail == FailLocal {
+		d := p.decideLocal(keys, costs, p.rules)
+		d.Err = err
+		return d, err
+	}
+	return Decision{Rule: p.name, Allowed: p.onFail == FailOpen, Limit: p.limit, Err: err}, err
 }
 
 // parseMulti converts {allowed, now_us, fired, then per rule: allowed,
@@ -237,12 +247,14 @@ func (p *Policy) serveMulti(c *gin.Context) {
 	}
 	h := c.Writer.Header()
 	h.Set(hdrRateLimitPolicy, p.policyHeader)
-	var rl []string
-	for i, r := range p.rules {
-		rd := d.Rules[i]
-		rl = append(rl, r.quotedName+";r="+strconv.Itoa(rd.Remaining)+";t="+strconv.FormatInt(ceilSeconds(rd.Reset), 10))
+	if d.Rules != nil { // a fallback decision knows only the rule that decided
+		var rl []string
+		for i, r := range p.rules {
+			rd := d.Rules[i]
+			rl = append(rl, r.quotedName+";r="+strconv.Itoa(rd.Remaining)+";t="+strconv.FormatInt(ceilSeconds(rd.Reset), 10))
+		}
+		h.Set(hdrRateLimit, strings.Join(rl, ", "))
 	}
-	h.Set(hdrRateLimit, strings.Join(rl, ", "))
 	h.Set(hdrLimit, strconv.Itoa(d.Limit))
 	h.Set(hdrRemaining, strconv.Itoa(d.Remaining))
 	h.Set(hdrReset, strconv.FormatInt(unixCeil(&d), 10))

@@ -67,6 +67,11 @@ const (
 	FailOpen FailPolicy = iota
 	// FailClosed answers 503 with a JSON body.
 	FailClosed
+	// FailLocal decides with an in-process limiter of the same rule while
+	// Redis is failing: a token bucket per key refilling limit/n per window,
+	// where n is [LocalInstances]. Its decisions have Local set. It is
+	// bounded in memory (DefaultLocalKeys keys per rule).
+	FailLocal
 )
 
 // String returns "FailOpen" or "FailClosed".
@@ -76,6 +81,8 @@ func (p FailPolicy) String() string {
 		return "FailOpen"
 	case FailClosed:
 		return "FailClosed"
+	case FailLocal:
+		return "FailLocal"
 	}
 	return fmt.Sprintf("FailPolicy(%d)", int(p))
 }
@@ -98,45 +105,47 @@ func (f optionFunc) apply(s *settings) { f(s) }
 
 // settings is the merged configuration of a limiter or a route.
 type settings struct {
-	client        redis.Scripter
-	prefix        string
-	window        time.Duration
-	limit         int
-	message       string
-	typ           LimitType
-	name          string
-	ips           *identity.IP
-	users         identity.User
-	onFail        FailPolicy
-	timeout       time.Duration
-	logger        *slog.Logger
-	deny          int
-	autoPipeline  bool
-	alg           AlgorithmKind
-	subWindows    int
-	burst         int
-	cost          int
-	costFunc      func(*gin.Context) int
-	rules         [][]Option // Rule(...) groups, in order
-	breakFailures int
-	breakOpen     time.Duration
-	shadow        bool
-	inRule        bool // applying the options of one Rule
-	errs          []error
+	client         redis.Scripter
+	prefix         string
+	window         time.Duration
+	limit          int
+	message        string
+	typ            LimitType
+	name           string
+	ips            *identity.IP
+	users          identity.User
+	onFail         FailPolicy
+	timeout        time.Duration
+	logger         *slog.Logger
+	deny           int
+	autoPipeline   bool
+	alg            AlgorithmKind
+	subWindows     int
+	burst          int
+	cost           int
+	costFunc       func(*gin.Context) int
+	rules          [][]Option // Rule(...) groups, in order
+	breakFailures  int
+	breakOpen      time.Duration
+	shadow         bool
+	localInstances int
+	inRule         bool // applying the options of one Rule
+	errs           []error
 }
 
 func defaults() settings {
 	return settings{
-		prefix:        DefaultKey,
-		window:        DefaultWindow,
-		limit:         DefaultLimit,
-		message:       DefaultMessage,
-		timeout:       DefaultTimeout,
-		deny:          DefaultDenyCacheSize,
-		subWindows:    DefaultSubWindows,
-		breakFailures: DefaultBreakerFailures,
-		breakOpen:     DefaultBreakerOpen,
-		cost:          1,
+		prefix:         DefaultKey,
+		window:         DefaultWindow,
+		limit:          DefaultLimit,
+		message:        DefaultMessage,
+		timeout:        DefaultTimeout,
+		deny:           DefaultDenyCacheSize,
+		subWindows:     DefaultSubWindows,
+		breakFailures:  DefaultBreakerFailures,
+		breakOpen:      DefaultBreakerOpen,
+		localInstances: 1,
+		cost:           1,
 	}
 }
 
@@ -283,8 +292,8 @@ func OnFailure(p FailPolicy) Option {
 			s.invalid("Rule(OnFailure(...)): OnFailure applies to the whole route, not to one of its rules")
 			return
 		}
-		if p != FailOpen && p != FailClosed {
-			s.invalid("OnFailure(%v): want FailOpen or FailClosed", p)
+		if p < FailOpen || p > FailLocal {
+			s.invalid("OnFailure(%v): want FailOpen, FailClosed or FailLocal", p)
 			return
 		}
 		s.onFail = p

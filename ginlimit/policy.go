@@ -50,6 +50,7 @@ type Policy struct {
 	clock    func() int64           // tests only: the script's clock in µs
 	rules    []*Policy              // the rules of a several-rule route, or nil
 	brk      *breaker               // nil when off
+	local    *localLimiter          // the FailLocal fallback, or nil
 	shadow   bool
 
 	args         []any  // script ARGV for the fixed cost: window µs, limit, param, cost
@@ -142,6 +143,9 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(p.timeout, DefaultTimeout))
 	_, _ = bounded(ctx, func() (string, error) { return p.script.Load(ctx, p.client).Result() })
 	cancel()
+	if s.onFail == FailLocal {
+		p.local = newLocalLimiter(s.limit, s.localInstances, s.window)
+	}
 	p.policyHeader = p.quotedName + ";q=" + p.limitText + ";w=" + strconv.FormatInt(ceilSeconds(s.window), 10)
 	return p, nil
 }
@@ -214,7 +218,7 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 	defer cancel()
 	for v == waitTurn {
 		if err := wait(ctx, snap.wake); err != nil {
-			return p.failed(key, err)
+			return p.failed(key, cost, err)
 		}
 		sent = p.deny.now()
 		if v, counted, snap = p.deny.enter(key, sent, cost); v == rejected {
@@ -228,7 +232,7 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 			if p.deny != nil {
 				p.deny.leave(key, counted, cost, sent, nil, false)
 			}
-			return p.failed(key, ErrCircuitOpen)
+			return p.failed(key, cost, ErrCircuitOpen)
 		}
 	}
 	var reply []any
@@ -253,14 +257,20 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 		p.deny.leave(key, counted, cost, sent, &d, err == nil)
 	}
 	if err != nil {
-		return p.failed(key, err)
+		return p.failed(key, cost, err)
 	}
 	return d, nil
 }
 
-// failed is the decision and error when Redis could not decide.
-func (p *Policy) failed(key string, err error) (Decision, error) {
+// failed is the decision and error when Redis could not decide on key at
+// the given cost.
+func (p *Policy) failed(key string, cost int, err error) (Decision, error) {
 	err = fmt.Errorf("ginlimit: %v %q: %w", p.alg, key, err)
+	if p.local != nil {
+		d := p.decideLocal([]string{key}, []int{cost}, []*Policy{p})
+		d.Err = err
+		return d, err
+	}
 	return Decision{Rule: p.name, Allowed: p.onFail == FailOpen, Limit: p.limit, Err: err}, err
 }
 
