@@ -69,7 +69,7 @@ type App struct {
 	// Handler serves every route of the demo. It is the *gin.Engine.
 	Handler http.Handler
 
-	rdb       *redis.Client
+	rdb       redis.UniversalClient
 	mini      *miniredis.Miniredis // nil unless New started one
 	closeOnce sync.Once
 	closeErr  error
@@ -105,7 +105,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 
 	a := &App{}
-	if a.rdb, a.mini, err = openRedis(ctx, cfg.RedisURL, logger); err != nil {
+	if len(cfg.ClusterAddrs) > 0 {
+		if a.rdb, err = openCluster(ctx, cfg.ClusterAddrs, logger); err != nil {
+			return nil, err
+		}
+	} else if a.rdb, a.mini, err = openRedis(ctx, cfg.RedisURL, logger); err != nil {
 		return nil, err
 	}
 	opts := []ginlimit.Option{
@@ -114,6 +118,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		ginlimit.IPIdentity(ips),
 		ginlimit.Logger(logger),
 		ginlimit.Algorithm(cfg.Algorithm),
+		ginlimit.OnFailure(cfg.FailPolicy),
+		ginlimit.Shadow(cfg.Shadow),
 	}
 	if cfg.DecisionTimeout > 0 {
 		opts = append(opts, ginlimit.Timeout(cfg.DecisionTimeout))
@@ -122,7 +128,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: rate limiter: %w", err), a.Close())
 	}
-	logger.Info("coupon: rate limiting", slog.String("algorithm", cfg.Algorithm.String()))
+	logger.Info("coupon: rate limiting", slog.String("algorithm", cfg.Algorithm.String()),
+		slog.String("fail_policy", cfg.FailPolicy.String()), slog.Bool("shadow", cfg.Shadow))
 
 	engine := gin.New()
 	// Nobody is trusted to set the client IP through gin: c.ClientIP() is
@@ -177,6 +184,19 @@ func openRedis(ctx context.Context, rawURL string, logger *slog.Logger) (*redis.
 		return nil, nil, fmt.Errorf("coupon: ping Redis at %s: %w", opts.Addr, err)
 	}
 	return rdb, mini, nil
+}
+
+// openCluster connects to the Redis Cluster at addrs and pings it.
+func openCluster(ctx context.Context, addrs []string, logger *slog.Logger) (redis.UniversalClient, error) {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("coupon: ping Redis Cluster at %v: %w", addrs, err)
+	}
+	logger.Info("coupon: using Redis Cluster", slog.Any("addrs", addrs))
+	return rdb, nil
 }
 
 // Close closes the Redis client and stops the embedded miniredis, if any.

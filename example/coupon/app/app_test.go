@@ -451,18 +451,29 @@ func TestConfigFromEnv(t *testing.T) {
 		{
 			name: "all",
 			env: map[string]string{
-				"REDIS_URL":       "redis://localhost:6379/1",
-				"JWT_SECRET":      "s3cret",
-				"TRUSTED_PROXIES": "10.0.0.0/8,192.168.0.0/16",
-				"LIMIT_ALGORITHM": "token_bucket",
-				"ADDR":            ":9999",
+				"REDIS_URL":           "redis://localhost:6379/1",
+				"JWT_SECRET":          "s3cret",
+				"TRUSTED_PROXIES":     "10.0.0.0/8,192.168.0.0/16",
+				"LIMIT_ALGORITHM":     "token_bucket",
+				"ADDR":                ":9999",
+				"REDIS_CLUSTER_ADDRS": "10.0.0.1:6379, 10.0.0.2:6379,",
+				"FAIL_POLICY":         "local",
+				"SHADOW":              "1",
 			},
 			want: app.Config{
 				RedisURL:       "redis://localhost:6379/1",
 				JWTSecret:      []byte("s3cret"),
 				TrustedProxies: []string{"10.0.0.0/8", "192.168.0.0/16"},
 				Algorithm:      ginlimit.TokenBucket,
+				ClusterAddrs:   []string{"10.0.0.1:6379", "10.0.0.2:6379"},
+				FailPolicy:     ginlimit.FailLocal,
+				Shadow:         true,
 			},
+		},
+		{
+			name: "fail closed",
+			env:  map[string]string{"FAIL_POLICY": "closed", "SHADOW": "0"},
+			want: app.Config{FailPolicy: ginlimit.FailClosed},
 		},
 		{
 			name: "blank proxy entries",
@@ -496,6 +507,34 @@ func TestConfigFromEnv(t *testing.T) {
 
 // TestConfigFromEnvBadAlgorithm checks that an unknown LIMIT_ALGORITHM stops
 // the demo at start-up with an error that names the variable and the value.
+func TestConfigFromEnvBadValues(t *testing.T) {
+	t.Parallel()
+	for k, v := range map[string]string{"FAIL_POLICY": "sometimes", "SHADOW": "yes please"} {
+		_, err := app.ConfigFromEnv(func(key string) string {
+			if key == k {
+				return v
+			}
+			return ""
+		})
+		if err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s=%q: error %v, want one naming %s", k, v, err, k)
+		}
+	}
+}
+
+// TestShadow: with SHADOW the merchant route never refuses.
+func TestShadow(t *testing.T) {
+	t.Parallel()
+	h := newApp(t, app.Config{Shadow: true})
+	for i := range app.MerchantLimit + 3 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/coupon/merchant", nil))
+		if w.Code != http.StatusOK {
+			t.Fatalf("shadow mode, request %d: %d", i, w.Code)
+		}
+	}
+}
+
 func TestConfigFromEnvBadAlgorithm(t *testing.T) {
 	t.Parallel()
 	for _, v := range []string{"leaky_bucket", "SlidingLog", "sliding-log", "0"} {

@@ -45,6 +45,15 @@ type Config struct {
 	// burst), so up to twice the limit after a quiet spell. New rejects a
 	// value outside these four.
 	Algorithm ginlimit.AlgorithmKind
+	// ClusterAddrs, when not empty, are seed addresses of a Redis Cluster
+	// ("10.0.0.1:6379"); New then uses a cluster client and ignores RedisURL.
+	ClusterAddrs []string
+	// FailPolicy is what limited routes do while Redis fails: the zero value
+	// ginlimit.FailOpen, ginlimit.FailClosed or ginlimit.FailLocal.
+	FailPolicy ginlimit.FailPolicy
+	// Shadow turns on shadow mode for every limited route: decisions and
+	// headers as usual, but nothing is ever refused.
+	Shadow bool
 	// Logger receives the start-up messages, one line per request, and the
 	// rate limiter's errors. When it is nil, slog.Default() is used.
 	Logger *slog.Logger
@@ -58,6 +67,9 @@ type Config struct {
 // os.Getenv):
 //
 //   - REDIS_URL becomes RedisURL;
+//   - REDIS_CLUSTER_ADDRS (comma-separated) becomes ClusterAddrs;
+//   - FAIL_POLICY (open, closed or local; default open) becomes FailPolicy;
+//   - SHADOW=1 becomes Shadow;
 //   - JWT_SECRET becomes JWTSecret, left nil when the variable is unset or
 //     empty;
 //   - TRUSTED_PROXIES, a comma-separated list of CIDRs or addresses, becomes
@@ -78,6 +90,28 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		if p = strings.TrimSpace(p); p != "" {
 			cfg.TrustedProxies = append(cfg.TrustedProxies, p)
 		}
+	}
+	for a := range strings.SplitSeq(getenv("REDIS_CLUSTER_ADDRS"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			cfg.ClusterAddrs = append(cfg.ClusterAddrs, a)
+		}
+	}
+	switch s := strings.TrimSpace(getenv("FAIL_POLICY")); s {
+	case "", "open":
+		cfg.FailPolicy = ginlimit.FailOpen
+	case "closed":
+		cfg.FailPolicy = ginlimit.FailClosed
+	case "local":
+		cfg.FailPolicy = ginlimit.FailLocal
+	default:
+		return Config{}, fmt.Errorf("coupon: FAIL_POLICY: %q: want open, closed or local", s)
+	}
+	switch s := strings.TrimSpace(getenv("SHADOW")); s {
+	case "", "0", "false":
+	case "1", "true":
+		cfg.Shadow = true
+	default:
+		return Config{}, fmt.Errorf("coupon: SHADOW: %q: want 1 or 0", s)
 	}
 	if s := strings.TrimSpace(getenv("LIMIT_ALGORITHM")); s != "" {
 		a, err := ginlimit.ParseAlgorithm(s)
