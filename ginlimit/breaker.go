@@ -2,8 +2,11 @@ package ginlimit
 
 import (
 	"errors"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ErrCircuitOpen is wrapped by the error of a decision that was not sent to
@@ -25,7 +28,10 @@ const (
 // every decision at once under the failure policy, so a dead Redis does not
 // add a timeout's worth of latency to every request. Then it lets a single
 // probe through: success closes it, failure opens it again for open. A
-// failure counts only when the request itself was still waiting. The
+// failure counts only when the request itself was still waiting, and only
+// when it means Redis could not serve (a network error, a timeout, LOADING,
+// BUSY, MASTERDOWN, CLUSTERDOWN, READONLY, TRYAGAIN); a reply error such as
+// WRONGTYPE on one key does not open the breaker for the others. The
 // default is DefaultBreakerFailures and DefaultBreakerOpen; Breaker(0, 0)
 // turns it off.
 func Breaker(failures int, open time.Duration) Option {
@@ -108,4 +114,21 @@ func (b *breaker) state() string {
 		return "open"
 	}
 	return "half-open"
+}
+
+// unavailable reports whether err means Redis could not serve, as opposed to
+// a reply error from a healthy server (WRONGTYPE on one bad key, say), which
+// must not open the breaker for every other key of the rule.
+func unavailable(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return true // network errors, timeouts, closed pools
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "TRYAGAIN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }

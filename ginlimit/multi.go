@@ -144,7 +144,7 @@ func (p *Policy) decideMulti(ctx context.Context, keys []string, costs []int) (D
 		d, err = p.parseMulti(reply)
 	}
 	if p.brk != nil {
-		p.brk.done(probe, err != nil && parent.Err() == nil)
+		p.brk.done(probe, err != nil && parent.Err() == nil && unavailable(err))
 	}
 	if err != nil {
 		return p.failedMulti(keys, costs, err)

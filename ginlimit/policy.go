@@ -251,7 +251,7 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 		d, err = p.parse(reply)
 	}
 	if p.brk != nil {
-		p.brk.done(probe, err != nil && parent.Err() == nil)
+		p.brk.done(probe, err != nil && parent.Err() == nil && unavailable(err))
 	}
 	if p.deny != nil {
 		p.deny.leave(key, counted, cost, sent, &d, err == nil)

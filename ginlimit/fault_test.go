@@ -1,0 +1,796 @@
+package ginlimit
+
+// Fault tests: a real redis-server that is killed, flushed, slow, out of
+// pooled connections or answering errors. Each test checks three things
+// besides its own case:
+//
+//   - no decision hung past its bound (faultBound: the timeout plus a
+//     generous slack, a hang guard, not a performance goal);
+//   - no goroutine leaked (faultNoLeaks, checked after every other cleanup);
+//   - once Redis was healthy again, the count was exact (faultExact).
+//
+// These tests are not parallel: goleak's IgnoreCurrent, taken at a test's
+// start, would otherwise see the goroutines of tests running beside it.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+const (
+	// faultTimeout is the decision timeout of the fault tests.
+	faultTimeout = 100 * time.Millisecond
+	// faultBound is the longest a decision may take with faultTimeout: a
+	// generous slack for a loaded 2-core CI machine running -race, yet below
+	// what a missed timeout costs (go-redis's PoolTimeout of 1 s, a 3 s
+	// ReadTimeout, or two 300 ms round trips through the slow proxy).
+	faultBound = faultTimeout + 400*time.Millisecond
+)
+
+// faultNoLeaks fails t if a goroutine started during t is still running
+// once t's other cleanups (clients, proxies, servers) have run. Call it first
+// in the test, so that its cleanup runs last. goleak retries for a while,
+// which lets goroutines that are already ending finish.
+func faultNoLeaks(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// faultClient returns a client closed when t ends (before the leak check).
+func faultClient(t *testing.T, o *redis.Options) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// faultExact checks that a fresh key with limit n, reached through c,
+// admits exactly n of 3n concurrent decisions, with no error, and holds n
+// entries. It runs with the default deny cache, as in production.
+func faultExact(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(n))
+	var admitted, failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for range 3 * n {
+		wg.Go(func() {
+			<-gate
+			d, err := p.Allow(context.Background(), "exact")
+			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("exactness check: %d of %d decisions failed, first: %v", failed.Load(), 3*n, firstErr.Load())
+	}
+	if admitted.Load() != int64(n) {
+		t.Fatalf("exactness check: %d of %d concurrent decisions admitted with limit %d", admitted.Load(), 3*n, n)
+	}
+	if card, err := c.ZCard(context.Background(), p.prefix+"{exact}").Result(); err != nil || card != int64(n) {
+		t.Fatalf("exactness check: the key holds %d entries (%v), want %d", card, err, n)
+	}
+}
+
+// isTimeout reports whether err says the decision ran out of time: the
+// context's deadline (the pool wait, the bounded call) or a socket deadline
+// set from it (a client with ContextTimeoutEnabled).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// checkFailed checks a decision that Redis could not take: an error, carried
+// in the decision too, and the failure policy's verdict.
+// It reports with t.Errorf, so it may run on any goroutine.
+func checkFailed(t *testing.T, what string, fp FailPolicy, d Decision, err error) {
+	t.Helper()
+	switch {
+	case err == nil:
+		t.Errorf("%s: no error (decision %+v)", what, d)
+	case d.Err == nil || d.Err.Error() != err.Error():
+		t.Errorf("%s: decision.Err = %v, want the returned error %v", what, d.Err, err)
+	case d.Allowed != (fp == FailOpen) || d.Cached:
+		t.Errorf("%s: %v: decision %+v does not follow the failure policy", what, fp, d)
+	}
+}
+
+// TestFaultRedisKilled: Redis is killed under load from 32 goroutines and
+// restarted. Every decision returns within its bound; errors come only while
+// Redis is down (or the breaker has not yet let a probe through), each under
+// the failure policy; the breaker opens while Redis is down; decisions come
+// from Redis again within 2 s of the restart; and the count is then exact.
+func TestFaultRedisKilled(t *testing.T) {
+	for _, fp := range []FailPolicy{FailOpen, FailClosed} {
+		t.Run(fp.String(), func(t *testing.T) {
+			faultNoLeaks(t)
+			srv := redistest.Start(t)
+			c := faultClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+			// A limit never reached, so that every successful decision is
+			// Redis's, never the deny cache's.
+			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1_000_000),
+				OnFailure(fp), Timeout(faultTimeout))
+			if p.brk == nil {
+				t.Fatal("the default circuit breaker is off")
+			}
+
+			type call struct {
+				start, end time.Duration // since base
+				d          Decision
+				err        error
+			}
+			base := time.Now()
+			var restartedAt, recoveredAt atomic.Int64 // since base; 0: not yet
+			var stop atomic.Bool
+			calls := make([][]call, 32)
+			var wg sync.WaitGroup
+			for g := range calls {
+				wg.Go(func() {
+					key := "g" + strconv.Itoa(g)
+					for !stop.Load() {
+						start := time.Since(base)
+						d, err := p.Allow(context.Background(), key)
+						end := time.Since(base)
+						calls[g] = append(calls[g], call{start, end, d, err})
+						if r := restartedAt.Load(); err == nil && r != 0 && int64(start) >= r {
+							recoveredAt.CompareAndSwap(0, int64(end))
+						}
+						// Paced, like requests arriving: 32 goroutines
+						// spinning on the open breaker's instant answers
+						// would starve the scheduler of a 2-core machine,
+						// and then the bounds would measure the scheduler.
+						time.Sleep(time.Millisecond)
+					}
+				})
+			}
+			// Stop the load however the test ends; a no-op once stopped.
+			defer func() { stop.Store(true); wg.Wait() }()
+
+			time.Sleep(200 * time.Millisecond)
+			stopAt := time.Since(base)
+			srv.Stop()
+			// Redis stays down for 300 ms; watch the breaker meanwhile.
+			sawOpen := false
+			for downUntil := time.Now().Add(300 * time.Millisecond); time.Now().Before(downUntil); time.Sleep(2 * time.Millisecond) {
+				if p.brk.state() == "open" {
+					sawOpen = true
+				}
+			}
+			srv.Restart()
+			restarted := time.Since(base)
+			restartedAt.Store(int64(restarted))
+			for deadline := time.Now().Add(3 * time.Second); recoveredAt.Load() == 0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond) // keep going once recovered
+			stop.Store(true)
+			wg.Wait()
+
+			if !sawOpen {
+				t.Errorf("the breaker was never open while Redis was down (state now %s)", p.brk.state())
+			}
+			recovered := time.Duration(recoveredAt.Load())
+			if recovered == 0 {
+				t.Fatalf("no decision came from Redis in the 3 s after the restart")
+			}
+			if recovered-restarted > 2*time.Second {
+				t.Errorf("decisions came from Redis again %v after the restart, want within 2 s", recovered-restarted)
+			}
+			var total, okBefore, failedDown, circuitOpen, okAfter int
+			for _, cs := range calls {
+				for _, c := range cs {
+					total++
+					if el := c.end - c.start; el > faultBound {
+						t.Errorf("a decision started at %v took %v with a %v timeout (killed at %v, restarted at %v): %+v, %v", c.start, el, faultTimeout, stopAt, restarted, c.d, c.err)
+					}
+					if c.err == nil {
+						if c.d.Cached || c.d.Time.IsZero() || !c.d.Allowed {
+							t.Errorf("decision at %v: %+v, want an admission from Redis", c.start, c.d)
+						}
+						if c.end < stopAt {
+							okBefore++
+						}
+						if c.start > recovered {
+							okAfter++
+						}
+						continue
+					}
+					// Errors only while down: the call overlapped the time
+					// from the kill until the first decision from the
+					// restarted Redis.
+					if c.end < stopAt || c.start > recovered {
+						t.Errorf("a decision from %v to %v failed while Redis was up (killed at %v, restarted at %v, recovered at %v): %v",
+							c.start, c.end, stopAt, restarted, recovered, c.err)
+					}
+					checkFailed(t, fmt.Sprintf("decision at %v", c.start), fp, c.d, c.err)
+					failedDown++
+					if errors.Is(c.err, ErrCircuitOpen) {
+						circuitOpen++
+					}
+				}
+			}
+			t.Logf("%d decisions: %d from Redis before the kill, %d failed while down (%d by the open breaker), %d from Redis after recovery; recovered %v after the restart",
+				total, okBefore, failedDown, circuitOpen, okAfter, recovered-restarted)
+			if okBefore == 0 || failedDown == 0 || circuitOpen == 0 || okAfter == 0 {
+				t.Errorf("the load did not cover every phase: %d ok before, %d failed, %d by the breaker, %d ok after", okBefore, failedDown, circuitOpen, okAfter)
+			}
+			faultExact(t, c, 100)
+		})
+	}
+}
+
+// TestFaultScriptFlush: SCRIPT FLUSH, 20 times every 5 ms, while 32
+// goroutines race on one key with limit 500 and no deny cache: no decision
+// fails (EVALSHA falls back to EVAL on NOSCRIPT) and exactly 500 are
+// admitted, directly and through the auto-pipeliner.
+func TestFaultScriptFlush(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		pipeline bool
+	}{{"direct", false}, {"auto-pipelined", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			faultNoLeaks(t)
+			srv := redistest.Start(t)
+			c := faultClient(t, &redis.Options{Addr: srv.Addr})
+			admin := faultClient(t, &redis.Options{Addr: srv.Addr})
+			const limit = 500
+			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(limit), DenyCache(0), AutoPipeline(tc.pipeline))
+			ctx := context.Background()
+
+			var flushing atomic.Bool
+			flushing.Store(true)
+			var calls, admitted, failed, duringFlushes atomic.Int64
+			var firstErr atomic.Value
+			var wg sync.WaitGroup
+			for range 32 {
+				wg.Go(func() {
+					// Until the flushes are over and enough decisions were
+					// made to exceed the limit, then two more: the last
+					// flush is met by at least one EVALSHA.
+					for after := 0; after < 2; {
+						if !flushing.Load() && calls.Load() >= 3*limit {
+							after++
+						}
+						start := time.Now()
+						d, err := p.Allow(ctx, "k")
+						if el := time.Since(start); el > 5*time.Second+faultBound {
+							t.Errorf("a decision took %v", el)
+						}
+						calls.Add(1)
+						if flushing.Load() {
+							duringFlushes.Add(1)
+						}
+						switch {
+						case err != nil:
+							failed.Add(1)
+							firstErr.CompareAndSwap(nil, err)
+						case d.Allowed:
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			for range 20 {
+				time.Sleep(5 * time.Millisecond)
+				if err := admin.ScriptFlush(ctx).Err(); err != nil {
+					t.Errorf("SCRIPT FLUSH: %v", err)
+				}
+			}
+			flushing.Store(false)
+			wg.Wait()
+
+			evals := evalCalls(t, admin)
+			t.Logf("%d decisions, %d during the flushes, %d admitted, %d EVAL (after NOSCRIPT)", calls.Load(), duringFlushes.Load(), admitted.Load(), evals)
+			if failed.Load() != 0 {
+				t.Fatalf("%d decisions failed across SCRIPT FLUSH, first: %v", failed.Load(), firstErr.Load())
+			}
+			if admitted.Load() != limit {
+				t.Fatalf("%d admitted, want exactly %d", admitted.Load(), limit)
+			}
+			if card, err := admin.ZCard(ctx, p.prefix+"{k}").Result(); err != nil || card != limit {
+				t.Fatalf("the key holds %d entries (%v), want %d", card, err, limit)
+			}
+			if duringFlushes.Load() == 0 || evals == 0 {
+				t.Fatalf("the flushes did not meet the load: %d decisions during them, %d EVAL", duringFlushes.Load(), evals)
+			}
+		})
+	}
+}
+
+// evalCalls returns how many EVAL commands the server has run.
+func evalCalls(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_eval:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// slowProxy forwards TCP connections to a Redis server and delays every
+// chunk the server sends back: a slow Redis.
+type slowProxy struct {
+	ln       net.Listener
+	upstream string
+	delay    atomic.Int64 // ns
+	done     chan struct{}
+	wg       sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+// startSlowProxy starts a proxy to upstream on 127.0.0.1; it is closed when
+// t ends, or earlier by Close.
+func startSlowProxy(t *testing.T, upstream string, delay time.Duration) *slowProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &slowProxy{ln: ln, upstream: upstream, done: make(chan struct{})}
+	p.delay.Store(int64(delay))
+	p.wg.Go(p.accept)
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *slowProxy) Addr() string { return p.ln.Addr().String() }
+
+// SetDelay changes the delay of the chunks read from now on.
+func (p *slowProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// track remembers c, to be closed by Close; it reports false, having closed
+// c, when the proxy is already closed.
+func (p *slowProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return false
+	}
+	p.conns = append(p.conns, c)
+	return true
+}
+
+func (p *slowProxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(client) {
+			return
+		}
+		server, err := net.Dial("tcp", p.upstream)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		if !p.track(server) {
+			return
+		}
+		p.wg.Go(func() {
+			_, _ = io.Copy(server, client)
+			server.Close()
+			client.Close()
+		})
+		p.wg.Go(func() {
+			defer client.Close()
+			defer server.Close()
+			for {
+				buf := make([]byte, 32<<10)
+				n, err := server.Read(buf)
+				if n > 0 {
+					timer := time.NewTimer(time.Duration(p.delay.Load()))
+					select {
+					case <-timer.C:
+					case <-p.done:
+						timer.Stop()
+						return
+					}
+					if _, werr := client.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+// Close stops the proxy, closes every connection and waits for its
+// goroutines.
+func (p *slowProxy) Close() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.done)
+		p.ln.Close()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// TestFaultSlowRedis: behind a proxy that delays every reply by 300 ms, each
+// decision with Timeout(100ms) returns within its bound with a timeout error
+// under the failure policy, on a client that bounds reads by the context and
+// on a default one (whose calls ginlimit abandons in a goroutine that ends at
+// the reply or at the client's ReadTimeout). Once the proxy is fast again,
+// the same client counts exactly.
+func TestFaultSlowRedis(t *testing.T) {
+	faultNoLeaks(t)
+	srv := redistest.Start(t)
+	for _, ctxAware := range []bool{true, false} {
+		for _, fp := range []FailPolicy{FailOpen, FailClosed} {
+			name := "default client"
+			if ctxAware {
+				name = "ContextTimeoutEnabled"
+			}
+			t.Run(name+" "+fp.String(), func(t *testing.T) {
+				faultNoLeaks(t)
+				proxy := startSlowProxy(t, srv.Addr, 300*time.Millisecond)
+				c := faultClient(t, &redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: ctxAware,
+					ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+				// No breaker: every decision meets the slow Redis.
+				p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1000),
+					OnFailure(fp), Timeout(faultTimeout), Breaker(0, 0))
+				if p.honours != ctxAware {
+					t.Fatalf("honours = %v for ContextTimeoutEnabled = %v", p.honours, ctxAware)
+				}
+				for round := range 3 {
+					var wg sync.WaitGroup
+					for g := range 8 {
+						wg.Go(func() {
+							start := time.Now()
+							d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g))
+							if el := time.Since(start); el > faultBound {
+								t.Errorf("round %d: a decision took %v with a %v timeout", round, el, faultTimeout)
+							}
+							checkFailed(t, "slow Redis", fp, d, err)
+							if !isTimeout(err) {
+								t.Errorf("round %d: error %v is not a timeout", round, err)
+							}
+						})
+					}
+					wg.Wait()
+				}
+				proxy.SetDelay(0)
+				faultExact(t, c, 50)
+				// The cleanups close the client and the proxy, which ends
+				// the calls abandoned on the default client at once.
+			})
+		}
+	}
+}
+
+// TestFaultPoolExhausted: both connections of a PoolSize(2) client are held
+// by BLPOPs, and 20 concurrent decisions with Timeout(100ms) wait for a
+// connection: each returns within its bound (not the client's 1 s
+// PoolTimeout) under the failure policy. Once the connections are free the
+// same client counts exactly.
+func TestFaultPoolExhausted(t *testing.T) {
+	faultNoLeaks(t)
+	srv := redistest.Start(t)
+	admin := faultClient(t, &redis.Options{Addr: srv.Addr})
+	ctx := context.Background()
+	for _, ctxAware := range []bool{true, false} {
+		for _, fp := range []FailPolicy{FailOpen, FailClosed} {
+			name := "default client"
+			if ctxAware {
+				name = "ContextTimeoutEnabled"
+			}
+			t.Run(name+" "+fp.String(), func(t *testing.T) {
+				faultNoLeaks(t)
+				c := faultClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxAware,
+					PoolSize: 2, PoolTimeout: time.Second})
+				pfx := prefix(t)
+				p := mustPolicy(t, Redis(c), Key(pfx), Window(time.Minute), Limit(1000),
+					OnFailure(fp), Timeout(faultTimeout), Breaker(0, 0))
+
+				hold := pfx + "hold"
+				var holders sync.WaitGroup
+				for range 2 {
+					holders.Go(func() {
+						if err := c.BLPop(ctx, 10*time.Second, hold).Err(); err != nil {
+							t.Errorf("BLPOP holder: %v", err)
+						}
+					})
+				}
+				defer holders.Wait()
+				released := false
+				release := func() {
+					if !released {
+						released = true
+						if err := admin.RPush(ctx, hold, "a", "b").Err(); err != nil {
+							t.Errorf("RPUSH: %v", err)
+						}
+					}
+				}
+				defer release()
+				for deadline := time.Now().Add(5 * time.Second); blockedClients(t, admin) < 2; time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the BLPOP holders never blocked")
+					}
+				}
+
+				var wg sync.WaitGroup
+				gate := make(chan struct{})
+				for g := range 20 {
+					wg.Go(func() {
+						<-gate
+						start := time.Now()
+						d, err := p.Allow(ctx, "k"+strconv.Itoa(g))
+						if el := time.Since(start); el > faultBound {
+							t.Errorf("a decision waiting for a pooled connection took %v with a %v timeout", el, faultTimeout)
+						}
+						checkFailed(t, "pool exhausted", fp, d, err)
+						if !isTimeout(err) {
+							t.Errorf("error %v is not a timeout", err)
+						}
+					})
+				}
+				close(gate)
+				wg.Wait()
+				release()
+				holders.Wait()
+				faultExact(t, c, 50)
+			})
+		}
+	}
+}
+
+// blockedClients returns the server's count of clients blocked in BLPOP
+// and the like.
+func blockedClients(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "clients").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "blocked_clients:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(rest))
+			return n
+		}
+	}
+	return 0
+}
+
+// TestFaultErrorReplies: the rule's key holds a string, so the sliding
+// log's ZCARD answers WRONGTYPE. Decisions return an error wrapping Redis's,
+// under the failure policy; an HTTP route answers the policy's response
+// without the error text, which goes to the log. Once the key is deleted,
+// decisions work again and count exactly on that very key.
+func TestFaultErrorReplies(t *testing.T) {
+	faultNoLeaks(t)
+	srv := redistest.Start(t)
+	c := faultClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	ctx := context.Background()
+	const limit = 30
+	for _, fp := range []FailPolicy{FailOpen, FailClosed} {
+		t.Run(fp.String()+" policy", func(t *testing.T) {
+			faultNoLeaks(t)
+			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(limit),
+				OnFailure(fp), Timeout(faultTimeout))
+			key := p.prefix + "{k}"
+			if err := c.Set(ctx, key, "not a sorted set", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var wrongType int
+			for i := range 8 {
+				start := time.Now()
+				d, err := p.Allow(ctx, "k")
+				if el := time.Since(start); el > faultBound {
+					t.Fatalf("decision %d took %v", i, el)
+				}
+				checkFailed(t, "WRONGTYPE", fp, d, err)
+				var rerr redis.Error
+				switch {
+				case errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE"):
+					wrongType++
+					if !strings.Contains(err.Error(), key) {
+						t.Errorf("error %q does not name the key %q", err, key)
+					}
+				case errors.Is(err, ErrCircuitOpen) && i >= DefaultBreakerFailures:
+				default:
+					t.Fatalf("decision %d: error %v (%T) wraps neither Redis's WRONGTYPE nor, after %d failures, ErrCircuitOpen",
+						i, err, errors.Unwrap(err), DefaultBreakerFailures)
+				}
+			}
+			if wrongType < DefaultBreakerFailures {
+				t.Fatalf("%d WRONGTYPE errors, want at least %d", wrongType, DefaultBreakerFailures)
+			}
+			if err := c.Del(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			faultRecover(t, func() error { _, err := p.Allow(ctx, "probe"); return err })
+
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 3 * limit {
+				wg.Go(func() {
+					d, err := p.Allow(ctx, "k")
+					if err != nil {
+						t.Errorf("after DEL: %v", err)
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if admitted.Load() != limit {
+				t.Fatalf("after DEL: %d of %d admitted, want %d", admitted.Load(), 3*limit, limit)
+			}
+			if card, err := c.ZCard(ctx, key).Result(); err != nil || card != limit {
+				t.Fatalf("after DEL: the key holds %d entries (%v), want %d", card, err, limit)
+			}
+		})
+
+		t.Run(fp.String()+" route", func(t *testing.T) {
+			faultNoLeaks(t)
+			var logs syncBuffer
+			pfx := prefix(t)
+			e := gin.New()
+			e.GET("/x", RateLimit(Redis(c), Key(pfx), Type(IP), Window(time.Minute), Limit(limit),
+				OnFailure(fp), Timeout(faultTimeout), Logger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
+			const poisoned, other = "192.0.2.10", "192.0.2.11"
+			key := pfx + "{GET /x ip:" + poisoned + "}"
+			if err := c.Set(ctx, key, "not a sorted set", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			from := map[string]string{"RemoteAddr": poisoned + ":1234"}
+			wantCode, wantBody := http.StatusOK, `{"ok":true}`
+			if fp == FailClosed {
+				wantCode, wantBody = http.StatusServiceUnavailable, bodyUnavailable
+			}
+			for i := range 8 {
+				start := time.Now()
+				w := do(e, http.MethodGet, "/x", from)
+				if el := time.Since(start); el > faultBound {
+					t.Fatalf("request %d took %v", i, el)
+				}
+				if w.Code != wantCode || w.Body.String() != wantBody {
+					t.Fatalf("request %d: %d %s, want %d %s", i, w.Code, w.Body, wantCode, wantBody)
+				}
+				for _, leak := range []string{"WRONGTYPE", "Operation against", "ginlimit", pfx, "sliding"} {
+					if strings.Contains(w.Body.String(), leak) {
+						t.Fatalf("request %d: the body %s contains the internal %q", i, w.Body, leak)
+					}
+				}
+				if w.Header().Get("RateLimit") != "" || w.Header().Get("RateLimit-Policy") == "" {
+					t.Fatalf("request %d: headers %v: want the policy but no counters", i, w.Header())
+				}
+			}
+			if !strings.Contains(logs.String(), "WRONGTYPE") {
+				t.Fatalf("the log does not carry the cause:\n%s", logs.String())
+			}
+			if err := c.Del(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			faultRecover(t, func() error {
+				if w := do(e, http.MethodGet, "/x", map[string]string{"RemoteAddr": other + ":1234"}); w.Header().Get("RateLimit") == "" {
+					return fmt.Errorf("%d %s without counters", w.Code, w.Body)
+				}
+				return nil
+			})
+
+			var mu sync.Mutex
+			codes := map[int]int{}
+			var wg sync.WaitGroup
+			for range 3 * limit {
+				wg.Go(func() {
+					w := do(e, http.MethodGet, "/x", from)
+					mu.Lock()
+					codes[w.Code]++
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if codes[http.StatusOK] != limit || codes[http.StatusTooManyRequests] != 2*limit {
+				t.Fatalf("after DEL: status counts %v for %d requests with limit %d", codes, 3*limit, limit)
+			}
+		})
+	}
+}
+
+// faultRecover waits up to 2 s (the breaker's open time and a probe, with
+// room to spare) for try to succeed.
+func faultRecover(t *testing.T, try func() error) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err = try(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("decisions did not work again within 2 s of the repair: %v", err)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes, for logs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestFaultErrorReplyLeavesTheBreakerClosed: a Redis that answers an
+// error for one key is up and answering, so those replies must not count as
+// Redis failures. (They used to: after DefaultBreakerFailures WRONGTYPE
+// replies on one poisoned key, every other key of the rule got
+// ErrCircuitOpen, and with FailClosed one bad key turned the whole route
+// into 503s.) A realistic trigger: redeploying a route with another
+// Algorithm but the same Key, whose live sliding-log sorted sets then answer
+// WRONGTYPE to the new script until they expire, up to one window later.
+func TestFaultErrorReplyLeavesTheBreakerClosed(t *testing.T) {
+	faultNoLeaks(t)
+	srv := redistest.Start(t)
+	c := faultClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	ctx := context.Background()
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(10),
+		OnFailure(FailClosed), Timeout(faultTimeout))
+	if err := c.Set(ctx, p.prefix+"{poisoned}", "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range DefaultBreakerFailures {
+		if _, err := p.Allow(ctx, "poisoned"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("decision %d on the poisoned key: %v, want WRONGTYPE", i, err)
+		}
+	}
+	if d, err := p.Allow(ctx, "healthy"); err != nil || !d.Allowed {
+		t.Fatalf("a healthy key, after %d error replies on another key: %+v, %v; want an admission from Redis (breaker %s)",
+			DefaultBreakerFailures, d, err, p.brk.state())
+	}
+}
