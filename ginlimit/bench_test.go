@@ -2,8 +2,11 @@ package ginlimit
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -132,4 +135,52 @@ func BenchmarkAllowRealRedis(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkRedisDown serves a bare route and a limited route whose Redis is
+// gone over real loopback HTTP, alternating, once the breaker has opened,
+// and reports both p99 latencies and their ratio (issue 5's goal: at most
+// 2). Run: go test -run x -bench RedisDown -benchtime 20000x ./ginlimit
+func BenchmarkRedisDown(b *testing.B) {
+	gin.SetMode(gin.ReleaseMode)
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = dead.Close() })
+	e := gin.New()
+	e.GET("/bare", func(c *gin.Context) { c.Status(http.StatusOK) })
+	e.GET("/limited", RateLimit(Redis(dead), Type(IP), Logger(slog.New(slog.DiscardHandler))), func(c *gin.Context) { c.Status(http.StatusOK) })
+	srv := httptest.NewServer(e)
+	b.Cleanup(srv.Close)
+	client := srv.Client()
+	get := func(path string) time.Duration {
+		start := time.Now()
+		resp, err := client.Get(srv.URL + path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+		return time.Since(start)
+	}
+	for range 20 { // fail enough to open the breaker
+		get("/limited")
+	}
+	bare := make([]time.Duration, 0, b.N)
+	limited := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		bare = append(bare, get("/bare"))
+		limited = append(limited, get("/limited"))
+	}
+	b.StopTimer()
+	p99 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)*99/100]) / float64(time.Microsecond)
+	}
+	pb, pl := p99(bare), p99(limited)
+	b.ReportMetric(pb, "p99-bare-µs")
+	b.ReportMetric(pl, "p99-limited-µs")
+	b.ReportMetric(pl/pb, "p99-ratio")
 }
