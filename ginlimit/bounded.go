@@ -22,12 +22,6 @@ func honoursContext(client redis.Scripter) bool {
 	return false
 }
 
-// asyncPipeliner is implemented by the go-redis clients that can
-// auto-pipeline: *redis.Client, *redis.ClusterClient and *redis.Ring.
-type asyncPipeliner interface {
-	AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
-}
-
 // pipelineOptions configures ginlimit's auto-pipeliner. Decisions are
 // independent of each other, so command order does not matter, and letting
 // two batches overlap keeps Redis busy while the client reads the previous

@@ -1,8 +1,10 @@
 package ginlimit
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +35,8 @@ const (
 // BUSY, MASTERDOWN, CLUSTERDOWN, READONLY, TRYAGAIN); a reply error such as
 // WRONGTYPE on one key does not open the breaker for the others. The
 // default is DefaultBreakerFailures and DefaultBreakerOpen; Breaker(0, 0)
-// turns it off.
+// turns it off. On a *redis.ClusterClient each master has its own breaker,
+// so a dead master fails fast only for the keys it owns.
 func Breaker(failures int, open time.Duration) Option {
 	return optionFunc(func(s *settings) {
 		if s.inRule {
@@ -49,6 +52,46 @@ func Breaker(failures int, open time.Duration) Option {
 		s.breakFailures, s.breakOpen = failures, open
 	})
 }
+
+// breakers holds a rule's circuit breakers: one for a plain client, one per
+// master for a *redis.ClusterClient, so that a dead master opens the breaker
+// only for the keys it owns.
+type breakers struct {
+	failures int
+	open     time.Duration
+	one      *breaker
+	cluster  *redis.ClusterClient
+	byNode   sync.Map // master address -> *breaker
+}
+
+func newBreakers(client redis.Scripter, failures int, open time.Duration) *breakers {
+	if failures <= 0 {
+		return nil
+	}
+	bs := &breakers{failures: failures, open: open, one: newBreaker(failures, open)}
+	bs.cluster, _ = client.(*redis.ClusterClient)
+	return bs
+}
+
+// forKey returns the breaker of the node that serves key.
+func (bs *breakers) forKey(ctx context.Context, key string) *breaker {
+	if bs.cluster == nil {
+		return bs.one
+	}
+	node, err := bs.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return bs.one
+	}
+	addr := node.Options().Addr
+	if b, ok := bs.byNode.Load(addr); ok {
+		return b.(*breaker)
+	}
+	b, _ := bs.byNode.LoadOrStore(addr, newBreaker(bs.failures, bs.open))
+	return b.(*breaker)
+}
+
+// state is the state of the plain client's breaker.
+func (bs *breakers) state() string { return bs.one.state() }
 
 // breaker is a consecutive-failure circuit breaker. It is safe for
 // concurrent use and takes no lock.

@@ -129,9 +129,11 @@ func (p *Policy) decideMulti(ctx context.Context, keys []string, costs []int) (D
 		args = append(args, int(r.alg), r.window.Microseconds(), r.limit, r.param, cost)
 	}
 	probe := false
+	var brk *breaker
 	if p.brk != nil {
+		brk = p.brk.forKey(ctx, keys[0]) // every key of the call is in one slot
 		var ok bool
-		if ok, probe = p.brk.allow(); !ok {
+		if ok, probe = brk.allow(); !ok {
 			return p.failedMulti(keys, costs, ErrCircuitOpen)
 		}
 	}
@@ -143,8 +145,8 @@ func (p *Policy) decideMulti(ctx context.Context, keys []string, costs []int) (D
 	if err == nil {
 		d, err = p.parseMulti(reply)
 	}
-	if p.brk != nil {
-		p.brk.done(probe, err != nil && parent.Err() == nil && unavailable(err))
+	if brk != nil {
+		brk.done(probe, err != nil && parent.Err() == nil && unavailable(err))
 	}
 	if err != nil {
 		return p.failedMulti(keys, costs, err)

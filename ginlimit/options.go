@@ -361,10 +361,12 @@ func DenyCache(size int) Option {
 // pipelines with go-redis's AutoPipeliner (the client's AsyncAutoPipeline),
 // which raises throughput under concurrency. Every guarantee stays: each
 // decision is still its own atomic script call, and each still returns
-// within [Timeout] and the request's context. Clients that cannot
-// auto-pipeline (anything but *redis.Client, *redis.ClusterClient and
-// *redis.Ring) fall back to one call per decision. The default is off,
-// because go-redis marks the AutoPipeliner experimental.
+// within [Timeout] and the request's context. Only a *redis.Client is
+// auto-pipelined: go-redis's cluster auto-pipeliner shares batches across
+// masters (one dead master would stall the others) and Ring does not
+// auto-pipeline, so those and every other client fall back to one call per
+// decision. The default is off, because go-redis marks the AutoPipeliner
+// experimental.
 func AutoPipeline(enabled bool) Option {
 	return optionFunc(func(s *settings) {
 		if s.inRule {

@@ -49,7 +49,7 @@ type Policy struct {
 	costFunc func(*gin.Context) int // per-request cost, or nil
 	clock    func() int64           // tests only: the script's clock in µs
 	rules    []*Policy              // the rules of a several-rule route, or nil
-	brk      *breaker               // nil when off
+	brk      *breakers              // nil when off
 	local    *localLimiter          // the FailLocal fallback, or nil
 	shadow   bool
 
@@ -115,7 +115,7 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		logs:       logs,
 		honours:    honoursContext(s.client),
 		deny:       newDenyCache(s.deny),
-		brk:        newBreaker(s.breakFailures, s.breakOpen),
+		brk:        newBreakers(s.client, s.breakFailures, s.breakOpen),
 		shadow:     s.shadow,
 		pipeAbove:  pipelineAbove,
 		alg:        s.alg,
@@ -130,7 +130,10 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		body429:    body,
 	}
 	if s.autoPipeline {
-		if ap, ok := s.client.(asyncPipeliner); ok {
+		// Only a plain client: go-redis's cluster auto-pipeliner shares
+		// batches across masters, so one dead master would stall the
+		// others, and Ring does not auto-pipeline at all.
+		if ap, ok := s.client.(*redis.Client); ok {
 			if p.pipe, err = ap.AsyncAutoPipelineWithOptions(pipelineOptions()); err != nil {
 				return nil, fmt.Errorf("ginlimit: AutoPipeline(true): %w", err)
 			}
@@ -226,9 +229,11 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 		}
 	}
 	probe := false
+	var brk *breaker
 	if p.brk != nil {
+		brk = p.brk.forKey(ctx, key)
 		var ok bool
-		if ok, probe = p.brk.allow(); !ok {
+		if ok, probe = brk.allow(); !ok {
 			if p.deny != nil {
 				p.deny.leave(key, counted, cost, sent, nil, false)
 			}
@@ -250,8 +255,8 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 	if err == nil {
 		d, err = p.parse(reply)
 	}
-	if p.brk != nil {
-		p.brk.done(probe, err != nil && parent.Err() == nil && unavailable(err))
+	if brk != nil {
+		brk.done(probe, err != nil && parent.Err() == nil && unavailable(err))
 	}
 	if p.deny != nil {
 		p.deny.leave(key, counted, cost, sent, &d, err == nil)
