@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 )
@@ -45,6 +46,10 @@ func (p *Policy) serve(c *gin.Context) {
 	sc := &scratch{}
 	sc.keys[0] = key
 	var d *Decision = &sc.d
+	if len(p.observers) > 0 {
+		start := time.Now()
+		defer func() { p.observe(c.Request.Context(), c.Request.Method+" "+c.FullPath(), d, time.Since(start)) }()
+	}
 	cost := p.cost
 	if p.costFunc != nil {
 		cost = p.costFunc(c)

@@ -242,7 +242,11 @@ func (p *Policy) serveMulti(c *gin.Context) {
 			costs[i] = r.costFunc(c)
 		}
 	}
+	start := time.Now()
 	d, err := p.decideMulti(c.Request.Context(), p.multiKeys(tb.String(), dims), costs)
+	if len(p.observers) > 0 {
+		defer func() { p.observe(c.Request.Context(), method+" "+route, &d, time.Since(start)) }()
+	}
 	c.Set(decisionKey{}, &d)
 	if p.answeredWithout(c, &d, err) {
 		return

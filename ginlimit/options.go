@@ -129,6 +129,7 @@ type settings struct {
 	breakOpen      time.Duration
 	shadow         bool
 	localInstances int
+	observers      []Observer
 	inRule         bool // applying the options of one Rule
 	errs           []error
 }

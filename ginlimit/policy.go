@@ -41,17 +41,18 @@ type Policy struct {
 	pipeAbove int64        // pipelineAbove; tests lower it
 	deny      *denyCache
 
-	alg      AlgorithmKind
-	script   *redis.Script
-	param    int                    // the script's ARGV[3]
-	maxCost  int                    // the most one request can ever be admitted with
-	cost     int                    // the fixed cost, when costFunc is nil
-	costFunc func(*gin.Context) int // per-request cost, or nil
-	clock    func() int64           // tests only: the script's clock in µs
-	rules    []*Policy              // the rules of a several-rule route, or nil
-	brk      *breakers              // nil when off
-	local    *localLimiter          // the FailLocal fallback, or nil
-	shadow   bool
+	alg       AlgorithmKind
+	script    *redis.Script
+	param     int                    // the script's ARGV[3]
+	maxCost   int                    // the most one request can ever be admitted with
+	cost      int                    // the fixed cost, when costFunc is nil
+	costFunc  func(*gin.Context) int // per-request cost, or nil
+	clock     func() int64           // tests only: the script's clock in µs
+	rules     []*Policy              // the rules of a several-rule route, or nil
+	brk       *breakers              // nil when off
+	local     *localLimiter          // the FailLocal fallback, or nil
+	observers []Observer
+	shadow    bool
 
 	args         []any  // script ARGV for the fixed cost: window µs, limit, param, cost
 	policyHeader string // RateLimit-Policy value
@@ -117,6 +118,7 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		deny:       newDenyCache(s.deny),
 		brk:        newBreakers(s.client, s.breakFailures, s.breakOpen),
 		shadow:     s.shadow,
+		observers:  s.observers,
 		pipeAbove:  pipelineAbove,
 		alg:        s.alg,
 		script:     script,

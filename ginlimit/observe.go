@@ -1,0 +1,92 @@
+package ginlimit
+
+import (
+	"context"
+	"time"
+)
+
+// Outcome classifies a decision for metrics and logs.
+type Outcome string
+
+// The outcomes of a decision. Every decision has exactly one.
+const (
+	// OutcomeAllowed: Redis (or the deny cache) admitted the request.
+	OutcomeAllowed Outcome = "allowed"
+	// OutcomeLimited: the request was refused with 429.
+	OutcomeLimited Outcome = "limited"
+	// OutcomeShadowLimited: shadow mode let through a request that would
+	// have been refused.
+	OutcomeShadowLimited Outcome = "shadow_limited"
+	// OutcomeError: Redis could not decide; FailOpen or FailClosed applied.
+	OutcomeError Outcome = "error"
+	// OutcomeFallback: Redis could not decide and FailLocal's in-process
+	// limiter did.
+	OutcomeFallback Outcome = "fallback"
+)
+
+// OutcomeOf returns the outcome of d.
+func OutcomeOf(d Decision) Outcome {
+	switch {
+	case d.Shadow:
+		return OutcomeShadowLimited
+	case d.Local:
+		return OutcomeFallback
+	case d.Err != nil:
+		return OutcomeError
+	case !d.Allowed:
+		return OutcomeLimited
+	}
+	return OutcomeAllowed
+}
+
+// Event is one decision, as an [Observer] sees it. It never carries the
+// identity (IP or user id), so metrics built on it stay bounded: Route and
+// Rule come from the route templates and rule names of the application.
+type Event struct {
+	// Route is the request's method and route template, e.g.
+	// "GET /api/coupon/claim"; "" outside gin (Policy.Allow).
+	Route string
+	// Rule is the rule that decided (see [Decision.Rule]).
+	Rule string
+	// Outcome classifies the decision.
+	Outcome Outcome
+	// Decision is the decision itself.
+	Decision Decision
+	// Latency is how long the decision took, Redis included.
+	Latency time.Duration
+	// Breaker is the state of the rule's circuit breaker after the
+	// decision: "closed", "open" or "half-open" ("" when it is off).
+	Breaker string
+}
+
+// Observer sees every decision of the rules it is given to with [Observe].
+// Observe is called on the request's goroutine once the decision is made
+// (and, for a refused request, answered), so it must be fast and safe for
+// concurrent use. The ginlimit/metrics package has a Prometheus collector
+// that is an Observer.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// Observe adds an observer of every decision. Observers given to the
+// limiter and to a route all see the route's decisions.
+func Observe(o Observer) Option {
+	return optionFunc(func(s *settings) {
+		if o == nil {
+			s.invalid("Observe(nil): the observer must not be nil")
+			return
+		}
+		s.observers = append(s.observers[:len(s.observers):len(s.observers)], o)
+	})
+}
+
+// observe tells p's observers about d.
+func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency time.Duration) {
+	e := Event{Route: route, Rule: d.Rule, Outcome: OutcomeOf(*d), Decision: *d, Latency: latency}
+	if p.brk != nil {
+		e.Breaker = p.brk.state()
+	}
+	for _, o := range p.observers {
+		o.Observe(ctx, e)
+	}
+}
