@@ -32,6 +32,9 @@ type challenger interface{ Challenge() string }
 
 // serve is the gin handler of a compiled policy.
 func (p *Policy) serve(c *gin.Context) {
+	if p.skip != nil && p.skip(c) {
+		return
+	}
 	if p.rules != nil {
 		p.serveMulti(c)
 		return
@@ -69,9 +72,26 @@ func (p *Policy) serve(c *gin.Context) {
 		return
 	}
 	if !d.Allowed {
-		c.Data(http.StatusTooManyRequests, contentTypeJSON, p.body429)
-		c.Abort()
+		p.refuse(c, d, p.body429)
 	}
+}
+
+// refuse answers a request the rule refused: the OnLimited hook, then the
+// Respond handler or the default 429 body, then abort.
+func (p *Policy) refuse(c *gin.Context, d *Decision, body []byte) {
+	if p.onLimited != nil {
+		p.onLimited(c, *d)
+	}
+	if p.respond != nil {
+		p.respond(c, *d)
+		if !c.Writer.Written() {
+			c.Data(http.StatusTooManyRequests, contentTypeJSON, body)
+		}
+		c.Abort()
+		return
+	}
+	c.Data(http.StatusTooManyRequests, contentTypeJSON, body)
+	c.Abort()
 }
 
 // answeredWithout answers the requests whose decision gives no counters: a
@@ -79,7 +99,12 @@ func (p *Policy) serve(c *gin.Context) {
 // cost no rule can admit (429 saying so). It reports whether it did.
 func (p *Policy) answeredWithout(c *gin.Context, d *Decision, err error) bool {
 	if err != nil {
-		c.Writer.Header()[hdrRateLimitPolicy] = []string{p.policyHeader}
+		if p.onError != nil {
+			p.onError(c, err)
+		}
+		if p.headers == HeadersBoth || p.headers == HeadersIETF {
+			c.Writer.Header()[hdrRateLimitPolicy] = []string{p.policyHeader}
+		}
 		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
 			slog.String("rule", p.name), slog.String("policy", p.onFail.String()), errAttr(err))
 		if d.Local {
@@ -162,11 +187,18 @@ func (p *Policy) writeHeaders(h http.Header, d *Decision, sc *scratch) {
 	}
 	v := &sc.vals
 	v[0], v[1], v[2], v[3], v[4], v[5] = str[:rl], p.policyHeader, p.limitText, remaining, str[rl:reset], str[reset:]
-	h[hdrRateLimit] = v[0:1:1]
-	h[hdrRateLimitPolicy] = v[1:2:2]
-	h[hdrLimit] = v[2:3:3]
-	h[hdrRemaining] = v[3:4:4]
-	h[hdrReset] = v[4:5:5]
+	if p.headers == HeadersNone {
+		return
+	}
+	if p.headers != HeadersLegacy {
+		h[hdrRateLimit] = v[0:1:1]
+		h[hdrRateLimitPolicy] = v[1:2:2]
+	}
+	if p.headers != HeadersIETF {
+		h[hdrLimit] = v[2:3:3]
+		h[hdrRemaining] = v[3:4:4]
+		h[hdrReset] = v[4:5:5]
+	}
 	if !d.Allowed && !d.Shadow {
 		h[hdrRetryAfter] = v[5:6:6]
 	}
@@ -191,8 +223,13 @@ func (p *Policy) requestKey(c *gin.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		var buf [64]byte // longest IPv6 text is 39 bytes
-		dim, id, idSafeFn = " ip:", unsafeString(addr.AppendTo(buf[:0])), routeSafe
+		var buf [64]byte // longest IPv6 prefix text is 43 bytes
+		if addr.Is4() {
+			id = unsafeString(addr.AppendTo(buf[:0]))
+		} else {
+			id = unsafeString(p.ips.Bucket(addr).AppendTo(buf[:0]))
+		}
+		dim, idSafeFn = " ip:", routeSafe
 	case User:
 		uid, err := p.users.UserID(c)
 		if err != nil {

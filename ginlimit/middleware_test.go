@@ -136,7 +136,9 @@ func TestKeyLayoutAndEscaping(t *testing.T) {
 	}{
 		{"/ip", "", "192.0.2.1:1234", pre + "{GET /ip ip:192.0.2.1}"},
 		{"/ip", "", "[::ffff:192.0.2.2]:1234", pre + "{GET /ip ip:192.0.2.2}"},
-		{"/ip", "", "[2001:db8::1]:1234", pre + "{GET /ip ip:2001:db8::1}"},
+		{"/ip", "", "[2001:db8::1]:1234", pre + "{GET /ip ip:2001:db8::/64}"},
+		// Another address in the same /64 is the same client.
+		{"/ip", "", "[2001:db8::dead:beef]:1234", pre + "{GET /ip ip:2001:db8::/64}"},
 		{"/user", "alice", "192.0.2.1:1", pre + "{GET /user user:alice}"},
 		// A user id that tries to close the hash tag or spell another key.
 		{"/user", "x} ip:1.2.3.4", "192.0.2.1:1", pre + "{GET /user user:x%7D%20ip:1.2.3.4}"},

@@ -252,8 +252,11 @@ func (p *Policy) serveMulti(c *gin.Context) {
 		return
 	}
 	h := c.Writer.Header()
-	h.Set(hdrRateLimitPolicy, p.policyHeader)
-	if d.Rules != nil { // a fallback decision knows only the rule that decided
+	ietf, legacy := p.headers == HeadersBoth || p.headers == HeadersIETF, p.headers == HeadersBoth || p.headers == HeadersLegacy
+	if ietf {
+		h.Set(hdrRateLimitPolicy, p.policyHeader)
+	}
+	if d.Rules != nil && ietf { // a fallback decision knows only the rule that decided
 		var rl []string
 		for i, r := range p.rules {
 			rd := d.Rules[i]
@@ -261,19 +264,23 @@ func (p *Policy) serveMulti(c *gin.Context) {
 		}
 		h.Set(hdrRateLimit, strings.Join(rl, ", "))
 	}
-	h.Set(hdrLimit, strconv.Itoa(d.Limit))
-	h.Set(hdrRemaining, strconv.Itoa(d.Remaining))
-	h.Set(hdrReset, strconv.FormatInt(unixCeil(&d), 10))
+	if legacy {
+		h.Set(hdrLimit, strconv.Itoa(d.Limit))
+		h.Set(hdrRemaining, strconv.Itoa(d.Remaining))
+		h.Set(hdrReset, strconv.FormatInt(unixCeil(&d), 10))
+	}
 	if !d.Allowed && p.shadow {
 		p.shadowed(c, &d)
 		return
 	}
 	if !d.Allowed {
-		h.Set(hdrRetryAfter, strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
+		if p.headers != HeadersNone {
+			h.Set(hdrRetryAfter, strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
+		}
 		for _, r := range p.rules {
 			if r.name == d.Rule {
 				body := strings.TrimSuffix(string(r.body429), "}") + `,"rule":` + strconv.Quote(r.name) + `}`
-				abortJSON(c, http.StatusTooManyRequests, body)
+				p.refuse(c, &d, []byte(body))
 				return
 			}
 		}
@@ -291,7 +298,11 @@ func (p *Policy) dimension(c *gin.Context) (string, error) {
 			return "", err
 		}
 		b.WriteString(" ip:")
-		b.WriteString(addr.String())
+		if addr.Is4() {
+			b.WriteString(addr.String())
+		} else {
+			b.WriteString(p.ips.Bucket(addr).String())
+		}
 	case User:
 		uid, err := p.users.UserID(c)
 		if err != nil {

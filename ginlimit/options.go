@@ -130,6 +130,11 @@ type settings struct {
 	shadow         bool
 	localInstances int
 	observers      []Observer
+	headers        HeaderStyle
+	skip           func(*gin.Context) bool
+	onLimited      func(*gin.Context, Decision)
+	onError        func(*gin.Context, error)
+	respond        func(*gin.Context, Decision)
 	inRule         bool // applying the options of one Rule
 	errs           []error
 }

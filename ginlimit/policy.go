@@ -52,6 +52,11 @@ type Policy struct {
 	brk       *breakers              // nil when off
 	local     *localLimiter          // the FailLocal fallback, or nil
 	observers []Observer
+	headers   HeaderStyle
+	skip      func(*gin.Context) bool
+	onLimited func(*gin.Context, Decision)
+	onError   func(*gin.Context, error)
+	respond   func(*gin.Context, Decision)
 	shadow    bool
 
 	args         []any  // script ARGV for the fixed cost: window µs, limit, param, cost
@@ -119,6 +124,11 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		brk:        newBreakers(s.client, s.breakFailures, s.breakOpen),
 		shadow:     s.shadow,
 		observers:  s.observers,
+		headers:    s.headers,
+		skip:       s.skip,
+		onLimited:  s.onLimited,
+		onError:    s.onError,
+		respond:    s.respond,
 		pipeAbove:  pipelineAbove,
 		alg:        s.alg,
 		script:     script,

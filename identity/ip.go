@@ -20,6 +20,40 @@ var ErrNoClientIP = errors.New("identity: no client IP address")
 // made and safe for concurrent use.
 type IP struct {
 	trusted []netip.Prefix
+	v6bits  int // 0 means DefaultIPv6Prefix
+}
+
+// DefaultIPv6Prefix is how many leading bits of an IPv6 client address name
+// its bucket by default: a /64 is what one host or one subscriber usually
+// gets, and a client rotating addresses inside it must not escape its limit
+// (Traefik's ipv6Subnet and GitLab do the same).
+const DefaultIPv6Prefix = 64
+
+// WithIPv6Prefix returns a copy of p that groups IPv6 clients by their
+// first bits bits (1 to 128; 128 counts every address on its own).
+func (p *IP) WithIPv6Prefix(bits int) (*IP, error) {
+	if bits < 1 || bits > 128 {
+		return nil, fmt.Errorf("identity: WithIPv6Prefix(%d): want 1 to 128", bits)
+	}
+	c := &IP{v6bits: bits}
+	if p != nil {
+		c.trusted = p.trusted
+	}
+	return c, nil
+}
+
+// Bucket returns the network a client address is counted in: the address
+// itself for IPv4, its /64 (or the prefix of WithIPv6Prefix) for IPv6.
+func (p *IP) Bucket(a netip.Addr) netip.Prefix {
+	bits := a.BitLen()
+	if a.Is6() {
+		bits = DefaultIPv6Prefix
+		if p != nil && p.v6bits != 0 {
+			bits = p.v6bits
+		}
+	}
+	pre, _ := a.Prefix(bits)
+	return pre
 }
 
 // NewIP returns an IP resolver that honours X-Forwarded-For only from peers

@@ -500,3 +500,37 @@ func TestIPResolveConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestIPv6Bucket(t *testing.T) {
+	t.Parallel()
+	def := &identity.IP{}
+	for _, tc := range []struct {
+		ip   *identity.IP
+		addr string
+		want string
+	}{
+		{def, "192.0.2.7", "192.0.2.7/32"},
+		{def, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
+		{nil, "2001:db8:1:2::9", "2001:db8:1:2::/64"},
+	} {
+		if got := tc.ip.Bucket(netip.MustParseAddr(tc.addr)).String(); got != tc.want {
+			t.Errorf("Bucket(%s) = %s, want %s", tc.addr, got, tc.want)
+		}
+	}
+	p48, err := def.WithIPv6Prefix(48)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p48.Bucket(netip.MustParseAddr("2001:db8:1:2::9")).String(); got != "2001:db8:1::/48" {
+		t.Errorf("/48 bucket %s", got)
+	}
+	p128, _ := def.WithIPv6Prefix(128)
+	if got := p128.Bucket(netip.MustParseAddr("2001:db8::9")).String(); got != "2001:db8::9/128" {
+		t.Errorf("/128 bucket %s", got)
+	}
+	for _, bad := range []int{0, 129, -1} {
+		if _, err := def.WithIPv6Prefix(bad); err == nil {
+			t.Errorf("WithIPv6Prefix(%d) accepted", bad)
+		}
+	}
+}

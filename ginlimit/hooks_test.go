@@ -1,0 +1,94 @@
+package ginlimit
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestHeaderStyles(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	for _, tc := range []struct {
+		style       HeaderStyle
+		ietf, xrate bool
+	}{
+		{HeadersBoth, true, true},
+		{HeadersIETF, true, false},
+		{HeadersLegacy, false, true},
+		{HeadersNone, false, false},
+	} {
+		e := gin.New()
+		e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Limit(1), Headers(tc.style)), ok)
+		do(e, http.MethodGet, "/x", nil)
+		w := do(e, http.MethodGet, "/x", nil)
+		h := w.Header()
+		if w.Code != 429 || (h.Get("RateLimit") != "") != tc.ietf || (h.Get("RateLimit-Policy") != "") != tc.ietf ||
+			(h.Get("X-RateLimit-Remaining") != "") != tc.xrate || (h.Get("Retry-After") != "") != (tc.style != HeadersNone) {
+			t.Errorf("%v: %d %v", tc.style, w.Code, h)
+		}
+	}
+	if _, err := New(Redis(c), Headers(HeaderStyle(9))); err == nil || !strings.Contains(err.Error(), "Headers(") {
+		t.Errorf("bad style: %v", err)
+	}
+}
+
+func TestSkipCountsNothing(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	e := gin.New()
+	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Limit(1), Type(IP),
+		Skip(func(c *gin.Context) bool { return c.GetHeader("X-Internal") == "1" })), ok)
+	for range 5 {
+		if w := do(e, http.MethodGet, "/x", map[string]string{"X-Internal": "1"}); w.Code != 200 || w.Header().Get("RateLimit") != "" {
+			t.Fatalf("skipped request: %d %v", w.Code, w.Header())
+		}
+	}
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Fatalf("skipped requests were counted: %q", keys)
+	}
+	do(e, http.MethodGet, "/x", nil)
+	if w := do(e, http.MethodGet, "/x", nil); w.Code != 429 {
+		t.Fatalf("the limit no longer applies to others: %d", w.Code)
+	}
+}
+
+func TestHooksAndRespond(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	var limited []Decision
+	e := gin.New()
+	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("api"), Limit(1),
+		OnLimited(func(_ *gin.Context, d Decision) { limited = append(limited, d) }),
+		Respond(func(c *gin.Context, d Decision) {
+			c.Header("Content-Type", "application/problem+json")
+			c.String(http.StatusTooManyRequests, `{"type":"about:blank","title":"Too Many Requests","status":429,"rule":%q}`, d.Rule)
+		})), ok)
+	do(e, http.MethodGet, "/x", nil)
+	w := do(e, http.MethodGet, "/x", nil)
+	if w.Code != 429 || w.Header().Get("Content-Type") != "application/problem+json" ||
+		w.Body.String() != `{"type":"about:blank","title":"Too Many Requests","status":429,"rule":"api"}` || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("custom response: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	if len(limited) != 1 || limited[0].Rule != "api" || limited[0].Allowed {
+		t.Fatalf("OnLimited saw %+v", limited)
+	}
+
+	var errs []error
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	e2 := gin.New()
+	e2.GET("/y", RateLimit(Redis(down), Timeout(200*time.Millisecond), OnError(func(_ *gin.Context, err error) { errs = append(errs, err) })), ok)
+	if w := do(e2, http.MethodGet, "/y", nil); w.Code != 200 {
+		t.Fatalf("fail open: %d", w.Code)
+	}
+	var re interface{ Error() string }
+	if len(errs) != 1 || !errors.As(errs[0], &re) {
+		t.Fatalf("OnError saw %v", errs)
+	}
+}
