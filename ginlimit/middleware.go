@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/identity"
 )
 
 // Response bodies that carry no configuration. Internal error text never goes
@@ -24,6 +27,52 @@ func errAttr(err error) slog.Attr { return slog.String("error", err.Error()) }
 func abortJSON(c *gin.Context, code int, body string) {
 	c.Data(code, contentTypeJSON, []byte(body))
 	c.Abort()
+}
+
+// identify returns the identity part of the request's key for p's type:
+// the dimension (" ip:", " user:", " anon:" or "" for Method), the identity
+// text and which bytes of it stand for themselves. buf backs the text of an
+// IP address, so that no allocation is needed for it. With HashIdentities
+// the text is an HMAC of the identity instead of the identity.
+func (p *Policy) identify(c *gin.Context, buf *[64]byte) (dim, id string, safe func(byte) bool, err error) {
+	switch p.typ {
+	case Method:
+		return "", "", nil, nil
+	case IP:
+		if dim, id, err = p.clientIP(c, buf, " ip:"); err != nil {
+			return "", "", nil, err
+		}
+		safe = routeSafe
+	case User:
+		uid, uerr := p.users.UserID(c)
+		switch {
+		case uerr == nil:
+			dim, id, safe = " user:", uid, idSafe
+		case p.anonByIP && errors.Is(uerr, identity.ErrUnauthenticated):
+			if dim, id, err = p.clientIP(c, buf, " anon:"); err != nil {
+				return "", "", nil, err
+			}
+			safe = routeSafe
+		default:
+			return "", "", nil, uerr
+		}
+	}
+	if p.hashKey != nil {
+		id, safe = p.hashIdentity(dim, id), routeSafe
+	}
+	return dim, id, safe, nil
+}
+
+// clientIP resolves the client's address and its bucket text.
+func (p *Policy) clientIP(c *gin.Context, buf *[64]byte, dim string) (string, string, error) {
+	addr, err := p.ips.Resolve(c.Request)
+	if err != nil {
+		return "", "", err
+	}
+	if addr.Is4() {
+		return dim, unsafeString(addr.AppendTo(buf[:0])), nil
+	}
+	return dim, unsafeString(p.ips.Bucket(addr).AppendTo(buf[:0])), nil
 }
 
 // challenger is implemented by user identities that know their
@@ -215,27 +264,10 @@ func unixCeil(d *Decision) int64 {
 // <prefix>{<METHOD> <route template>[ <dimension>]}.
 func (p *Policy) requestKey(c *gin.Context) (string, error) {
 	method, route := c.Request.Method, c.FullPath()
-	var dim, id string
-	var idSafeFn func(byte) bool
-	switch p.typ {
-	case IP:
-		addr, err := p.ips.Resolve(c.Request)
-		if err != nil {
-			return "", err
-		}
-		var buf [64]byte // longest IPv6 prefix text is 43 bytes
-		if addr.Is4() {
-			id = unsafeString(addr.AppendTo(buf[:0]))
-		} else {
-			id = unsafeString(p.ips.Bucket(addr).AppendTo(buf[:0]))
-		}
-		dim, idSafeFn = " ip:", routeSafe
-	case User:
-		uid, err := p.users.UserID(c)
-		if err != nil {
-			return "", err
-		}
-		dim, id, idSafeFn = " user:", uid, idSafe
+	var buf [64]byte
+	dim, id, idSafeFn, err := p.identify(c, &buf)
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	n := len(p.prefix) + len(method) + escapedLen(route, routeSafe) + 3

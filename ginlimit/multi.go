@@ -290,27 +290,14 @@ func (p *Policy) serveMulti(c *gin.Context) {
 // dimension returns the identity part of the request's key for p's type:
 // "", " ip:<addr>" or " user:<id>", escaped.
 func (p *Policy) dimension(c *gin.Context) (string, error) {
-	var b strings.Builder
-	switch p.typ {
-	case IP:
-		addr, err := p.ips.Resolve(c.Request)
-		if err != nil {
-			return "", err
-		}
-		b.WriteString(" ip:")
-		if addr.Is4() {
-			b.WriteString(addr.String())
-		} else {
-			b.WriteString(p.ips.Bucket(addr).String())
-		}
-	case User:
-		uid, err := p.users.UserID(c)
-		if err != nil {
-			return "", err
-		}
-		b.WriteString(" user:")
-		writeEscaped(&b, uid, idSafe)
+	var buf [64]byte
+	dim, id, safe, err := p.identify(c, &buf)
+	if err != nil || dim == "" {
+		return "", err
 	}
+	var b strings.Builder
+	b.WriteString(dim)
+	writeEscaped(&b, id, safe)
 	return b.String(), nil
 }
 

@@ -135,6 +135,8 @@ type settings struct {
 	onLimited      func(*gin.Context, Decision)
 	onError        func(*gin.Context, error)
 	respond        func(*gin.Context, Decision)
+	hashKey        []byte
+	anonByIP       bool
 	inRule         bool // applying the options of one Rule
 	errs           []error
 }

@@ -57,6 +57,8 @@ type Policy struct {
 	onLimited func(*gin.Context, Decision)
 	onError   func(*gin.Context, error)
 	respond   func(*gin.Context, Decision)
+	hashKey   []byte
+	anonByIP  bool
 	shadow    bool
 
 	args         []any  // script ARGV for the fixed cost: window µs, limit, param, cost
@@ -129,6 +131,8 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 		onLimited:  s.onLimited,
 		onError:    s.onError,
 		respond:    s.respond,
+		hashKey:    s.hashKey,
+		anonByIP:   s.anonByIP,
 		pipeAbove:  pipelineAbove,
 		alg:        s.alg,
 		script:     script,
