@@ -2,8 +2,10 @@ package ginlimit
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,3 +94,29 @@ func TestHooksAndRespond(t *testing.T) {
 		t.Fatalf("OnError saw %v", errs)
 	}
 }
+
+func TestRejectionsLoggedAtDebug(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	var buf strings.Builder
+	var mu sync.Mutex
+	w := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(b) })
+	e := gin.New()
+	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("r"), Limit(1), Type(IP),
+		Logger(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))), ok)
+	for range 3 {
+		do(e, http.MethodGet, "/x", map[string]string{"RemoteAddr": "192.0.2.55:1"})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "level=DEBUG msg=\"ginlimit: request limited\" rule=r route=/x"); n != 2 {
+		t.Fatalf("%d debug lines for 2 rejections:\n%s", n, buf.String())
+	}
+	if strings.Contains(buf.String(), "192.0.2.55") {
+		t.Fatalf("the log holds the client's IP:\n%s", buf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

@@ -128,6 +128,7 @@ func (p *Policy) serve(c *gin.Context) {
 // refuse answers a request the rule refused: the OnLimited hook, then the
 // Respond handler or the default 429 body, then abort.
 func (p *Policy) refuse(c *gin.Context, d *Decision, body []byte) {
+	p.debug(c, "ginlimit: request limited", d)
 	if p.onLimited != nil {
 		p.onLimited(c, *d)
 	}
@@ -183,12 +184,20 @@ func (p *Policy) answeredWithout(c *gin.Context, d *Decision, err error) bool {
 // mode: the decision says so, and a debug line is logged.
 func (p *Policy) shadowed(c *gin.Context, d *Decision) {
 	d.Shadow = true
-	if l := p.logger; l != nil || slog.Default().Enabled(c.Request.Context(), slog.LevelDebug) {
-		if l == nil {
-			l = slog.Default()
-		}
-		l.LogAttrs(c.Request.Context(), slog.LevelDebug, "ginlimit: shadow mode let through a request it would have refused",
-			slog.String("rule", d.Rule), slog.String("route", c.FullPath()))
+	p.debug(c, "ginlimit: shadow mode let through a request it would have refused", d)
+}
+
+// debug logs a decision at debug level, when that level is enabled. It
+// names the rule and route, never the identity.
+func (p *Policy) debug(c *gin.Context, msg string, d *Decision) {
+	l := p.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	ctx := c.Request.Context()
+	if l.Enabled(ctx, slog.LevelDebug) {
+		l.LogAttrs(ctx, slog.LevelDebug, msg, slog.String("rule", d.Rule), slog.String("route", c.FullPath()),
+			slog.Duration("retry_after", d.RetryAfter))
 	}
 }
 

@@ -19,8 +19,9 @@ var ErrNoClientIP = errors.New("identity: no client IP address")
 // trust X-Forwarded-For from given proxy networks. An IP is immutable once
 // made and safe for concurrent use.
 type IP struct {
-	trusted []netip.Prefix
-	v6bits  int // 0 means DefaultIPv6Prefix
+	trusted  []netip.Prefix
+	v6bits   int    // 0 means DefaultIPv6Prefix
+	platform string // a header set by the edge platform, or ""
 }
 
 // DefaultIPv6Prefix is how many leading bits of an IPv6 client address name
@@ -37,7 +38,25 @@ func (p *IP) WithIPv6Prefix(bits int) (*IP, error) {
 	}
 	c := &IP{v6bits: bits}
 	if p != nil {
-		c.trusted = p.trusted
+		c.trusted, c.platform = p.trusted, p.platform
+	}
+	return c, nil
+}
+
+// WithPlatformHeader returns a copy of p that takes the client address from
+// the header an edge platform sets, such as "CF-Connecting-IP" (Cloudflare)
+// or "Fly-Client-IP", whenever the header holds one address. Only configure
+// it when every request reaches you through that platform, which overwrites
+// the header: anyone who can reach the server directly can spoof it. Without
+// the header (or with a bad value) the usual peer and X-Forwarded-For rules
+// apply.
+func (p *IP) WithPlatformHeader(name string) (*IP, error) {
+	if name == "" || strings.ContainsAny(name, " :\r\n") {
+		return nil, fmt.Errorf("identity: WithPlatformHeader(%q): want a header name", name)
+	}
+	c := &IP{platform: http.CanonicalHeaderKey(name)}
+	if p != nil {
+		c.trusted, c.v6bits = p.trusted, p.v6bits
 	}
 	return c, nil
 }
@@ -88,6 +107,13 @@ func NewIP(trustedProxies ...string) (*IP, error) {
 // Resolve returns the client address of r. It fails, wrapping
 // [ErrNoClientIP], only when r.RemoteAddr holds no IP address.
 func (p *IP) Resolve(r *http.Request) (netip.Addr, error) {
+	if p != nil && p.platform != "" {
+		if vs := r.Header[p.platform]; len(vs) == 1 {
+			if a, ok := parseHop(strings.TrimSpace(vs[0])); ok {
+				return a, nil
+			}
+		}
+	}
 	peer, ok := parsePeer(r.RemoteAddr)
 	if !ok {
 		return netip.Addr{}, fmt.Errorf("%w: remote address %q", ErrNoClientIP, r.RemoteAddr)

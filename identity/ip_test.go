@@ -534,3 +534,43 @@ func TestIPv6Bucket(t *testing.T) {
 		}
 	}
 }
+
+func TestPlatformHeader(t *testing.T) {
+	t.Parallel()
+	base, err := identity.NewIP("10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := base.WithPlatformHeader("cf-connecting-ip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ip      *identity.IP
+		headers map[string][]string
+		want    string
+	}{
+		{cf, map[string][]string{"Cf-Connecting-Ip": {"198.51.100.7"}}, "198.51.100.7"},
+		{cf, map[string][]string{"Cf-Connecting-Ip": {"::ffff:198.51.100.8"}}, "198.51.100.8"},
+		{cf, map[string][]string{"Cf-Connecting-Ip": {"garbage"}}, "203.0.113.1"},
+		{cf, map[string][]string{"Cf-Connecting-Ip": {"198.51.100.7", "198.51.100.9"}}, "203.0.113.1"},
+		{cf, nil, "203.0.113.1"},
+		// Not configured: the header means nothing.
+		{base, map[string][]string{"Cf-Connecting-Ip": {"198.51.100.7"}}, "203.0.113.1"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "203.0.113.1:443"
+		for k, v := range tc.headers {
+			r.Header[k] = v
+		}
+		got, err := tc.ip.Resolve(r)
+		if err != nil || got.String() != tc.want {
+			t.Errorf("headers %v: %v, %v; want %s", tc.headers, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "a b", "x:y"} {
+		if _, err := base.WithPlatformHeader(bad); err == nil {
+			t.Errorf("WithPlatformHeader(%q) accepted", bad)
+		}
+	}
+}
