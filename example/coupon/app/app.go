@@ -11,11 +11,22 @@
 //	GET  /api/coupon/merchant        IP:     5 per 1s per client IP
 //	GET  /voucher-order/seckill/:id  Method: 5 per 10s over all clients and all ids
 //	GET  /healthz                    not limited: {"status":"ok"}
+//	GET  /metrics                    not limited: the Prometheus metrics of every decision
 //
 // An admitted request gets 200 {"code":200,"message":"...","data":{...}},
 // where data.remaining is the quota left in the window. A limited one gets 429
 // {"code":429,"message":"<the route's message>"} with Retry-After and the
 // RateLimit headers; see package ginlimit.
+//
+// # Metrics
+//
+// Every limited route reports its decisions to a metrics.Collector, given to
+// ginlimit.New with ginlimit.Observe, and GET /metrics serves it in the
+// Prometheus text format: decisions by route template, rule and outcome,
+// decision latency, near-limit admissions, deny-cache hits and the circuit
+// breaker state. The labels are route templates and rule names, never a
+// client IP or a user id. The demo serves /metrics on its one public port for
+// simplicity; a production service would serve it to Prometheus only.
 //
 // # Redis and secrets
 //
@@ -53,10 +64,13 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/metrics"
 )
 
 // pingTimeout bounds the start-up check that Redis answers.
@@ -112,8 +126,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	} else if a.rdb, a.mini, err = openRedis(ctx, cfg.RedisURL, logger); err != nil {
 		return nil, err
 	}
+	// The App's own registry, not the global one: two Apps share nothing.
+	collector := metrics.New()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collector)
 	opts := []ginlimit.Option{
 		ginlimit.Redis(a.rdb),
+		ginlimit.Observe(collector),
 		ginlimit.UserIdentity(users),
 		ginlimit.IPIdentity(ips),
 		ginlimit.Logger(logger),
@@ -140,6 +159,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	engine.Use(requestLog(logger), gin.Recovery(), limiter.Middleware())
 	engine.NoRoute(notFound)
 	routes(engine, &handlers{secret: secret, users: users, logger: logger})
+	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	a.Handler = engine
 	return a, nil
 }

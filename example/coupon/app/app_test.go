@@ -336,6 +336,56 @@ func TestHealthzIsNeverLimited(t *testing.T) {
 	run(t, h, repeat(200, step{req: req{target: "/healthz"}, status: 200, body: `{"status":"ok"}`}))
 }
 
+// TestMetrics: GET /metrics counts the decisions of the limited routes by
+// route template and rule, names no client, and is never limited itself.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	h := newApp(t, app.Config{JWTSecret: testSecret})
+	alice := login(t, h, "alice")
+	claim := req{target: "/api/coupon/claim", token: alice}
+	steps := append(repeat(app.ClaimLimit, step{req: claim, status: 200}),
+		step{req: claim, status: 429, body: tooMany(app.ClaimMessage)})
+	for i := range app.VoucherSeckillLimit + 1 {
+		status := 200
+		if i == app.VoucherSeckillLimit {
+			status = 429
+		}
+		steps = append(steps, step{req: req{target: "/voucher-order/seckill/" + strconv.Itoa(i+1)}, status: status})
+	}
+	steps = append(steps, step{req: req{target: "/api/coupon/merchant", remote: "198.51.100.23:5555"}, status: 200})
+	run(t, h, steps)
+
+	var body string
+	for range 50 { // never limited
+		w := serve(t, h, req{target: "/metrics"})
+		if w.Code != http.StatusOK {
+			t.Fatalf("GET /metrics: status %d, body %s", w.Code, w.Body)
+		}
+		if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+			t.Errorf("GET /metrics: Content-Type %q, want text/plain", ct)
+		}
+		body = w.Body.String()
+	}
+	for _, want := range []string{
+		`ginlimit_decisions_total{decision="allowed",route="GET /api/coupon/claim",rule="coupon:claim"} 3`,
+		`ginlimit_decisions_total{decision="limited",route="GET /api/coupon/claim",rule="coupon:claim"} 1`,
+		`ginlimit_decisions_total{decision="allowed",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 5`,
+		`ginlimit_decisions_total{decision="limited",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 1`,
+		`ginlimit_decisions_total{decision="allowed",route="GET /api/coupon/merchant",rule="coupon:merchant"} 1`,
+		`ginlimit_decision_seconds_count{route="GET /api/coupon/claim",rule="coupon:claim"} 4`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// Neither the client nor an unlimited route shows up.
+	for _, absent := range []string{"alice", "198.51.100.23", "192.0.2.1", "/voucher-order/seckill/1", "/api/login", "/metrics", "/healthz"} {
+		if strings.Contains(body, absent) {
+			t.Errorf("/metrics contains %q", absent)
+		}
+	}
+}
+
 func TestNotFound(t *testing.T) {
 	t.Parallel()
 	h := newApp(t, app.Config{})
