@@ -100,7 +100,9 @@ func (p *Policy) serve(c *gin.Context) {
 	var d *Decision = &sc.d
 	if len(p.observers) > 0 {
 		start := time.Now()
-		defer func() { p.observe(c.Request.Context(), c.Request.Method+" "+c.FullPath(), d, time.Since(start)) }()
+		defer func() {
+			p.observe(c.Request.Context(), routeLabel(c.Request.Method, c.FullPath()), d, time.Since(start))
+		}()
 	}
 	cost := p.cost
 	if p.costFunc != nil {

@@ -245,7 +245,7 @@ func (p *Policy) serveMulti(c *gin.Context) {
 	start := time.Now()
 	d, err := p.decideMulti(c.Request.Context(), p.multiKeys(tb.String(), dims), costs)
 	if len(p.observers) > 0 {
-		defer func() { p.observe(c.Request.Context(), method+" "+route, &d, time.Since(start)) }()
+		defer func() { p.observe(c.Request.Context(), routeLabel(method, route), &d, time.Since(start)) }()
 	}
 	c.Set(decisionKey{}, &d)
 	if p.answeredWithout(c, &d, err) {

@@ -27,12 +27,12 @@ const (
 // OutcomeOf returns the outcome of d.
 func OutcomeOf(d Decision) Outcome {
 	switch {
-	case d.Shadow:
-		return OutcomeShadowLimited
 	case d.Local:
 		return OutcomeFallback
 	case d.Err != nil:
 		return OutcomeError
+	case d.Shadow:
+		return OutcomeShadowLimited
 	case !d.Allowed:
 		return OutcomeLimited
 	}
@@ -44,7 +44,9 @@ func OutcomeOf(d Decision) Outcome {
 // Rule come from the route templates and rule names of the application.
 type Event struct {
 	// Route is the request's method and route template, e.g.
-	// "GET /api/coupon/claim"; "" outside gin (Policy.Allow).
+	// "GET /api/coupon/claim"; "unmatched" for a request that matched no
+	// route (so a client cannot make up labels); "" outside gin
+	// (Policy.Allow).
 	Route string
 	// Rule is the rule that decided (see [Decision.Rule]).
 	Rule string
@@ -78,6 +80,14 @@ func Observe(o Observer) Option {
 		}
 		s.observers = append(s.observers[:len(s.observers):len(s.observers)], o)
 	})
+}
+
+// routeLabel is the Event.Route of a request.
+func routeLabel(method, route string) string {
+	if route == "" {
+		return "unmatched"
+	}
+	return method + " " + route
 }
 
 // observe tells p's observers about d.

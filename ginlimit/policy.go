@@ -186,7 +186,11 @@ func (p *Policy) Allow(ctx context.Context, key string) (Decision, error) {
 // AllowN is [Policy.Allow] for a request that costs n units. A request that
 // costs more than the rule can ever admit is rejected without a Redis call,
 // with [Decision.Reason] saying why.
-func (p *Policy) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+func (p *Policy) AllowN(ctx context.Context, key string, n int) (d Decision, err error) {
+	if len(p.observers) > 0 {
+		start := time.Now()
+		defer func() { p.observe(ctx, "", &d, time.Since(start)) }()
+	}
 	var b strings.Builder
 	b.Grow(len(p.prefix) + escapedLen(key, routeSafe) + 2)
 	b.WriteString(p.prefix)

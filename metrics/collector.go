@@ -1,0 +1,261 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
+)
+
+// Label values that the Collector itself writes.
+const (
+	// Other is the route and rule label value of the decisions of every
+	// (route, rule) pair seen after the [MaxSeries] cap was reached.
+	Other = "other"
+	// Unmatched is the route label value of the decisions of requests that
+	// matched no route, whose method the client chose freely.
+	Unmatched = "unmatched"
+)
+
+// latencyBuckets are the upper bounds of ginlimit_decision_seconds, from a
+// deny-cache answer to far beyond any sane decision timeout. Each Collector
+// gets its own copy.
+var latencyBuckets = [...]float64{
+	0.000_05, 0.000_1, 0.000_25, 0.000_5,
+	0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+}
+
+// outcomes are the values of the decision label, in the order of
+// [series.decisions].
+var outcomes = [...]ginlimit.Outcome{
+	ginlimit.OutcomeAllowed,
+	ginlimit.OutcomeLimited,
+	ginlimit.OutcomeShadowLimited,
+	ginlimit.OutcomeError,
+	ginlimit.OutcomeFallback,
+}
+
+// outcomeIndex returns the index in outcomes of e's outcome. An outcome this
+// package does not know (an Event made by hand, or a newer ginlimit) is
+// classified again from the decision, so that the decision label keeps its
+// five values.
+func outcomeIndex(e *ginlimit.Event) int {
+	if i := indexOf(e.Outcome); i >= 0 {
+		return i
+	}
+	if i := indexOf(ginlimit.OutcomeOf(e.Decision)); i >= 0 {
+		return i
+	}
+	return indexOf(ginlimit.OutcomeError) // unreachable: OutcomeOf returns one of outcomes
+}
+
+// indexOf returns the index of o in outcomes, or -1.
+func indexOf(o ginlimit.Outcome) int {
+	for i, known := range outcomes {
+		if o == known {
+			return i
+		}
+	}
+	return -1
+}
+
+// Collector turns ginlimit decisions into Prometheus metrics (see the package
+// documentation for the metrics and their labels). It is a ginlimit.Observer:
+// give it to a limiter or to routes with ginlimit.Observe. It is a
+// prometheus.Collector: register it with a prometheus.Registerer, once.
+//
+// A Collector is safe for concurrent use. Make one with [New]; the zero value
+// is not usable. One Collector may observe any number of limiters and routes,
+// and two Collectors share nothing.
+type Collector struct {
+	nearLimit float64
+	maxSeries int64
+
+	decisions  *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	nearLimits *prometheus.CounterVec
+	denyCache  *prometheus.CounterVec
+	breaker    *prometheus.GaugeVec
+
+	pairs sync.Map // pairKey -> *series, read without a lock
+	mu    sync.Mutex
+	n     atomic.Int64           // pairs with their own labels, at most maxSeries
+	other atomic.Pointer[series] // the fold of the pairs past the cap; nil until needed
+}
+
+// pairKey is a (route, rule) pair as the Event gives it.
+type pairKey struct{ route, rule string }
+
+// series is every metric of one (route, rule) pair, resolved once so that
+// Observe does no label lookup.
+type series struct {
+	decisions [len(outcomes)]prometheus.Counter
+	latency   prometheus.Observer
+	nearLimit prometheus.Counter
+	denyCache prometheus.Counter
+	breaker   prometheus.Gauge
+}
+
+// Compile-time checks that a Collector is what it says.
+var (
+	_ ginlimit.Observer    = (*Collector)(nil)
+	_ prometheus.Collector = (*Collector)(nil)
+)
+
+// New returns a Collector configured by opts. It panics if an option is
+// invalid, naming it, the way gin panics on a bad route: a configuration
+// error shows at start-up.
+func New(opts ...Option) *Collector {
+	cfg := defaults()
+	for _, o := range opts {
+		if o == nil {
+			cfg.invalid("New: an option is nil")
+			continue
+		}
+		o.apply(&cfg)
+	}
+	if err := errors.Join(cfg.errs...); err != nil {
+		panic(err)
+	}
+	pair := []string{"route", "rule"}
+	return &Collector{
+		nearLimit: cfg.nearLimit,
+		maxSeries: int64(cfg.maxSeries),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ginlimit_decisions_total",
+			Help: "Rate limit decisions, by route template, rule and outcome (allowed, limited, shadow_limited, error, fallback).",
+		}, []string{"route", "rule", "decision"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ginlimit_decision_seconds",
+			Help:    "How long a rate limit decision took, Redis included, in seconds.",
+			Buckets: slices.Clone(latencyBuckets[:]),
+		}, pair),
+		nearLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ginlimit_near_limit_total",
+			Help: "Allowed rate limit decisions that left less than the near-limit fraction of the limit.",
+		}, pair),
+		denyCache: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ginlimit_deny_cache_hits_total",
+			Help: "Rate limit rejections answered by the in-process deny cache, without a Redis call.",
+		}, pair),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ginlimit_breaker_open",
+			Help: "1 when the rule's Redis circuit breaker was open or half-open after the route's last decision, else 0.",
+		}, pair),
+	}
+}
+
+// Observe counts one decision. It implements ginlimit.Observer and is called
+// by ginlimit on the request's goroutine; it takes no lock once e's (route,
+// rule) pair has been seen.
+func (c *Collector) Observe(_ context.Context, e ginlimit.Event) {
+	s := c.seriesFor(e.Route, e.Rule)
+	i := outcomeIndex(&e)
+	s.decisions[i].Inc()
+	s.latency.Observe(max(e.Latency.Seconds(), 0))
+	d := &e.Decision
+	if outcomes[i] == ginlimit.OutcomeAllowed && d.Limit > 0 &&
+		float64(d.Remaining) < c.nearLimit*float64(d.Limit) {
+		s.nearLimit.Inc()
+	}
+	if d.Cached {
+		s.denyCache.Inc()
+	}
+	if e.Breaker == "open" || e.Breaker == "half-open" {
+		s.breaker.Set(1)
+	} else {
+		s.breaker.Set(0)
+	}
+}
+
+// Describe sends the descriptors of every metric of the Collector. It
+// implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	c.decisions.Describe(ch)
+	c.latency.Describe(ch)
+	c.nearLimits.Describe(ch)
+	c.denyCache.Describe(ch)
+	c.breaker.Describe(ch)
+}
+
+// Collect sends the current value of every series. It implements
+// prometheus.Collector and may run while decisions are observed.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.decisions.Collect(ch)
+	c.latency.Collect(ch)
+	c.nearLimits.Collect(ch)
+	c.denyCache.Collect(ch)
+	c.breaker.Collect(ch)
+}
+
+// seriesFor returns the series of the pair (route, rule): its own while the
+// cap allows, the fold's after.
+func (c *Collector) seriesFor(route, rule string) *series {
+	if unmatched(route) {
+		route = Unmatched
+	}
+	k := pairKey{route, rule}
+	if s, ok := c.pairs.Load(k); ok {
+		return s.(*series)
+	}
+	if c.n.Load() >= c.maxSeries {
+		if s := c.other.Load(); s != nil {
+			return s
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.pairs.Load(k); ok {
+		return s.(*series)
+	}
+	if c.n.Load() >= c.maxSeries {
+		s := c.other.Load()
+		if s == nil {
+			s = c.newSeries(Other, Other)
+			c.other.Store(s)
+		}
+		return s
+	}
+	s := c.newSeries(labelValue(route), labelValue(rule))
+	c.pairs.Store(k, s)
+	c.n.Add(1)
+	return s
+}
+
+// newSeries creates, at zero, every series of the label values route and
+// rule.
+func (c *Collector) newSeries(route, rule string) *series {
+	s := &series{
+		latency:   c.latency.WithLabelValues(route, rule),
+		nearLimit: c.nearLimits.WithLabelValues(route, rule),
+		denyCache: c.denyCache.WithLabelValues(route, rule),
+		breaker:   c.breaker.WithLabelValues(route, rule),
+	}
+	for i, o := range outcomes {
+		s.decisions[i] = c.decisions.WithLabelValues(route, rule, string(o))
+	}
+	return s
+}
+
+// unmatched reports whether route is that of a request that matched no
+// route: a method and an empty template (ginlimit joins them with a space).
+func unmatched(route string) bool {
+	return route != "" && route[len(route)-1] == ' '
+}
+
+// labelValue returns s as a Prometheus label value, which must be valid
+// UTF-8. Route templates and rule names are in practice; this only keeps a
+// malformed one from making Observe panic on a request.
+func labelValue(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
