@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -43,9 +44,11 @@ const maxTokenLen = 8 << 10
 //
 // A JWT is immutable once made and safe for concurrent use.
 type JWT struct {
-	parser *jwt.Parser
-	keys   keySet
-	claim  string
+	parser   *jwt.Parser
+	keys     keySet
+	claim    string
+	jwks     atomic.Pointer[jwks]
+	jwksPath string
 }
 
 var _ User = (*JWT)(nil)
@@ -68,6 +71,8 @@ type keySet struct {
 
 type jwtConfig struct {
 	keys      keySet
+	jwks      jwks
+	jwksPath  string
 	algs      []string
 	claim     string
 	leeway    time.Duration
@@ -193,8 +198,17 @@ func NewJWT(opts ...JWTOption) (*JWT, error) {
 		}
 	}
 	keyAlgs := cfg.keys.algorithms()
+	if cfg.jwks != nil {
+		// A JWKS may gain any asymmetric family on reload; each token is
+		// still checked against its own key's family in keyFor.
+		for _, a := range []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"} {
+			if !slices.Contains(keyAlgs, a) {
+				keyAlgs = append(keyAlgs, a)
+			}
+		}
+	}
 	if len(keyAlgs) == 0 {
-		return nil, errors.New("identity: NewJWT: no key: give HMACSecret or PublicKey")
+		return nil, errors.New("identity: NewJWT: no key: give HMACSecret, PublicKey, JWKS or JWKSFile")
 	}
 	algs := keyAlgs
 	if cfg.algs != nil {
@@ -219,7 +233,11 @@ func NewJWT(opts ...JWTOption) (*JWT, error) {
 	if cfg.audience != "" {
 		popts = append(popts, jwt.WithAudience(cfg.audience))
 	}
-	return &JWT{parser: jwt.NewParser(popts...), keys: cfg.keys, claim: cfg.claim}, nil
+	j := &JWT{parser: jwt.NewParser(popts...), keys: cfg.keys, claim: cfg.claim, jwksPath: cfg.jwksPath}
+	if cfg.jwks != nil {
+		j.jwks.Store(&cfg.jwks)
+	}
+	return j, nil
 }
 
 func (k keySet) algorithms() []string {
@@ -275,6 +293,17 @@ func (k keySet) keyFor(t *jwt.Token) (any, error) {
 	return nil, fmt.Errorf("no key for algorithm %q", t.Method.Alg())
 }
 
+// keyFor picks the verification key: from the JWKS by kid when the token
+// names one (or when there are no other keys), else by algorithm family.
+func (j *JWT) keyFor(t *jwt.Token) (any, error) {
+	if set := j.jwks.Load(); set != nil {
+		if _, hasKid := t.Header["kid"]; hasKid || j.keys.algorithms() == nil {
+			return set.keyFor(t)
+		}
+	}
+	return j.keys.keyFor(t)
+}
+
 // UserID verifies the request's bearer token and returns the user id claim.
 // Every error wraps [ErrUnauthenticated].
 func (j *JWT) UserID(c *gin.Context) (string, error) {
@@ -288,7 +317,7 @@ func (j *JWT) Verify(r *http.Request) (string, error) {
 		return "", err
 	}
 	claims := jwt.MapClaims{}
-	if _, err := j.parser.ParseWithClaims(raw, claims, j.keys.keyFor); err != nil {
+	if _, err := j.parser.ParseWithClaims(raw, claims, j.keyFor); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	var id string

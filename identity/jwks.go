@@ -1,0 +1,194 @@
+package identity
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// jwks is a parsed JSON Web Key Set: verification keys by kid.
+type jwks map[string]jwkKey
+
+// JWKS verifies tokens with the keys of a JSON Web Key Set (RFC 7517), chosen
+// by the token's kid header: RSA, EC (P-256, P-384, P-521) and OKP Ed25519
+// keys are read; others, and keys whose "use" is not "sig", are skipped. A
+// token's algorithm must belong to its key's family (and equal the key's
+// "alg" when it has one), so a kid cannot be used for algorithm confusion.
+// Call [JWT.ReloadJWKS] with a new set to rotate keys.
+func JWKS(data []byte) JWTOption {
+	return jwtOptionFunc(func(c *jwtConfig) error {
+		set, err := parseJWKS(data)
+		if err != nil {
+			return err
+		}
+		c.jwks = set
+		return nil
+	})
+}
+
+// JWKSFile is [JWKS] read from a file; [JWT.ReloadJWKS] with nil data reads
+// the file again.
+func JWKSFile(path string) JWTOption {
+	return jwtOptionFunc(func(c *jwtConfig) error {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("identity: JWKSFile: %w", err)
+		}
+		set, err := parseJWKS(data)
+		if err != nil {
+			return err
+		}
+		c.jwks, c.jwksPath = set, path
+		return nil
+	})
+}
+
+// ReloadJWKS replaces the key set: with data, from it; with nil data, from
+// the JWKSFile again. Tokens being verified meanwhile use the old or the
+// new set, never a mix. A bad set is refused and the old one stays.
+func (j *JWT) ReloadJWKS(data []byte) error {
+	if data == nil {
+		if j.jwksPath == "" {
+			return errors.New("identity: ReloadJWKS(nil): the verifier has no JWKSFile")
+		}
+		var err error
+		if data, err = os.ReadFile(j.jwksPath); err != nil {
+			return fmt.Errorf("identity: ReloadJWKS: %w", err)
+		}
+	}
+	set, err := parseJWKS(data)
+	if err != nil {
+		return err
+	}
+	j.jwks.Store(&set)
+	return nil
+}
+
+type jwk struct {
+	Kty string `json:"kty"`
+	Kid string `json:"kid"`
+	Use string `json:"use"`
+	Alg string `json:"alg"`
+	N   string `json:"n"`
+	E   string `json:"e"`
+	Crv string `json:"crv"`
+	X   string `json:"x"`
+	Y   string `json:"y"`
+}
+
+// jwkKey is a key of the set with the algorithm its entry named, if any.
+type jwkKey struct {
+	key crypto.PublicKey
+	alg string
+}
+
+func parseJWKS(data []byte) (jwks, error) {
+	var doc struct {
+		Keys []jwk `json:"keys"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("identity: JWKS: %w", err)
+	}
+	set := jwks{}
+	for i, k := range doc.Keys {
+		if k.Use != "" && k.Use != "sig" {
+			continue
+		}
+		key, err := k.publicKey()
+		if err != nil {
+			return nil, fmt.Errorf("identity: JWKS key %d (kid %q): %w", i, k.Kid, err)
+		}
+		if key == nil {
+			continue // a kind of key we do not verify with
+		}
+		if _, dup := set[k.Kid]; dup {
+			return nil, fmt.Errorf("identity: JWKS: kid %q appears twice", k.Kid)
+		}
+		set[k.Kid] = jwkKey{key: key, alg: k.Alg}
+	}
+	if len(set) == 0 {
+		return nil, errors.New("identity: JWKS: no usable signing key")
+	}
+	return set, nil
+}
+
+func b64(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
+
+func (k jwk) publicKey() (crypto.PublicKey, error) {
+	switch k.Kty {
+	case "RSA":
+		n, err1 := b64(k.N)
+		e, err2 := b64(k.E)
+		if err := errors.Join(err1, err2); err != nil || len(n) == 0 || len(e) == 0 || len(e) > 4 {
+			return nil, errors.New("bad RSA n or e")
+		}
+		pub := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
+		if pub.N.BitLen() < 2048 {
+			return nil, fmt.Errorf("RSA key of %d bits, want at least 2048", pub.N.BitLen())
+		}
+		return pub, nil
+	case "EC":
+		var curve elliptic.Curve
+		switch k.Crv {
+		case "P-256":
+			curve = elliptic.P256()
+		case "P-384":
+			curve = elliptic.P384()
+		case "P-521":
+			curve = elliptic.P521()
+		default:
+			return nil, fmt.Errorf("unsupported curve %q", k.Crv)
+		}
+		x, err1 := b64(k.X)
+		y, err2 := b64(k.Y)
+		size := (curve.Params().BitSize + 7) / 8
+		if err := errors.Join(err1, err2); err != nil || len(x) != size || len(y) != size {
+			return nil, errors.New("bad EC x or y")
+		}
+		point := append(append([]byte{4}, x...), y...)
+		return ecdsa.ParseUncompressedPublicKey(curve, point)
+	case "OKP":
+		if k.Crv != "Ed25519" {
+			return nil, nil
+		}
+		x, err := b64(k.X)
+		if err != nil || len(x) != ed25519.PublicKeySize {
+			return nil, errors.New("bad Ed25519 x")
+		}
+		return ed25519.PublicKey(x), nil
+	}
+	return nil, nil
+}
+
+// keyFor picks the token's key by kid and checks its algorithm family.
+func (s jwks) keyFor(t *jwt.Token) (any, error) {
+	kid, _ := t.Header["kid"].(string)
+	entry, ok := s[kid]
+	if !ok {
+		return nil, fmt.Errorf("no key with kid %q", kid)
+	}
+	k := entry
+	if k.alg != "" && k.alg != t.Method.Alg() {
+		return nil, fmt.Errorf("kid %q is for %s, not %s", kid, k.alg, t.Method.Alg())
+	}
+	one := keySet{}
+	switch pub := k.key.(type) {
+	case *rsa.PublicKey:
+		one.rsa = pub
+	case *ecdsa.PublicKey:
+		one.ecdsa = pub
+	case ed25519.PublicKey:
+		one.ed25519 = pub
+	}
+	return one.keyFor(t)
+}
