@@ -51,7 +51,6 @@ func signKid(t *testing.T, m jwt.SigningMethod, key any, kid, sub string) string
 	return s
 }
 
-
 func TestJWKS(t *testing.T) {
 	t.Parallel()
 	rk, _ := rsa.GenerateKey(rand.Reader, 2048)
