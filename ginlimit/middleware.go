@@ -88,6 +88,9 @@ func (p *Policy) serve(c *gin.Context) {
 		p.serveMulti(c)
 		return
 	}
+	if p.tiers != nil {
+		p = p.tierFor(c)
+	}
 	key, err := p.requestKey(c)
 	if err != nil {
 		p.identityFailed(c, err)

@@ -58,6 +58,9 @@ func Rule(opts ...Option) Option {
 func compileMulti(s settings, logs *logThrottle) (*Policy, error) {
 	rules := s.rules
 	s.rules = nil
+	if s.tierLimits != nil {
+		return nil, errors.New("ginlimit: Tiers: not supported on routes with several Rules")
+	}
 	parent, err := compile(s, logs)
 	if err != nil {
 		return nil, err

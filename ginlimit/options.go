@@ -137,6 +137,8 @@ type settings struct {
 	respond        func(*gin.Context, Decision)
 	hashKey        []byte
 	anonByIP       bool
+	tierClaim      string
+	tierLimits     map[string]int
 	inRule         bool // applying the options of one Rule
 	errs           []error
 }

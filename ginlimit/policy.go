@@ -59,6 +59,8 @@ type Policy struct {
 	respond   func(*gin.Context, Decision)
 	hashKey   []byte
 	anonByIP  bool
+	tierClaim string
+	tiers     map[string]*Policy // by claim value; nil without Tiers
 	shadow    bool
 
 	args         []any  // script ARGV for the fixed cost: window µs, limit, param, cost
@@ -164,6 +166,11 @@ func compile(s settings, logs *logThrottle) (*Policy, error) {
 	cancel()
 	if s.onFail == FailLocal {
 		p.local = newLocalLimiter(s.limit, s.localInstances, s.window)
+	}
+	if s.tierLimits != nil {
+		if err := compileTiers(p, s, logs); err != nil {
+			return nil, err
+		}
 	}
 	p.policyHeader = p.quotedName + ";q=" + p.limitText + ";w=" + strconv.FormatInt(ceilSeconds(s.window), 10)
 	return p, nil

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -312,13 +313,9 @@ func (j *JWT) UserID(c *gin.Context) (string, error) {
 
 // Verify is [JWT.UserID] for a plain *http.Request.
 func (j *JWT) Verify(r *http.Request) (string, error) {
-	raw, err := bearer(r)
+	claims, err := j.verified(r)
 	if err != nil {
 		return "", err
-	}
-	claims := jwt.MapClaims{}
-	if _, err := j.parser.ParseWithClaims(raw, claims, j.keyFor); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	var id string
 	switch v := claims[j.claim].(type) {
@@ -336,6 +333,46 @@ func (j *JWT) Verify(r *http.Request) (string, error) {
 	}
 	return checkID(id)
 }
+
+// verified returns the claims of the request's valid bearer token.
+func (j *JWT) verified(r *http.Request) (jwt.MapClaims, error) {
+	raw, err := bearer(r)
+	if err != nil {
+		return nil, err
+	}
+	claims := jwt.MapClaims{}
+	if _, err := j.parser.ParseWithClaims(raw, claims, j.keyFor); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	return claims, nil
+}
+
+// Claim returns the named claim of the request's verified token as text (a
+// string, or an integer written out), "" when the token lacks it. It fails
+// like UserID when the token is not valid.
+func (j *JWT) Claim(c *gin.Context, name string) (string, error) {
+	claims, err := j.verified(c.Request)
+	if err != nil {
+		return "", err
+	}
+	switch v := claims[name].(type) {
+	case string:
+		return v, nil
+	case json.Number:
+		return string(v), nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	}
+	return "", nil
+}
+
+// Claimer is implemented by Users that can also read a claim of the
+// authenticated user, such as *JWT. ginlimit.Tiers uses it.
+type Claimer interface {
+	Claim(c *gin.Context, name string) (string, error)
+}
+
+var _ Claimer = (*JWT)(nil)
 
 // Challenge is the WWW-Authenticate value for a 401 (RFC 6750).
 func (j *JWT) Challenge() string { return `Bearer` }
