@@ -46,6 +46,9 @@ type Decision struct {
 	// Cached reports that the rejection came from the in-process deny cache
 	// (see [DenyCache]) without a Redis call.
 	Cached bool
+	// breaker is the state of the breaker that served the decision's key
+	// (per master on a cluster), for observers.
+	breaker string
 	// Err is non-nil when Redis could not decide. Allowed then follows the
 	// rule's FailPolicy; with FailOpen and FailClosed, Remaining, Reset,
 	// RetryAfter and Time are zero, and with FailLocal they come from the

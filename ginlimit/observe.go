@@ -93,7 +93,7 @@ func routeLabel(method, route string) string {
 // observe tells p's observers about d.
 func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency time.Duration) {
 	e := Event{Route: route, Rule: d.Rule, Outcome: OutcomeOf(*d), Decision: *d, Latency: latency}
-	if p.brk != nil {
+	if e.Breaker = d.breaker; e.Breaker == "" && p.brk != nil {
 		e.Breaker = p.brk.state()
 	}
 	for _, o := range p.observers {

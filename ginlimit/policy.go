@@ -264,7 +264,9 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 			if p.deny != nil {
 				p.deny.leave(key, counted, cost, sent, nil, false)
 			}
-			return p.failed(key, cost, ErrCircuitOpen)
+			d, err := p.failed(key, cost, ErrCircuitOpen)
+			d.breaker = brk.state()
+			return d, err
 		}
 	}
 	var reply []any
@@ -282,16 +284,19 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 	if err == nil {
 		d, err = p.parse(reply)
 	}
+	var state string
 	if brk != nil {
 		brk.done(probe, err != nil && parent.Err() == nil && unavailable(err))
+		state = brk.state()
 	}
 	if p.deny != nil {
 		p.deny.leave(key, counted, cost, sent, &d, err == nil)
 	}
 	if err != nil {
-		return p.failed(key, cost, err)
+		d, err = p.failed(key, cost, err)
 	}
-	return d, nil
+	d.breaker = state
+	return d, err
 }
 
 // failed is the decision and error when Redis could not decide on key at
