@@ -192,8 +192,10 @@ func (p *Policy) shadowed(c *gin.Context, d *Decision) {
 	p.debug(c, "ginlimit: shadow mode let through a request it would have refused", d)
 }
 
-// debug logs a decision at debug level, when that level is enabled. It
-// names the rule and route, never the identity.
+// debug logs a decision at debug level, when that level is enabled, at most
+// one line per rule every few seconds (with a count of the ones dropped),
+// so a flood does not flood the log. It names the rule and route, never the
+// identity.
 func (p *Policy) debug(c *gin.Context, msg string, d *Decision) {
 	l := p.logger
 	if l == nil {
@@ -201,7 +203,7 @@ func (p *Policy) debug(c *gin.Context, msg string, d *Decision) {
 	}
 	ctx := c.Request.Context()
 	if l.Enabled(ctx, slog.LevelDebug) {
-		l.LogAttrs(ctx, slog.LevelDebug, msg, slog.String("rule", d.Rule), slog.String("route", c.FullPath()),
+		p.debugLogs.log(ctx, l, slog.LevelDebug, msg, slog.String("rule", d.Rule), slog.String("route", c.FullPath()),
 			slog.Duration("retry_after", d.RetryAfter))
 	}
 }

@@ -35,7 +35,8 @@ type Policy struct {
 	timeout   time.Duration
 	logger    *slog.Logger
 	logs      *logThrottle
-	honours   bool // the client bounds reads by the context deadline
+	debugLogs logThrottle // rejections at debug level, per rule
+	honours   bool        // the client bounds reads by the context deadline
 	pipe      *redis.AutoPipeliner
 	calls     atomic.Int64 // decisions now waiting on Redis
 	pipeAbove int64        // pipelineAbove; tests lower it
