@@ -211,38 +211,11 @@ func startNode(t testing.TB, bin, dir string, used map[int]bool) (*Server, int, 
 // startClusterNode is Server.start for a cluster node.
 func (s *Server) startClusterNode(bus int) error {
 	p := strconv.Itoa(s.port)
-	cmd := exec.Command(s.bin,
-		"--port", p, "--bind", "127.0.0.1",
+	return s.launch([]string{
 		"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
 		"--cluster-config-file", filepath.Join(s.dir, "nodes-"+p+".conf"),
 		"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--daemonize", "no", "--loglevel", "warning", "--logfile", s.logFile())
-	setDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		select {
-		case <-exited:
-			return fmt.Errorf("redis-server on port %d exited at start%s", s.port, tail(s.logFile()))
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			s.cmd, s.exited = cmd, exited
-			return nil
-		}
-	}
-	_ = cmd.Process.Kill()
-	<-exited
-	return fmt.Errorf("redis-server on port %d did not answer PING", s.port)
+	}, s.logFile())
 }
 
 func (s *Server) logFile() string {

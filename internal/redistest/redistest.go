@@ -73,11 +73,19 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (s *Server) start() error {
-	cmd := exec.Command(s.bin,
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+func (s *Server) start() error { return s.launch(nil, "") }
+
+// launch starts redis-server on s.port with the common arguments plus extra,
+// and waits until it answers PING. logFile, if not empty, is where the
+// server logs; its tail goes into a start-up error.
+func (s *Server) launch(extra []string, logFile string) error {
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--daemonize", "no", "--loglevel", "warning")
+		"--daemonize", "no", "--loglevel", "warning"}
+	if logFile != "" {
+		args = append(args, "--logfile", logFile)
+	}
+	cmd := exec.Command(s.bin, append(args, extra...)...)
 	setDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
@@ -89,7 +97,11 @@ func (s *Server) start() error {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		select {
 		case <-exited:
-			return fmt.Errorf("redis-server on port %d exited at start", s.port)
+			msg := ""
+			if logFile != "" {
+				msg = tail(logFile)
+			}
+			return fmt.Errorf("redis-server on port %d exited at start%s", s.port, msg)
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
