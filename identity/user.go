@@ -40,6 +40,7 @@ type contextUser struct{ key string }
 
 var _ User = contextUser{}
 
+// UserID returns the id stored under the key; see FromContext.
 func (u contextUser) UserID(c *gin.Context) (string, error) {
 	v, ok := c.Get(u.key)
 	if !ok {
