@@ -288,7 +288,9 @@ func (p *Policy) decide(ctx context.Context, keys []string, cost int) (Decision,
 	var state string
 	if brk != nil {
 		brk.done(probe, err != nil && parent.Err() == nil && unavailable(err))
-		state = brk.state()
+		if len(p.observers) > 0 {
+			state = brk.state()
+		}
 	}
 	if p.deny != nil {
 		p.deny.leave(key, counted, cost, sent, &d, err == nil)
