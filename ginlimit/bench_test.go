@@ -76,7 +76,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 		b.Run("limited/"+tc.name, func(b *testing.B) {
 			e := gin.New()
-			e.GET("/r/:id", RateLimit(Redis(cannedClient(b)), Type(tc.typ), Limit(1_000_000)), func(c *gin.Context) { c.Status(http.StatusOK) })
+			e.GET("/r/:id", testLimit(Redis(cannedClient(b)), Type(tc.typ), Limit(1_000_000)), func(c *gin.Context) { c.Status(http.StatusOK) })
 			serveLoop(b, e, "/r/1", true)
 		})
 	}
@@ -147,7 +147,7 @@ func BenchmarkRedisDown(b *testing.B) {
 	b.Cleanup(func() { _ = dead.Close() })
 	e := gin.New()
 	e.GET("/bare", func(c *gin.Context) { c.Status(http.StatusOK) })
-	e.GET("/limited", RateLimit(Redis(dead), Type(IP), Logger(slog.New(slog.DiscardHandler))), func(c *gin.Context) { c.Status(http.StatusOK) })
+	e.GET("/limited", testLimit(Redis(dead), Type(IP), Logger(slog.New(slog.DiscardHandler))), func(c *gin.Context) { c.Status(http.StatusOK) })
 	srv := httptest.NewServer(e)
 	b.Cleanup(srv.Close)
 	client := srv.Client()

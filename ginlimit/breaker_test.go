@@ -96,7 +96,7 @@ func TestShadowMode(t *testing.T) {
 	_, c := newMini(t)
 	var seen []Decision
 	e := gin.New()
-	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Limit(1), Shadow(true)), func(c *gin.Context) {
+	e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Limit(1), Shadow(true)), func(c *gin.Context) {
 		d, _ := DecisionFrom(c)
 		seen = append(seen, d)
 		ok(c)
@@ -117,7 +117,7 @@ func TestShadowMode(t *testing.T) {
 	stopped := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = stopped.Close() })
 	e2 := gin.New()
-	e2.GET("/y", RateLimit(Redis(stopped), OnFailure(FailClosed), Shadow(true), Timeout(200*time.Millisecond)), ok)
+	e2.GET("/y", testLimit(Redis(stopped), OnFailure(FailClosed), Shadow(true), Timeout(200*time.Millisecond)), ok)
 	if w := do(e2, http.MethodGet, "/y", nil); w.Code != 200 {
 		t.Fatalf("FailClosed in shadow mode: %d", w.Code)
 	}
@@ -131,7 +131,7 @@ func TestFailLocal(t *testing.T) {
 	t.Cleanup(func() { _ = down.Close() })
 	e := gin.New()
 	var seen []Decision
-	e.GET("/x", RateLimit(Redis(down), Key(prefix(t)), Window(time.Minute), Limit(6), OnFailure(FailLocal), LocalInstances(2),
+	e.GET("/x", testLimit(Redis(down), Key(prefix(t)), Window(time.Minute), Limit(6), OnFailure(FailLocal), LocalInstances(2),
 		Timeout(200*time.Millisecond)), func(c *gin.Context) {
 		d, _ := DecisionFrom(c)
 		seen = append(seen, d)

@@ -33,7 +33,7 @@ func TestClusterKeysSpread(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	pre := prefix(t)
 	e := gin.New()
-	e.GET("/x", RateLimit(Redis(cl.Client()), Key(pre), Type(IP), Window(time.Minute), Limit(5)), ok)
+	e.GET("/x", testLimit(Redis(cl.Client()), Key(pre), Type(IP), Window(time.Minute), Limit(5)), ok)
 	const clients = 300
 	want := make([][]string, 3) // the keys each master should hold
 	for i := range clients {

@@ -673,7 +673,7 @@ func TestFaultErrorReplies(t *testing.T) {
 			var logs syncBuffer
 			pfx := prefix(t)
 			e := gin.New()
-			e.GET("/x", RateLimit(Redis(c), Key(pfx), Type(IP), Window(time.Minute), Limit(limit),
+			e.GET("/x", testLimit(Redis(c), Key(pfx), Type(IP), Window(time.Minute), Limit(limit),
 				OnFailure(fp), Timeout(faultTimeout), Logger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
 			const poisoned, other = "192.0.2.10", "192.0.2.11"
 			key := pfx + "{GET /x ip:" + poisoned + "}"

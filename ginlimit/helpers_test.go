@@ -67,3 +67,10 @@ func mustPolicy(t testing.TB, opts ...Option) *Policy {
 	}
 	return p
 }
+
+// testLimit is RateLimit with a generous decision timeout first, so a
+// loaded CI machine never turns a slow miniredis answer into a fail-open;
+// tests of timeouts give their own Timeout after it.
+func testLimit(opts ...Option) gin.HandlerFunc {
+	return RateLimit(append([]Option{Timeout(5 * time.Second)}, opts...)...)
+}

@@ -26,7 +26,7 @@ func TestHeaderStyles(t *testing.T) {
 		{HeadersNone, false, false},
 	} {
 		e := gin.New()
-		e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Limit(1), Headers(tc.style)), ok)
+		e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Limit(1), Headers(tc.style)), ok)
 		do(e, http.MethodGet, "/x", nil)
 		w := do(e, http.MethodGet, "/x", nil)
 		h := w.Header()
@@ -44,7 +44,7 @@ func TestSkipCountsNothing(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	e := gin.New()
-	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Limit(1), Type(IP),
+	e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Limit(1), Type(IP),
 		Skip(func(c *gin.Context) bool { return c.GetHeader("X-Internal") == "1" })), ok)
 	for range 5 {
 		if w := do(e, http.MethodGet, "/x", map[string]string{"X-Internal": "1"}); w.Code != 200 || w.Header().Get("RateLimit") != "" {
@@ -65,7 +65,7 @@ func TestHooksAndRespond(t *testing.T) {
 	_, c := newMini(t)
 	var limited []Decision
 	e := gin.New()
-	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("api"), Limit(1),
+	e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Name("api"), Limit(1),
 		OnLimited(func(_ *gin.Context, d Decision) { limited = append(limited, d) }),
 		Respond(func(c *gin.Context, d Decision) {
 			c.Header("Content-Type", "application/problem+json")
@@ -85,7 +85,7 @@ func TestHooksAndRespond(t *testing.T) {
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = down.Close() })
 	e2 := gin.New()
-	e2.GET("/y", RateLimit(Redis(down), Timeout(200*time.Millisecond), OnError(func(_ *gin.Context, err error) { errs = append(errs, err) })), ok)
+	e2.GET("/y", testLimit(Redis(down), Timeout(200*time.Millisecond), OnError(func(_ *gin.Context, err error) { errs = append(errs, err) })), ok)
 	if w := do(e2, http.MethodGet, "/y", nil); w.Code != 200 {
 		t.Fatalf("fail open: %d", w.Code)
 	}
@@ -102,7 +102,7 @@ func TestRejectionsLoggedAtDebug(t *testing.T) {
 	var mu sync.Mutex
 	w := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(b) })
 	e := gin.New()
-	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("r"), Limit(1), Type(IP),
+	e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Name("r"), Limit(1), Type(IP),
 		Logger(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))), ok)
 	for range 3 {
 		do(e, http.MethodGet, "/x", map[string]string{"RemoteAddr": "192.0.2.55:1"})

@@ -75,7 +75,7 @@ func TestHeadersSubSecondWindow(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	e := gin.New()
-	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("test"), Window(250*time.Millisecond), Limit(1), DenyCache(0)), ok)
+	e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Name("test"), Window(250*time.Millisecond), Limit(1), DenyCache(0)), ok)
 	runExchanges(t, e, m.SetTime, "/x", nil, []exchange{
 		{0, 200, map[string]string{"RateLimit-Policy": `"test";q=1;w=1`, "RateLimit": `"test";r=0;t=1`}, ""},
 		{100 * time.Millisecond, 429, map[string]string{"Retry-After": "1"}, ""},
@@ -89,7 +89,7 @@ func TestDecisionFrom(t *testing.T) {
 	var got Decision
 	var found bool
 	e := gin.New()
-	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Name("r1"), Limit(5)), func(c *gin.Context) {
+	e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Name("r1"), Limit(5)), func(c *gin.Context) {
 		got, found = DecisionFrom(c)
 	})
 	do(e, http.MethodGet, "/x", nil)
@@ -108,7 +108,7 @@ func TestRouteTemplateSharesOneBucket(t *testing.T) {
 	m, c := newMini(t)
 	pre := prefix(t)
 	e := gin.New()
-	e.GET("/voucher-order/seckill/:id", RateLimit(Redis(c), Key(pre), Limit(3)), ok)
+	e.GET("/voucher-order/seckill/:id", testLimit(Redis(c), Key(pre), Limit(3)), ok)
 	for i, want := range []int{200, 200, 200, 429, 429} {
 		if w := do(e, http.MethodGet, "/voucher-order/seckill/"+strconv.Itoa(i+1), nil); w.Code != want {
 			t.Fatalf("request %d: %d, want %d", i, w.Code, want)
@@ -129,8 +129,8 @@ func TestKeyLayoutAndEscaping(t *testing.T) {
 			c.Set("uid", u)
 		}
 	})
-	e.GET("/ip", RateLimit(Redis(c), Key(pre), Type(IP)), ok)
-	e.GET("/user", RateLimit(Redis(c), Key(pre), Type(User), UserIdentity(identity.FromContext("uid"))), ok)
+	e.GET("/ip", testLimit(Redis(c), Key(pre), Type(IP)), ok)
+	e.GET("/user", testLimit(Redis(c), Key(pre), Type(User), UserIdentity(identity.FromContext("uid"))), ok)
 	for _, tc := range []struct {
 		path, user, remote, want string
 	}{
@@ -164,7 +164,7 @@ func TestUnauthenticatedIs401AndCountedNowhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := gin.New()
-	e.GET("/claim", RateLimit(Redis(c), Key(prefix(t)), Type(User), UserIdentity(jwt), Limit(1)), ok)
+	e.GET("/claim", testLimit(Redis(c), Key(prefix(t)), Type(User), UserIdentity(jwt), Limit(1)), ok)
 	for _, auth := range []string{"", "Bearer", "Bearer garbage", "Basic YWxpY2U6eA=="} {
 		w := do(e, http.MethodGet, "/claim", map[string]string{"Authorization": auth})
 		if w.Code != 401 || w.Body.String() != `{"code":401,"message":"Authentication required"}` {
@@ -192,8 +192,8 @@ func TestSpoofedForwardedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := gin.New()
-	e.GET("/default", RateLimit(Redis(c), Key(pre), Type(IP), Limit(1)), ok)
-	e.GET("/proxied", RateLimit(Redis(c), Key(pre), Type(IP), Limit(1), IPIdentity(trusted)), ok)
+	e.GET("/default", testLimit(Redis(c), Key(pre), Type(IP), Limit(1)), ok)
+	e.GET("/proxied", testLimit(Redis(c), Key(pre), Type(IP), Limit(1), IPIdentity(trusted)), ok)
 	for _, tc := range []struct {
 		path, remote, xff, wantKey string
 	}{
@@ -348,7 +348,7 @@ func TestCostOverHTTP(t *testing.T) {
 	m, c := newMini(t)
 	pre := prefix(t)
 	e := gin.New()
-	e.GET("/batch", RateLimit(Redis(c), Key(pre), Limit(10), DenyCache(0), CostFunc(func(c *gin.Context) int {
+	e.GET("/batch", testLimit(Redis(c), Key(pre), Limit(10), DenyCache(0), CostFunc(func(c *gin.Context) int {
 		n, _ := strconv.Atoi(c.Query("n"))
 		return n
 	})), ok)

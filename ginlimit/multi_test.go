@@ -119,7 +119,7 @@ func TestRulesOverHTTP(t *testing.T) {
 	pre := prefix(t)
 	e := gin.New()
 	e.Use(func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) })
-	e.GET("/x/:id", RateLimit(Redis(c), Key(pre), UserIdentity(identity.FromContext("uid")), Message("slow down"),
+	e.GET("/x/:id", testLimit(Redis(c), Key(pre), UserIdentity(identity.FromContext("uid")), Message("slow down"),
 		Rule(Name("per-ip"), Type(IP), Window(time.Minute), Limit(3)),
 		Rule(Name("per-user"), Type(User), Window(time.Hour), Limit(2), Message("user quota"))), ok)
 	req := map[string]string{"RemoteAddr": "192.0.2.1:1", "X-User": "alice"}

@@ -18,8 +18,8 @@ func TestHashIdentities(t *testing.T) {
 	secret := []byte(strings.Repeat("k", 32))
 	e := gin.New()
 	e.Use(func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) })
-	e.GET("/ip", RateLimit(Redis(c), Key(pre), Type(IP), HashIdentities(secret)), ok)
-	e.GET("/user", RateLimit(Redis(c), Key(pre), Type(User), UserIdentity(identity.FromContext("uid")), HashIdentities(secret)), ok)
+	e.GET("/ip", testLimit(Redis(c), Key(pre), Type(IP), HashIdentities(secret)), ok)
+	e.GET("/user", testLimit(Redis(c), Key(pre), Type(User), UserIdentity(identity.FromContext("uid")), HashIdentities(secret)), ok)
 	for _, r := range []map[string]string{
 		{"RemoteAddr": "192.0.2.1:1"}, {"RemoteAddr": "192.0.2.2:1"}, {"RemoteAddr": "192.0.2.1:2"},
 	} {
@@ -53,7 +53,7 @@ func TestAnonymousByIP(t *testing.T) {
 			c.Set("uid", u)
 		}
 	})
-	e.GET("/x", RateLimit(Redis(c), Key(pre), Type(User), Limit(1), UserIdentity(identity.FromContext("uid")), AnonymousByIP()), ok)
+	e.GET("/x", testLimit(Redis(c), Key(pre), Type(User), Limit(1), UserIdentity(identity.FromContext("uid")), AnonymousByIP()), ok)
 	for i, tc := range []struct {
 		remote, user string
 		want         int

@@ -323,7 +323,7 @@ func TestFailurePolicies(t *testing.T) {
 			var logs bytes.Buffer
 			e := gin.New()
 			var seen Decision
-			e.GET("/x", RateLimit(Redis(tc.client), Key(prefix(t)), OnFailure(tc.policy), Timeout(timeout),
+			e.GET("/x", testLimit(Redis(tc.client), Key(prefix(t)), OnFailure(tc.policy), Timeout(timeout),
 				Logger(slog.New(slog.NewTextHandler(&logs, nil)))), func(c *gin.Context) {
 				seen, _ = DecisionFrom(c)
 				ok(c)

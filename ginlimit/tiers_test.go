@@ -33,7 +33,7 @@ func TestTiers(t *testing.T) {
 		return "Bearer " + s
 	}
 	e := gin.New()
-	e.GET("/x", RateLimit(Redis(c), Key(pre), Type(User), UserIdentity(verifier), Limit(1), DenyCache(0),
+	e.GET("/x", testLimit(Redis(c), Key(pre), Type(User), UserIdentity(verifier), Limit(1), DenyCache(0),
 		Tiers("tier", map[string]int{"pro": 3})), ok)
 	count := func(auth string) (admitted int) {
 		for range 5 {

@@ -634,16 +634,16 @@ func TestEndToEnd(t *testing.T) {
 	})
 	observe := ginlimit.Observe(collector)
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	r.GET("/api/coupon/claim", ginlimit.RateLimit(ginlimit.Redis(rdb), observe,
+	r.GET("/api/coupon/claim", ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Timeout(5*time.Second),
 		ginlimit.Key("coupon:claim:"), ginlimit.Window(time.Minute), ginlimit.Limit(2),
 		ginlimit.Type(ginlimit.User), ginlimit.UserIdentity(identity.FromContext("user_id"))), ok)
-	r.GET("/merchant/:id", ginlimit.RateLimit(ginlimit.Redis(rdb), observe,
+	r.GET("/merchant/:id", ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Timeout(5*time.Second),
 		ginlimit.Key("merchant:"), ginlimit.Window(time.Minute), ginlimit.Limit(3),
 		ginlimit.Type(ginlimit.IP)), ok)
 	r.GET("/report", ginlimit.RateLimit(ginlimit.Redis(dead), observe,
 		ginlimit.Key("report:"), ginlimit.Breaker(2, time.Minute), ginlimit.Timeout(time.Second),
 		ginlimit.Logger(slog.New(slog.DiscardHandler))), ok)
-	r.NoRoute(ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Key("notfound:"), ginlimit.Limit(100)),
+	r.NoRoute(ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Timeout(5*time.Second), ginlimit.Key("notfound:"), ginlimit.Limit(100)),
 		func(c *gin.Context) { c.String(http.StatusNotFound, "not found") })
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 
