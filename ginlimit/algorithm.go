@@ -57,68 +57,92 @@ func ParseAlgorithm(s string) (AlgorithmKind, error) {
 // no [SubWindows] is given.
 const DefaultSubWindows = 10
 
-// scripts are immutable: redis.Script holds only the source and its SHA1.
-// Run sends EVALSHA and falls back to EVAL on NOSCRIPT.
+// algorithms is the number of algorithms: the kinds are 0 to algorithms-1.
+const algorithms = int(TokenBucket) + 1
+
+// The scripts are immutable: redis.Script holds only the source and its
+// SHA1, and Run sends EVALSHA and falls back to EVAL on NOSCRIPT. The
+// numbering of the algorithms in their arguments is AlgorithmKind's: the
+// several-rule script is built from this enum, so Lua never depends on the
+// order of these constants by hand.
 var (
-	slidingLogScript     = redis.NewScript(lua.SlidingLog())
-	slidingCounterScript = redis.NewScript(lua.SlidingCounter())
-	fixedWindowScript    = redis.NewScript(lua.FixedWindow())
-	tokenBucketScript    = redis.NewScript(lua.TokenBucket())
+	singleScripts = func() (s [algorithms]*redis.Script) {
+		for a := range s {
+			s[a] = redis.NewScript(lua.Single(AlgorithmKind(a).String(), a))
+		}
+		return s
+	}()
+	severalScript = func() *redis.Script {
+		names := make([]string, algorithms)
+		for a := range names {
+			names[a] = AlgorithmKind(a).String()
+		}
+		return redis.NewScript(lua.Several(names...))
+	}()
 )
 
-// script returns the algorithm's script and its ARGV[3].
-func (a AlgorithmKind) script(s *settings) (*redis.Script, int) {
+// param is the algorithm's own script argument for rule settings r.
+func (a AlgorithmKind) param(r *ruleConfig) int {
 	switch a {
 	case SlidingCounter:
-		return slidingCounterScript, s.subWindows
-	case FixedWindow:
-		return fixedWindowScript, 0
+		return r.subWindows
 	case TokenBucket:
-		return tokenBucketScript, s.burstOrLimit()
+		return r.burstOrLimit()
+	case SlidingLog:
+		return exactBelow
 	}
-	return slidingLogScript, exactBelow
+	return 0
 }
 
-func (s *settings) burstOrLimit() int {
-	if s.burst > 0 {
-		return s.burst
+// maxCost is the most one request can ever be admitted with under rule
+// settings r: the limit, or a token bucket's burst.
+func (a AlgorithmKind) maxCost(r *ruleConfig) int {
+	if a == TokenBucket {
+		return r.burstOrLimit()
 	}
-	return s.limit
+	return r.limit
+}
+
+func (r *ruleConfig) burstOrLimit() int {
+	if r.burst > 0 {
+		return r.burst
+	}
+	return r.limit
 }
 
 // Algorithm sets the rule's algorithm. The default is [SlidingLog].
-func Algorithm(a AlgorithmKind) Option {
-	return optionFunc(func(s *settings) {
+func Algorithm(a AlgorithmKind) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
 		if a < SlidingLog || a > TokenBucket {
-			s.invalid("Algorithm(%v): want SlidingLog, SlidingCounter, FixedWindow or TokenBucket", a)
-			return
+			return fmt.Errorf("Algorithm(%v): want SlidingLog, SlidingCounter, FixedWindow or TokenBucket", a)
 		}
-		s.alg = a
+		r.alg = a
+		return nil
 	})
 }
 
 // SubWindows sets how many parts a [SlidingCounter] divides its window into.
 // It must be from 1 to 1000 and divide the window in whole microseconds. The
 // default is [DefaultSubWindows].
-func SubWindows(n int) Option {
-	return optionFunc(func(s *settings) {
+func SubWindows(n int) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
 		if n < 1 || n > 1000 {
-			s.invalid("SubWindows(%d): want 1 to 1000", n)
-			return
+			return fmt.Errorf("SubWindows(%d): want 1 to 1000", n)
 		}
-		s.subWindows = n
+		r.subWindows = n
+		return nil
 	})
 }
 
 // Burst sets a [TokenBucket]'s capacity: how many units can pass at once
 // after a quiet spell. It must be between 1 and 1e9. The default is the
 // limit.
-func Burst(n int) Option {
-	return optionFunc(func(s *settings) {
+func Burst(n int) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
 		if n < 1 || n > 1e9 {
-			s.invalid("Burst(%d): the burst must be between 1 and 1e9", n)
-			return
+			return fmt.Errorf("Burst(%d): the burst must be between 1 and 1e9", n)
 		}
-		s.burst = n
+		r.burst = n
+		return nil
 	})
 }

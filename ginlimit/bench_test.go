@@ -87,13 +87,16 @@ func BenchmarkDenyCacheHit(b *testing.B) {
 	c := newDenyCache(DefaultDenyCacheSize)
 	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
 	c.leave(key, nil, 1, c.now(), &Decision{Remaining: 0, Reset: time.Hour, Time: time.Now()}, true)
-	p := &Policy{name: "x", limit: 1, deny: c}
+	r := &rule{name: "x", limit: 1, maxCost: 1, cost: 1, deny: c}
+	p := &Policy{rules: []*rule{r}}
 	ctx := context.Background()
-	keys := []string{key}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if d, _ := p.decide(ctx, keys, 1); !d.Cached {
+			req := p.newRequest(scope{})
+			req.calls[0] = call{rule: r, key: key, cost: 1}
+			req.keys[0] = key
+			if d, _ := p.decide(ctx, req); !d.Cached {
 				b.Fatal("not cached")
 			}
 		}

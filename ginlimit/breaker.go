@@ -3,6 +3,7 @@ package ginlimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,7 @@ import (
 )
 
 // ErrCircuitOpen is wrapped by the error of a decision that was not sent to
-// Redis because the rule's circuit breaker is open (see [Breaker]).
+// Redis because the backend's circuit breaker is open (see [Breaker]).
 var ErrCircuitOpen = errors.New("ginlimit: circuit breaker open: Redis is failing")
 
 // Defaults of the circuit breaker.
@@ -25,7 +26,7 @@ const (
 	DefaultBreakerOpen = 500 * time.Millisecond
 )
 
-// Breaker sets the rule's circuit breaker: after failures consecutive Redis
+// Breaker sets the circuit breaker of the route's Redis backend: after failures consecutive Redis
 // failures (errors or timeouts) it stops calling Redis for open, answering
 // every decision at once under the failure policy, so a dead Redis does not
 // add a timeout's worth of latency to every request. Then it lets a single
@@ -35,25 +36,23 @@ const (
 // BUSY, MASTERDOWN, CLUSTERDOWN, READONLY, TRYAGAIN); a reply error such as
 // WRONGTYPE on one key does not open the breaker for the others. The
 // default is DefaultBreakerFailures and DefaultBreakerOpen; Breaker(0, 0)
-// turns it off. On a *redis.ClusterClient each master has its own breaker,
-// so a dead master fails fast only for the keys it owns.
+// turns it off. The breaker belongs to the backend, which the routes of a
+// [Limiter] on one client share: a Redis outage opens it once for all of
+// them. On a *redis.ClusterClient each master has its own breaker, so a
+// dead master fails fast only for the keys it owns.
 func Breaker(failures int, open time.Duration) Option {
-	return optionFunc(func(s *settings) {
-		if s.inRule {
-			s.invalid("Rule(Breaker(...)): Breaker applies to the whole route, not to one of its rules")
-			return
-		}
+	return routeOption(func(r *routeConfig) error {
 		switch {
 		case failures == 0 && open == 0:
 		case failures < 1 || open <= 0 || open > time.Hour:
-			s.invalid("Breaker(%d, %v): want failures >= 1 and 0 < open <= 1h, or Breaker(0, 0) for none", failures, open)
-			return
+			return fmt.Errorf("Breaker(%d, %v): want failures >= 1 and 0 < open <= 1h, or Breaker(0, 0) for none", failures, open)
 		}
-		s.breakFailures, s.breakOpen = failures, open
+		r.breakFailures, r.breakOpen = failures, open
+		return nil
 	})
 }
 
-// breakers holds a rule's circuit breakers: one for a plain client, one per
+// breakers holds a backend's circuit breakers: one for a plain client, one per
 // master for a *redis.ClusterClient, so that a dead master opens the breaker
 // only for the keys it owns.
 type breakers struct {
@@ -90,7 +89,8 @@ func (bs *breakers) forKey(ctx context.Context, key string) *breaker {
 	return b.(*breaker)
 }
 
-// state is the state of the plain client's breaker.
+// state is the state of the plain client's breaker, for decisions that
+// did not reach a node's (a cached rejection, say).
 func (bs *breakers) state() string { return bs.one.state() }
 
 // breaker is a consecutive-failure circuit breaker. It is safe for

@@ -105,8 +105,8 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 			for i, c := range clients {
 				opts := append([]Option{Redis(c), Key(pre), Window(time.Hour), Limit(500)}, tc.opts...)
 				policies[i] = mustPolicy(t, opts...)
-				if (policies[i].pipe != nil) != tc.pipe {
-					t.Fatalf("auto-pipeliner %v, want %v", policies[i].pipe != nil, tc.pipe)
+				if (policies[i].backend.pipe != nil) != tc.pipe {
+					t.Fatalf("auto-pipeliner %v, want %v", policies[i].backend.pipe != nil, tc.pipe)
 				}
 				pipelined -= hooks[i].n.Load()
 			}
@@ -144,7 +144,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 				t.Fatal("AutoPipeline(true) on a ClusterClient: no decision went through a pipeline")
 			}
 			key := pre + "{hot}"
-			if n := storedUnits(t, clients[0], policies[0].alg, key); n != 500 {
+			if n := storedUnits(t, clients[0], policies[0].rules[0].alg, key); n != 500 {
 				t.Fatalf("the key %s holds %d units, want 500", key, n)
 			}
 			// A fresh policy, without a deny cache, asks Redis: nothing left.
@@ -222,7 +222,9 @@ func TestClusterRules(t *testing.T) {
 		c := cl.Client()
 		pre := prefix(t)
 		hour := windowFarFromBoundary(t, c, time.Hour)
-		p := mustPolicy(t, Redis(c), Key(pre),
+		// No deny cache: this checks what the script reports for every
+		// rule (TestDenyCacheMatchesRedisForEveryAlgorithm covers the cache).
+		p := mustPolicy(t, Redis(c), Key(pre), DenyCache(0),
 			Rule(Name("a"), Window(10*time.Second), Limit(2)),
 			Rule(Name("b"), Window(hour), Limit(3), Algorithm(FixedWindow)))
 		// The test clock only moves forward from the wall clock: keys
@@ -272,7 +274,7 @@ func TestClusterRules(t *testing.T) {
 		pre := prefix(t)
 		policies := make([]*Policy, len(clients))
 		for i, c := range clients {
-			policies[i] = mustPolicy(t, Redis(c), Key(pre),
+			policies[i] = mustPolicy(t, Redis(c), Key(pre), DenyCache(0),
 				Rule(Name("a"), Window(time.Hour), Limit(300)),
 				Rule(Name("b"), Window(24*time.Hour), Limit(400), Algorithm(TokenBucket)))
 		}

@@ -29,12 +29,16 @@ type Decision struct {
 	// Time is the Redis server's clock when the decision was made.
 	Time time.Time
 	// Reason is set when a request was rejected for a reason other than the
-	// rate: today, a cost larger than the rule can ever admit.
+	// rate: today, a cost larger than the rule can ever admit. Such a
+	// request gets a 429 whose message is Reason, without rate limit
+	// headers.
 	Reason string
-	// Rules holds the decision of every rule of a route with several
+	// Rules holds the decision of every rule of a route declared with
 	// [Rule]s; the Decision itself is then the rule that fired (with the
 	// longest RetryAfter of the rules that rejected) or, when admitted, the
-	// rule with the least remaining. It is nil for a single rule.
+	// rule with the least remaining. It is nil for a single rule, and when
+	// only the rule that refused is known: a rejection from the deny cache
+	// or from the FailLocal fallback.
 	Rules []Decision
 	// Local reports that Redis failed and the in-process fallback of
 	// [FailLocal] decided; Err holds the Redis error.
@@ -46,9 +50,11 @@ type Decision struct {
 	// Cached reports that the rejection came from the in-process deny cache
 	// (see [DenyCache]) without a Redis call.
 	Cached bool
-	// breaker is the state of the breaker that served the decision's key
-	// (per master on a cluster), for observers.
-	breaker string
+	// brk is the breaker that served the decision's call (per master on a
+	// cluster), for observers; nil if none did.
+	brk *breaker
+	// decider is the rule that decided.
+	decider *rule
 	// Err is non-nil when Redis could not decide. Allowed then follows the
 	// rule's FailPolicy; with FailOpen and FailClosed, Remaining, Reset,
 	// RetryAfter and Time are zero, and with FailLocal they come from the
@@ -57,8 +63,6 @@ type Decision struct {
 }
 
 type decisionKey struct{}
-
-type limiterKey struct{}
 
 // DecisionFrom returns the decision made for the current request by the
 // rate limit annotation that ran last on its route, and whether there was

@@ -2,6 +2,7 @@ package ginlimit
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -20,6 +21,30 @@ const (
 	// reports the window, an upper bound, and saves a ZRANGE.
 	exactBelow = lowRemaining
 )
+
+// DenyCache sets how many keys near or over their limit each rule of the
+// route remembers in process; 0 turns the cache off. The default is
+// [DefaultDenyCacheSize].
+//
+// A rejection is certain until the first moment the key's remaining quota
+// can grow, on every instance, so the cache answers repeated requests on a
+// rejected key without Redis until that moment: a flood on an over-limit
+// key costs Redis nothing. The answers are the ones Redis would give, with
+// one caveat: a change to the key that does not go through ginlimit, such
+// as an administrator deleting it to reset a user, is not seen by an
+// instance until its cached moment passes. The cache is bounded by size
+// (per rule) and safe for concurrent use. On a route with several [Rule]s,
+// a request that one rule certainly rejects is rejected in process, since
+// the rules are all or nothing.
+func DenyCache(size int) Option {
+	return routeOption(func(r *routeConfig) error {
+		if size < 0 {
+			return fmt.Errorf("DenyCache(%d): the size must be 0 (off) or positive", size)
+		}
+		r.deny = size
+		return nil
+	})
+}
 
 // denyCache remembers, per Redis key, what is certain about its quota.
 //

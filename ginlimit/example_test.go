@@ -130,7 +130,7 @@ func ExampleNew() {
 	fmt.Println(err)
 	// Output:
 	// <nil>
-	// ginlimit.New: ginlimit: Limit(0): the limit must be between 1 and 1e9
+	// ginlimit.New: Limit(0): the limit must be between 1 and 1e9
 }
 
 func ExampleRule() {

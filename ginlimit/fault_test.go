@@ -95,7 +95,7 @@ func faultExact(t *testing.T, c *redis.Client, n int) {
 	if admitted.Load() != int64(n) {
 		t.Fatalf("exactness check: %d of %d concurrent decisions admitted with limit %d", admitted.Load(), 3*n, n)
 	}
-	if card, err := c.ZCard(context.Background(), p.prefix+"{exact}").Result(); err != nil || card != int64(n) {
+	if card, err := c.ZCard(context.Background(), p.rules[0].prefix+"{exact}").Result(); err != nil || card != int64(n) {
 		t.Fatalf("exactness check: the key holds %d entries (%v), want %d", card, err, n)
 	}
 }
@@ -138,7 +138,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			// Redis's, never the deny cache's.
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1_000_000),
 				OnFailure(fp), Timeout(faultTimeout))
-			if p.brk == nil {
+			if p.backend.brk == nil {
 				t.Fatal("the default circuit breaker is off")
 			}
 
@@ -180,7 +180,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			// Redis stays down for 300 ms; watch the breaker meanwhile.
 			sawOpen := false
 			for downUntil := time.Now().Add(300 * time.Millisecond); time.Now().Before(downUntil); time.Sleep(2 * time.Millisecond) {
-				if p.brk.state() == "open" {
+				if p.backend.brk.state() == "open" {
 					sawOpen = true
 				}
 			}
@@ -195,7 +195,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			wg.Wait()
 
 			if !sawOpen {
-				t.Errorf("the breaker was never open while Redis was down (state now %s)", p.brk.state())
+				t.Errorf("the breaker was never open while Redis was down (state now %s)", p.backend.brk.state())
 			}
 			recovered := time.Duration(recoveredAt.Load())
 			if recovered == 0 {
@@ -315,7 +315,7 @@ func TestFaultScriptFlush(t *testing.T) {
 			if admitted.Load() != limit {
 				t.Fatalf("%d admitted, want exactly %d", admitted.Load(), limit)
 			}
-			if card, err := admin.ZCard(ctx, p.prefix+"{k}").Result(); err != nil || card != limit {
+			if card, err := admin.ZCard(ctx, p.rules[0].prefix+"{k}").Result(); err != nil || card != limit {
 				t.Fatalf("the key holds %d entries (%v), want %d", card, err, limit)
 			}
 			if duringFlushes.Load() == 0 || evals == 0 {
@@ -475,8 +475,8 @@ func TestFaultSlowRedis(t *testing.T) {
 				// No breaker: every decision meets the slow Redis.
 				p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1000),
 					OnFailure(fp), Timeout(faultTimeout), Breaker(0, 0))
-				if p.honours != ctxAware {
-					t.Fatalf("honours = %v for ContextTimeoutEnabled = %v", p.honours, ctxAware)
+				if p.backend.honours != ctxAware {
+					t.Fatalf("honours = %v for ContextTimeoutEnabled = %v", p.backend.honours, ctxAware)
 				}
 				for round := range 3 {
 					var wg sync.WaitGroup
@@ -613,14 +613,16 @@ func TestFaultErrorReplies(t *testing.T) {
 			faultNoLeaks(t)
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(limit),
 				OnFailure(fp), Timeout(faultTimeout))
-			key := p.prefix + "{k}"
+			// The key holds an identity, which no error text may carry.
+			const id = "user:alice@example.com"
+			key := p.rules[0].prefix + "{" + id + "}"
 			if err := c.Set(ctx, key, "not a sorted set", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			var wrongType int
 			for i := range 8 {
 				start := time.Now()
-				d, err := p.Allow(ctx, "k")
+				d, err := p.Allow(ctx, id)
 				if el := time.Since(start); el > faultBound {
 					t.Fatalf("decision %d took %v", i, el)
 				}
@@ -629,8 +631,8 @@ func TestFaultErrorReplies(t *testing.T) {
 				switch {
 				case errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE"):
 					wrongType++
-					if !strings.Contains(err.Error(), key) {
-						t.Errorf("error %q does not name the key %q", err, key)
+					if strings.Contains(err.Error(), "alice") || !strings.Contains(err.Error(), `rule "`+p.rules[0].name+`"`) {
+						t.Errorf("error %q: want one that names the rule and not the identity", err)
 					}
 				case errors.Is(err, ErrCircuitOpen) && i >= DefaultBreakerFailures:
 				default:
@@ -650,7 +652,7 @@ func TestFaultErrorReplies(t *testing.T) {
 			var wg sync.WaitGroup
 			for range 3 * limit {
 				wg.Go(func() {
-					d, err := p.Allow(ctx, "k")
+					d, err := p.Allow(ctx, id)
 					if err != nil {
 						t.Errorf("after DEL: %v", err)
 					}
@@ -703,8 +705,11 @@ func TestFaultErrorReplies(t *testing.T) {
 					t.Fatalf("request %d: headers %v: want the policy but no counters", i, w.Header())
 				}
 			}
-			if !strings.Contains(logs.String(), "WRONGTYPE") {
-				t.Fatalf("the log does not carry the cause:\n%s", logs.String())
+			if !strings.Contains(logs.String(), "WRONGTYPE") || !strings.Contains(logs.String(), "GET /x") {
+				t.Fatalf("the log does not carry the cause and the route:\n%s", logs.String())
+			}
+			if strings.Contains(logs.String(), poisoned) {
+				t.Fatalf("the log carries the client's IP:\n%s", logs.String())
 			}
 			if err := c.Del(ctx, key).Err(); err != nil {
 				t.Fatal(err)
@@ -781,7 +786,7 @@ func TestFaultErrorReplyLeavesTheBreakerClosed(t *testing.T) {
 	ctx := context.Background()
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(10),
 		OnFailure(FailClosed), Timeout(faultTimeout))
-	if err := c.Set(ctx, p.prefix+"{poisoned}", "not a sorted set", 0).Err(); err != nil {
+	if err := c.Set(ctx, p.rules[0].prefix+"{poisoned}", "not a sorted set", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for i := range DefaultBreakerFailures {
@@ -791,6 +796,6 @@ func TestFaultErrorReplyLeavesTheBreakerClosed(t *testing.T) {
 	}
 	if d, err := p.Allow(ctx, "healthy"); err != nil || !d.Allowed {
 		t.Fatalf("a healthy key, after %d error replies on another key: %+v, %v; want an admission from Redis (breaker %s)",
-			DefaultBreakerFailures, d, err, p.brk.state())
+			DefaultBreakerFailures, d, err, p.backend.brk.state())
 	}
 }

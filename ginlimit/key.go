@@ -5,32 +5,88 @@ import (
 	"unsafe"
 )
 
-// The Redis key of a decision is
+// The Redis key of one rule's count is built here, and only here, by
+// buildKey:
 //
-//	<prefix>{<METHOD> <route template>[ <dimension>]}
+//	<prefix>{<scope>[ <dimension>]}                 a route with one rule
+//	<prefix>{<scope>} rule:<name>[ <dimension>]     a route with Rules
 //
-// where the dimension is "ip:<addr>" or "user:<id>". The braces are the
-// Redis Cluster hash tag, so every key of one route and identity hashes to
-// one slot. Route templates and user ids are escaped: '%', '{', '}', spaces
-// and non-printable bytes become %XX, and user ids keep only unreserved
-// characters, so no identity can spell another identity's key and nothing can
-// close the hash tag early. IP addresses are canonical netip text and need no
-// escaping.
+// The scope is "<METHOD> <route template>" for a request, or the caller's
+// key for [Policy.Allow]; the dimension is "ip:<addr>", "user:<id>" or
+// "anon:<addr>". The braces are the Redis Cluster hash tag: the keys of one
+// route's Rules share a slot, so one script can decide them together. The
+// scope and the identity are escaped: '%', '{', '}', spaces and
+// non-printable bytes become %XX, and user ids keep only unreserved
+// characters, so no identity can spell another identity's key and nothing
+// can close the hash tag early. IP addresses are canonical netip text.
 
 const hexDigits = "0123456789ABCDEF"
 
-// routeSafe reports whether b stands for itself in the route part of a key.
+// routeSafe reports whether b stands for itself in the scope of a key.
 func routeSafe(b byte) bool {
 	return b > ' ' && b < 0x7f && b != '%' && b != '{' && b != '}'
 }
 
-// idSafe reports whether b stands for itself in a user id.
+// idSafe reports whether b stands for itself in a user id or a name.
 func idSafe(b byte) bool {
 	switch {
 	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
 		return true
 	}
 	return strings.IndexByte("-._~@:+=", b) >= 0
+}
+
+// scope is the part of a key that says what is limited: a request's method
+// and route template, or the key given to Policy.Allow.
+type scope struct {
+	method string // "" for Policy.Allow
+	route  string // the route template, or Allow's key
+}
+
+// buildKey returns rule r's Redis key for scope s and identity w (nil for
+// none). named says whether the route declares its rules with Rule, whose
+// keys carry the rule's name outside the hash tag.
+func buildKey(r *rule, named bool, s scope, w *who) string {
+	var dim, id string
+	safe := routeSafe
+	if w != nil && w.dim != "" {
+		dim, id, safe = w.dim, w.id, w.safe
+	}
+	n := len(r.prefix) + len(s.method) + escapedLen(s.route, routeSafe) + len(dim) + escapedLen(id, safe) + 3
+	if named {
+		n += len(" rule:") + len(r.escapedName)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(r.prefix)
+	b.WriteByte('{')
+	if s.method != "" {
+		writeEscaped(&b, s.method, routeSafe)
+		b.WriteByte(' ')
+	}
+	writeEscaped(&b, s.route, routeSafe)
+	if named {
+		b.WriteString("} rule:")
+		b.WriteString(r.escapedName)
+	}
+	if dim != "" {
+		b.WriteString(dim)
+		writeEscaped(&b, id, safe)
+	}
+	if !named {
+		b.WriteByte('}')
+	}
+	return b.String()
+}
+
+// escape returns s with every byte that safe rejects percent-encoded.
+func escape(s string, safe func(byte) bool) string {
+	if escapedLen(s, safe) == len(s) {
+		return s
+	}
+	var b strings.Builder
+	writeEscaped(&b, s, safe)
+	return b.String()
 }
 
 // escapedLen returns the length of s once escaped with safe.
@@ -60,8 +116,6 @@ func writeEscaped(b *strings.Builder, s string, safe func(byte) bool) {
 	b.WriteString(s[start:])
 }
 
-func containsAny(s, chars string) bool { return strings.ContainsAny(s, chars) }
-
 func printableASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < ' ' || s[i] > '~' {
@@ -87,21 +141,6 @@ func defaultName(prefix string) string {
 	return string(b)
 }
 
-// sfString quotes s as an RFC 8941 structured-field string.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
 // unsafeString views b as a string without copying. The caller must not
-// modify b while the string is in use; requestKey copies it into the key
-// before its buffer goes out of scope.
+// modify b while the string is in use.
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,74 +10,125 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// Limiter holds what the routes of an engine or route group share: the Redis
+// Limiter holds what the routes of an application share: the Redis
 // backend, the identity settings, the failure policy, and defaults for any
-// other [Option]. Give it once and let each route state only its own rule:
+// other [Option]. Give it once and let each route state only its own rule,
+// with [Limiter.RateLimit]:
 //
 //	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(jwt))
-//	api := r.Group("/api", limiter.Middleware())
-//	api.GET("/coupon/claim", ginlimit.RateLimit(ginlimit.Limit(3), ginlimit.Type(ginlimit.User)), claim)
+//	r.GET("/api/coupon/claim", limiter.RateLimit(ginlimit.Limit(3), ginlimit.Type(ginlimit.User)), claim)
+//
+// A Limiter keeps one backend per Redis client: the scripts are loaded once,
+// at New, and the routes share its circuit breakers, so a Redis outage trips
+// one breaker, not one per route.
 //
 // A Limiter is safe for concurrent use. Two limiters share nothing, and
 // neither does a limiter with the rest of the process.
 type Limiter struct {
-	base settings
-	logs *logThrottle
+	base   config
+	logs   *logThrottle
+	secret []byte // keys the identity tags of log lines
+
+	mu       sync.Mutex
+	backends map[backendKey]*backend
 }
 
 // New returns a Limiter with opts as the defaults of every route it serves.
-// It needs a Redis backend ([Redis]). An invalid option is returned as an
-// error that names it.
+// It needs a Redis backend ([Redis]), and loads the scripts on it. An
+// invalid option is returned as an error that names it.
 func New(opts ...Option) (*Limiter, error) {
-	s := defaults()
-	for _, o := range opts {
-		o.apply(&s)
+	c, err := defaults().with(opts)
+	if err != nil {
+		return nil, fmt.Errorf("ginlimit.New: %w", err)
 	}
-	l := &Limiter{base: s, logs: &logThrottle{}}
-	// Check the defaults as a route would see them, so that a bad limiter
+	l := newLimiter(c)
+	// Compile the defaults as a route would see them, so that a bad limiter
 	// fails here and not on its first request.
-	if _, err := compile(s, l.logs); err != nil {
+	if _, err := l.compile(c); err != nil {
 		return nil, fmt.Errorf("ginlimit.New: %w", err)
 	}
 	return l, nil
 }
 
-// Middleware returns a handler that makes l the limiter of every
-// [RateLimit] annotation after it in the chain. Use it on the engine or a
-// route group.
-func (l *Limiter) Middleware() gin.HandlerFunc {
-	return func(c *gin.Context) { c.Set(limiterKey{}, l) }
+func newLimiter(base config) *Limiter {
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret) // never fails (crypto/rand)
+	return &Limiter{base: base, logs: &logThrottle{}, secret: secret, backends: map[backendKey]*backend{}}
+}
+
+// RateLimit returns the rate limit of one route, its options applied on top
+// of l's, the Gin counterpart of Java's
+// @RateLimiter(key, window, limit, message, type):
+//
+//	r.GET("/api/coupon/claim", limiter.RateLimit(
+//		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
+//		ginlimit.Message("You are claiming coupons too often, please try again later"),
+//		ginlimit.Type(ginlimit.User)), claim)
+//
+// This is the recommended way to attach a limit: it needs no middleware, so
+// it cannot be wired wrong, and every configuration error, including a User
+// rule without a user identity, panics here, at start-up, naming the
+// option.
+//
+// An admitted request continues down the chain; a limited one gets 429 with
+// {"code":429,"message":"<message>"} and the chain is aborted. Given to a
+// route group with Use, it counts each route of the group separately (the
+// key holds the route template), not one budget for the group.
+func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
+	p, err := l.Policy(opts...)
+	if err != nil {
+		panic(fmt.Sprintf("ginlimit: Limiter.RateLimit: %v", err))
+	}
+	return p.serve
 }
 
 // Policy compiles opts on top of l's defaults into a [Policy] for decisions
 // outside gin.
 func (l *Limiter) Policy(opts ...Option) (*Policy, error) {
-	return l.compile(opts)
+	c, err := l.base.with(opts)
+	if err == nil {
+		var p *Policy
+		if p, err = l.compile(c); err == nil {
+			return p, nil
+		}
+	}
+	return nil, err
 }
 
-// RateLimit is [RateLimit] bound to l: it needs no [Limiter.Middleware], and
-// every configuration error, including a User route without a user identity,
-// panics here at start-up.
-func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
-	p, err := l.compile(opts)
+// Middleware returns a handler that makes l the limiter of every
+// package-level [RateLimit] annotation after it in the chain. Use it on the
+// engine or a route group, before the routes are registered: gin copies a
+// group's handlers into each route when the route is registered.
+func (l *Limiter) Middleware() gin.HandlerFunc {
+	return func(c *gin.Context) { c.Set(limiterKey{}, l) }
+}
+
+type limiterKey struct{}
+
+// backendFor returns l's backend for the client and backend settings of rc,
+// making it the first time.
+func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
+	k := backendKey{rc.client, rc.breakFailures, rc.breakOpen, rc.autoPipeline}
+	if !k.shareable() {
+		return newBackend(k)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.backends[k]; b != nil {
+		return b, nil
+	}
+	b, err := newBackend(k)
 	if err != nil {
-		panic(fmt.Sprintf("ginlimit.RateLimit: %v", err))
+		return nil, err
 	}
-	return p.serve
+	l.backends[k] = b
+	return b, nil
 }
 
-func (l *Limiter) compile(opts []Option) (*Policy, error) {
-	s := l.base
-	s.errs = nil
-	for _, o := range opts {
-		o.apply(&s)
-	}
-	return compile(s, l.logs)
-}
-
-// RateLimit returns the per-route rate limit, the Gin counterpart of Java's
-// @RateLimiter(key, window, limit, message, type):
+// RateLimit returns the per-route rate limit as a package-level annotation,
+// the design card's
 //
+//	r.Use(limiter.Middleware())
 //	r.GET("/api/coupon/claim", ginlimit.RateLimit(
 //		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
 //		ginlimit.Message("You are claiming coupons too often, please try again later"),
@@ -84,32 +136,32 @@ func (l *Limiter) compile(opts []Option) (*Policy, error) {
 //
 // Its options are applied on top of the [Limiter] installed before it with
 // [Limiter.Middleware]; without one, the route's own options must include
-// [Redis]. An invalid option panics here, at start-up, naming the option. What
-// can only be checked against the limiter (no Redis backend, a User route
-// without a user identity) is checked on the first request: the request gets
-// a 500 and the cause is logged.
+// [Redis]. An invalid option panics here, at start-up, naming the option.
+// What can only be checked against the limiter (no limiter and no Redis, a
+// User rule without a user identity) is checked on the first request: the
+// request gets a 500 and the log says what is missing and where to put it.
+// gin gives no way to see a route's handler chain at start-up, so this form
+// cannot catch a missing or late Middleware before the first request;
+// [Limiter.RateLimit] cannot have that mistake at all.
 //
 // An admitted request continues down the chain; a limited one gets 429 with
 // {"code":429,"message":"<message>"} and the chain is aborted. See the package
 // documentation for the headers and the failure policy.
 func RateLimit(opts ...Option) gin.HandlerFunc {
-	s := defaults()
-	for _, o := range opts {
-		o.apply(&s)
+	if _, err := defaults().with(opts); err != nil {
+		panic(fmt.Sprintf("ginlimit.RateLimit: %v", err))
 	}
-	if len(s.errs) > 0 {
-		panic(fmt.Sprintf("ginlimit.RateLimit: %v", errors.Join(s.errs...)))
-	}
-	r := &route{opts: opts, logs: &logThrottle{}}
-	return r.serve
+	a := &annotation{opts: append([]Option(nil), opts...)}
+	a.alone = newLimiter(defaults())
+	return a.serve
 }
 
-// route is a RateLimit annotation that finds its limiter at request time and
-// compiles its policy once per limiter.
-type route struct {
+// annotation is a package-level RateLimit: it finds its limiter at request
+// time and compiles its policy once per limiter.
+type annotation struct {
 	opts     []Option
-	logs     *logThrottle // for requests that reach no limiter
-	compiled sync.Map     // *Limiter (nil for none) -> compiled
+	alone    *Limiter // compiles the route when no limiter is installed
+	compiled sync.Map // *Limiter -> compiled
 }
 
 type compiled struct {
@@ -117,33 +169,27 @@ type compiled struct {
 	err    error
 }
 
-func (r *route) serve(c *gin.Context) {
-	var l *Limiter
+func (a *annotation) serve(c *gin.Context) {
+	l := a.alone
 	if v, ok := c.Get(limiterKey{}); ok {
-		l, _ = v.(*Limiter)
+		if installed, _ := v.(*Limiter); installed != nil {
+			l = installed
+		}
 	}
-	v, ok := r.compiled.Load(l)
+	v, ok := a.compiled.Load(l)
 	if !ok {
 		var cp compiled
-		if l != nil {
-			cp.policy, cp.err = l.compile(r.opts)
-		} else {
-			s := defaults()
-			for _, o := range r.opts {
-				o.apply(&s)
-			}
-			cp.policy, cp.err = compile(s, r.logs)
-		}
-		v, _ = r.compiled.LoadOrStore(l, cp)
+		cp.policy, cp.err = l.Policy(a.opts...)
+		v, _ = a.compiled.LoadOrStore(l, cp)
 	}
 	cp := v.(compiled)
 	if cp.err != nil {
-		logs, logger := r.logs, (*slog.Logger)(nil)
-		if l != nil {
-			logs, logger = l.logs, l.base.logger
+		msg := "ginlimit: route is misconfigured; answering 500"
+		if l == a.alone && errors.Is(cp.err, errNoBackend) {
+			msg = "ginlimit: RateLimit ran with no Limiter before it; answering 500. Install one with r.Use(limiter.Middleware()) on the engine or group before this route is registered, use limiter.RateLimit(...) instead, or give the route ginlimit.Redis(client)"
 		}
-		logs.log(c.Request.Context(), logger, slog.LevelError, "ginlimit: route is misconfigured; answering 500",
-			slog.String("route", c.Request.Method+" "+c.FullPath()), errAttr(cp.err))
+		l.logs.log(c.Request.Context(), l.base.route.logger, slog.LevelError, msg,
+			slog.String("route", routeLabel(c.Request.Method, c.FullPath())), errAttr(cp.err))
 		abortJSON(c, 500, bodyInternal)
 		return
 	}

@@ -2,6 +2,7 @@ package ginlimit
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -56,8 +57,8 @@ type Event struct {
 	Decision Decision
 	// Latency is how long the decision took, Redis included.
 	Latency time.Duration
-	// Breaker is the state of the rule's circuit breaker after the
-	// decision: "closed", "open" or "half-open" ("" when it is off).
+	// Breaker is the state of the circuit breaker that served the
+	// decision (the backend's, per master on a cluster) after it: "closed", "open" or "half-open" ("" when it is off).
 	Breaker string
 }
 
@@ -73,12 +74,12 @@ type Observer interface {
 // Observe adds an observer of every decision. Observers given to the
 // limiter and to a route all see the route's decisions.
 func Observe(o Observer) Option {
-	return optionFunc(func(s *settings) {
+	return routeOption(func(r *routeConfig) error {
 		if o == nil {
-			s.invalid("Observe(nil): the observer must not be nil")
-			return
+			return errors.New("Observe(nil): the observer must not be nil")
 		}
-		s.observers = append(s.observers[:len(s.observers):len(s.observers)], o)
+		r.observers = append(r.observers[:len(r.observers):len(r.observers)], o)
+		return nil
 	})
 }
 
@@ -93,8 +94,11 @@ func routeLabel(method, route string) string {
 // observe tells p's observers about d.
 func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency time.Duration) {
 	e := Event{Route: route, Rule: d.Rule, Outcome: OutcomeOf(*d), Decision: *d, Latency: latency}
-	if e.Breaker = d.breaker; e.Breaker == "" && p.brk != nil {
-		e.Breaker = p.brk.state()
+	switch {
+	case d.brk != nil:
+		e.Breaker = d.brk.state()
+	case p.backend.brk != nil:
+		e.Breaker = p.backend.brk.state()
 	}
 	for _, o := range p.observers {
 		o.Observe(ctx, e)

@@ -1,12 +1,13 @@
 package ginlimit
 
 import (
+	"errors"
 	"fmt"
-
-	"github.com/gin-gonic/gin"
 	"log/slog"
+	"strings"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/identity"
@@ -30,137 +31,175 @@ const (
 	DefaultDenyCacheSize = 10_000
 )
 
-// LimitType says what a route's limit is counted per: the whole route, each
-// client IP, or each authenticated user. It is the Java annotation's type.
-type LimitType int
-
-const (
-	// Method counts every request to the route in one bucket.
-	Method LimitType = iota
-	// IP counts per client IP address (see identity.IP for proxies).
-	IP
-	// User counts per authenticated user id. A request without a valid
-	// identity is answered 401 and counted nowhere.
-	User
-)
-
-// String returns "Method", "IP" or "User".
-func (t LimitType) String() string {
-	switch t {
-	case Method:
-		return "Method"
-	case IP:
-		return "IP"
-	case User:
-		return "User"
-	}
-	return fmt.Sprintf("LimitType(%d)", int(t))
-}
-
-// FailPolicy says what a route does when Redis cannot decide (an error or a
-// timeout).
-type FailPolicy int
-
-const (
-	// FailOpen allows the request and logs the error. It is the default: a
-	// rate limiter outage must not become a service outage.
-	FailOpen FailPolicy = iota
-	// FailClosed answers 503 with a JSON body.
-	FailClosed
-	// FailLocal decides with an in-process limiter of the same rule while
-	// Redis is failing: a token bucket per key refilling limit/n per window,
-	// where n is [LocalInstances]. Its decisions have Local set. It is
-	// bounded in memory (DefaultLocalKeys keys per rule).
-	FailLocal
-)
-
-// String returns "FailOpen" or "FailClosed".
-func (p FailPolicy) String() string {
-	switch p {
-	case FailOpen:
-		return "FailOpen"
-	case FailClosed:
-		return "FailClosed"
-	case FailLocal:
-		return "FailLocal"
-	}
-	return fmt.Sprintf("FailPolicy(%d)", int(p))
-}
-
 // An Option configures a [Limiter] (as the default of every route it serves)
-// or one route's [RateLimit] annotation (overriding the limiter). Every option
-// is accepted in both places; a route's options are applied after its
-// limiter's.
+// or one route's [RateLimit] annotation (on top of its limiter's). Every
+// option is accepted in both places.
+//
+// There are two kinds of options, and the compiler tells them apart:
+//
+//   - Route options concern the whole request: [Redis], [Timeout],
+//     [OnFailure], [LocalInstances], [Breaker], [AutoPipeline], [DenyCache],
+//     [Logger], [Shadow], [Headers], [Skip], [OnLimited], [OnError],
+//     [Respond], [Observe] and [Rule] itself. They are plain Options.
+//   - Rule options concern one count: [Key], [Name], [Window], [Limit],
+//     [Message], [Type], [Algorithm], [SubWindows], [Burst], [Cost],
+//     [CostFunc], [Tiers], and how the count's identity is found:
+//     [IPIdentity], [UserIdentity], [HashIdentities], [AnonymousByIP]. They
+//     are [RuleOption]s, which are Options too: outside a [Rule] they apply
+//     to every rule of the route.
+//
+// [Rule] accepts only RuleOptions, so a route option inside a Rule does not
+// compile.
 //
 // An invalid argument is reported when the options are used: [New] and
 // [Limiter.Policy] return an error and [RateLimit] panics, each naming the
 // option.
 type Option interface {
-	apply(*settings)
+	apply(*config) error
 }
 
-type optionFunc func(*settings)
+// A RuleOption configures one rule: what is counted, per what, and how
+// much. See [Option] for the two kinds of options.
+type RuleOption interface {
+	Option
+	applyRule(*ruleConfig) error
+}
 
-func (f optionFunc) apply(s *settings) { f(s) }
+// routeOption is an option that concerns the whole request.
+type routeOption func(*routeConfig) error
 
-// settings is the merged configuration of a limiter or a route.
-type settings struct {
+func (f routeOption) apply(c *config) error { return f(&c.route) }
+
+// ruleOption is an option that concerns one rule; outside a Rule it sets
+// the default of every rule of the route.
+type ruleOption func(*ruleConfig) error
+
+func (f ruleOption) apply(c *config) error         { return f(&c.rule) }
+func (f ruleOption) applyRule(r *ruleConfig) error { return f(r) }
+
+// config is what the options of a limiter and a route add up to.
+type config struct {
+	route routeConfig
+	rule  ruleConfig  // the default of every rule
+	rules []ruleGroup // the route's Rule(...) groups, in order; none for a single rule
+}
+
+// routeConfig is what concerns the whole request.
+type routeConfig struct {
 	client         redis.Scripter
-	prefix         string
-	window         time.Duration
-	limit          int
-	message        string
-	typ            LimitType
-	name           string
-	ips            *identity.IP
-	users          identity.User
-	onFail         FailPolicy
 	timeout        time.Duration
-	logger         *slog.Logger
-	deny           int
-	autoPipeline   bool
-	alg            AlgorithmKind
-	subWindows     int
-	burst          int
-	cost           int
-	costFunc       func(*gin.Context) int
-	rules          [][]Option // Rule(...) groups, in order
+	onFail         FailPolicy
+	localInstances int
 	breakFailures  int
 	breakOpen      time.Duration
+	autoPipeline   bool
+	deny           int
+	logger         *slog.Logger
 	shadow         bool
-	localInstances int
-	observers      []Observer
 	headers        HeaderStyle
 	skip           func(*gin.Context) bool
 	onLimited      func(*gin.Context, Decision)
 	onError        func(*gin.Context, error)
 	respond        func(*gin.Context, Decision)
-	hashKey        []byte
-	anonByIP       bool
-	tierClaim      string
-	tierLimits     map[string]int
-	inRule         bool // applying the options of one Rule
-	errs           []error
+	observers      []Observer
 }
 
-func defaults() settings {
-	return settings{
-		prefix:         DefaultKey,
-		window:         DefaultWindow,
-		limit:          DefaultLimit,
-		message:        DefaultMessage,
-		timeout:        DefaultTimeout,
-		deny:           DefaultDenyCacheSize,
-		subWindows:     DefaultSubWindows,
-		breakFailures:  DefaultBreakerFailures,
-		breakOpen:      DefaultBreakerOpen,
-		localInstances: 1,
-		cost:           1,
+// ruleConfig is what concerns one count.
+type ruleConfig struct {
+	prefix     string
+	name       string
+	window     time.Duration
+	limit      int
+	message    string
+	typ        LimitType
+	alg        AlgorithmKind
+	subWindows int
+	burst      int
+	cost       int
+	costFunc   func(*gin.Context) int
+	tierClaim  string
+	tierLimits map[string]int
+	ips        *identity.IP
+	users      identity.User
+	hashKey    []byte
+	anonByIP   bool
+}
+
+func defaults() config {
+	return config{
+		route: routeConfig{
+			timeout:        DefaultTimeout,
+			deny:           DefaultDenyCacheSize,
+			breakFailures:  DefaultBreakerFailures,
+			breakOpen:      DefaultBreakerOpen,
+			localInstances: 1,
+		},
+		rule: ruleConfig{
+			prefix:     DefaultKey,
+			window:     DefaultWindow,
+			limit:      DefaultLimit,
+			message:    DefaultMessage,
+			subWindows: DefaultSubWindows,
+			cost:       1,
+		},
 	}
 }
 
-func (s *settings) invalid(format string, args ...any) {
-	s.errs = append(s.errs, fmt.Errorf("ginlimit: "+format, args...))
+// with returns c with opts applied, and every invalid option's error.
+func (c config) with(opts []Option) (config, error) {
+	var errs []error
+	for _, o := range opts {
+		if err := o.apply(&c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+// ruleGroup is one Rule(...) of a route.
+type ruleGroup []RuleOption
+
+func (g ruleGroup) apply(c *config) error {
+	c.rules = append(c.rules[:len(c.rules):len(c.rules)], g)
+	return nil
+}
+
+// Rule adds one rule to a route that enforces several at once, for example
+// 10 per second and 1,000 per hour, or per IP and per user together:
+//
+//	limiter.RateLimit(ginlimit.Key("api:"),
+//		ginlimit.Rule(ginlimit.Name("burst"), ginlimit.Window(time.Second), ginlimit.Limit(10)),
+//		ginlimit.Rule(ginlimit.Name("hourly"), ginlimit.Window(time.Hour), ginlimit.Limit(1000), ginlimit.Type(ginlimit.User)))
+//
+// The rule options outside the Rules apply to every rule; each Rule's own
+// options apply on top, for that rule only. A Rule accepts only
+// [RuleOption]s: an option that concerns the whole route (Redis, Timeout,
+// OnFailure, Shadow, Headers, Respond, ...) does not compile inside one. Each
+// rule needs a distinct [Name], which the headers list and a 429 names.
+//
+// One script call decides all the rules, atomically and all or nothing: a
+// request is admitted only if every rule admits it, and a request rejected by
+// one rule consumes nothing from the others. The keys of one route share a
+// Redis Cluster hash tag, the route template, so they live in one slot:
+//
+//	<prefix>{<METHOD> <route template>} rule:<name>[ ip:<addr>| user:<id>]
+//
+// A route with Rules has everything a single-rule route has: the deny
+// cache, [Tiers], cost and the failure policy apply rule by rule.
+func Rule(opts ...RuleOption) Option {
+	return ruleGroup(append([]RuleOption(nil), opts...))
+}
+
+// Type sets what the limit is counted per: [Method] (the default), [IP] or
+// [User].
+func Type(t LimitType) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if t < Method || t > User {
+			return fmt.Errorf("Type(%v): want Method, IP or User", t)
+		}
+		r.typ = t
+		return nil
+	})
 }
 
 // maxWindow is the longest window the scripts accept (1e15 µs, about 31
@@ -170,77 +209,96 @@ const maxWindow = 1e15 * time.Microsecond
 // Key sets the Redis key prefix, the Java annotation's key. The default is
 // [DefaultKey]. It must not be empty and must not contain '{' or '}', which
 // would move the key's Redis Cluster hash tag.
-func Key(prefix string) Option {
-	return optionFunc(func(s *settings) {
+func Key(prefix string) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
 		switch {
 		case prefix == "":
-			s.invalid("Key(%q): the key prefix must not be empty", prefix)
-		case containsAny(prefix, "{}"):
-			s.invalid("Key(%q): the key prefix must not contain '{' or '}' (they make the Redis Cluster hash tag)", prefix)
-		default:
-			s.prefix = prefix
+			return fmt.Errorf("Key(%q): the key prefix must not be empty", prefix)
+		case strings.ContainsAny(prefix, "{}"):
+			return fmt.Errorf("Key(%q): the key prefix must not contain '{' or '}' (they make the Redis Cluster hash tag)", prefix)
 		}
+		r.prefix = prefix
+		return nil
+	})
+}
+
+// Name sets the rule's name: the policy name in the RateLimit-Policy and
+// RateLimit headers and [Decision.Rule]. It must be printable ASCII. By
+// default it is the key prefix without its trailing colons; each [Rule] of a
+// route needs its own.
+func Name(name string) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if name == "" || !printableASCII(name) {
+			return fmt.Errorf("Name(%q): the name must be non-empty printable ASCII", name)
+		}
+		r.name = name
+		return nil
 	})
 }
 
 // Window sets the length of the window. The default is [DefaultWindow]. It
 // must be from 1 ms to about 31 years and is kept at microsecond precision;
 // 250*time.Millisecond works as written.
-func Window(d time.Duration) Option {
-	return optionFunc(func(s *settings) {
+func Window(d time.Duration) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
 		if d < time.Millisecond || d > maxWindow {
-			s.invalid("Window(%v): the window must be from 1ms to %v", d, maxWindow)
-			return
+			return fmt.Errorf("Window(%v): the window must be from 1ms to %v", d, maxWindow)
 		}
-		s.window = d.Truncate(time.Microsecond)
+		r.window = d.Truncate(time.Microsecond)
+		return nil
 	})
 }
 
 // Limit sets how many requests are admitted per window. The default is
 // [DefaultLimit]. It must be between 1 and 1e9.
-func Limit(n int) Option {
-	return optionFunc(func(s *settings) {
+func Limit(n int) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
 		if n < 1 || n > 1e9 {
-			s.invalid("Limit(%d): the limit must be between 1 and 1e9", n)
-			return
+			return fmt.Errorf("Limit(%d): the limit must be between 1 and 1e9", n)
 		}
-		s.limit = n
+		r.limit = n
+		return nil
 	})
 }
 
-// Message sets the message of the 429 body. The default is [DefaultMessage].
-func Message(msg string) Option {
-	return optionFunc(func(s *settings) {
+// Message sets the message of the rule's 429 body. The default is
+// [DefaultMessage].
+func Message(msg string) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
 		if msg == "" {
-			s.invalid("Message(%q): the message must not be empty", msg)
-			return
+			return fmt.Errorf("Message(%q): the message must not be empty", msg)
 		}
-		s.message = msg
+		r.message = msg
+		return nil
 	})
 }
 
-// Type sets what the limit is counted per: [Method] (the default), [IP] or
-// [User].
-func Type(t LimitType) Option {
-	return optionFunc(func(s *settings) {
-		if t < Method || t > User {
-			s.invalid("Type(%v): want Method, IP or User", t)
-			return
+// Cost charges each request of the route n units instead of 1, for example
+// for a batch endpoint. It must be between 1 and 1e9. A request that costs
+// more than the rule can ever admit (the limit, or a token bucket's burst)
+// is rejected with 429 and a message saying so; it is never retried or
+// queued.
+func Cost(n int) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if n < 1 || n > 1e9 {
+			return fmt.Errorf("Cost(%d): the cost must be between 1 and 1e9", n)
 		}
-		s.typ = t
+		r.cost, r.costFunc = n, nil
+		return nil
 	})
 }
 
-// Name sets the rule's name: the policy name in the RateLimit-Policy and
-// RateLimit headers and [Decision.Rule]. It must be printable ASCII. By
-// default it is the key prefix without its trailing colons.
-func Name(name string) Option {
-	return optionFunc(func(s *settings) {
-		if name == "" || !printableASCII(name) {
-			s.invalid("Name(%q): the name must be non-empty printable ASCII", name)
-			return
+// CostFunc charges each request f(c) units, for example by its batch size.
+// A result below 1 is charged as 1. f runs on every request and must be
+// safe for concurrent use; it must not read the request body unless it
+// restores it.
+func CostFunc(f func(c *gin.Context) int) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if f == nil {
+			return errors.New("CostFunc(nil): the function must not be nil")
 		}
-		s.name = name
+		r.costFunc = f
+		return nil
 	})
 }
 
@@ -254,116 +312,42 @@ func Name(name string) Option {
 // answered within [Timeout], but each call runs in its own goroutine, and a
 // call abandoned on a hung server holds its pooled connection until the
 // client's ReadTimeout.
+//
+// A [Limiter] keeps one backend per client (and per [Breaker] and
+// [AutoPipeline] setting): the scripts are loaded once, and every route on
+// it shares the circuit breakers, so a Redis outage trips one breaker, not
+// one per route.
 func Redis(client redis.Scripter) Option {
-	return optionFunc(func(s *settings) {
-		if s.inRule {
-			s.invalid("Rule(Redis(...)): Redis applies to the whole route, not to one of its rules")
-			return
-		}
+	return routeOption(func(r *routeConfig) error {
 		if client == nil {
-			s.invalid("Redis(nil): the Redis client must not be nil")
-			return
+			return errors.New("Redis(nil): the Redis client must not be nil")
 		}
-		s.client = client
-	})
-}
-
-// IPIdentity sets how the client IP of an [IP] route is found, in particular
-// which proxies are trusted to send X-Forwarded-For. By default no proxy is
-// trusted and the client is the TCP peer.
-func IPIdentity(ip *identity.IP) Option {
-	return optionFunc(func(s *settings) {
-		if ip == nil {
-			s.invalid("IPIdentity(nil): the resolver must not be nil")
-			return
-		}
-		s.ips = ip
-	})
-}
-
-// UserIdentity sets how the user of a [User] route is found, for example
-// identity.NewJWT(...) or identity.FromContext("user_id"). A [User] route
-// without it is a configuration error.
-func UserIdentity(u identity.User) Option {
-	return optionFunc(func(s *settings) {
-		if u == nil {
-			s.invalid("UserIdentity(nil): the resolver must not be nil")
-			return
-		}
-		s.users = u
-	})
-}
-
-// OnFailure sets what happens when Redis cannot decide. The default is
-// [FailOpen].
-func OnFailure(p FailPolicy) Option {
-	return optionFunc(func(s *settings) {
-		if s.inRule {
-			s.invalid("Rule(OnFailure(...)): OnFailure applies to the whole route, not to one of its rules")
-			return
-		}
-		if p < FailOpen || p > FailLocal {
-			s.invalid("OnFailure(%v): want FailOpen, FailClosed or FailLocal", p)
-			return
-		}
-		s.onFail = p
+		r.client = client
+		return nil
 	})
 }
 
 // Timeout bounds each decision's Redis call, inside the request's own
 // context. The default is [DefaultTimeout]. It must be positive.
 func Timeout(d time.Duration) Option {
-	return optionFunc(func(s *settings) {
-		if s.inRule {
-			s.invalid("Rule(Timeout(...)): Timeout applies to the whole route, not to one of its rules")
-			return
-		}
+	return routeOption(func(r *routeConfig) error {
 		if d <= 0 {
-			s.invalid("Timeout(%v): the timeout must be positive", d)
-			return
+			return fmt.Errorf("Timeout(%v): the timeout must be positive", d)
 		}
-		s.timeout = d
+		r.timeout = d
+		return nil
 	})
 }
 
 // Logger sets the logger for Redis errors and configuration errors found
 // while serving. The default is slog.Default() at the time of logging.
 func Logger(l *slog.Logger) Option {
-	return optionFunc(func(s *settings) {
-		if s.inRule {
-			s.invalid("Rule(Logger(...)): Logger applies to the whole route, not to one of its rules")
-			return
-		}
+	return routeOption(func(r *routeConfig) error {
 		if l == nil {
-			s.invalid("Logger(nil): the logger must not be nil")
-			return
+			return errors.New("Logger(nil): the logger must not be nil")
 		}
-		s.logger = l
-	})
-}
-
-// DenyCache sets how many keys near or over their limit a rule remembers in
-// process; 0 turns the cache off. The default is [DefaultDenyCacheSize].
-//
-// A sliding-log rejection is certain until the oldest request in the window
-// leaves it, on every instance, so the cache answers repeated requests on a
-// rejected key without Redis until that moment: a flood on an over-limit key
-// costs Redis nothing. The answers are the ones Redis would give, with one
-// caveat: a change to the key that does not go through ginlimit, such as an
-// administrator deleting it to reset a user, is not seen by an instance until
-// its cached moment passes. The cache is bounded by size (per rule) and safe
-// for concurrent use.
-func DenyCache(size int) Option {
-	return optionFunc(func(s *settings) {
-		if s.inRule {
-			s.invalid("Rule(DenyCache(...)): DenyCache applies to the whole route, not to one of its rules")
-			return
-		}
-		if size < 0 {
-			s.invalid("DenyCache(%d): the size must be 0 (off) or positive", size)
-			return
-		}
-		s.deny = size
+		r.logger = l
+		return nil
 	})
 }
 
@@ -378,41 +362,9 @@ func DenyCache(size int) Option {
 // decision. The default is off, because go-redis marks the AutoPipeliner
 // experimental.
 func AutoPipeline(enabled bool) Option {
-	return optionFunc(func(s *settings) {
-		if s.inRule {
-			s.invalid("Rule(AutoPipeline(...)): AutoPipeline applies to the whole route, not to one of its rules")
-			return
-		}
-		s.autoPipeline = enabled
-	})
-}
-
-// Cost charges each request of the route n units instead of 1, for example
-// for a batch endpoint. It must be between 1 and 1e9. A request that costs
-// more than the rule can ever admit (the limit, or a token bucket's burst)
-// is rejected with 429 and a message saying so; it is never retried or
-// queued.
-func Cost(n int) Option {
-	return optionFunc(func(s *settings) {
-		if n < 1 || n > 1e9 {
-			s.invalid("Cost(%d): the cost must be between 1 and 1e9", n)
-			return
-		}
-		s.cost, s.costFunc = n, nil
-	})
-}
-
-// CostFunc charges each request f(c) units, for example by its batch size.
-// A result below 1 is charged as 1. f runs on every request and must be
-// safe for concurrent use; it must not read the request body unless it
-// restores it.
-func CostFunc(f func(c *gin.Context) int) Option {
-	return optionFunc(func(s *settings) {
-		if f == nil {
-			s.invalid("CostFunc(nil): the function must not be nil")
-			return
-		}
-		s.costFunc = f
+	return routeOption(func(r *routeConfig) error {
+		r.autoPipeline = enabled
+		return nil
 	})
 }
 
@@ -422,11 +374,63 @@ func CostFunc(f func(c *gin.Context) int) Option {
 // is how to roll out a new limit safely: watch what it would do first. The
 // default is off.
 func Shadow(enabled bool) Option {
-	return optionFunc(func(s *settings) {
-		if s.inRule {
-			s.invalid("Rule(Shadow(...)): Shadow applies to the whole route, not to one of its rules")
-			return
+	return routeOption(func(r *routeConfig) error {
+		r.shadow = enabled
+		return nil
+	})
+}
+
+// Skip exempts the requests for which skip returns true: they are counted
+// nowhere and get no rate limit headers (health checks, internal networks,
+// an allow-list of users). skip runs on every request of the route, before
+// any identity is resolved, and must be safe for concurrent use.
+func Skip(skip func(c *gin.Context) bool) Option {
+	return routeOption(func(r *routeConfig) error {
+		if skip == nil {
+			return errors.New("Skip(nil): the predicate must not be nil")
 		}
-		s.shadow = enabled
+		r.skip = skip
+		return nil
+	})
+}
+
+// OnLimited calls f for every request the route refuses with 429 (not for
+// shadow mode's would-be refusals), before the response is written: a
+// refusal by a rule, by the deny cache, by the [FailLocal] fallback, or for
+// a cost no rule can admit.
+func OnLimited(f func(c *gin.Context, d Decision)) Option {
+	return routeOption(func(r *routeConfig) error {
+		if f == nil {
+			return errors.New("OnLimited(nil): the function must not be nil")
+		}
+		r.onLimited = f
+		return nil
+	})
+}
+
+// OnError calls f with the (wrapped) error whenever Redis could not decide
+// for the route, whatever the failure policy then does.
+func OnError(f func(c *gin.Context, err error)) Option {
+	return routeOption(func(r *routeConfig) error {
+		if f == nil {
+			return errors.New("OnError(nil): the function must not be nil")
+		}
+		r.onError = f
+		return nil
+	})
+}
+
+// Respond replaces the default 429 body: f writes the response for every
+// request the route refuses with 429 (for example the application's own
+// envelope, or RFC 9457 problem+json) and the chain is then aborted. The
+// rate limit headers are already set when f runs; the decision is also in
+// [DecisionFrom]. If f writes nothing, the default body is written.
+func Respond(f func(c *gin.Context, d Decision)) Option {
+	return routeOption(func(r *routeConfig) error {
+		if f == nil {
+			return errors.New("Respond(nil): the function must not be nil")
+		}
+		r.respond = f
+		return nil
 	})
 }

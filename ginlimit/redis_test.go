@@ -164,10 +164,10 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(5), AutoPipeline(true), DenyCache(0))
-	if p.pipe == nil {
+	if p.backend.pipe == nil {
 		t.Fatal("AutoPipeline(true) on a *redis.Client did not auto-pipeline")
 	}
-	p.pipeAbove = 0 // pipeline even a lone decision
+	p.backend.pipeAbove = 0 // pipeline even a lone decision
 	ctx := context.Background()
 	for i, want := range []int{4, 3} {
 		if i == 1 {
@@ -184,7 +184,7 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = hung.Close() })
 	hp := mustPolicy(t, Redis(hung), Key(prefix(t)), AutoPipeline(true), Timeout(100*time.Millisecond), OnFailure(FailClosed))
-	hp.pipeAbove = 0
+	hp.backend.pipeAbove = 0
 	start := time.Now()
 	d, err := hp.Allow(ctx, "k")
 	if err == nil || d.Allowed {
@@ -202,7 +202,7 @@ func TestAutoPipelineFallsBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	p := mustPolicy(t, Redis(wrapped{srv.Client()}), Key(prefix(t)), Limit(1), AutoPipeline(true))
-	if p.pipe != nil {
+	if p.backend.pipe != nil {
 		t.Fatal("a wrapped client was auto-pipelined")
 	}
 	for i, want := range []bool{true, false} {
@@ -230,7 +230,7 @@ func TestSurvivesScriptFlush(t *testing.T) {
 			t.Fatalf("request %d: %+v, %v; want allowed with %d remaining", i, d, err, want)
 		}
 	}
-	if n, _ := c.ScriptExists(ctx, slidingLogScript.Hash()).Result(); len(n) != 1 || !n[0] {
+	if n, _ := c.ScriptExists(ctx, singleScripts[SlidingLog].Hash()).Result(); len(n) != 1 || !n[0] {
 		t.Fatalf("script not reloaded after SCRIPT FLUSH")
 	}
 }

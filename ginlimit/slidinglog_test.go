@@ -30,8 +30,8 @@ func runTimelineWith(t *testing.T, window time.Duration, limit, cache int, steps
 	m, c := newMini(t)
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(window), Limit(limit), DenyCache(cache))
 	var offset time.Duration
-	if p.deny != nil {
-		p.deny.clock = func() int64 { return int64(offset) }
+	if p.rules[0].deny != nil {
+		p.rules[0].deny.clock = func() int64 { return int64(offset) }
 	}
 	ctx := context.Background()
 	cached := 0
@@ -158,8 +158,13 @@ func TestSlidingLogRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	ctx := context.Background()
-	for _, args := range [][]any{{999, 1, 0}, {1000, 0, 0}, {"x", 1, 0}, {1000, 1.5, 0}, {1000, "y", 0}, {1000, 1, -1}, {1000, 1, "z"}, {1000, 1}} {
-		err := slidingLogScript.Run(ctx, c, []string{"k"}, args...).Err()
+	// ARGV: clock, algorithm, window µs, limit, exact-below, cost.
+	for _, args := range [][]any{
+		{"", 0, 999, 1, 0, 1}, {"", 0, 1000, 0, 0, 1}, {"", 0, "x", 1, 0, 1}, {"", 0, 1000, 1.5, 0, 1},
+		{"", 0, 1000, "y", 0, 1}, {"", 0, 1000, 1, -1, 1}, {"", 0, 1000, 1, "z", 1}, {"", 0, 1000, 1, 0},
+		{"", 0, 1000, 1, 0, 2}, {"", 0, 1000, 1, 0, 0}, {"", 1, 1000, 1, 0, 1}, {"x", 0, 1000, 1, 0, 1},
+	} {
+		err := singleScripts[SlidingLog].Run(ctx, c, []string{"k"}, args...).Err()
 		if err == nil {
 			t.Errorf("script accepted ARGV %v", args)
 		}

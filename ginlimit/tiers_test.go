@@ -74,10 +74,40 @@ func TestTiers(t *testing.T) {
 		{[]Option{Type(IP), Tiers("tier", map[string]int{"pro": 3})}, "Type(User)"},
 		{[]Option{Type(User), UserIdentity(identity.FromContext("u")), Tiers("tier", map[string]int{"pro": 3})}, "cannot read claims"},
 		{[]Option{Type(User), UserIdentity(verifier), Tiers("tier", map[string]int{"pro": 0})}, "want 1 to 1e9"},
-		{[]Option{Type(User), UserIdentity(verifier), Tiers("tier", map[string]int{"pro": 2}), Rule(Name("a"))}, "several Rules"},
+		{[]Option{Type(User), UserIdentity(verifier), Rule(Name("a"), Type(IP), Tiers("tier", map[string]int{"pro": 2}))}, "Type(User)"},
 	} {
 		if _, err := New(append([]Option{Redis(c)}, tc.opts...)...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want one containing %q", err, tc.want)
 		}
+	}
+
+	// A rule of a route with several Rules has tiers too, each rule its own.
+	e.GET("/y", testLimit(Redis(c), Key(pre+"m:"), Type(User), UserIdentity(verifier), DenyCache(0),
+		Rule(Name("burst"), Window(time.Minute), Limit(1), Tiers("tier", map[string]int{"pro": 3})),
+		Rule(Name("daily"), Window(time.Hour), Limit(4))), ok)
+	countY := func(auth string) (admitted int, policy string) {
+		for range 5 {
+			w := do(e, http.MethodGet, "/y", map[string]string{"Authorization": auth})
+			if w.Code == 200 {
+				admitted++
+			}
+			policy = w.Header().Get("RateLimit-Policy")
+		}
+		return admitted, policy
+	}
+	if n, policy := countY(token("dave", "pro")); n != 3 || policy != `"burst";q=3;w=60, "daily";q=4;w=3600` {
+		t.Fatalf("pro user on two rules: admitted %d of 5, policy %q; want 3 and the pro tier's limit", n, policy)
+	}
+	if n, policy := countY(token("erin", "")); n != 1 || policy != `"burst";q=1;w=60, "daily";q=4;w=3600` {
+		t.Fatalf("default user on two rules: admitted %d of 5, policy %q; want 1", n, policy)
+	}
+	found = false
+	for _, k := range m.Keys() {
+		if k == pre+"m:tier=pro:{GET /y} rule:burst user:dave" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no tier key for a Rule among %q", m.Keys())
 	}
 }

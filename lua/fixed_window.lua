@@ -1,46 +1,50 @@
--- Fixed window. One call decides one request atomically.
+-- Fixed window.
 --
--- Windows are aligned to multiples of the window length on the Redis clock
--- (in microseconds since the Unix epoch). Up to limit units are admitted per
+-- Windows are aligned to multiples of the window length on the clock (in
+-- microseconds since the Unix epoch). Up to limit units are admitted per
 -- window, so across a boundary up to twice the limit can pass within one
 -- window's length.
 --
--- KEYS[1]  a hash: s = the start of the window the count belongs to (µs),
---          c = the units admitted in it.
--- ARGV[1]  the window in microseconds (an integer, at least 1000).
--- ARGV[2]  the limit (an integer, at least 1).
--- ARGV[3]  unused.
--- ARGV[4]  the cost of the request (an integer, 1 to limit).
--- ARGV[5]  optional: the time in microseconds, for tests; empty or absent
---          means the Redis clock (TIME).
+-- Key    a hash: s = the start of the window the count belongs to (µs),
+--        c = the units admitted in it. The key expires with its window (less
+--        than a millisecond later at most); the stored start tells a stale
+--        count from a current one.
+-- param  unused (0).
+-- cost   1 to the limit.
 --
--- prologue.lua, put in front of this file, checks ARGV[1], ARGV[2] and
--- ARGV[5] and leaves key, window, limit, now, sec and usec.
---
--- Returns {allowed (1 or 0), remaining, reset_us, now_us, retry_us}: reset_us
--- is the time until the window ends, when remaining grows back to the
--- limit; retry_us, for a rejected request, is the same.
+-- reset is the time until the window ends, when remaining grows back to the
+-- limit; retry, for a rejected request, is the same.
 
-local cost = tonumber(ARGV[4])
-if not cost or cost < 1 or cost % 1 ~= 0 or cost > limit then
-  return redis.error_reply('ERR ginlimit: cost must be an integer from 1 to the limit')
-end
+local fixed_window = {
+  validate = function(r)
+    if r.cost > r.limit then
+      return 'cost must be at most the limit'
+    end
+  end,
 
-local start = now - now % window
-local state = redis.call('HMGET', key, 's', 'c')
-local count = 0
-if tonumber(state[1]) == start then
-  count = tonumber(state[2]) or 0
-end
+  check = function(r)
+    local start = now - now % r.window
+    local state = redis.call('HMGET', r.key, 's', 'c')
+    local count = 0
+    if tonumber(state[1]) == start then
+      count = tonumber(state[2]) or 0
+    end
+    r.start, r.count = start, count
+    r.ok = count + r.cost <= r.limit
+  end,
 
-local reset = start + window - now
-local allowed, retry = 0, reset
-if count + cost <= limit then
-  count = count + cost
-  allowed, retry = 1, 0
-  redis.call('HSET', key, 's', start, 'c', count)
-  -- The key outlives its window by less than a millisecond at most; the
-  -- stored start tells a stale count from a current one.
-  redis.call('PEXPIREAT', key, math.ceil((start + window) / 1000))
-end
-return {allowed, limit - count, reset, now, retry}
+  commit = function(r)
+    local key, start, count = r.key, r.start, r.count + r.cost
+    r.count = count
+    redis.call('HSET', key, 's', start, 'c', count)
+    redis.call('PEXPIREAT', key, math.ceil((start + r.window) / 1000))
+  end,
+
+  report = function(r)
+    local reset = r.start + r.window - now
+    r.remaining, r.reset, r.retry = r.limit - r.count, reset, 0
+    if not r.admitted and not r.ok then
+      r.retry = reset
+    end
+  end,
+}

@@ -1,25 +1,70 @@
 // Package lua holds the Redis Lua scripts that ginlimit runs, embedded from
 // the .lua files beside this one so they can be read, reviewed and tested as
-// Lua.
+// Lua. Each file documents its details at its top.
 //
-// Every script decides one request atomically in one call and takes the same
-// arguments: KEYS[1] the key; ARGV the window in µs, the limit, one
-// algorithm parameter, the request's cost, and an optional test clock in µs
-// (empty means Redis TIME). prologue.lua checks the shared arguments and
-// reads the clock; each function returns it followed by its algorithm's
-// file. Every script returns {allowed, remaining,
-// reset_us, now_us, retry_us}. Each file documents the details at its top.
-// The ginlimit package wraps each one once in redis.NewScript.
+// A script is assembled from three kinds of file:
 //
-// The scripts are returned by functions, not exported as variables, so no
-// caller can change what another one runs.
+//   - prologue.lua, the start of every script: it checks the number of
+//     arguments, reads the clock (a test clock or Redis TIME) into now, and
+//     defines int, an integer check, and rule, which reads and checks one
+//     rule's window, limit, param and cost into a table r.
+//   - One file per algorithm (sliding_log.lua, sliding_counter.lua,
+//     fixed_window.lua, token_bucket.lua), each defining one table named
+//     after the file with four functions of r: validate, the algorithm's own
+//     argument checks (nil or what is wrong); check, which reads the rule's
+//     state and sets r.ok, whether the rule alone admits the request; commit,
+//     which records the request; and report, which sets r.remaining, r.reset
+//     and r.retry.
+//   - Two drivers, which run those functions: single.lua decides one rule
+//     of the one algorithm it was built with ([Single]), with no loops, for
+//     the hot path; several.lua decides n rules of any of the algorithms it
+//     was built with ([Several]) atomically and all or nothing: it checks
+//     every rule, commits every rule only if every one admits, then reports
+//     every rule. lua.go generates the lines that tie a driver to its
+//     algorithms' tables and numbers.
+//
+// Both drivers take one argument layout, for n rules (n = 1 for [Single]):
+//
+//	KEYS[i]            rule i's key (for [Several], all in one cluster slot)
+//	ARGV[1]            a test clock in integer µs, or "" for Redis TIME
+//	ARGV[2 + 5*(i-1)]  rule i's algorithm number
+//	ARGV[3 + 5*(i-1)]  its window in µs (an integer, 1000 to 1e15)
+//	ARGV[4 + 5*(i-1)]  its limit (an integer, 1 to 1e9)
+//	ARGV[5 + 5*(i-1)]  its param (an integer, 0 to 1e9): exact-below for
+//	                   sliding_log, sub-windows for sliding_counter, unused
+//	                   (0) for fixed_window, burst for token_bucket
+//	ARGV[6 + 5*(i-1)]  the request's cost (an integer, 1 to 1e9, and at most
+//	                   the limit, or the burst for token_bucket)
+//
+// so #ARGV is 1 + 5*#KEYS. Both return one reply layout, 2 + 4n integers:
+//
+//	{now_us, fired, then per rule: ok, remaining, reset_us, retry_us}
+//
+// where fired is the 1-based index of the first rule that rejected the
+// request, 0 when it was admitted (and recorded under every rule); ok is 1
+// when that rule alone admits it; retry_us is 0 unless the request was
+// rejected and that rule does not admit it. Bad arguments give an error
+// reply "ERR ginlimit: ..." that names the argument (and, from [Several],
+// the rule).
+//
+// Scripts are returned by functions, assembled from the embedded files, so
+// no caller can change what another one runs.
 package lua
 
-import _ "embed"
+import (
+	_ "embed"
+	"fmt"
+	"slices"
+	"strings"
+)
 
 var (
 	//go:embed prologue.lua
 	prologue string
+	//go:embed single.lua
+	single string
+	//go:embed several.lua
+	several string
 	//go:embed sliding_log.lua
 	slidingLog string
 	//go:embed sliding_counter.lua
@@ -28,26 +73,80 @@ var (
 	fixedWindow string
 	//go:embed token_bucket.lua
 	tokenBucket string
-	//go:embed multi.lua
-	multi string
 )
 
-// SlidingLog returns the exact sliding-log script: a ZSET of admission
-// times on the Redis clock.
-func SlidingLog() string { return prologue + slidingLog }
+// algorithms lists each algorithm's name, which is also the name of the
+// table its file defines, and its file.
+var algorithms = [...]struct{ name, src string }{
+	{"sliding_log", slidingLog},
+	{"sliding_counter", slidingCounter},
+	{"fixed_window", fixedWindow},
+	{"token_bucket", tokenBucket},
+}
 
-// SlidingCounter returns the sliding-window-counter script: a hash of N
-// sub-window counts.
-func SlidingCounter() string { return prologue + slidingCounter }
+// algorithm returns the file of the algorithm named name, and panics if
+// there is none.
+func algorithm(name string) string {
+	for _, a := range algorithms {
+		if a.name == name {
+			return a.src
+		}
+	}
+	panic(fmt.Sprintf("lua: unknown algorithm %q: want one of %s", name, strings.Join(Algorithms(), ", ")))
+}
 
-// FixedWindow returns the fixed-window script: one count per aligned window.
-func FixedWindow() string { return prologue + fixedWindow }
+// Algorithms returns the names of the algorithms this package has scripts
+// for.
+func Algorithms() []string {
+	names := make([]string, len(algorithms))
+	for i, a := range algorithms {
+		names[i] = a.name
+	}
+	return names
+}
 
-// TokenBucket returns the token-bucket script in its GCRA form: one
-// timestamp per key.
-func TokenBucket() string { return prologue + tokenBucket }
+// Single returns the script that decides one rule of the algorithm named
+// name ("sliding_log", "sliding_counter", "fixed_window" or "token_bucket"),
+// whose number in ARGV is number. It panics if name is unknown or number is
+// negative.
+func Single(name string, number int) string {
+	src := algorithm(name)
+	if number < 0 {
+		panic(fmt.Sprintf("lua: Single(%q, %d): the algorithm number must be at least 0", name, number))
+	}
+	var b strings.Builder
+	b.WriteString(prologue)
+	b.WriteString(src)
+	fmt.Fprintf(&b, "\n-- Generated by lua.Single.\nlocal alg, alg_number, alg_name = %s, %d, '%s'\n\n", name, number, name)
+	b.WriteString(single)
+	return b.String()
+}
 
-// Multi returns the script that decides several rules, of any algorithms,
-// atomically and all or nothing. Its arguments differ from the others': see
-// its header.
-func Multi() string { return multi }
+// Several returns the script that decides several rules at once; names[i] is
+// the algorithm numbered i in ARGV. A name may appear more than once. It
+// panics if names is empty or has an unknown name.
+func Several(names ...string) string {
+	if len(names) == 0 {
+		panic("lua: Several needs at least one algorithm")
+	}
+	var b strings.Builder
+	b.WriteString(prologue)
+	for i, name := range names {
+		src := algorithm(name)
+		if !slices.Contains(names[:i], name) {
+			b.WriteString(src)
+		}
+	}
+	b.WriteString("\n-- Generated by lua.Several.\nlocal algorithms = {")
+	numbers := make([]string, len(names))
+	for i, name := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "[%d] = %s", i, name)
+		numbers[i] = fmt.Sprintf("%d (%s)", i, name)
+	}
+	fmt.Fprintf(&b, "}\nlocal algorithm_numbers = '%s'\n\n", strings.Join(numbers, ", "))
+	b.WriteString(several)
+	return b.String()
+}

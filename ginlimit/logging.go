@@ -7,9 +7,13 @@ import (
 	"time"
 )
 
-// logEvery is the least time between two log lines of one limiter, so that a
-// Redis outage under load writes one line every few seconds, not one per
-// request.
+// Log lines are written through log/slog and never carry an identity (an
+// IP address, a user id, or a Redis key, which holds one). A line that
+// could repeat on every request goes through a logThrottle.
+
+// logEvery is the least time between two log lines of one logThrottle, so
+// that a Redis outage under load writes one line every few seconds, not one
+// per request.
 const logEvery = 5 * time.Second
 
 // logThrottle writes at most one record per logEvery and counts the ones it
@@ -34,3 +38,5 @@ func (t *logThrottle) log(ctx context.Context, l *slog.Logger, level slog.Level,
 	}
 	l.LogAttrs(ctx, level, msg, attrs...)
 }
+
+func errAttr(err error) slog.Attr { return slog.String("error", err.Error()) }

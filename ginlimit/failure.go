@@ -1,0 +1,185 @@
+package ginlimit
+
+import (
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// FailPolicy says what a route does when Redis cannot decide (an error or a
+// timeout).
+type FailPolicy int
+
+const (
+	// FailOpen allows the request and logs the error. It is the default: a
+	// rate limiter outage must not become a service outage.
+	FailOpen FailPolicy = iota
+	// FailClosed answers 503 with a JSON body.
+	FailClosed
+	// FailLocal decides with an in-process limiter of the same rules while
+	// Redis is failing: a token bucket per key refilling limit/n per window,
+	// where n is [LocalInstances]. Its decisions have Local set. It is
+	// bounded in memory (DefaultLocalKeys keys per rule).
+	FailLocal
+)
+
+// String returns "FailOpen", "FailClosed" or "FailLocal".
+func (p FailPolicy) String() string {
+	switch p {
+	case FailOpen:
+		return "FailOpen"
+	case FailClosed:
+		return "FailClosed"
+	case FailLocal:
+		return "FailLocal"
+	}
+	return fmt.Sprintf("FailPolicy(%d)", int(p))
+}
+
+// OnFailure sets what happens when Redis cannot decide. The default is
+// [FailOpen].
+func OnFailure(p FailPolicy) Option {
+	return routeOption(func(r *routeConfig) error {
+		if p < FailOpen || p > FailLocal {
+			return fmt.Errorf("OnFailure(%v): want FailOpen, FailClosed or FailLocal", p)
+		}
+		r.onFail = p
+		return nil
+	})
+}
+
+// DefaultLocalKeys is how many keys the in-process fallback of [FailLocal]
+// remembers per rule.
+const DefaultLocalKeys = 10_000
+
+// LocalInstances tells the [FailLocal] fallback how many application
+// instances share the route's rules: while Redis is down, each instance
+// admits limit/n per window on its own, so together they stay near the
+// limit. It must be from 1 to 1e6; the default is 1.
+func LocalInstances(n int) Option {
+	return routeOption(func(r *routeConfig) error {
+		if n < 1 || n > 1e6 {
+			return fmt.Errorf("LocalInstances(%d): want 1 to 1e6", n)
+		}
+		r.localInstances = n
+		return nil
+	})
+}
+
+// failed is the decision, and the error, when Redis could not decide the
+// calls of a request: the in-process fallback's under FailLocal, and
+// otherwise the failure policy's. The error names the rule and the scope's
+// route, never the key, which holds the identity.
+func (p *Policy) failed(req *request, err error) (Decision, error) {
+	first := req.calls[0].rule
+	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
+	if p.onFail == FailLocal {
+		d := p.decideLocal(req)
+		d.Err = err
+		return d, err
+	}
+	return Decision{Rule: first.name, Allowed: p.onFail == FailOpen, Limit: first.limit, Err: err, decider: first}, err
+}
+
+// describe names what a request was limited by, for error texts: the route
+// and the rules, never the identity.
+func (p *Policy) describe(req *request) string {
+	where := "Policy.Allow"
+	if req.scope.method != "" {
+		where = routeLabel(req.scope.method, req.scope.route)
+	}
+	if len(req.calls) == 1 {
+		r := req.calls[0].rule
+		return fmt.Sprintf("%s: rule %q (%v)", where, r.name, r.alg)
+	}
+	names := make([]string, len(req.calls))
+	for i, c := range req.calls {
+		names[i] = c.rule.name
+	}
+	return fmt.Sprintf("%s: rules %q", where, names)
+}
+
+// decideLocal takes each call's cost from its rule's in-process bucket for
+// its key, all or none, and returns the decision of the first rule that
+// refused, or of the last rule.
+func (p *Policy) decideLocal(req *request) Decision {
+	now := time.Now()
+	res := make([]*rate.Reservation, len(req.calls))
+	var d Decision
+	for i, c := range req.calls {
+		local := c.rule.local
+		lim := local.limiter(c.key)
+		r := lim.ReserveN(now, c.cost)
+		res[i] = r
+		d = Decision{Rule: c.rule.name, Allowed: true, Limit: c.rule.limit, Time: now, Local: true, decider: c.rule}
+		if delay := r.DelayFrom(now); !r.OK() || delay > 0 {
+			d.Allowed = false
+			d.RetryAfter = delay
+			if !r.OK() {
+				d.RetryAfter = time.Duration(float64(time.Second) * float64(c.cost) / float64(local.every))
+			}
+			d.Reset = d.RetryAfter
+			for _, prev := range res[:i+1] {
+				prev.CancelAt(now)
+			}
+			return d
+		}
+		d.Remaining = max(0, int(lim.TokensAt(now)))
+		d.Reset = time.Duration(float64(time.Second) / float64(local.every))
+	}
+	return d
+}
+
+// localLimiter is the in-process fallback of FailLocal for one rule: a
+// token bucket per key (golang.org/x/time/rate) refilling limit/instances
+// per window, with a burst of the same size. It approximates the rule; it
+// is not shared between instances. It holds at most about DefaultLocalKeys
+// keys, evicting an arbitrary one when full, and is safe for concurrent use.
+type localLimiter struct {
+	every    rate.Limit
+	burst    int
+	seed     maphash.Seed
+	perShard int
+	shards   [denyShards]localShard
+}
+
+type localShard struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+func newLocalLimiter(limit, instances int, window time.Duration) *localLimiter {
+	n := max(1, limit/instances)
+	l := &localLimiter{
+		every:    rate.Limit(float64(n) / window.Seconds()),
+		burst:    n,
+		seed:     maphash.MakeSeed(),
+		perShard: DefaultLocalKeys / denyShards,
+	}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*rate.Limiter)
+	}
+	return l
+}
+
+// limiter returns key's bucket, making room when the shard is full.
+func (l *localLimiter) limiter(key string) *rate.Limiter {
+	s := &l.shards[maphash.String(l.seed, key)%denyShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lim := s.m[key]
+	if lim == nil {
+		if len(s.m) >= l.perShard {
+			for k := range s.m { // map order is random: evict any one
+				delete(s.m, k)
+				break
+			}
+		}
+		lim = rate.NewLimiter(l.every, l.burst)
+		s.m[key] = lim
+	}
+	return lim
+}

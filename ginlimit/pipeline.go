@@ -1,0 +1,339 @@
+package ginlimit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// The decision pipeline, the one path every decision takes, for one rule or
+// several, from gin (serve) or not (AllowN):
+//
+//	identity → key → cost → deny cache → backend call → parse → fallback
+//
+// and then, for a request, the answer (response.go) and the observers
+// (observe.go). The pipeline decides policy and knows nothing about
+// connections; the backend (backend.go) knows Redis and nothing about
+// policy.
+
+// call is one rule's share of a decision.
+type call struct {
+	rule    *rule
+	key     string
+	cost    int
+	sent    int64     // the deny cache's clock when the call was let through
+	counted *keyState // the deny cache's count of this call in flight, or nil
+	who     who       // the identity the key was built from
+}
+
+// request is the memory of one decision, in one allocation for one rule:
+// the decision the handler reads, the calls, the key slice go-redis takes,
+// and the header values.
+type request struct {
+	d      Decision
+	scope  scope
+	calls  []call
+	keys   []string
+	one    [1]call
+	oneKey [1]string
+	vals   [6]string
+	buf    [96]byte
+}
+
+// newRequest returns the memory of a decision on every rule of p.
+func (p *Policy) newRequest(s scope) *request {
+	req := &request{scope: s}
+	if len(p.rules) == 1 {
+		req.calls, req.keys = req.one[:], req.oneKey[:]
+	} else {
+		req.calls, req.keys = make([]call, len(p.rules)), make([]string, len(p.rules))
+	}
+	return req
+}
+
+// serve is the gin handler of a compiled policy.
+func (p *Policy) serve(c *gin.Context) {
+	if p.skip != nil && p.skip(c) {
+		return
+	}
+	req := p.newRequest(scope{method: c.Request.Method, route: c.FullPath()})
+	for i, r := range p.rules {
+		if r.tiers != nil {
+			r = r.tierFor(c)
+		}
+		cl := &req.calls[i]
+		if err := r.identify(c, &cl.who); err != nil {
+			p.identityFailed(c, r, err)
+			return
+		}
+		cl.rule = r
+		cl.key = buildKey(r, p.named, req.scope, &cl.who)
+		req.keys[i] = cl.key
+		cl.cost = r.cost
+		if r.costFunc != nil {
+			cl.cost = r.costFunc(c)
+		}
+	}
+	ctx := c.Request.Context()
+	var start time.Time
+	if len(p.observers) > 0 {
+		start = time.Now()
+	}
+	var err error
+	req.d, err = p.decide(ctx, req)
+	c.Set(decisionKey{}, &req.d)
+	p.answer(c, req, err)
+	if len(p.observers) > 0 {
+		p.observe(ctx, routeLabel(req.scope.method, req.scope.route), &req.d, time.Since(start))
+	}
+}
+
+// Allow decides one request for key, an identity of the caller's choosing
+// (a user id, "ip:192.0.2.1", a tenant), at each rule's [Cost]. The Redis
+// key of each rule is its prefix followed by key, escaped, inside a Redis
+// Cluster hash tag (and, for a route with Rules, the rule's name).
+//
+// Allow makes one Redis round trip, bounded by ctx and the policy's timeout.
+// When Redis fails it returns the error, wrapped, together with the decision
+// the policy's FailPolicy takes.
+func (p *Policy) Allow(ctx context.Context, key string) (Decision, error) {
+	return p.allow(ctx, key, 0, true)
+}
+
+// AllowN is [Policy.Allow] for a request that costs n units on every rule
+// (a cost below 1 is charged as 1). A request that costs more than a rule
+// can ever admit is rejected without a Redis call, with [Decision.Reason]
+// saying why.
+func (p *Policy) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	return p.allow(ctx, key, n, false)
+}
+
+func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (Decision, error) {
+	var start time.Time
+	if len(p.observers) > 0 {
+		start = time.Now()
+	}
+	req := p.newRequest(scope{route: key})
+	for i, r := range p.rules {
+		cl := &req.calls[i]
+		cl.rule, cl.cost = r, n
+		if ownCost {
+			cl.cost = r.cost
+		}
+		cl.key = buildKey(r, p.named, req.scope, nil)
+		req.keys[i] = cl.key
+	}
+	d, err := p.decide(ctx, req)
+	if len(p.observers) > 0 {
+		p.observe(ctx, "", &d, time.Since(start))
+	}
+	return d, err
+}
+
+// decide takes the decision on the calls of req: a cost no rule can admit
+// is refused at once; a rejection the deny cache is certain of is answered
+// from it; otherwise one script call decides every rule, and when Redis
+// cannot decide, the failure policy does.
+func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
+	for i := range req.calls {
+		cl := &req.calls[i]
+		cl.cost = max(cl.cost, 1)
+		if cl.cost > cl.rule.maxCost {
+			return cl.rule.tooCostly(cl.cost, p.named), nil
+		}
+	}
+	var cancel context.CancelFunc
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
+	for {
+		v, i, snap := p.enter(req)
+		if v == rejected {
+			return req.calls[i].rule.cached(snap, req.calls[i].sent), nil // no context, no timer: the cheap path
+		}
+		if v == callRedis {
+			break
+		}
+		if cancel == nil {
+			ctx, cancel = withTimeout(ctx, p.timeout)
+		}
+		if err := wait(ctx, snap.wake); err != nil {
+			return p.failed(req, err)
+		}
+	}
+	if cancel == nil {
+		ctx, cancel = withTimeout(ctx, p.timeout)
+	}
+	reply, brk, err := p.backend.run(ctx, p.script, req.keys, p.args(req))
+	var d Decision
+	if err == nil {
+		d, err = p.parse(req, reply)
+	}
+	p.leave(req, &d, err == nil)
+	if err != nil {
+		d, err = p.failed(req, err)
+	}
+	d.brk = brk
+	return d, err
+}
+
+// enter asks each rule's deny cache whether its call may go to Redis. On a
+// certain rejection or a wait, it releases what it counted and returns the
+// index of the call that decided.
+func (p *Policy) enter(req *request) (verdict, int, keyState) {
+	for i := range req.calls {
+		cl := &req.calls[i]
+		deny := cl.rule.deny
+		if deny == nil {
+			continue
+		}
+		cl.sent = deny.now()
+		v, counted, snap := deny.enter(cl.key, cl.sent, cl.cost)
+		if v != callRedis {
+			for j := range req.calls[:i] {
+				p.release(&req.calls[j])
+			}
+			return v, i, snap
+		}
+		cl.counted = counted
+	}
+	return callRedis, 0, keyState{}
+}
+
+// release lets go of a call the deny cache counted and that was not sent.
+func (p *Policy) release(cl *call) {
+	if cl.counted != nil {
+		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, nil, false)
+		cl.counted = nil
+	}
+}
+
+// leave tells each rule's deny cache what the call proved (ok is false when
+// Redis could not decide).
+func (p *Policy) leave(req *request, d *Decision, ok bool) {
+	for i := range req.calls {
+		cl := &req.calls[i]
+		if cl.rule.deny == nil {
+			continue
+		}
+		rd := d
+		if ok && d.Rules != nil {
+			rd = &d.Rules[i]
+		}
+		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, rd, ok)
+		cl.counted = nil
+	}
+}
+
+// args returns the script's arguments for req: the test clock ("" for
+// Redis TIME), then algorithm, window µs, limit, parameter and cost per
+// rule (see package lua).
+func (p *Policy) args(req *request) []any {
+	if len(req.calls) == 1 && p.clock == nil && req.calls[0].cost == req.calls[0].rule.cost {
+		return req.calls[0].rule.args
+	}
+	args := make([]any, 1, 1+5*len(req.calls))
+	args[0] = ""
+	if p.clock != nil {
+		args[0] = p.clock()
+	}
+	for _, cl := range req.calls {
+		args = append(args, cl.rule.args[1:5]...)
+		args = append(args, cl.cost)
+	}
+	return args
+}
+
+// parse checks and converts the script's reply {now_us, fired, then per
+// rule: ok, remaining, reset_us, retry_us}. The decision is the firing
+// rule's (with the longest retry among the rules that rejected) or, when
+// admitted, the rule with the least remaining. For a route declared with
+// Rules, Rules holds every rule's decision.
+func (p *Policy) parse(req *request, reply []any) (Decision, error) {
+	n := len(req.calls)
+	if len(reply) != 2+4*n {
+		return Decision{}, fmt.Errorf("unexpected reply of %d elements", len(reply))
+	}
+	for i, v := range reply {
+		if _, ok := v.(int64); !ok {
+			return Decision{}, fmt.Errorf("unexpected reply element %d of type %T", i, v)
+		}
+	}
+	at := func(i int) int64 { return reply[i].(int64) }
+	now, fired := time.UnixMicro(at(0)), int(at(1))
+	if fired < 0 || fired > n {
+		return Decision{}, fmt.Errorf("unexpected firing rule %d", fired)
+	}
+	one := func(i int) Decision {
+		r := req.calls[i].rule
+		d := Decision{
+			Rule:    r.name,
+			Allowed: fired == 0,
+			Limit:   r.limit,
+			// A key can hold more than the limit (a limit lowered on
+			// redeploy, two rules sharing a key): remaining is never
+			// reported below 0.
+			Remaining: int(max(at(2+4*i+1), 0)),
+			Reset:     time.Duration(at(2+4*i+2)) * time.Microsecond,
+			Time:      now,
+			decider:   r,
+		}
+		if at(2+4*i) == 0 {
+			d.RetryAfter = time.Duration(at(2+4*i+3)) * time.Microsecond
+		}
+		return d
+	}
+	if !p.named {
+		return one(0), nil
+	}
+	rules := make([]Decision, n)
+	var retry time.Duration
+	best := 0
+	for i := range rules {
+		rules[i] = one(i)
+		retry = max(retry, rules[i].RetryAfter)
+		if rules[i].Remaining < rules[best].Remaining {
+			best = i
+		}
+	}
+	if fired > 0 {
+		best = fired - 1
+	}
+	d := rules[best]
+	d.RetryAfter = retry
+	d.Rules = rules
+	return d, nil
+}
+
+// cached is the decision for a rejection the deny cache is certain of at now.
+func (r *rule) cached(st keyState, now int64) Decision {
+	reset := time.Duration(st.until - now)
+	return Decision{
+		Rule:       r.name,
+		Limit:      r.limit,
+		Remaining:  st.remaining,
+		Reset:      reset,
+		RetryAfter: reset,
+		Time:       time.UnixMicro(st.resetAt).Add(-reset),
+		Cached:     true,
+		decider:    r,
+	}
+}
+
+// tooCostly is the decision for a request that costs more than r can ever
+// admit.
+func (r *rule) tooCostly(cost int, named bool) Decision {
+	what := "the rule"
+	if named {
+		what = "rule " + r.name
+	}
+	return Decision{
+		Rule: r.name, Limit: r.limit, decider: r,
+		Reason: "the request costs " + strconv.Itoa(cost) + ", more than " + what + " can ever admit (" + strconv.Itoa(r.maxCost) + ")",
+	}
+}

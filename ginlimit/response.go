@@ -1,0 +1,281 @@
+package ginlimit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/identity"
+)
+
+// Every answer of a limited route is written here: the 401, 429, 500 and
+// 503 bodies, the rate limit headers, shadow mode, and the Respond and
+// OnLimited hooks, which see every refusal.
+
+// Response bodies that carry no configuration. Internal error text never goes
+// into a body; it goes to the log. A rule's 429 body is precomputed
+// (rule.body429).
+const (
+	bodyUnauthorized = `{"code":401,"message":"Authentication required"}`
+	bodyUnavailable  = `{"code":503,"message":"Service temporarily unavailable, please try again later"}`
+	bodyInternal     = `{"code":500,"message":"Internal server error"}`
+	contentTypeJSON  = "application/json; charset=utf-8"
+)
+
+// HeaderStyle says which rate limit headers a route sends.
+type HeaderStyle int
+
+const (
+	// HeadersBoth sends the IETF RateLimit and RateLimit-Policy fields and
+	// the X-RateLimit-* fields (the default).
+	HeadersBoth HeaderStyle = iota
+	// HeadersIETF sends only RateLimit and RateLimit-Policy.
+	HeadersIETF
+	// HeadersLegacy sends only X-RateLimit-Limit, -Remaining and -Reset.
+	HeadersLegacy
+	// HeadersNone sends no rate limit header at all, not even Retry-After:
+	// OWASP's advice for login endpoints is not to tell an attacker how
+	// many guesses are left.
+	HeadersNone
+)
+
+// String returns the style's name.
+func (h HeaderStyle) String() string {
+	switch h {
+	case HeadersBoth:
+		return "HeadersBoth"
+	case HeadersIETF:
+		return "HeadersIETF"
+	case HeadersLegacy:
+		return "HeadersLegacy"
+	case HeadersNone:
+		return "HeadersNone"
+	}
+	return fmt.Sprintf("HeaderStyle(%d)", int(h))
+}
+
+// Headers chooses the rate limit headers of the route. The default is
+// [HeadersBoth].
+func Headers(h HeaderStyle) Option {
+	return routeOption(func(r *routeConfig) error {
+		if h < HeadersBoth || h > HeadersNone {
+			return fmt.Errorf("Headers(%v): want HeadersBoth, HeadersIETF, HeadersLegacy or HeadersNone", h)
+		}
+		r.headers = h
+		return nil
+	})
+}
+
+func (h HeaderStyle) ietf() bool   { return h == HeadersBoth || h == HeadersIETF }
+func (h HeaderStyle) legacy() bool { return h == HeadersBoth || h == HeadersLegacy }
+
+// Header names in canonical form, so they can be assigned to the header map
+// directly, without canonicalising them on every request.
+const (
+	hdrRateLimit       = "Ratelimit"
+	hdrRateLimitPolicy = "Ratelimit-Policy"
+	hdrLimit           = "X-Ratelimit-Limit"
+	hdrRemaining       = "X-Ratelimit-Remaining"
+	hdrReset           = "X-Ratelimit-Reset"
+	hdrRetryAfter      = "Retry-After"
+)
+
+// answer writes what a decided request gets:
+//
+//   - Redis could not decide: the failure policy (on down the chain, or 503)
+//     with RateLimit-Policy but no counters; under FailLocal the fallback
+//     decided, and the answer is as for any decision;
+//   - a cost no rule can admit: a 429 that says so, without counters;
+//   - otherwise the headers, then on down the chain or a 429.
+//
+// In shadow mode nothing is refused.
+func (p *Policy) answer(c *gin.Context, req *request, err error) {
+	d := &req.d
+	if err != nil {
+		if p.onError != nil {
+			p.onError(c, err)
+		}
+		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
+			slog.String("rule", d.Rule), slog.String("policy", p.onFail.String()), errAttr(err))
+		if !d.Local {
+			if p.headers.ietf() {
+				c.Writer.Header()[hdrRateLimitPolicy] = []string{p.policyFor(req)}
+			}
+			if !d.Allowed {
+				p.refuse(c, req, http.StatusServiceUnavailable, []byte(bodyUnavailable))
+			}
+			return
+		}
+	}
+	if d.Reason != "" {
+		p.refuse(c, req, http.StatusTooManyRequests, []byte(`{"code":429,"message":`+strconv.Quote(d.Reason)+`}`))
+		return
+	}
+	if !d.Allowed && p.shadow {
+		d.Shadow = true
+	}
+	p.writeHeaders(c.Writer.Header(), req)
+	if !d.Allowed {
+		p.refuse(c, req, http.StatusTooManyRequests, d.decider.body429)
+	}
+}
+
+// refuse answers a refused request: in shadow mode it lets the request
+// through and says so in the decision; otherwise the OnLimited hook and the
+// Respond handler see every 429, and the chain is aborted.
+func (p *Policy) refuse(c *gin.Context, req *request, code int, body []byte) {
+	d := &req.d
+	if p.shadow {
+		d.Shadow = true
+		p.debug(c, req, "ginlimit: shadow mode let through a request it would have refused")
+		return
+	}
+	if code == http.StatusTooManyRequests {
+		p.debug(c, req, "ginlimit: request limited")
+		if p.onLimited != nil {
+			p.onLimited(c, *d)
+		}
+		if p.respond != nil {
+			p.respond(c, *d)
+		}
+	}
+	if !c.Writer.Written() {
+		c.Data(code, contentTypeJSON, body)
+	}
+	c.Abort()
+}
+
+// identityFailed answers a request whose identity rule r could not find:
+// 401 when it is unauthenticated, 500 (and a log line) otherwise.
+func (p *Policy) identityFailed(c *gin.Context, r *rule, err error) {
+	if errors.Is(err, identity.ErrUnauthenticated) {
+		if ch, ok := r.users.(interface{ Challenge() string }); ok {
+			challenge := ch.Challenge()
+			if c.GetHeader("Authorization") != "" {
+				// RFC 6750 section 3: a token was sent but is not valid.
+				challenge += ` error="invalid_token"`
+			}
+			c.Header("WWW-Authenticate", challenge)
+		}
+		abortJSON(c, http.StatusUnauthorized, bodyUnauthorized)
+		return
+	}
+	p.logs.log(c.Request.Context(), p.logger, slog.LevelError, "ginlimit: no identity for the request; answering 500",
+		slog.String("rule", r.name), slog.String("route", c.FullPath()), errAttr(err))
+	abortJSON(c, http.StatusInternalServerError, bodyInternal)
+}
+
+func abortJSON(c *gin.Context, code int, body string) {
+	c.Data(code, contentTypeJSON, []byte(body))
+	c.Abort()
+}
+
+// policyFor is the RateLimit-Policy value of req: every rule's item, with
+// the limits of the tiers the request's rules resolved to.
+func (p *Policy) policyFor(req *request) string {
+	if !p.tiered {
+		return p.policyHeader
+	}
+	if len(req.calls) == 1 {
+		return req.calls[0].rule.policyHeader
+	}
+	b := make([]byte, 0, len(p.policyHeader)+16)
+	for i, cl := range req.calls {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, cl.rule.policyHeader...)
+	}
+	return string(b)
+}
+
+// writeHeaders sets the IETF RateLimit fields, the X-RateLimit-* fields and,
+// on a refusal, Retry-After. RateLimit lists every rule when the decision
+// has Rules, and otherwise the rule that decided. The values live in req,
+// which is never written again once they are set.
+func (p *Policy) writeHeaders(h http.Header, req *request) {
+	if p.headers == HeadersNone {
+		return
+	}
+	d := &req.d
+	b := req.buf[:0]
+	if d.Rules != nil {
+		for i, rd := range d.Rules {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendRateLimit(b, req.calls[i].rule, &rd)
+		}
+	} else {
+		b = appendRateLimit(b, d.decider, d)
+	}
+	rl := len(b)
+	b = strconv.AppendInt(b, int64(d.Remaining), 10)
+	remaining := len(b)
+	b = strconv.AppendInt(b, unixCeil(d), 10)
+	reset := len(b)
+	if !d.Allowed {
+		b = strconv.AppendInt(b, max(1, ceilSeconds(d.RetryAfter)), 10)
+	}
+	str := unsafeString(b) // b is never written again
+	v := &req.vals
+	v[0], v[1], v[2], v[3], v[4], v[5] = str[:rl], p.policyFor(req), d.decider.limitText, str[rl:remaining], str[remaining:reset], str[reset:]
+	if p.headers.ietf() {
+		h[hdrRateLimit] = v[0:1:1]
+		h[hdrRateLimitPolicy] = v[1:2:2]
+	}
+	if p.headers.legacy() {
+		h[hdrLimit] = v[2:3:3]
+		h[hdrRemaining] = v[3:4:4]
+		h[hdrReset] = v[4:5:5]
+	}
+	if !d.Allowed && !d.Shadow {
+		h[hdrRetryAfter] = v[5:6:6]
+	}
+}
+
+// appendRateLimit appends rule r's item of the RateLimit field for d.
+func appendRateLimit(b []byte, r *rule, d *Decision) []byte {
+	b = append(b, r.quotedName...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, int64(d.Remaining), 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
+}
+
+// unixCeil is the Unix time, in seconds rounded up, when more quota becomes
+// available.
+func unixCeil(d *Decision) int64 {
+	us := d.Time.UnixMicro() + d.Reset.Microseconds()
+	return (us + 999_999) / 1_000_000
+}
+
+// debug logs a refusal at debug level, when that level is enabled, at most
+// one line per route every few seconds (with a count of the ones dropped),
+// so a flood does not flood the log. It names the rule and the route, and
+// the identity only by a short keyed hash (see who.logTag).
+func (p *Policy) debug(c *gin.Context, req *request, msg string) {
+	l := p.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	ctx := c.Request.Context()
+	if !l.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	d := &req.d
+	attrs := []slog.Attr{slog.String("rule", d.Rule), slog.String("route", c.FullPath()), slog.Duration("retry_after", d.RetryAfter)}
+	for i := range req.calls {
+		if cl := &req.calls[i]; cl.rule == d.decider {
+			if tag := cl.who.logTag(cl.rule, p.secret); tag != "" {
+				attrs = append(attrs, slog.String("identity", tag))
+			}
+			break
+		}
+	}
+	p.debugLogs.log(ctx, l, slog.LevelDebug, msg, attrs...)
+}

@@ -1,0 +1,67 @@
+-- The several-rule driver: decides one request under n >= 1 rules, of any
+-- algorithms, atomically and all or nothing. Every rule checks the request;
+-- only if every one admits it does every one record it; then every rule
+-- reports. If any rule rejects it, none records anything (a check may still
+-- sweep data that has expired, which changes no decision).
+--
+-- lua.go builds the script as prologue.lua, the files of the algorithms it
+-- is given, then generated lines that map each algorithm number in ARGV to
+-- its table and list the numbers for error messages,
+--
+--   local algorithms = {[0] = sliding_log, [1] = token_bucket}
+--   local algorithm_numbers = '0 (sliding_log), 1 (token_bucket)'
+--
+-- then this file. The arguments are prologue.lua's: KEYS[i] rule i's key
+-- (all in one Redis Cluster slot: the caller's job), ARGV[1] the test clock
+-- or '', ARGV[2 + 5*(i-1) ...] rule i's algorithm number, window, limit,
+-- param and cost.
+--
+-- Returns {now_us, fired, then per rule: ok, remaining, reset_us,
+-- retry_us}: fired is the index of the first rule that rejected the request,
+-- 0 when it was admitted and recorded; ok is 1 when that rule alone would
+-- admit it; retry_us is 0 for a rule that would.
+
+local n = #KEYS
+local rules, algs = {}, {}
+for i = 1, n do
+  local a = 5 * i - 3
+  local alg = algorithms[int(ARGV[a], 0, 1e9)]
+  if not alg then
+    return redis.error_reply('ERR ginlimit: rule ' .. i .. ': algorithm (ARGV[' .. a .. ']) must be one of '
+      .. algorithm_numbers .. ', got ' .. tostring(ARGV[a]))
+  end
+  local r, err = rule(i)
+  if r then
+    err = alg.validate(r)
+  end
+  if err then
+    return redis.error_reply('ERR ginlimit: rule ' .. i .. ': ' .. err)
+  end
+  rules[i], algs[i] = r, alg
+end
+
+local fired = 0
+for i = 1, n do
+  local r = rules[i]
+  algs[i].check(r)
+  if fired == 0 and not r.ok then
+    fired = i
+  end
+end
+
+local admitted = fired == 0
+if admitted then
+  for i = 1, n do
+    algs[i].commit(rules[i])
+  end
+end
+
+local out = {now, fired}
+for i = 1, n do
+  local r = rules[i]
+  r.admitted = admitted
+  algs[i].report(r)
+  local j = 4 * i - 1
+  out[j], out[j + 1], out[j + 2], out[j + 3] = r.ok and 1 or 0, r.remaining, r.reset, r.retry
+end
+return out
