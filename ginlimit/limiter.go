@@ -148,20 +148,20 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 // {"code":429,"message":"<message>"} and the chain is aborted. See the package
 // documentation for the headers and the failure policy.
 func RateLimit(opts ...Option) gin.HandlerFunc {
-	if _, err := defaults().with(opts); err != nil {
+	own, err := defaults().with(opts)
+	if err != nil {
 		panic(fmt.Sprintf("ginlimit.RateLimit: %v", err))
 	}
-	a := &annotation{opts: append([]Option(nil), opts...)}
-	a.alone = newLimiter(defaults())
-	return a.serve
+	return (&annotation{opts: append([]Option(nil), opts...), alone: newLimiter(defaults()), logger: own.route.logger}).serve
 }
 
 // annotation is a package-level RateLimit: it finds its limiter at request
 // time and compiles its policy once per limiter.
 type annotation struct {
 	opts     []Option
-	alone    *Limiter // compiles the route when no limiter is installed
-	compiled sync.Map // *Limiter -> compiled
+	alone    *Limiter     // compiles the route when no limiter is installed
+	logger   *slog.Logger // the route's own Logger, or nil
+	compiled sync.Map     // *Limiter -> compiled
 }
 
 type compiled struct {
@@ -188,7 +188,11 @@ func (a *annotation) serve(c *gin.Context) {
 		if l == a.alone && errors.Is(cp.err, errNoBackend) {
 			msg = "ginlimit: RateLimit ran with no Limiter before it; answering 500. Install one with r.Use(limiter.Middleware()) on the engine or group before this route is registered, use limiter.RateLimit(...) instead, or give the route ginlimit.Redis(client)"
 		}
-		l.logs.log(c.Request.Context(), l.base.route.logger, slog.LevelError, msg,
+		logger := a.logger
+		if logger == nil {
+			logger = l.base.route.logger
+		}
+		l.logs.log(c.Request.Context(), logger, slog.LevelError, msg,
 			slog.String("route", routeLabel(c.Request.Method, c.FullPath())), errAttr(cp.err))
 		abortJSON(c, 500, bodyInternal)
 		return

@@ -1,0 +1,93 @@
+package ginlimit
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestRouteOptionsInRuleDoNotCompile: a route option inside Rule(...) is a
+// compile error, not a runtime check. A program with one such line per
+// route option is compiled with `go build` (through an overlay, so nothing
+// is written into the module), and every one of those lines, and no other,
+// must fail; rule options on the control lines must compile.
+func TestRouteOptionsInRuleDoNotCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the go command")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	routeOnly := []string{
+		"ginlimit.Redis(nil)", "ginlimit.Timeout(time.Second)", "ginlimit.OnFailure(ginlimit.FailClosed)",
+		"ginlimit.LocalInstances(2)", "ginlimit.Breaker(0, 0)", "ginlimit.AutoPipeline(true)",
+		"ginlimit.DenyCache(0)", "ginlimit.Logger(slog.Default())", "ginlimit.Shadow(true)",
+		"ginlimit.Headers(ginlimit.HeadersNone)", "ginlimit.Skip(nil)", "ginlimit.OnLimited(nil)",
+		"ginlimit.OnError(nil)", "ginlimit.Respond(nil)", "ginlimit.Observe(nil)", "ginlimit.Rule()",
+	}
+	ruleOK := []string{
+		"ginlimit.Key(\"k:\")", "ginlimit.Name(\"n\")", "ginlimit.Window(time.Second)", "ginlimit.Limit(1)",
+		"ginlimit.Message(\"m\")", "ginlimit.Type(ginlimit.IP)", "ginlimit.Algorithm(ginlimit.TokenBucket)",
+		"ginlimit.SubWindows(2)", "ginlimit.Burst(2)", "ginlimit.Cost(1)", "ginlimit.CostFunc(nil)",
+		"ginlimit.Tiers(\"t\", nil)", "ginlimit.IPIdentity(nil)", "ginlimit.UserIdentity(nil)",
+		"ginlimit.HashIdentities(nil)", "ginlimit.AnonymousByIP()",
+	}
+	var src strings.Builder
+	src.WriteString("package compilecheck\n\nimport (\n\t\"log/slog\"\n\t\"time\"\n\n\t\"github.com/ginlimit/ginlimit/ginlimit\"\n)\n\n")
+	src.WriteString("var _ = slog.Default\nvar _ = time.Second\n\n")
+	want := map[int]string{} // by line number
+	for _, o := range routeOnly {
+		want[strings.Count(src.String(), "\n")+1] = o
+		fmt.Fprintf(&src, "var _ = ginlimit.Rule(%s)\n", o)
+	}
+	for _, o := range ruleOK {
+		fmt.Fprintf(&src, "var _ = ginlimit.Rule(%s)\n", o)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(file, []byte(src.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pkgDir, err := filepath.Abs("zz_compilecheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(pkgDir, "main.go"): file}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "overlay.json"), overlay, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gobin, "build", "-overlay", filepath.Join(dir, "overlay.json"), "-gcflags=-e", "./zz_compilecheck")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the program compiled; want an error on each of %d lines:\n%s", len(want), src.String())
+	}
+	failed := map[int]bool{}
+	for _, m := range regexp.MustCompile(`main\.go:(\d+):\d+: (.*)`).FindAllStringSubmatch(string(out), -1) {
+		n, _ := strconv.Atoi(m[1])
+		if _, ok := want[n]; !ok {
+			t.Errorf("line %d failed, which should compile: %s", n, m[2])
+		}
+		if !strings.Contains(m[2], "RuleOption") {
+			t.Errorf("line %d failed for another reason: %s", n, m[2])
+		}
+		failed[n] = true
+	}
+	for n, o := range want {
+		if !failed[n] {
+			t.Errorf("Rule(%s) compiled; want a compile error", o)
+		}
+	}
+	if t.Failed() {
+		t.Logf("go build said:\n%s", out)
+	}
+}

@@ -1,0 +1,265 @@
+package ginlimit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// TestEveryRefusalGoesThroughTheHooks: OnLimited and Respond see every 429
+// the route answers: a refusal by Redis, by the deny cache, for a cost no
+// rule can admit, on one rule and on several.
+func TestEveryRefusalGoesThroughTheHooks(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	for _, tc := range []struct {
+		name  string
+		rules []Option
+	}{
+		{"one rule", []Option{Limit(2)}},
+		{"two rules", []Option{Rule(Name("a"), Limit(2)), Rule(Name("b"), Limit(5))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var limited, responded []Decision
+			e := gin.New()
+			e.GET("/x", testLimit(append([]Option{Redis(c), Key(prefix(t)),
+				CostFunc(func(c *gin.Context) int { return len(c.Query("n")) + 1 }),
+				OnLimited(func(_ *gin.Context, d Decision) { limited = append(limited, d) }),
+				Respond(func(c *gin.Context, d Decision) {
+					responded = append(responded, d)
+					c.JSON(http.StatusTooManyRequests, gin.H{"mine": d.Rule})
+				})}, tc.rules...)...), ok)
+			// Two admitted, then one from Redis, one from the deny cache, one
+			// that costs 10 (more than 2 can ever admit).
+			for i, want := range []int{200, 200, 429, 429, 429} {
+				target := "/x"
+				if i == 4 {
+					target = "/x?n=123456789"
+				}
+				w := do(e, http.MethodGet, target, nil)
+				if w.Code != want {
+					t.Fatalf("request %d: %d %s, want %d", i, w.Code, w.Body, want)
+				}
+				if want == 429 && !strings.Contains(w.Body.String(), `"mine"`) {
+					t.Fatalf("request %d: body %s is not Respond's", i, w.Body)
+				}
+			}
+			if len(limited) != 3 || len(responded) != 3 {
+				t.Fatalf("OnLimited saw %d and Respond %d of the 3 refusals", len(limited), len(responded))
+			}
+			if !limited[1].Cached || limited[2].Reason == "" {
+				t.Fatalf("the hooks did not see the cached and the too-costly refusal: %+v", limited)
+			}
+		})
+	}
+}
+
+// TestNewLoadsEveryScript: New loads every script on its Redis, the
+// several-rule one included, so the first burst of decisions does not meet
+// NOSCRIPT.
+func TestNewLoadsEveryScript(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client()
+	ctx := context.Background()
+	shas := []string{severalScript.Hash()}
+	for _, s := range singleScripts {
+		shas = append(shas, s.Hash())
+	}
+	if got, err := c.ScriptExists(ctx, shas...).Result(); err != nil || len(got) != len(shas) || got[0] {
+		t.Fatalf("before New: %v, %v; want none loaded", got, err)
+	}
+	if _, err := New(Redis(c)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ScriptExists(ctx, shas...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, loaded := range got {
+		if !loaded {
+			t.Errorf("script %s is not loaded after New", shas[i])
+		}
+	}
+}
+
+// TestOneBreakerPerRedis: every route of a limiter on one Redis shares one
+// backend, so an outage trips one breaker: once one route has seen the
+// failures, the others fail fast at once. A route with its own breaker
+// settings gets a backend of its own.
+func TestOneBreakerPerRedis(t *testing.T) {
+	t.Parallel()
+	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = hung.Close() })
+	l, err := New(Redis(hung), Timeout(100*time.Millisecond), Breaker(2, time.Minute), OnFailure(FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, errA := l.Policy(Key(prefix(t)))
+	b, errB := l.Policy(Key(prefix(t)), Rule(Name("x")), Rule(Name("y")), Timeout(time.Second))
+	own, errO := l.Policy(Key(prefix(t)), Breaker(3, time.Minute))
+	if err := errors.Join(errA, errB, errO); err != nil {
+		t.Fatal(err)
+	}
+	if a.backend != b.backend || a.backend == own.backend {
+		t.Fatal("routes on one Redis do not share one backend, or a route with its own breaker settings shares it")
+	}
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := a.Allow(ctx, "k"); err == nil || errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("route a, failure %d: %v; want a Redis timeout", i, err)
+		}
+	}
+	if _, err := b.Allow(ctx, "k"); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("route b after route a tripped the breaker: %v; want ErrCircuitOpen", err)
+	}
+	if _, err := own.Allow(ctx, "k"); err == nil || errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("the route with its own breaker: %v; want a Redis timeout", err)
+	}
+}
+
+// TestDenyCacheOnSeveralRules: a route with several Rules has the deny
+// cache too, and it answers exactly as Redis does over a random timeline,
+// with some answers from the cache.
+func TestDenyCacheOnSeveralRules(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	var now int64 = t0.UnixMicro()
+	rules := []Option{
+		Rule(Name("fast"), Window(200*time.Millisecond), Limit(5)),
+		Rule(Name("slow"), Window(time.Second), Limit(12), Algorithm(FixedWindow)),
+		Rule(Name("bucket"), Window(500*time.Millisecond), Limit(8), Algorithm(TokenBucket), Burst(4)),
+	}
+	withCache := mustPolicy(t, append([]Option{Redis(c), Key(prefix(t)), DenyCache(100)}, rules...)...)
+	without := mustPolicy(t, append([]Option{Redis(c), Key(prefix(t)), DenyCache(0)}, rules...)...)
+	for _, p := range []*Policy{withCache, without} {
+		p.clock = func() int64 { return now }
+	}
+	for _, r := range withCache.rules {
+		r.deny.clock = func() int64 { return (now - t0.UnixMicro()) * 1000 }
+	}
+	seed := rand.Uint64()
+	rng := rand.New(rand.NewPCG(seed, 3))
+	cached := 0
+	ctx := context.Background()
+	for i := range 1500 {
+		switch r := rng.IntN(10); {
+		case r < 4:
+		case r < 8:
+			now += rng.Int64N(20_000)
+		default:
+			now += rng.Int64N(600_000)
+		}
+		cost := 1 + rng.IntN(3)
+		a, errA := withCache.AllowN(ctx, "k", cost)
+		b, errB := without.AllowN(ctx, "k", cost)
+		if errA != nil || errB != nil {
+			t.Fatalf("seed %d step %d: %v / %v", seed, i, errA, errB)
+		}
+		same := a.Allowed == b.Allowed
+		if a.Cached {
+			// The cache names a rule it is certain rejects; Redis names the
+			// first rule that rejects. Either way that rule rejected.
+			for _, rd := range b.Rules {
+				if rd.Rule == a.Rule {
+					same = same && rd.RetryAfter > 0 && rd.Remaining <= a.Remaining
+				}
+			}
+		} else {
+			same = same && a.Rule == b.Rule && a.Remaining == b.Remaining && a.Reset == b.Reset && a.RetryAfter == b.RetryAfter
+		}
+		if !same {
+			t.Fatalf("seed %d step %d (cost %d): with cache %+v, without %+v", seed, i, cost, a, b)
+		}
+		if a.Cached {
+			cached++
+		}
+	}
+	if cached == 0 {
+		t.Fatalf("seed %d: no decision came from the deny cache", seed)
+	}
+	t.Logf("seed %d: %d of 1500 decisions from the deny cache", seed, cached)
+}
+
+// TestLogsCarryNoIdentity: a refused request's debug line tells clients
+// apart by a short keyed hash, never by their id or IP; with
+// HashIdentities the hash is the start of the one in the key.
+func TestLogsCarryNoIdentity(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	secret := []byte(strings.Repeat("s", 32))
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	pre := prefix(t)
+	e := gin.New()
+	e.Use(func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) })
+	e.GET("/plain", testLimit(Redis(c), Key(pre+"p:"), Limit(1), Type(User), UserIdentity(identity.FromContext("uid")), Logger(logger)), ok)
+	e.GET("/hashed", testLimit(Redis(c), Key(pre+"h:"), Limit(1), Type(User), UserIdentity(identity.FromContext("uid")),
+		HashIdentities(secret), Logger(logger)), ok)
+	tag := regexp.MustCompile(`identity=([0-9a-f]+)`)
+	for _, path := range []string{"/plain", "/hashed"} {
+		logs.Reset()
+		for range 2 {
+			do(e, http.MethodGet, path, map[string]string{"X-User": "alice@example.com"})
+		}
+		line := logs.String()
+		if strings.Contains(line, "alice") {
+			t.Fatalf("%s: the log names the user:\n%s", path, line)
+		}
+		got := tag.FindStringSubmatch(line)
+		if got == nil || len(got[1]) != 12 {
+			t.Fatalf("%s: no 12-digit identity tag in:\n%s", path, line)
+		}
+		if path == "/hashed" {
+			want := pre + "h:{GET /hashed user:" + got[1]
+			found := false
+			for _, k := range m.Keys() {
+				found = found || strings.HasPrefix(k, want)
+			}
+			if !found {
+				t.Fatalf("the tag %s does not start the key's hash: %q", got[1], m.Keys())
+			}
+		}
+	}
+}
+
+// TestWiringMistakesSayWhere: a package-level RateLimit with no limiter
+// before it, because Middleware was forgotten or given after the route,
+// answers 500, and its log line says what is missing and where it goes.
+func TestWiringMistakesSayWhere(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	for _, late := range []bool{false, true} {
+		l, err := New(Redis(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		e := gin.New()
+		e.GET("/x", RateLimit(Limit(1), Logger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
+		if late {
+			e.Use(l.Middleware()) // too late: /x is already registered
+		}
+		w := do(e, http.MethodGet, "/x", nil)
+		if w.Code != 500 || w.Body.String() != bodyInternal {
+			t.Fatalf("late=%v: %d %s", late, w.Code, w.Body)
+		}
+		for _, want := range []string{"no Limiter before it", "r.Use(limiter.Middleware())", "before this route is registered", "limiter.RateLimit", `route="GET /x"`} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("late=%v: the log line does not say %q:\n%s", late, want, logs.String())
+			}
+		}
+	}
+}
