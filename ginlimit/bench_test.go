@@ -18,7 +18,7 @@ import (
 )
 
 // cannedReply is a go-redis hook that answers every command with an
-// admitting sliding-log reply and sends nothing: it leaves only the client's
+// admitting single-rule reply and sends nothing: it leaves only the client's
 // and the middleware's own work in a benchmark.
 type cannedReply struct{}
 
@@ -27,7 +27,7 @@ func (cannedReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (cannedReply) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 	return func(_ context.Context, cmd redis.Cmder) error {
 		if c, ok := cmd.(*redis.Cmd); ok {
-			c.SetVal([]any{int64(1), int64(5), int64(1_000_000), time.Now().UnixMicro(), int64(0)})
+			c.SetVal([]any{time.Now().UnixMicro(), int64(0), int64(1), int64(5), int64(1_000_000), int64(0)})
 		}
 		return nil
 	}

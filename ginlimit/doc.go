@@ -3,46 +3,73 @@
 // Java teams declare @RateLimiter(key, window, limit, message, type).
 //
 //	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(jwt))
-//	r.Use(limiter.Middleware())
-//	r.GET("/api/coupon/claim", ginlimit.RateLimit(
+//	r.GET("/api/coupon/claim", limiter.RateLimit(
 //		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
 //		ginlimit.Message("You are claiming coupons too often, please try again later"),
 //		ginlimit.Type(ginlimit.User)), claim)
 //
 // A [Limiter] carries what routes share (the Redis client, identity settings,
-// failure policy); each [RateLimit] annotation states its own rule.
-// [Limiter.Policy] gives the same decisions without gin.
+// failure policy); each route states its own rule. [Limiter.RateLimit] is the
+// recommended way to attach one: every configuration error panics at
+// start-up, and nothing can be wired in the wrong order. The package-level
+// [RateLimit] is the same annotation for a limiter installed earlier in the
+// chain with [Limiter.Middleware]. [Limiter.Policy] gives the same decisions
+// without gin.
 //
-// # The sliding log
+// # Routes and rules
 //
-// Each key is a Redis sorted set with one member per admitted request, scored
-// by its admission time in microseconds of the Redis server's clock (TIME),
-// never the application server's. One Lua script decides a request
-// atomically, in one round trip:
+// A route has one rule, or several declared with [Rule]; a route with one
+// rule is a route with a list of one, and both take the same path. The
+// options come in two kinds, which the compiler tells apart (see [Option]):
+// route options concern the whole request (backend, timeout, failure
+// policy, deny cache, headers, response, hooks, observers, skip, shadow);
+// [RuleOption]s concern one count (name, key prefix, algorithm, window,
+// limit and their parameters, dimension, cost, message). A Rule accepts
+// only RuleOptions, so a route option inside one does not compile.
 //
-//  1. ZCARD counts the entries; ZREMRANGEBYSCORE drops every entry with
-//     score <= now - window whenever that could change the outcome (when
-//     fewer than 64 requests would remain) and on about one call in eight.
-//     The window is (now - window, now]: a request is admitted again exactly
-//     when the oldest entry is a whole window old, not a microsecond earlier.
-//  2. That gives the count in the window (an upper bound on it while plenty
-//     of quota is left, exact otherwise).
-//  3. Only if the count is under the limit, ZADD records the request and
-//     PEXPIRE sets the key's TTL to the window (in milliseconds, rounded up,
-//     so a 250 ms window keeps a 250 ms TTL), and the request is allowed. A
-//     rejected request is not recorded, so a flood does not extend its own
-//     lockout.
+// # The decision pipeline
 //
-// Members are the admission time; a second request in the same microsecond
-// gets a suffix (ZADD NX decides), so no admitted request collapses into
-// another. The count is therefore exact under any concurrency and across any
-// number of application instances. The script validates its arguments, and it
-// is sent as EVALSHA with a fallback to EVAL on NOSCRIPT, so SCRIPT FLUSH or a
-// Redis restart is survived.
+// Every decision, for one rule or several, from gin or from [Policy.Allow],
+// takes one path:
 //
-// Memory is one sorted-set entry per admitted request in the window: about
-// limit entries per busy key. An idle key expires a window after its last
-// admission.
+//	identity → key → cost → deny cache → backend call → parse → fallback → answer
+//
+// The backend is the Redis call path of one client: a [Limiter] keeps one
+// per client, which loads every script once at start-up and holds the
+// circuit breakers (one per Redis, one per master on a cluster), the
+// auto-pipeliner and the bound on each call's time. It knows nothing about
+// HTTP or policy; the pipeline knows nothing about connections. One rule is
+// decided by its algorithm's own script, several by the several-rule
+// script; both take the same arguments and give the same reply, so the Go
+// side has one parse path.
+//
+// # Where things live
+//
+// Each idea has one file:
+//
+//   - options.go: the two kinds of options, and the core ones;
+//   - policy.go: compiling the options into a [Policy] and its rules;
+//   - pipeline.go: the decision pipeline;
+//   - key.go: every Redis key, built by one function;
+//   - dimension.go: what a rule counts per ([LimitType]) and how the
+//     identity is found;
+//   - algorithm.go: the algorithms and their scripts (the Lua is in package
+//     lua, one file per algorithm);
+//   - backend.go, breaker.go: the Redis call path and its circuit breakers;
+//   - denycache.go, failure.go, tiers.go: the deny cache, the failure
+//     policies with the FailLocal fallback, and per-user tiers;
+//   - response.go: every answer (401, 429, 500, 503), the headers, shadow
+//     mode and the Respond and OnLimited hooks;
+//   - observe.go, logging.go, decision.go: observers, log lines, and the
+//     Decision handlers read.
+//
+// To add an algorithm: a constant in algorithm.go (its number is the
+// constant's value) with its param and maxCost, a lua/<name>.lua file with
+// its validate, check, commit and report functions, and its entry in the
+// package doc and the README. To add an identity dimension: a [LimitType]
+// and its case in identify, both in dimension.go. To change the 429 body:
+// the rule's precomputed body in compileRule (policy.go); response.go
+// writes it.
 //
 // # Algorithms
 //
@@ -79,7 +106,8 @@
 // that says so; it is never queued or retried.
 //
 // [Rule] puts several rules on one route; one script call decides all of
-// them, atomically and all or nothing.
+// them, atomically and all or nothing, and a request rejected by one rule
+// consumes nothing from the others.
 //
 // # The deny cache
 //
@@ -102,7 +130,9 @@
 //     requests from 32 goroutines at limit 100, Redis sees exactly 100 calls.
 //
 // The cache is bounded ([DenyCache] keys per rule, default 10,000) and can be
-// turned off with DenyCache(0). Its one caveat: a change to a key outside
+// turned off with DenyCache(0). On a route with Rules, a request that one
+// rule certainly rejects is rejected in process (the rules are all or
+// nothing); such a decision has no Rules. Its one caveat: a change to a key outside
 // ginlimit, such as an administrator deleting it, is seen by each instance
 // only when its cached moment passes.
 //
@@ -116,7 +146,8 @@
 //
 // A decision's Redis key is
 //
-//	<prefix>{<METHOD> <route template>[ <dimension>]}
+//	<prefix>{<METHOD> <route template>[ <dimension>]}              one rule
+//	<prefix>{<METHOD> <route template>} rule:<name>[ <dimension>]  Rules
 //
 // The prefix is [Key] (default "rate_limit:"). The route template is
 // c.FullPath(), so /voucher-order/seckill/1 and /voucher-order/seckill/2
@@ -126,7 +157,10 @@
 // keep only letters, digits and -._~@:+=), so no identity can forge another
 // identity's key or close the hash tag. The braces are a Redis Cluster hash
 // tag: the key of one route and identity always maps to one slot, and
-// different routes and identities spread over the cluster. For example:
+// different routes and identities spread over the cluster; the keys of a
+// route's Rules share the route's slot, as one script call needs. A route
+// group's annotation counts each route of the group separately. For
+// example:
 //
 //	coupon:claim:{GET /api/coupon/claim user:alice}
 //	coupon:merchant:{GET /api/coupon/merchant ip:192.0.2.1}
@@ -154,27 +188,35 @@
 //	X-RateLimit-Reset: <Unix time in seconds, rounded up, when more quota comes>
 //
 // in the syntax of draft-ietf-httpapi-ratelimit-headers, and a 429 also
-// carries Retry-After in seconds, at least 1. "More quota" comes when the
-// oldest request in the window leaves it. Remaining and reset are exact on a
-// rejection and when fewer than 64 requests remain; with more left, remaining
-// is a lower bound and reset is the window (an upper bound), which saves the
-// script two Redis commands. The handler can read the decision
-// with [DecisionFrom].
+// carries Retry-After in seconds, at least 1. "More quota" comes at the
+// first moment the algorithm's remaining quota can grow (see
+// [Decision.Reset]). For the sliding log, remaining and reset are exact on a
+// rejection and when fewer than 64 requests remain; with more left,
+// remaining is a lower bound and reset is the window (an upper bound), which
+// saves the script two Redis commands. On a route with Rules,
+// RateLimit-Policy and RateLimit list every rule, and the X-RateLimit-*
+// fields are the deciding rule's. The handler can read the decision with
+// [DecisionFrom].
 //
 // # Failures
 //
 // Every Redis call is bounded by the request's context and by [Timeout]
 // (default 100 ms), even on go-redis clients without ContextTimeoutEnabled.
 // When Redis fails or times out, [FailOpen] (the default) lets the request
-// through and [FailClosed] answers 503
-// {"code":503,"message":"Service temporarily unavailable, please try again later"}.
-// Either way the response carries RateLimit-Policy but no counters, the
-// decision's Err is set, and the error is logged through log/slog at warn
-// level, at most one line per limiter every 5 seconds. No internal error text
-// ever reaches a response body.
+// through, [FailClosed] answers 503
+// {"code":503,"message":"Service temporarily unavailable, please try again later"}
+// and [FailLocal] decides with an in-process token bucket per key. Under
+// the first two the response carries RateLimit-Policy but no counters; in
+// every case the decision's Err is set and the error is logged through
+// log/slog at warn level, at most one line per limiter every 5 seconds.
+// Errors and log lines name the route template and the rule, never the key
+// or the identity; a debug line about a refused request tells clients apart
+// by a short keyed hash (the one [HashIdentities] puts into keys, when it is
+// on). No internal error text ever reaches a response body.
 //
-// Misconfiguration never passes silently: New returns an error and RateLimit
-// panics at start-up, naming the option. What can only be checked on a
-// request, such as a [RateLimit] route that reaches no Redis backend, answers
-// 500 and logs the cause.
+// Misconfiguration never passes silently: [New] returns an error and
+// [Limiter.RateLimit] and [RateLimit] panic at start-up, naming the option.
+// What can only be checked on a request, such as a package-level
+// [RateLimit] with no limiter before it and no Redis of its own, answers
+// 500 and logs the cause and the fix.
 package ginlimit

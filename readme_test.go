@@ -1,0 +1,115 @@
+package ginlimit_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestREADMESnippetsCompile: every Go snippet of the README compiles as
+// written. A snippet that is a whole program is built as it is; a fragment
+// is built inside a function that gives it the names the README's Usage
+// section defines (r, limiter, and the handlers claim and search). The
+// programs are built through a go build overlay, so nothing is written into
+// the module.
+func TestREADMESnippetsCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the go command")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) < 3 {
+		t.Fatalf("found %d Go snippets in the README, want the Usage program and its fragments", len(blocks))
+	}
+	dir := t.TempDir()
+	replace := map[string]string{}
+	for i, b := range blocks {
+		src := dedent(b[1])
+		if !strings.HasPrefix(src, "package ") {
+			src = fmt.Sprintf(fragmentScaffold, src)
+		}
+		file := filepath.Join(dir, fmt.Sprintf("snippet%d.go", i))
+		if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		pkg, err := filepath.Abs(filepath.Join("zz_readme", fmt.Sprintf("s%d", i), "main.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		replace[pkg] = file
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": replace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "overlay.json"), overlay, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range blocks {
+		cmd := exec.Command(gobin, "build", "-o", os.DevNull, "-overlay", filepath.Join(dir, "overlay.json"), fmt.Sprintf("./zz_readme/s%d", i))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("README snippet %d does not compile:\n%s\n%s", i+1, blocks[i][1], out)
+		}
+	}
+}
+
+// fragmentScaffold holds a README fragment: the names the Usage section
+// defines are parameters, and every import a fragment may use is used.
+const fragmentScaffold = `package main
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/identity"
+)
+
+var (
+	_ = http.StatusOK
+	_ = time.Second
+	_ = identity.ErrUnauthenticated
+)
+
+func main() {}
+
+func snippet(r *gin.Engine, limiter *ginlimit.Limiter, claim, search gin.HandlerFunc) {
+	_, _, _, _ = r, limiter, claim, search
+%s
+}
+`
+
+// dedent removes the indentation a snippet has inside a Markdown list.
+func dedent(s string) string {
+	lines := strings.Split(s, "\n")
+	indent := -1
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		n := len(l) - len(strings.TrimLeft(l, " "))
+		if indent < 0 || n < indent {
+			indent = n
+		}
+	}
+	for i, l := range lines {
+		if len(l) >= indent && indent > 0 {
+			lines[i] = l[indent:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
