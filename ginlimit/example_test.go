@@ -190,3 +190,36 @@ func ExampleAlgorithm() {
 	// cost 2: allowed false, 1 left ""
 	// cost 5: allowed false, 0 left "the request costs 5, more than the rule can ever admit (3)"
 }
+
+// The recommended form: the annotation bound to its limiter needs no
+// middleware, and a misconfigured route panics at start-up.
+func ExampleLimiter_RateLimit() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Type(ginlimit.IP))
+	if err != nil {
+		panic(err)
+	}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.POST("/api/coupon/merchant", limiter.RateLimit(ginlimit.Key("coupon:merchant:"), ginlimit.Limit(1)),
+		func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	for range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/api/coupon/merchant", nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println(w.Code, w.Header().Get("RateLimit"))
+	}
+	fmt.Println(mr.Keys())
+	// Output:
+	// 200 "coupon:merchant";r=0;t=10
+	// 429 "coupon:merchant";r=0;t=10
+	// [coupon:merchant:{POST /api/coupon/merchant ip:192.0.2.1}]
+}
