@@ -1,14 +1,13 @@
 package ginlimit_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ginlimit/ginlimit/internal/gobuild"
 )
 
 // TestREADMESnippetsCompile: every Go snippet of the README compiles as
@@ -18,13 +17,6 @@ import (
 // programs are built through a go build overlay, so nothing is written into
 // the module.
 func TestREADMESnippetsCompile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the go command")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH")
-	}
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -33,34 +25,17 @@ func TestREADMESnippetsCompile(t *testing.T) {
 	if len(blocks) < 3 {
 		t.Fatalf("found %d Go snippets in the README, want the Usage program and its fragments", len(blocks))
 	}
-	dir := t.TempDir()
-	replace := map[string]string{}
+	progs := make([]string, len(blocks))
 	for i, b := range blocks {
-		src := dedent(b[1])
-		if !strings.HasPrefix(src, "package ") {
-			src = fmt.Sprintf(fragmentScaffold, src)
+		progs[i] = dedent(b[1])
+		if !strings.HasPrefix(progs[i], "package ") {
+			progs[i] = fmt.Sprintf(fragmentScaffold, progs[i])
 		}
-		file := filepath.Join(dir, fmt.Sprintf("snippet%d.go", i))
-		if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		pkg, err := filepath.Abs(filepath.Join("zz_readme", fmt.Sprintf("s%d", i), "main.go"))
+	}
+	outs, errs := gobuild.Build(t, "zz_readme", progs...)
+	for i, err := range errs {
 		if err != nil {
-			t.Fatal(err)
-		}
-		replace[pkg] = file
-	}
-	overlay, err := json.Marshal(map[string]map[string]string{"Replace": replace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "overlay.json"), overlay, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for i := range blocks {
-		cmd := exec.Command(gobin, "build", "-o", os.DevNull, "-overlay", filepath.Join(dir, "overlay.json"), fmt.Sprintf("./zz_readme/s%d", i))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("README snippet %d does not compile:\n%s\n%s", i+1, blocks[i][1], out)
+			t.Errorf("README snippet %d does not compile:\n%s\n%s", i+1, blocks[i][1], outs[i])
 		}
 	}
 }

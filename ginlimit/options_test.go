@@ -1,15 +1,13 @@
 package ginlimit
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ginlimit/ginlimit/internal/gobuild"
 )
 
 // TestRouteOptionsInRuleDoNotCompile: a route option inside Rule(...) is a
@@ -18,13 +16,6 @@ import (
 // is written into the module), and every one of those lines, and no other,
 // must fail; rule options on the control lines must compile.
 func TestRouteOptionsInRuleDoNotCompile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the go command")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH")
-	}
 	routeOnly := []string{
 		"ginlimit.Redis(nil)", "ginlimit.Timeout(time.Second)", "ginlimit.OnFailure(ginlimit.FailClosed)",
 		"ginlimit.LocalInstances(2)", "ginlimit.Breaker(0, 0)", "ginlimit.AutoPipeline(true)",
@@ -50,29 +41,13 @@ func TestRouteOptionsInRuleDoNotCompile(t *testing.T) {
 	for _, o := range ruleOK {
 		fmt.Fprintf(&src, "var _ = ginlimit.Rule(%s)\n", o)
 	}
-	dir := t.TempDir()
-	file := filepath.Join(dir, "main.go")
-	if err := os.WriteFile(file, []byte(src.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pkgDir, err := filepath.Abs("zz_compilecheck")
-	if err != nil {
-		t.Fatal(err)
-	}
-	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(pkgDir, "main.go"): file}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "overlay.json"), overlay, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(gobin, "build", "-overlay", filepath.Join(dir, "overlay.json"), "-gcflags=-e", "./zz_compilecheck")
-	out, err := cmd.CombinedOutput()
-	if err == nil {
+	outs, errs := gobuild.Build(t, "zz_compilecheck", src.String())
+	out := outs[0]
+	if errs[0] == nil {
 		t.Fatalf("the program compiled; want an error on each of %d lines:\n%s", len(want), src.String())
 	}
 	failed := map[int]bool{}
-	for _, m := range regexp.MustCompile(`main\.go:(\d+):\d+: (.*)`).FindAllStringSubmatch(string(out), -1) {
+	for _, m := range regexp.MustCompile(`p0\.go:(\d+):\d+: (.*)`).FindAllStringSubmatch(string(out), -1) {
 		n, _ := strconv.Atoi(m[1])
 		if _, ok := want[n]; !ok {
 			t.Errorf("line %d failed, which should compile: %s", n, m[2])
