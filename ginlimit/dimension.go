@@ -42,6 +42,18 @@ func (t LimitType) String() string {
 	return fmt.Sprintf("LimitType(%d)", int(t))
 }
 
+// Type sets what the limit is counted per: [Method] (the default), [IP] or
+// [User].
+func Type(t LimitType) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if t < Method || t > User {
+			return fmt.Errorf("Type(%v): want Method, IP or User", t)
+		}
+		r.typ = t
+		return nil
+	})
+}
+
 // IPIdentity sets how the client IP of an [IP] rule is found, in particular
 // which proxies are trusted to send X-Forwarded-For. By default no proxy is
 // trusted and the client is the TCP peer.

@@ -47,7 +47,9 @@
 //
 // Each idea has one file:
 //
-//   - options.go: the two kinds of options, and the core ones;
+//   - options.go: the two kinds of options, the configuration they fill,
+//     and [Rule]; rule_options.go and route_options.go: the core options of
+//     each kind (a feature's own options are in its file);
 //   - policy.go: compiling the options into a [Policy] and its rules;
 //   - pipeline.go: the decision pipeline;
 //   - key.go: every Redis key, built by one function;

@@ -1,0 +1,149 @@
+package ginlimit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+)
+
+// The route options of the backend and of the request's handling. Those of
+// a feature with a file of its own are there: Breaker (breaker.go),
+// DenyCache (denycache.go), OnFailure and LocalInstances (failure.go),
+// Headers (response.go), Observe (observe.go).
+
+// Redis sets the Redis backend. Any redis.Scripter works: *redis.Client,
+// *redis.ClusterClient, *redis.Ring or a redis.UniversalClient. A route must
+// get one, from its limiter or its own options. Redis 5 or newer is needed
+// (the script reads TIME before it writes); 7 is what the tests run.
+//
+// Set ContextTimeoutEnabled on the client's options: go-redis then bounds
+// socket reads by the decision's deadline. Without it the decision is still
+// answered within [Timeout], but each call runs in its own goroutine, and a
+// call abandoned on a hung server holds its pooled connection until the
+// client's ReadTimeout.
+//
+// A [Limiter] keeps one backend per client (and per [Breaker] and
+// [AutoPipeline] setting): the scripts are loaded once, and every route on
+// it shares the circuit breakers, so a Redis outage trips one breaker, not
+// one per route.
+func Redis(client redis.Scripter) Option {
+	return routeOption(func(r *routeConfig) error {
+		if client == nil {
+			return errors.New("Redis(nil): the Redis client must not be nil")
+		}
+		r.client = client
+		return nil
+	})
+}
+
+// Timeout bounds each decision's Redis call, inside the request's own
+// context. The default is [DefaultTimeout]. It must be positive.
+func Timeout(d time.Duration) Option {
+	return routeOption(func(r *routeConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("Timeout(%v): the timeout must be positive", d)
+		}
+		r.timeout = d
+		return nil
+	})
+}
+
+// Logger sets the logger for Redis errors and configuration errors found
+// while serving. The default is slog.Default() at the time of logging.
+func Logger(l *slog.Logger) Option {
+	return routeOption(func(r *routeConfig) error {
+		if l == nil {
+			return errors.New("Logger(nil): the logger must not be nil")
+		}
+		r.logger = l
+		return nil
+	})
+}
+
+// AutoPipeline batches the decisions of concurrent requests into Redis
+// pipelines with go-redis's AutoPipeliner (the client's AsyncAutoPipeline),
+// which raises throughput under concurrency. Every guarantee stays: each
+// decision is still its own atomic script call, and each still returns
+// within [Timeout] and the request's context. Only a *redis.Client is
+// auto-pipelined: go-redis's cluster auto-pipeliner shares batches across
+// masters (one dead master would stall the others) and Ring does not
+// auto-pipeline, so those and every other client fall back to one call per
+// decision. The default is off, because go-redis marks the AutoPipeliner
+// experimental.
+func AutoPipeline(enabled bool) Option {
+	return routeOption(func(r *routeConfig) error {
+		r.autoPipeline = enabled
+		return nil
+	})
+}
+
+// Shadow turns on shadow mode (a dry run): decisions are made and recorded
+// as usual and the headers are sent, but a request that would be limited is
+// let through; its decision has Shadow set and a debug line is logged. This
+// is how to roll out a new limit safely: watch what it would do first. The
+// default is off.
+func Shadow(enabled bool) Option {
+	return routeOption(func(r *routeConfig) error {
+		r.shadow = enabled
+		return nil
+	})
+}
+
+// Skip exempts the requests for which skip returns true: they are counted
+// nowhere and get no rate limit headers (health checks, internal networks,
+// an allow-list of users). skip runs on every request of the route, before
+// any identity is resolved, and must be safe for concurrent use.
+func Skip(skip func(c *gin.Context) bool) Option {
+	return routeOption(func(r *routeConfig) error {
+		if skip == nil {
+			return errors.New("Skip(nil): the predicate must not be nil")
+		}
+		r.skip = skip
+		return nil
+	})
+}
+
+// OnLimited calls f for every request the route refuses with 429 (not for
+// shadow mode's would-be refusals), before the response is written: a
+// refusal by a rule, by the deny cache, by the [FailLocal] fallback, or for
+// a cost no rule can admit.
+func OnLimited(f func(c *gin.Context, d Decision)) Option {
+	return routeOption(func(r *routeConfig) error {
+		if f == nil {
+			return errors.New("OnLimited(nil): the function must not be nil")
+		}
+		r.onLimited = f
+		return nil
+	})
+}
+
+// OnError calls f with the (wrapped) error whenever Redis could not decide
+// for the route, whatever the failure policy then does.
+func OnError(f func(c *gin.Context, err error)) Option {
+	return routeOption(func(r *routeConfig) error {
+		if f == nil {
+			return errors.New("OnError(nil): the function must not be nil")
+		}
+		r.onError = f
+		return nil
+	})
+}
+
+// Respond replaces the default 429 body: f writes the response for every
+// request the route refuses with 429 (for example the application's own
+// envelope, or RFC 9457 problem+json) and the chain is then aborted. The
+// rate limit headers are already set when f runs; the decision is also in
+// [DecisionFrom]. If f writes nothing, the default body is written.
+func Respond(f func(c *gin.Context, d Decision)) Option {
+	return routeOption(func(r *routeConfig) error {
+		if f == nil {
+			return errors.New("Respond(nil): the function must not be nil")
+		}
+		r.respond = f
+		return nil
+	})
+}

@@ -1,0 +1,114 @@
+package ginlimit
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// The rule options of the annotation's own fields and of cost. The
+// algorithm's options are in algorithm.go, the dimension's in dimension.go,
+// Tiers in tiers.go.
+
+// maxWindow is the longest window the scripts accept (1e15 µs, about 31
+// years).
+const maxWindow = 1e15 * time.Microsecond
+
+// Key sets the Redis key prefix, the Java annotation's key. The default is
+// [DefaultKey]. It must not be empty and must not contain '{' or '}', which
+// would move the key's Redis Cluster hash tag.
+func Key(prefix string) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		switch {
+		case prefix == "":
+			return fmt.Errorf("Key(%q): the key prefix must not be empty", prefix)
+		case strings.ContainsAny(prefix, "{}"):
+			return fmt.Errorf("Key(%q): the key prefix must not contain '{' or '}' (they make the Redis Cluster hash tag)", prefix)
+		}
+		r.prefix = prefix
+		return nil
+	})
+}
+
+// Name sets the rule's name: the policy name in the RateLimit-Policy and
+// RateLimit headers and [Decision.Rule]. It must be printable ASCII. By
+// default it is the key prefix without its trailing colons; each [Rule] of a
+// route needs its own.
+func Name(name string) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if name == "" || !printableASCII(name) {
+			return fmt.Errorf("Name(%q): the name must be non-empty printable ASCII", name)
+		}
+		r.name = name
+		return nil
+	})
+}
+
+// Window sets the length of the window. The default is [DefaultWindow]. It
+// must be from 1 ms to about 31 years and is kept at microsecond precision;
+// 250*time.Millisecond works as written.
+func Window(d time.Duration) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if d < time.Millisecond || d > maxWindow {
+			return fmt.Errorf("Window(%v): the window must be from 1ms to %v", d, maxWindow)
+		}
+		r.window = d.Truncate(time.Microsecond)
+		return nil
+	})
+}
+
+// Limit sets how many requests are admitted per window. The default is
+// [DefaultLimit]. It must be between 1 and 1e9.
+func Limit(n int) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if n < 1 || n > 1e9 {
+			return fmt.Errorf("Limit(%d): the limit must be between 1 and 1e9", n)
+		}
+		r.limit = n
+		return nil
+	})
+}
+
+// Message sets the message of the rule's 429 body. The default is
+// [DefaultMessage].
+func Message(msg string) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if msg == "" {
+			return fmt.Errorf("Message(%q): the message must not be empty", msg)
+		}
+		r.message = msg
+		return nil
+	})
+}
+
+// Cost charges each request of the route n units instead of 1, for example
+// for a batch endpoint. It must be between 1 and 1e9. A request that costs
+// more than the rule can ever admit (the limit, or a token bucket's burst)
+// is rejected with 429 and a message saying so; it is never retried or
+// queued.
+func Cost(n int) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if n < 1 || n > 1e9 {
+			return fmt.Errorf("Cost(%d): the cost must be between 1 and 1e9", n)
+		}
+		r.cost, r.costFunc = n, nil
+		return nil
+	})
+}
+
+// CostFunc charges each request f(c) units, for example by its batch size.
+// A result below 1 is charged as 1. f runs on every request and must be
+// safe for concurrent use; it must not read the request body unless it
+// restores it.
+func CostFunc(f func(c *gin.Context) int) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if f == nil {
+			return errors.New("CostFunc(nil): the function must not be nil")
+		}
+		r.costFunc = f
+		return nil
+	})
+}
