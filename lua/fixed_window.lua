@@ -11,40 +11,38 @@
 --        count from a current one.
 -- param  unused (0).
 -- cost   1 to the limit.
+-- State  start (the window's start, µs) and count (units admitted in it).
 --
 -- reset is the time until the window ends, when remaining grows back to the
 -- limit; retry, for a rejected request, is the same.
 
-local fixed_window = {
-  validate = function(r)
-    if r.cost > r.limit then
-      return 'cost must be at most the limit'
-    end
-  end,
+local function fixed_window_validate(window, limit, param, cost)
+  if cost > limit then
+    return 'cost must be at most the limit'
+  end
+end
 
-  check = function(r)
-    local start = now - now % r.window
-    local state = redis.call('HMGET', r.key, 's', 'c')
-    local count = 0
-    if tonumber(state[1]) == start then
-      count = tonumber(state[2]) or 0
-    end
-    r.start, r.count = start, count
-    r.ok = count + r.cost <= r.limit
-  end,
+local function fixed_window_check(key, window, limit, param, cost)
+  local start = now - now % window
+  local state = redis.call('HMGET', key, 's', 'c')
+  local count = 0
+  if tonumber(state[1]) == start then
+    count = tonumber(state[2]) or 0
+  end
+  return count + cost <= limit, start, count
+end
 
-  commit = function(r)
-    local key, start, count = r.key, r.start, r.count + r.cost
-    r.count = count
-    redis.call('HSET', key, 's', start, 'c', count)
-    redis.call('PEXPIREAT', key, math.ceil((start + r.window) / 1000))
-  end,
+local function fixed_window_commit(key, window, limit, param, cost, start, count)
+  count = count + cost
+  redis.call('HSET', key, 's', start, 'c', count)
+  redis.call('PEXPIREAT', key, math.ceil((start + window) / 1000))
+  return start, count
+end
 
-  report = function(r)
-    local reset = r.start + r.window - now
-    r.remaining, r.reset, r.retry = r.limit - r.count, reset, 0
-    if not r.admitted and not r.ok then
-      r.retry = reset
-    end
-  end,
-}
+local function fixed_window_report(key, window, limit, param, cost, ok, admitted, start, count)
+  local reset = start + window - now
+  if not admitted and not ok then
+    return limit - count, reset, reset
+  end
+  return limit - count, reset, 0
+end

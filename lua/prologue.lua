@@ -16,8 +16,7 @@
 --
 -- It leaves now, the time in µs (a number, exact below 2^53); int(v, lo,
 -- hi), v as an integer from lo to hi or nil; and rule(i), rule i's window,
--- limit, param and cost checked against those ranges, in the table the
--- algorithms' functions take.
+-- limit, param and cost checked against those ranges.
 
 if #KEYS < 1 or #ARGV ~= 1 + 5 * #KEYS then
   return redis.error_reply('ERR ginlimit: want 1 + 5*#KEYS arguments (the clock, then algorithm, window, limit, param and cost per key) and at least 1 key; got '
@@ -43,15 +42,10 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- rule(i) returns rule i's state table, or nil and what is wrong with its
--- arguments. The algorithm number, ARGV[5*i - 3], is the driver's to read.
--- The table starts with every field a driver reads or sets, so that the few
--- an algorithm adds fit without growing it: key, window, limit, param and
--- cost from the arguments; ok, set by check (whether this rule alone admits
--- the request); admitted, set by the driver before report (whether every
--- rule admitted it, so that it was committed); remaining, reset and retry,
--- set by report. (The checks are int's, written out: this runs on every
--- call.)
+-- rule(i) returns rule i's window, limit, param and cost, checked against
+-- those ranges, or nil and what is wrong with its arguments. The algorithm
+-- number, ARGV[5*i - 3], is the driver's to read. (The checks are int's,
+-- written out: this runs on every call.)
 local function rule(i)
   local a = 5 * i - 3
   local window = tonumber(ARGV[a + 1])
@@ -70,8 +64,5 @@ local function rule(i)
   if not cost or cost < 1 or cost > 1e9 or cost % 1 ~= 0 then
     return nil, 'cost (ARGV[' .. (a + 4) .. ']) must be an integer from 1 to 1e9'
   end
-  return {
-    key = KEYS[i], window = window, limit = limit, param = param, cost = cost,
-    ok = false, admitted = false, remaining = 0, reset = 0, retry = 0,
-  }
+  return window, limit, param, cost
 end

@@ -6,9 +6,10 @@
 --
 -- lua.go builds the script as prologue.lua, the files of the algorithms it
 -- is given, then generated lines that map each algorithm number in ARGV to
--- its table and list the numbers for error messages,
+-- its four functions and list the numbers for error messages,
 --
---   local algorithms = {[0] = sliding_log, [1] = token_bucket}
+--   local algorithms = {[0] = {sliding_log_validate, sliding_log_check,
+--     sliding_log_commit, sliding_log_report}, [1] = {token_bucket_validate, ...}}
 --   local algorithm_numbers = '0 (sliding_log), 1 (token_bucket)'
 --
 -- then this file. The arguments are prologue.lua's: KEYS[i] rule i's key
@@ -22,29 +23,31 @@
 -- admit it; retry_us is 0 for a rule that would.
 
 local n = #KEYS
-local rules, algs = {}, {}
+local algs, keys, windows, limits, params, costs = {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local a = 5 * i - 3
-  local alg = algorithms[int(ARGV[a], 0, 1e9)]
+  local number = int(ARGV[a], 0, 1e9)
+  local alg = number and algorithms[number]
   if not alg then
     return redis.error_reply('ERR ginlimit: rule ' .. i .. ': algorithm (ARGV[' .. a .. ']) must be one of '
       .. algorithm_numbers .. ', got ' .. tostring(ARGV[a]))
   end
-  local r, err = rule(i)
-  if r then
-    err = alg.validate(r)
+  local window, limit, param, cost = rule(i)
+  local err = limit
+  if window then
+    err = alg[1](window, limit, param, cost)
   end
   if err then
     return redis.error_reply('ERR ginlimit: rule ' .. i .. ': ' .. err)
   end
-  rules[i], algs[i] = r, alg
+  algs[i], keys[i], windows[i], limits[i], params[i], costs[i] = alg, KEYS[i], window, limit, param, cost
 end
 
 local fired = 0
+local oks, as, bs = {}, {}, {}
 for i = 1, n do
-  local r = rules[i]
-  algs[i].check(r)
-  if fired == 0 and not r.ok then
+  oks[i], as[i], bs[i] = algs[i][2](keys[i], windows[i], limits[i], params[i], costs[i])
+  if fired == 0 and not oks[i] then
     fired = i
   end
 end
@@ -52,16 +55,14 @@ end
 local admitted = fired == 0
 if admitted then
   for i = 1, n do
-    algs[i].commit(rules[i])
+    as[i], bs[i] = algs[i][3](keys[i], windows[i], limits[i], params[i], costs[i], as[i], bs[i])
   end
 end
 
 local out = {now, fired}
 for i = 1, n do
-  local r = rules[i]
-  r.admitted = admitted
-  algs[i].report(r)
+  local remaining, reset, retry = algs[i][4](keys[i], windows[i], limits[i], params[i], costs[i], oks[i], admitted, as[i], bs[i])
   local j = 4 * i - 1
-  out[j], out[j + 1], out[j + 2], out[j + 3] = r.ok and 1 or 0, r.remaining, r.reset, r.retry
+  out[j], out[j + 1], out[j + 2], out[j + 3] = oks[i] and 1 or 0, remaining, reset, retry
 end
 return out

@@ -1,15 +1,18 @@
 -- The single-rule driver: decides one request under one rule, atomically,
--- in one call. It is the hot path, so it does nothing but that.
+-- in one call. It is the hot path, so it does nothing but that: no table,
+-- no loop.
 --
 -- lua.go builds the script as prologue.lua, the rule's algorithm's file,
--- then a generated line that names the algorithm's table, its number in
--- ARGV[2] and its name,
+-- then generated lines that name the algorithm's four functions, its number
+-- in ARGV[2] (as a string: ARGV[2] must be exactly that decimal, which saves
+-- a tonumber) and its name,
 --
---   local alg, alg_number, alg_name = sliding_log, 0, 'sliding_log'
+--   local validate, check, commit, report = sliding_log_validate, ...
+--   local alg_number, alg_name = '0', 'sliding_log'
 --
 -- then this file. The arguments are prologue.lua's with exactly one key:
 -- KEYS[1] the key, ARGV[1] the test clock or '', ARGV[2..6] the algorithm
--- number (which must be alg_number), window, limit, param and cost.
+-- number, window, limit, param and cost.
 --
 -- Returns {now_us, fired, ok, remaining, reset_us, retry_us}: fired is 1
 -- when the request was rejected and 0 when it was admitted and recorded; ok
@@ -18,25 +21,25 @@
 if #KEYS ~= 1 then
   return redis.error_reply('ERR ginlimit: the ' .. alg_name .. ' script decides one rule: want 1 key, got ' .. #KEYS)
 end
-if tonumber(ARGV[2]) ~= alg_number then
+if ARGV[2] ~= alg_number then
   return redis.error_reply('ERR ginlimit: algorithm (ARGV[2]) must be ' .. alg_number .. ' (' .. alg_name .. ') for this script, got ' .. tostring(ARGV[2]))
 end
-local r, err = rule(1)
-if r then
-  err = alg.validate(r)
+local window, limit, param, cost = rule(1)
+local err = limit
+if window then
+  err = validate(window, limit, param, cost)
 end
 if err then
   return redis.error_reply('ERR ginlimit: ' .. err)
 end
 
-alg.check(r)
-local ok = r.ok
-r.admitted = ok
+local key = KEYS[1]
+local ok, a, b = check(key, window, limit, param, cost)
 if ok then
-  alg.commit(r)
+  a, b = commit(key, window, limit, param, cost, a, b)
 end
-alg.report(r)
+local remaining, reset, retry = report(key, window, limit, param, cost, ok, ok, a, b)
 if ok then
-  return {now, 0, 1, r.remaining, r.reset, r.retry}
+  return {now, 0, 1, remaining, reset, retry}
 end
-return {now, 1, 0, r.remaining, r.reset, r.retry}
+return {now, 1, 0, remaining, reset, retry}

@@ -14,6 +14,7 @@
 -- param  N, the number of sub-windows (an integer from 1 to 1000 that
 --        divides the window).
 -- cost   1 to the limit.
+-- State  counts (sub-window index -> units, the counted ones) and sum.
 --
 -- reset is the time until the oldest counted sub-window with units in it
 -- leaves (the first moment remaining can grow; the next sub-window boundary
@@ -21,70 +22,65 @@
 -- enough of them have left for its cost to fit. Sub-window i leaves the
 -- count at (i + N) * window/N.
 
-local sliding_counter = {
-  validate = function(r)
-    local n = r.param
-    if n < 1 or n > 1000 or r.window % n ~= 0 then
-      return 'sub-windows (param) must be an integer from 1 to 1000 that divides the window'
-    end
-    if r.cost > r.limit then
-      return 'cost must be at most the limit'
-    end
-  end,
+local function sliding_counter_validate(window, limit, param, cost)
+  if param < 1 or param > 1000 or window % param ~= 0 then
+    return 'sub-windows (param) must be an integer from 1 to 1000 that divides the window'
+  end
+  if cost > limit then
+    return 'cost must be at most the limit'
+  end
+end
 
-  -- Read every field, sum the counted ones, drop the rest.
-  check = function(r)
-    local key, n = r.key, r.param
-    local sub = r.window / n
-    local cur = math.floor(now / sub)
-    local first = cur - n + 1 -- the oldest sub-window still counted
-    local counts, sum, stale = {}, 0, {}
-    local fields = redis.call('HGETALL', key)
-    for i = 1, #fields, 2 do
-      local idx, c = tonumber(fields[i]), tonumber(fields[i + 1])
-      if idx >= first and idx <= cur then
-        counts[idx] = c
-        sum = sum + c
-      else
-        stale[#stale + 1] = fields[i]
+-- Read every field, sum the counted ones, drop the rest.
+local function sliding_counter_check(key, window, limit, param, cost)
+  local cur = math.floor(now / (window / param))
+  local first = cur - param + 1 -- the oldest sub-window still counted
+  local counts, sum, stale = {}, 0, {}
+  local fields = redis.call('HGETALL', key)
+  for i = 1, #fields, 2 do
+    local idx, c = tonumber(fields[i]), tonumber(fields[i + 1])
+    if idx >= first and idx <= cur then
+      counts[idx] = c
+      sum = sum + c
+    else
+      stale[#stale + 1] = fields[i]
+    end
+  end
+  if #stale > 0 then
+    redis.call('HDEL', key, unpack(stale))
+  end
+  return sum + cost <= limit, counts, sum
+end
+
+local function sliding_counter_commit(key, window, limit, param, cost, counts, sum)
+  local sub = window / param
+  local cur = math.floor(now / sub)
+  counts[cur] = (counts[cur] or 0) + cost
+  redis.call('HINCRBY', key, string.format('%d', cur), cost)
+  -- The current sub-window is counted until cur + N; keep it that long.
+  redis.call('PEXPIREAT', key, math.ceil((cur + param) * sub / 1000))
+  return counts, sum + cost
+end
+
+local function sliding_counter_report(key, window, limit, param, cost, ok, admitted, counts, sum)
+  local sub = window / param
+  local cur = math.floor(now / sub)
+  local reset, retry = (cur + 1) * sub - now, 0
+  local need = sum + cost - limit -- units that must leave before a retry fits
+  local want = not admitted and not ok
+  local freed, found = 0, false
+  for i = cur - param + 1, cur do
+    local c = counts[i]
+    if c and c > 0 then
+      if not found then
+        reset = (i + param) * sub - now
+        found = true
+      end
+      freed = freed + c
+      if want and retry == 0 and freed >= need then
+        retry = (i + param) * sub - now
       end
     end
-    if #stale > 0 then
-      redis.call('HDEL', key, unpack(stale))
-    end
-    r.sub, r.cur, r.counts, r.sum = sub, cur, counts, sum
-    r.ok = sum + r.cost <= r.limit
-  end,
-
-  commit = function(r)
-    local key, cur, cost = r.key, r.cur, r.cost
-    local counts = r.counts
-    r.sum = r.sum + cost
-    counts[cur] = (counts[cur] or 0) + cost
-    redis.call('HINCRBY', key, string.format('%d', cur), cost)
-    -- The current sub-window is counted until cur + N; keep it that long.
-    redis.call('PEXPIREAT', key, math.ceil((cur + r.param) * r.sub / 1000))
-  end,
-
-  report = function(r)
-    local n, sub, cur, counts, sum = r.param, r.sub, r.cur, r.counts, r.sum
-    local reset, retry = (cur + 1) * sub - now, 0
-    local need = sum + r.cost - r.limit -- units that must leave before a retry fits
-    local want = not r.admitted and not r.ok
-    local freed, found = 0, false
-    for i = cur - n + 1, cur do
-      local c = counts[i]
-      if c and c > 0 then
-        if not found then
-          reset = (i + n) * sub - now
-          found = true
-        end
-        freed = freed + c
-        if want and retry == 0 and freed >= need then
-          retry = (i + n) * sub - now
-        end
-      end
-    end
-    r.remaining, r.reset, r.retry = r.limit - sum, reset, retry
-  end,
-}
+  end
+  return limit - sum, reset, retry
+end

@@ -18,81 +18,77 @@
 --        bound, which saves a ZREMRANGEBYSCORE and a ZRANGE on the common
 --        path.
 -- cost   1 to the limit.
+-- State  count (units in the window; it may count expired entries while
+--        more than exact-below units remain) and swept (whether check
+--        removed the expired entries).
 --
 -- reset is the time until the oldest entry leaves the window, the first
 -- moment remaining can grow (see param); retry, for a rejected request, the
 -- time until enough entries have left for its cost to fit.
+--
 
-local sliding_log = {
-  validate = function(r)
-    if r.cost > r.limit then
-      return 'cost must be at most the limit'
-    end
-  end,
+local function sliding_log_validate(window, limit, param, cost)
+  if cost > limit then
+    return 'cost must be at most the limit'
+  end
+end
 
-  -- ZCARD counts entries that have left the window too. While even that
-  -- count leaves at least `exact` units after this request, the decision
-  -- cannot depend on them: they are removed only when it could, and on about
-  -- one call in eight to bound memory. r.count is then exact below `exact`
-  -- and may count expired entries above it; r.swept says which.
-  check = function(r)
-    local key, limit, cost = r.key, r.limit, r.cost
-    local count = redis.call('ZCARD', key)
-    local swept = limit - count - cost < r.param or now % 8 == 0
-    if swept then
-      count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - r.window)
-    end
-    r.count, r.swept, r.ok = count, swept, count + cost <= limit
-  end,
+-- ZCARD counts entries that have left the window too. While even that count
+-- leaves at least `exact` (param) units after this request, the decision
+-- cannot depend on them: they are removed only when it could, and on about
+-- one call in eight to bound memory.
+local function sliding_log_check(key, window, limit, param, cost)
+  local count = redis.call('ZCARD', key)
+  local swept = limit - count - cost < param or now % 8 == 0
+  if swept then
+    count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  end
+  return count + cost <= limit, count, swept
+end
 
-  commit = function(r)
-    local key, cost = r.key, r.cost
-    local base, n = nil, r.count
-    for i = 1, cost do
-      if i > 1 or redis.call('ZADD', key, 'NX', now, now) == 0 then
-        base = base or (string.format('%d', math.floor(now / 1000000)) .. '.' .. string.format('%d', now % 1000000) .. '-')
-        while redis.call('ZADD', key, 'NX', now, base .. n) == 0 do
-          n = n + 1
-        end
+local function sliding_log_commit(key, window, limit, param, cost, count, swept)
+  local base, n = nil, count
+  for i = 1, cost do
+    if i > 1 or redis.call('ZADD', key, 'NX', now, now) == 0 then
+      base = base or (string.format('%d', math.floor(now / 1000000)) .. '.' .. string.format('%d', now % 1000000) .. '-')
+      while redis.call('ZADD', key, 'NX', now, base .. n) == 0 do
         n = n + 1
       end
+      n = n + 1
     end
-    redis.call('PEXPIRE', key, math.ceil(r.window / 1000))
-    r.count = r.count + cost
-  end,
+  end
+  redis.call('PEXPIRE', key, math.ceil(window / 1000))
+  return count + cost, swept
+end
 
-  report = function(r)
-    local key, window, limit, admitted = r.key, r.window, r.limit, r.admitted
-    local count = r.count
-    local reset, retry = window, 0
-    if not admitted or limit - count < r.param then
-      if not r.swept then
-        -- Only when another rule rejected a request that this one admits
-        -- without a sweep (check swept whenever this rule rejects or leaves
-        -- fewer than exact-below units): sweep now, so that the oldest
-        -- entry is inside the window and remaining exact.
-        count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-        r.count = count
-      end
-      -- The set can only be empty here if its TTL (the window, rounded up to
-      -- a millisecond) ran out while a very slow script ran; nothing is then
-      -- left in the window, and the defaults stand.
-      local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-      if oldest[2] then
-        reset = tonumber(oldest[2]) + window - now
-      end
-      if not admitted and not r.ok then
-        -- The request fits once count + cost - limit entries have left.
-        local k = count + r.cost - limit
-        retry = reset
-        if k > 1 then
-          local kth = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
-          if kth[2] then
-            retry = tonumber(kth[2]) + window - now
-          end
+local function sliding_log_report(key, window, limit, param, cost, ok, admitted, count, swept)
+  local reset, retry = window, 0
+  if not admitted or limit - count < param then
+    if not swept then
+      -- Only when another rule rejected a request that this one admits
+      -- without a sweep (check swept whenever this rule rejects or leaves
+      -- fewer than exact-below units): sweep now, so that the oldest entry
+      -- is inside the window and remaining exact.
+      count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+    end
+    -- The set can only be empty here if its TTL (the window, rounded up to a
+    -- millisecond) ran out while a very slow script ran; nothing is then
+    -- left in the window, and the defaults stand.
+    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if oldest[2] then
+      reset = tonumber(oldest[2]) + window - now
+    end
+    if not admitted and not ok then
+      -- The request fits once count + cost - limit entries have left.
+      local k = count + cost - limit
+      retry = reset
+      if k > 1 then
+        local kth = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
+        if kth[2] then
+          retry = tonumber(kth[2]) + window - now
         end
       end
     end
-    r.remaining, r.reset, r.retry = limit - count, reset, retry
-  end,
-}
+  end
+  return limit - count, reset, retry
+end

@@ -14,64 +14,58 @@
 -- param  the burst: the bucket's capacity (an integer, at least 1, with
 --        burst*window at most 2^53).
 -- cost   1 to the burst.
+-- State  ahead (now, in 1/limit µs) and new_ahead (what it would be with
+--        this request).
 --
 -- remaining is the whole tokens left, reset the time until the next whole
 -- token, and retry, for a rejected request, the time until its cost fits,
 -- both rounded up to whole microseconds.
 
-local token_bucket = {
-  validate = function(r)
-    if r.param < 1 then
-      return 'burst (param) must be at least 1'
-    end
-    if r.cost > r.param then
-      return 'cost must be at most the burst (param)'
-    end
-    if r.param * r.window > 9007199254740992 then
-      return 'burst (param) * window must not exceed 2^53'
-    end
-  end,
+local function token_bucket_validate(window, limit, param, cost)
+  if param < 1 then
+    return 'burst (param) must be at least 1'
+  end
+  if cost > param then
+    return 'cost must be at most the burst (param)'
+  end
+  if param * window > 9007199254740992 then
+    return 'burst (param) * window must not exceed 2^53'
+  end
+end
 
-  check = function(r)
-    local limit, window = r.limit, r.window
-    local ahead = 0
-    local stored = redis.call('GET', r.key)
-    if stored then
-      local b, a = string.match(stored, '^(%d+):(%d+)$')
-      if b then
-        local elapsed = now - tonumber(b)
-        ahead = tonumber(a)
-        -- Drain elapsed µs, each worth limit units; compare first so the
-        -- product stays small (elapsed*limit < ahead <= capacity <= 2^53).
-        if elapsed >= math.ceil(ahead / limit) then
-          ahead = 0
-        elseif elapsed > 0 then
-          ahead = ahead - elapsed * limit
-        end
+local function token_bucket_check(key, window, limit, param, cost)
+  local ahead = 0
+  local stored = redis.call('GET', key)
+  if stored then
+    local b, a = string.match(stored, '^(%d+):(%d+)$')
+    if b then
+      local elapsed = now - tonumber(b)
+      ahead = tonumber(a)
+      -- Drain elapsed µs, each worth limit units; compare first so the
+      -- product stays small (elapsed*limit < ahead <= capacity <= 2^53).
+      if elapsed >= math.ceil(ahead / limit) then
+        ahead = 0
+      elseif elapsed > 0 then
+        ahead = ahead - elapsed * limit
       end
     end
-    local capacity = r.param * window -- in 1/limit µs, like ahead
-    local new_ahead = ahead + r.cost * window
-    r.capacity, r.ahead, r.new_ahead = capacity, ahead, new_ahead
-    r.ok = new_ahead <= capacity
-  end,
+  end
+  local new_ahead = ahead + cost * window
+  return new_ahead <= param * window, ahead, new_ahead -- the capacity is in 1/limit µs, like ahead
+end
 
-  commit = function(r)
-    local ahead = r.new_ahead
-    r.ahead = ahead
-    redis.call('SET', r.key, string.format('%d:%d', now, ahead), 'PX', math.max(1, math.ceil(ahead / r.limit / 1000)))
-  end,
+local function token_bucket_commit(key, window, limit, param, cost, ahead, new_ahead)
+  redis.call('SET', key, string.format('%d:%d', now, new_ahead), 'PX', math.max(1, math.ceil(new_ahead / limit / 1000)))
+  return new_ahead, new_ahead
+end
 
-  report = function(r)
-    local capacity, window, limit, ahead = r.capacity, r.window, r.limit, r.ahead
-    local remaining = math.floor((capacity - ahead) / window)
-    -- The next whole token: ahead must fall to capacity - (remaining+1)*window.
-    r.remaining = remaining
-    r.reset = math.ceil((ahead - (capacity - (remaining + 1) * window)) / limit)
-    if not r.admitted and not r.ok then
-      r.retry = math.ceil((r.new_ahead - capacity) / limit)
-    else
-      r.retry = 0
-    end
-  end,
-}
+local function token_bucket_report(key, window, limit, param, cost, ok, admitted, ahead, new_ahead)
+  local capacity = param * window
+  local remaining = math.floor((capacity - ahead) / window)
+  -- The next whole token: ahead must fall to capacity - (remaining+1)*window.
+  local reset = math.ceil((ahead - (capacity - (remaining + 1) * window)) / limit)
+  if not admitted and not ok then
+    return remaining, reset, math.ceil((new_ahead - capacity) / limit)
+  end
+  return remaining, reset, 0
+end
