@@ -17,9 +17,11 @@
 // golang-jwt v5: only the algorithms of the configured keys are accepted (so
 // "alg": "none" and HMAC/RSA confusion are rejected), exp is required and exp
 // and nbf are checked with a small leeway, and the id is read from a claim
-// (sub by default; strings and integers both work). [FromContext] reads an id
-// that the application's own authentication middleware stored in the gin
-// context.
+// (sub by default; strings and integers both work). Keys come from an HMAC
+// secret, public keys, or a JSON Web Key Set chosen by the token's kid
+// ([JWKS]); weak RSA keys in a set are refused when it is loaded.
+// [FromContext] reads an id that the application's own authentication
+// middleware stored in the gin context.
 //
 // Every failure to find a user wraps [ErrUnauthenticated]; callers answer it
 // with 401 and never fall back to a shared "anonymous" identity.

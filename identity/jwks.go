@@ -25,6 +25,16 @@ type jwks map[string]jwkKey
 // token's algorithm must belong to its key's family (and equal the key's
 // "alg" when it has one), so a kid cannot be used for algorithm confusion.
 // Call [JWT.ReloadJWKS] with a new set to rotate keys.
+//
+// RSA keys must have a modulus of at least 2048 bits and an odd public
+// exponent from 65537 to 2^31-1. A set holding any RSA key below that (or
+// any other malformed key) is refused as a whole, with an error naming the
+// key's index and kid: loading half a set would silently drop a key that
+// tokens are being signed with.
+//
+// A kid the set has selects that key alone. Next to an [HMACSecret] or a
+// [PublicKey], a token whose kid is absent, null or not in the set is
+// verified with those keys by its algorithm family (see [JWT]).
 func JWKS(data []byte) JWTOption {
 	return jwtOptionFunc(func(c *jwtConfig) error {
 		set, err := parseJWKS(data)
@@ -55,7 +65,10 @@ func JWKSFile(path string) JWTOption {
 
 // ReloadJWKS replaces the key set: with data, from it; with nil data, from
 // the JWKSFile again. Tokens being verified meanwhile use the old or the
-// new set, never a mix. A bad set is refused and the old one stays.
+// new set, never a mix. A bad set is refused as a whole and the old one
+// stays in force: one weak or malformed key (see [JWKS]) fails the rotation
+// with an error naming its kid, so the operator sees it while the old keys
+// keep serving.
 func (j *JWT) ReloadJWKS(data []byte) error {
 	if data == nil {
 		if j.jwksPath == "" {
@@ -122,6 +135,34 @@ func parseJWKS(data []byte) (jwks, error) {
 	return set, nil
 }
 
+// minRSABits and minRSAExponent are the weakest RSA key a JWKS may hold:
+// 2048 bits (NIST SP 800-131A, RFC 7518 section 3.3) and e = 65537 (FIPS
+// 186-5 section 5.5 asks for 2^16 < e).
+const (
+	minRSABits     = 2048
+	minRSAExponent = 65537
+)
+
+// checkRSA refuses an RSA public key that is too weak, or that crypto/rsa
+// would refuse to verify with (an even modulus, an even exponent, or one
+// beyond 2^31-1), so that such a key fails when the set is loaded rather
+// than on every token.
+func checkRSA(k *rsa.PublicKey) error {
+	switch {
+	case k.N.BitLen() < minRSABits:
+		return fmt.Errorf("RSA modulus of %d bits, want at least %d", k.N.BitLen(), minRSABits)
+	case k.N.Bit(0) == 0:
+		return errors.New("RSA modulus is even")
+	case k.E < minRSAExponent:
+		return fmt.Errorf("RSA public exponent %d, want at least %d", k.E, minRSAExponent)
+	case k.E&1 == 0:
+		return fmt.Errorf("RSA public exponent %d is even", k.E)
+	case k.E > 1<<31-1:
+		return fmt.Errorf("RSA public exponent %d, want at most 2^31-1", k.E)
+	}
+	return nil
+}
+
 func b64(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
 
 func (k jwk) publicKey() (crypto.PublicKey, error) {
@@ -133,8 +174,8 @@ func (k jwk) publicKey() (crypto.PublicKey, error) {
 			return nil, errors.New("bad RSA n or e")
 		}
 		pub := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
-		if pub.N.BitLen() < 2048 {
-			return nil, fmt.Errorf("RSA key of %d bits, want at least 2048", pub.N.BitLen())
+		if err := checkRSA(pub); err != nil {
+			return nil, err
 		}
 		return pub, nil
 	case "EC":
@@ -170,9 +211,9 @@ func (k jwk) publicKey() (crypto.PublicKey, error) {
 	return nil, nil
 }
 
-// keyFor picks the token's key by kid and checks its algorithm family.
-func (s jwks) keyFor(t *jwt.Token) (any, error) {
-	kid, _ := t.Header["kid"].(string)
+// keyFor returns the key kid names, checked against the token's algorithm
+// family.
+func (s jwks) keyFor(t *jwt.Token, kid string) (any, error) {
 	entry, ok := s[kid]
 	if !ok {
 		return nil, fmt.Errorf("no key with kid %q", kid)

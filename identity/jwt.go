@@ -40,10 +40,18 @@ const maxTokenLen = 8 << 10
 // key the ES algorithm of its curve, and an Ed25519 key EdDSA. Each token is
 // verified with the key of its own algorithm family, so "alg": "none" and
 // algorithm confusion (an HS256 token "signed" with the RSA public key) fail.
+//
+// With a [JWKS] as well as an [HMACSecret] or [PublicKey], the token's kid
+// header decides: a kid the set has selects that JWKS key alone (an HS256
+// token carrying it is refused, never tried with the secret, so a kid cannot
+// steer a token to another key); a token with no kid, a null or non-string
+// kid, or a kid the set does not have is verified with the configured keys
+// of its algorithm family, exactly as without a JWKS.
+//
 // The exp claim is required; exp and nbf are checked with [DefaultLeeway]
 // unless [Leeway] says otherwise.
 //
-// A JWT is immutable once made and safe for concurrent use.
+// A JWT is safe for concurrent use; only [JWT.ReloadJWKS] changes it once made.
 type JWT struct {
 	parser   *jwt.Parser
 	keys     keySet
@@ -294,13 +302,28 @@ func (k keySet) keyFor(t *jwt.Token) (any, error) {
 	return nil, fmt.Errorf("no key for algorithm %q", t.Method.Alg())
 }
 
-// keyFor picks the verification key: from the JWKS by kid when the token
-// names one (or when there are no other keys), else by algorithm family.
+// keyFor picks the verification key. A kid that the JWKS has selects that
+// key and only it: a token naming a JWKS key never falls back to the HMAC
+// secret or a [PublicKey], even when it fails there. Any other token (no kid,
+// a kid that is null or not a string, or a kid the set lacks) is verified
+// with the configured keys by its algorithm family; with no configured keys,
+// a token without a kid may use the set's kid-less key.
 func (j *JWT) keyFor(t *jwt.Token) (any, error) {
-	if set := j.jwks.Load(); set != nil {
-		if _, hasKid := t.Header["kid"]; hasKid || j.keys.algorithms() == nil {
-			return set.keyFor(t)
+	set := j.jwks.Load()
+	if set == nil {
+		return j.keys.keyFor(t)
+	}
+	kid, named := t.Header["kid"].(string)
+	if named {
+		if _, ok := (*set)[kid]; ok {
+			return set.keyFor(t, kid)
 		}
+	}
+	if j.keys.algorithms() == nil {
+		if named {
+			return nil, fmt.Errorf("no key with kid %q", kid)
+		}
+		return set.keyFor(t, "")
 	}
 	return j.keys.keyFor(t)
 }
