@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +25,7 @@ type backend struct {
 	pipe      *redis.AutoPipeliner // nil without AutoPipeline or on other clients
 	pipeAbove int64                // pipelineAbove; tests lower it
 	calls     atomic.Int64         // calls now waiting on Redis, when pipelining
-	brk       *breakers            // nil when off
+	nodes     *nodes               // the breaker and the slots of each node
 }
 
 // backendKey tells the backends of a limiter apart.
@@ -33,10 +36,11 @@ type backendKey struct {
 	autoPipeline  bool
 }
 
-// shareable reports whether k can be a map key: a client of a type that is
-// not comparable gets a backend of its own on every route.
+// shareable reports whether k can be a map key: a client value that is not
+// comparable (a struct holding a map, say) gets a backend of its own on
+// every route.
 func (k backendKey) shareable() bool {
-	return reflect.TypeOf(k.client).Comparable()
+	return reflect.ValueOf(k.client).Comparable()
 }
 
 // newBackend returns the backend of k's client and loads every script on it.
@@ -45,7 +49,6 @@ func newBackend(k backendKey) (*backend, error) {
 		client:    k.client,
 		honours:   honoursContext(k.client),
 		pipeAbove: pipelineAbove,
-		brk:       newBreakers(k.client, k.breakFailures, k.breakOpen),
 	}
 	if k.autoPipeline {
 		// Only a plain client: go-redis's cluster auto-pipeliner shares
@@ -58,6 +61,11 @@ func newBackend(k backendKey) (*backend, error) {
 			}
 		}
 	}
+	slots := poolSize(k.client)
+	if b.pipe != nil {
+		slots *= pipelineDepth // calls share connections
+	}
+	b.nodes = newNodes(k.client, k.breakFailures, k.breakOpen, slots)
 	b.load()
 	return b, nil
 }
@@ -90,62 +98,126 @@ func (b *backend) script(algs []AlgorithmKind) *redis.Script {
 	return severalScript
 }
 
-// errTimedOut is the cause of a decision's context when its Timeout ran
-// out, as opposed to the request's own context ending.
+// errTimedOut is the cause of a call's context when its Timeout ran out.
 var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", context.DeadlineExceeded)
 
-// withTimeout bounds a decision by d inside ctx.
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeoutCause(ctx, d, errTimedOut)
-}
+// ErrSaturated is wrapped by the error of a decision that this process could
+// not send to Redis in time, although Redis is not failing: every
+// connection was busy and too many decisions were already waiting, or the
+// request's own context ended while it waited. It never opens the circuit
+// breaker, and it is never answered by letting the request through
+// unlimited: the in-process fallback of [FailLocal] decides (under
+// [FailOpen] too), and [FailClosed] answers 503.
+var ErrSaturated = errors.New("ginlimit: no decision in time: the process is saturated (Redis is not failing)")
 
-// run sends one script call through the circuit breaker of the node that
-// serves keys[0] (every key of a call is in one slot) and returns the reply
-// no later than ctx ends. It returns the breaker, nil when there is none,
-// and ErrCircuitOpen, wrapped, when the breaker is open. A failure counts
-// against the breaker only when it means Redis could not serve and the
-// request itself was still waiting: a request whose own context ended says
-// nothing about Redis.
-func (b *backend) run(ctx context.Context, s *redis.Script, keys []string, args []any) ([]any, *breaker, error) {
-	var brk *breaker
-	probe := false
-	if b.brk != nil {
-		brk = b.brk.forKey(ctx, keys[0])
-		var ok bool
-		if ok, probe = brk.allow(); !ok {
-			return nil, brk, ErrCircuitOpen
-		}
+// run sends one script call to the node that serves keys[0] (every key of a
+// call is in one slot) and returns the reply.
+//
+// Time spent in this process is not Redis failing, so the call's stages
+// are bounded apart:
+//
+//   - the node's circuit breaker is asked first: open, the call fails at
+//     once with ErrCircuitOpen;
+//   - the call then waits for one of the node's slots, which are as many as
+//     the client's connection pool (so go-redis need not make it wait for a
+//     connection), bounded by ctx, by queue, and by how many calls may wait
+//     (maxWaiting); running out of any is ErrSaturated;
+//   - once it has a slot, Redis has timeout to answer.
+//
+// A failure counts against the breaker only when it means Redis could not
+// serve: a network error, or Redis not answering within timeout, while the
+// request itself was still waiting. It returns the node's breaker, nil when
+// there is none.
+func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]any, *breaker, error) {
+	n, err := b.nodes.forKey(ctx, timeout, keys[0])
+	if err != nil {
+		return nil, n.brk, err
 	}
+	ok, probe := n.brk.allow()
+	if !ok {
+		return nil, n.brk, ErrCircuitOpen
+	}
+	if err := n.acquire(ctx, queue); err != nil {
+		if probe {
+			n.brk.abandon() // not a verdict on Redis: let the next call probe
+		}
+		return nil, n.brk, err
+	}
+	defer n.release()
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	defer cancel()
 	var reply []any
-	var err error
 	if b.pipe != nil && b.calls.Add(1) > b.pipeAbove {
-		reply, err = b.runPipelined(ctx, s, keys, args)
+		reply, err = b.runPipelined(cctx, s, keys, args)
 		b.calls.Add(-1)
 	} else {
 		if b.pipe != nil {
 			defer b.calls.Add(-1)
 		}
-		reply, err = b.runDirect(ctx, s, keys, args)
+		reply, err = b.runDirect(cctx, s, keys, args)
 	}
-	if brk != nil {
-		callerGone := ctx.Err() != nil && !errors.Is(context.Cause(ctx), errTimedOut)
-		brk.done(probe, err != nil && !callerGone && unavailable(err))
+	failed := false
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		// The request's own context ended: that says nothing about Redis.
+		err = fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))
+	case errors.Is(err, errTimedOut) || isNetTimeout(err):
+		failed = true // on the wire, and Redis did not answer in time
+	case errors.Is(err, context.DeadlineExceeded) && b.poolBusy():
+		// go-redis gave up before the call reached the socket, with every
+		// connection of the pool busy: ginlimit never has more calls on the
+		// wire than the pool has connections, so the application's own
+		// commands hold them. That is a busy client, not a failing Redis.
+		err = fmt.Errorf("%w: %w", ErrSaturated, err)
+	default:
+		failed = unavailable(err)
 	}
-	return reply, brk, err
+	n.brk.done(probe, failed)
+	return reply, n.brk, err
+}
+
+// poolBusy reports whether every connection of a plain client's pool is in
+// use. A bare deadline error can mean a wait for a connection or go-redis
+// backing off between retries on a dead Redis; only the first leaves the
+// pool full of busy connections.
+func (b *backend) poolBusy() bool {
+	c, ok := b.client.(*redis.Client)
+	if !ok {
+		return false
+	}
+	st := c.PoolStats()
+	return st.TotalConns > st.IdleConns && int(st.TotalConns-st.IdleConns) >= c.Options().PoolSize
+}
+
+// isNetTimeout reports whether err is a timeout of a network operation (a
+// socket deadline), as opposed to a context's deadline, which implements
+// net.Error too.
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return !errors.Is(err, context.DeadlineExceeded) && errors.As(err, &ne) && ne.Timeout()
 }
 
 // runDirect runs s and returns no later than ctx is done. On a client that
-// honours the context this is a plain call. On one that does not, the call
-// runs in a goroutine and is abandoned when ctx ends: the request is answered
+// honours the context this is a plain call. On one that does not, and on a
+// *redis.ClusterClient (which can block on loading the cluster's slots
+// whatever the context says), the call runs in a goroutine and is abandoned
+// when ctx ends: the request is answered
 // on time, and the goroutine ends at the client's own ReadTimeout. At most
 // the client's pool size of such goroutines can wait on a hung server,
 // because waiting for a pooled connection does honour ctx.
 func (b *backend) runDirect(ctx context.Context, s *redis.Script, keys []string, args []any) ([]any, error) {
-	if b.honours {
+	if b.honours && !b.nodes.isCluster() {
 		return s.Run(ctx, b.client, keys, args...).Slice()
 	}
 	return bounded(ctx, func() ([]any, error) { return s.Run(ctx, b.client, keys, args...).Slice() })
 }
+
+// boundedGrace is how long bounded waits, once ctx has ended, for f to
+// return: go-redis ends a wait for a pooled connection with the context, so
+// such a call returns its own context error at once, while a call on the
+// wire of a client that ignores the context does not return.
+const boundedGrace = time.Millisecond
 
 // runPipelined submits the script's EVALSHA to the auto-pipeliner and waits
 // for it no longer than ctx. The pipeliner runs commands on its own context,
@@ -199,6 +271,29 @@ func pipelineOptions() *redis.AutoPipelineOptions {
 	return o
 }
 
+// pipelineDepth is how many auto-pipelined calls a backend lets share one
+// connection of the pool.
+const pipelineDepth = 64
+
+// poolSize is the size of the client's connection pool per node: how many
+// calls it can have on the wire at once without making one wait for a
+// connection. For a client ginlimit does not know, go-redis's default.
+func poolSize(client redis.Scripter) int {
+	n := 0
+	switch c := client.(type) {
+	case *redis.Client:
+		n = c.Options().PoolSize
+	case *redis.ClusterClient:
+		n = c.Options().PoolSize
+	case *redis.Ring:
+		n = c.Options().PoolSize
+	}
+	if n <= 0 {
+		n = 10 * runtime.GOMAXPROCS(0)
+	}
+	return n
+}
+
 // pipelineAbove is how many decisions of one backend must already be
 // waiting on Redis before the next one is auto-pipelined. A lone decision
 // gains nothing from a pipeline and pays the hand-off to the pipeliner's
@@ -206,8 +301,8 @@ func pipelineOptions() *redis.AutoPipelineOptions {
 // traffic is batched.
 const pipelineAbove = 2
 
-// bounded runs f in a goroutine and returns its result, or ctx's cause as
-// soon as ctx ends.
+// bounded runs f in a goroutine and returns its result, or ctx's cause once
+// ctx has ended and f has not returned within boundedGrace.
 func bounded[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	type result struct {
 		v   T
@@ -222,6 +317,13 @@ func bounded[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	case r := <-done:
 		return r.v, r.err
 	case <-ctx.Done():
+	}
+	grace := time.NewTimer(boundedGrace)
+	defer grace.Stop()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-grace.C:
 		var zero T
 		return zero, context.Cause(ctx)
 	}
@@ -234,3 +336,109 @@ var (
 	_ redis.Scripter = (*redis.Ring)(nil)
 	_ redis.Scripter = (redis.UniversalClient)(nil)
 )
+
+// maxWaiting is how many calls may wait for a slot of one node. Beyond
+// that a decision is ErrSaturated at once: the process is taking decisions
+// faster than Redis can answer them, and a longer queue only adds latency.
+const maxWaiting = 10_000
+
+// nodes is what a backend keeps per Redis node: one node for a plain
+// client, one per master for a *redis.ClusterClient, so that a dead master
+// opens the breaker only for the keys it owns.
+type nodes struct {
+	failures int
+	open     time.Duration
+	slots    int
+	one      *node
+	cluster  *redis.ClusterClient
+	byAddr   sync.Map // master address -> *node
+}
+
+// node is one Redis node's circuit breaker (nil when off) and slots: a call
+// holds a slot while it is on the wire.
+type node struct {
+	brk     *breaker
+	slots   chan struct{}
+	waiting atomic.Int64
+}
+
+func newNodes(client redis.Scripter, failures int, open time.Duration, slots int) *nodes {
+	ns := &nodes{failures: failures, open: open, slots: slots}
+	ns.one = ns.newNode()
+	ns.cluster, _ = client.(*redis.ClusterClient)
+	return ns
+}
+
+func (ns *nodes) newNode() *node {
+	return &node{brk: newBreaker(ns.failures, ns.open), slots: make(chan struct{}, ns.slots)}
+}
+
+func (ns *nodes) isCluster() bool { return ns.cluster != nil }
+
+// forKey returns the node that serves key. On a cluster, finding it can
+// block until go-redis has loaded the cluster's slots, whatever the context
+// says, so that runs within timeout, behind the breaker of the cluster as a
+// whole (ns.one): a cluster whose slots cannot be loaded fails like a dead
+// Redis, and fails fast once that breaker opens.
+func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) (*node, error) {
+	if ns.cluster == nil {
+		return ns.one, nil
+	}
+	ok, probe := ns.one.brk.allow()
+	if !ok {
+		return ns.one, ErrCircuitOpen
+	}
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	defer cancel()
+	master, err := bounded(cctx, func() (*redis.Client, error) { return ns.cluster.MasterForKey(cctx, key) })
+	if err != nil {
+		if ctx.Err() != nil {
+			ns.one.brk.abandon()
+			return ns.one, fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))
+		}
+		ns.one.brk.done(probe, true)
+		return ns.one, fmt.Errorf("no master for the key: %w", err)
+	}
+	ns.one.brk.done(probe, false)
+	addr := master.Options().Addr
+	if n, ok := ns.byAddr.Load(addr); ok {
+		return n.(*node), nil
+	}
+	n, _ := ns.byAddr.LoadOrStore(addr, ns.newNode())
+	return n.(*node), nil
+}
+
+// state is the state of the breaker of the client as a whole, for
+// decisions that reached no node's (a cached rejection, say).
+func (ns *nodes) state() string { return ns.one.brk.state() }
+
+// errQueueTimedOut is the cause of a wait for a slot that ran out of its
+// QueueTimeout.
+var errQueueTimedOut = fmt.Errorf("no Redis connection free within the QueueTimeout: %w", context.DeadlineExceeded)
+
+// acquire takes one of the node's slots, waiting no longer than ctx and
+// queue, and only while fewer than maxWaiting calls wait.
+func (n *node) acquire(ctx context.Context, queue time.Duration) error {
+	select {
+	case n.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	if n.waiting.Add(1) > maxWaiting {
+		n.waiting.Add(-1)
+		return fmt.Errorf("%w: %d decisions already wait for a Redis connection", ErrSaturated, maxWaiting)
+	}
+	defer n.waiting.Add(-1)
+	timer := time.NewTimer(queue)
+	defer timer.Stop()
+	select {
+	case n.slots <- struct{}{}:
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("%w: %w", ErrSaturated, errQueueTimedOut)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))
+	}
+}
+
+func (n *node) release() { <-n.slots }

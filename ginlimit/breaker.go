@@ -1,11 +1,9 @@
 package ginlimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,47 +50,6 @@ func Breaker(failures int, open time.Duration) Option {
 	})
 }
 
-// breakers holds a backend's circuit breakers: one for a plain client, one per
-// master for a *redis.ClusterClient, so that a dead master opens the breaker
-// only for the keys it owns.
-type breakers struct {
-	failures int
-	open     time.Duration
-	one      *breaker
-	cluster  *redis.ClusterClient
-	byNode   sync.Map // master address -> *breaker
-}
-
-func newBreakers(client redis.Scripter, failures int, open time.Duration) *breakers {
-	if failures <= 0 {
-		return nil
-	}
-	bs := &breakers{failures: failures, open: open, one: newBreaker(failures, open)}
-	bs.cluster, _ = client.(*redis.ClusterClient)
-	return bs
-}
-
-// forKey returns the breaker of the node that serves key.
-func (bs *breakers) forKey(ctx context.Context, key string) *breaker {
-	if bs.cluster == nil {
-		return bs.one
-	}
-	node, err := bs.cluster.MasterForKey(ctx, key)
-	if err != nil {
-		return bs.one
-	}
-	addr := node.Options().Addr
-	if b, ok := bs.byNode.Load(addr); ok {
-		return b.(*breaker)
-	}
-	b, _ := bs.byNode.LoadOrStore(addr, newBreaker(bs.failures, bs.open))
-	return b.(*breaker)
-}
-
-// state is the state of the plain client's breaker, for decisions that
-// did not reach a node's (a cached rejection, say).
-func (bs *breakers) state() string { return bs.one.state() }
-
 // breaker is a consecutive-failure circuit breaker. It is safe for
 // concurrent use and takes no lock.
 type breaker struct {
@@ -105,6 +62,7 @@ type breaker struct {
 	probing   atomic.Bool
 }
 
+// newBreaker returns a breaker, or nil for failures <= 0 (none).
 func newBreaker(failures int, open time.Duration) *breaker {
 	if failures <= 0 {
 		return nil
@@ -117,6 +75,9 @@ func (b *breaker) now() int64 { return int64(time.Since(b.base)) }
 // allow reports whether a call may go to Redis, and whether it is the
 // half-open probe (which must be followed by done).
 func (b *breaker) allow() (ok, probe bool) {
+	if b == nil {
+		return true, false
+	}
 	until := b.openUntil.Load()
 	if until == 0 {
 		return true, false
@@ -129,6 +90,9 @@ func (b *breaker) allow() (ok, probe bool) {
 
 // done records a call's outcome.
 func (b *breaker) done(probe, failed bool) {
+	if b == nil {
+		return
+	}
 	if !failed {
 		if b.openUntil.Load() != 0 || b.failures.Load() != 0 {
 			b.failures.Store(0)
@@ -147,8 +111,19 @@ func (b *breaker) done(probe, failed bool) {
 	}
 }
 
-// state returns "closed", "open" or "half-open".
+// abandon ends a probe that allow let through without a verdict on Redis
+// (the call never reached it), so that the next call can probe.
+func (b *breaker) abandon() {
+	if b != nil {
+		b.probing.Store(false)
+	}
+}
+
+// state returns "closed", "open" or "half-open", or "" for no breaker.
 func (b *breaker) state() string {
+	if b == nil {
+		return ""
+	}
 	until := b.openUntil.Load()
 	switch {
 	case until == 0:

@@ -29,7 +29,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatalf("failure %d: %+v, %v; want a Redis timeout", i, d, err)
 		}
 	}
-	if got := p.backend.brk.state(); got != "open" {
+	if got := p.backend.nodes.state(); got != "open" {
 		t.Fatalf("after 3 failures the breaker is %s", got)
 	}
 	start := time.Now()
@@ -54,7 +54,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatal("a stopped Redis answered")
 		}
 	}
-	if got := q.backend.brk.state(); got != "open" {
+	if got := q.backend.nodes.state(); got != "open" {
 		t.Fatalf("after 2 failures the breaker is %s", got)
 	}
 	srv.Restart()
@@ -70,7 +70,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("decisions came from Redis again %v after it returned", time.Since(back).Round(time.Millisecond))
-	if got := q.backend.brk.state(); got != "closed" {
+	if got := q.backend.nodes.state(); got != "closed" {
 		t.Fatalf("after a good probe the breaker is %s", got)
 	}
 }
@@ -84,7 +84,7 @@ func TestBreakerOption(t *testing.T) {
 		}
 	}
 	p := mustPolicy(t, Redis(c), Breaker(0, 0))
-	if p.backend.brk != nil {
+	if p.backend.nodes.one.brk != nil {
 		t.Fatal("Breaker(0, 0) left a breaker")
 	}
 }

@@ -123,9 +123,9 @@
 // moment (measured from when the call was
 // sent, so it never outlasts the truth):
 //
-//   - remaining below the request's cost: requests are rejected in process, with the same answer
-//     and headers Redis would give ([Decision.Cached] is true). A flood on an
-//     over-limit key costs Redis nothing.
+//   - remaining below the request's cost: requests are rejected in
+//     process, as Redis would reject them ([Decision.Cached] is true). A
+//     flood on an over-limit key costs Redis nothing.
 //   - a small remaining r: at most r calls on the key are in flight at once;
 //     further requests wait for one to finish and look again, so requests
 //     that would be rejected do not reach Redis either. In a flood of 9,600
@@ -134,7 +134,11 @@
 // The cache is bounded ([DenyCache] keys per rule, default 10,000) and can be
 // turned off with DenyCache(0). On a route with Rules, a request that one
 // rule certainly rejects is rejected in process (the rules are all or
-// nothing); such a decision has no Rules. Its one caveat: a change to a key outside
+// nothing); such a decision has no Rules, and its RateLimit field lists
+// only that rule. A cached rejection's Retry-After is the moment that
+// rule's quota first grows: for a request that costs more than one unit,
+// or on a route with Rules, Redis may then still refuse it, so there it is
+// a lower bound. Its one caveat: a change to a key outside
 // ginlimit, such as an administrator deleting it, is seen by each instance
 // only when its cached moment passes.
 //

@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -11,18 +12,28 @@ import (
 
 // FailPolicy says what a route does when Redis cannot decide (an error or a
 // timeout).
+//
+// A process that cannot get a decision to a healthy Redis in time
+// ([ErrSaturated]) is not a Redis failure: it never opens the breaker, and
+// it is never answered by letting the request through unlimited. Under
+// FailClosed it is answered 503; under FailLocal and FailOpen the
+// in-process fallback of FailLocal decides.
 type FailPolicy int
 
 const (
-	// FailOpen allows the request and logs the error. It is the default: a
-	// rate limiter outage must not become a service outage.
+	// FailOpen allows the request and logs the error: a rate limiter outage
+	// lets every request through, which an attacker who can slow Redis
+	// down can use. Choose it only where the limit protects nothing.
 	FailOpen FailPolicy = iota
-	// FailClosed answers 503 with a JSON body.
+	// FailClosed answers 503 with a JSON body: a rate limiter outage becomes
+	// a service outage.
 	FailClosed
-	// FailLocal decides with an in-process limiter of the same rules while
-	// Redis is failing: a token bucket per key refilling limit/n per window,
-	// where n is [LocalInstances]. Its decisions have Local set. It is
-	// bounded in memory (DefaultLocalKeys keys per rule).
+	// FailLocal (the default) decides with an in-process limiter of the same
+	// rules while Redis is failing: a token bucket per key refilling limit/n
+	// per window, where n is [LocalInstances]. Its decisions have Local set.
+	// It is bounded in memory (DefaultLocalKeys keys per rule). A Redis
+	// outage then neither stops the service nor lifts the limits: each
+	// instance enforces its share of them.
 	FailLocal
 )
 
@@ -40,7 +51,7 @@ func (p FailPolicy) String() string {
 }
 
 // OnFailure sets what happens when Redis cannot decide. The default is
-// [FailOpen].
+// [FailLocal].
 func OnFailure(p FailPolicy) Option {
 	return routeOption(func(r *routeConfig) error {
 		if p < FailOpen || p > FailLocal {
@@ -71,12 +82,15 @@ func LocalInstances(n int) Option {
 
 // failed is the decision, and the error, when Redis could not decide the
 // calls of a request: the in-process fallback's under FailLocal, and
-// otherwise the failure policy's. The error names the rule and the scope's
-// route, never the key, which holds the identity.
+// otherwise the failure policy's. A saturated process (ErrSaturated) is not
+// a Redis failure and never admits unlimited: FailOpen falls back like
+// FailLocal there. The error names the rule and the scope's route, never
+// the key, which holds the identity.
 func (p *Policy) failed(req *request, err error) (Decision, error) {
 	first := req.calls[0].rule
+	saturated := errors.Is(err, ErrSaturated)
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
-	if p.onFail == FailLocal {
+	if p.onFail == FailLocal || (saturated && p.onFail == FailOpen) {
 		d := p.decideLocal(req)
 		d.Err = err
 		return d, err

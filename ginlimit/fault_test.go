@@ -138,7 +138,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			// Redis's, never the deny cache's.
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1_000_000),
 				OnFailure(fp), Timeout(faultTimeout))
-			if p.backend.brk == nil {
+			if p.backend.nodes.one.brk == nil {
 				t.Fatal("the default circuit breaker is off")
 			}
 
@@ -180,7 +180,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			// Redis stays down for 300 ms; watch the breaker meanwhile.
 			sawOpen := false
 			for downUntil := time.Now().Add(300 * time.Millisecond); time.Now().Before(downUntil); time.Sleep(2 * time.Millisecond) {
-				if p.backend.brk.state() == "open" {
+				if p.backend.nodes.state() == "open" {
 					sawOpen = true
 				}
 			}
@@ -195,7 +195,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			wg.Wait()
 
 			if !sawOpen {
-				t.Errorf("the breaker was never open while Redis was down (state now %s)", p.backend.brk.state())
+				t.Errorf("the breaker was never open while Redis was down (state now %s)", p.backend.nodes.state())
 			}
 			recovered := time.Duration(recoveredAt.Load())
 			if recovered == 0 {
@@ -505,10 +505,13 @@ func TestFaultSlowRedis(t *testing.T) {
 }
 
 // TestFaultPoolExhausted: both connections of a PoolSize(2) client are held
-// by BLPOPs, and 20 concurrent decisions with Timeout(100ms) wait for a
-// connection: each returns within its bound (not the client's 1 s
-// PoolTimeout) under the failure policy. Once the connections are free the
-// same client counts exactly.
+// by the application's own BLPOPs, and 20 concurrent decisions with
+// Timeout(100ms) and QueueTimeout(100ms) wait for a connection. Redis is
+// healthy, so this is saturation, not failure: each decision returns within
+// its bound (not the client's 1 s PoolTimeout) with ErrSaturated, the
+// breaker stays closed, and nothing is admitted unlimited: FailOpen falls
+// back to the in-process limiter, FailClosed answers 503. Once the
+// connections are free the same client counts exactly.
 func TestFaultPoolExhausted(t *testing.T) {
 	faultNoLeaks(t)
 	srv := redistest.Start(t)
@@ -526,7 +529,7 @@ func TestFaultPoolExhausted(t *testing.T) {
 					PoolSize: 2, PoolTimeout: time.Second})
 				pfx := prefix(t)
 				p := mustPolicy(t, Redis(c), Key(pfx), Window(time.Minute), Limit(1000),
-					OnFailure(fp), Timeout(faultTimeout), Breaker(0, 0))
+					OnFailure(fp), Timeout(faultTimeout), QueueTimeout(faultTimeout), Breaker(1, time.Hour))
 
 				hold := pfx + "hold"
 				var holders sync.WaitGroup
@@ -564,14 +567,19 @@ func TestFaultPoolExhausted(t *testing.T) {
 						if el := time.Since(start); el > faultBound {
 							t.Errorf("a decision waiting for a pooled connection took %v with a %v timeout", el, faultTimeout)
 						}
-						checkFailed(t, "pool exhausted", fp, d, err)
-						if !isTimeout(err) {
-							t.Errorf("error %v is not a timeout", err)
+						if !errors.Is(err, ErrSaturated) || !isTimeout(err) || d.Err == nil {
+							t.Errorf("error %v (decision %+v): want ErrSaturated from a timeout", err, d)
+						}
+						if fp == FailOpen && !(d.Local && d.Allowed) || fp == FailClosed && (d.Allowed || d.Local) {
+							t.Errorf("%v: decision %+v: want the saturation answer (FailOpen: the local fallback; FailClosed: refused)", fp, d)
 						}
 					})
 				}
 				close(gate)
 				wg.Wait()
+				if st := p.backend.nodes.state(); st != "closed" {
+					t.Errorf("waiting for a connection opened the breaker (%s): it is not a Redis failure", st)
+				}
 				release()
 				holders.Wait()
 				faultExact(t, c, 50)
@@ -796,6 +804,6 @@ func TestFaultErrorReplyLeavesTheBreakerClosed(t *testing.T) {
 	}
 	if d, err := p.Allow(ctx, "healthy"); err != nil || !d.Allowed {
 		t.Fatalf("a healthy key, after %d error replies on another key: %+v, %v; want an admission from Redis (breaker %s)",
-			DefaultBreakerFailures, d, err, p.backend.brk.state())
+			DefaultBreakerFailures, d, err, p.backend.nodes.state())
 	}
 }

@@ -97,8 +97,8 @@ func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency
 	switch {
 	case d.brk != nil:
 		e.Breaker = d.brk.state()
-	case p.backend.brk != nil:
-		e.Breaker = p.backend.brk.state()
+	default:
+		e.Breaker = p.backend.nodes.state()
 	}
 	for _, o := range p.observers {
 		o.Observe(ctx, e)

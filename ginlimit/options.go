@@ -36,7 +36,7 @@ const (
 // There are two kinds of options, and the compiler tells them apart:
 //
 //   - Route options concern the whole request: [Redis], [Timeout],
-//     [OnFailure], [LocalInstances], [Breaker], [AutoPipeline], [DenyCache],
+//     [QueueTimeout], [OnFailure], [LocalInstances], [Breaker], [AutoPipeline], [DenyCache],
 //     [Logger], [Shadow], [Headers], [Skip], [OnLimited], [OnError],
 //     [Respond], [Observe] and [Rule] itself. They are plain Options.
 //   - Rule options concern one count: [Key], [Name], [Window], [Limit],
@@ -86,6 +86,7 @@ type config struct {
 type routeConfig struct {
 	client         redis.Scripter
 	timeout        time.Duration
+	queueTimeout   time.Duration
 	onFail         FailPolicy
 	localInstances int
 	breakFailures  int
@@ -127,6 +128,8 @@ func defaults() config {
 	return config{
 		route: routeConfig{
 			timeout:        DefaultTimeout,
+			queueTimeout:   DefaultQueueTimeout,
+			onFail:         FailLocal,
 			deny:           DefaultDenyCacheSize,
 			breakFailures:  DefaultBreakerFailures,
 			breakOpen:      DefaultBreakerOpen,

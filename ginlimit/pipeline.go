@@ -135,8 +135,9 @@ func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (De
 
 // decide takes the decision on the calls of req: a cost no rule can admit
 // is refused at once; a rejection the deny cache is certain of is answered
-// from it; otherwise one script call decides every rule, and when Redis
-// cannot decide, the failure policy does.
+// from it; otherwise one script call decides every rule. When Redis cannot
+// decide, the failure policy does; when this process could not get the call
+// to Redis in time (ErrSaturated), the saturation answer does (see failed).
 func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 	for i := range req.calls {
 		cl := &req.calls[i]
@@ -145,31 +146,28 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 			return cl.rule.tooCostly(cl.cost, p.named), nil
 		}
 	}
-	var cancel context.CancelFunc
-	defer func() {
-		if cancel != nil {
-			cancel()
-		}
-	}()
+	var wctx context.Context // the bound on waiting in the deny cache, made when needed
 	for {
 		v, i, snap := p.enter(req)
 		if v == rejected {
-			return req.calls[i].rule.cached(snap, req.calls[i].sent), nil // no context, no timer: the cheap path
+			return req.calls[i].rule.cached(snap, req.calls[i].sent), nil // the cheap path
 		}
 		if v == callRedis {
 			break
 		}
-		if cancel == nil {
-			ctx, cancel = withTimeout(ctx, p.timeout)
+		// Waiting for calls in flight on the key is time in this process,
+		// bounded by QueueTimeout; those calls are bounded by the Timeout
+		// once they are on the wire.
+		if wctx == nil {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeoutCause(ctx, p.queue, errQueueTimedOut)
+			defer cancel()
 		}
-		if err := wait(ctx, snap.wake); err != nil {
-			return p.failed(req, err)
+		if err := wait(wctx, snap.wake); err != nil {
+			return p.failed(req, fmt.Errorf("%w: %w", ErrSaturated, err))
 		}
 	}
-	if cancel == nil {
-		ctx, cancel = withTimeout(ctx, p.timeout)
-	}
-	reply, brk, err := p.backend.run(ctx, p.script, req.keys, p.args(req))
+	reply, brk, err := p.backend.run(ctx, p.queue, p.timeout, p.script, req.keys, p.args(req))
 	var d Decision
 	if err == nil {
 		d, err = p.parse(req, reply)

@@ -263,3 +263,40 @@ func TestWiringMistakesSayWhere(t *testing.T) {
 		}
 	}
 }
+
+// unhashable is a Scripter whose type Go can compare but whose value it
+// cannot (it holds a map), so it cannot be a map key.
+type unhashable struct {
+	redis.Scripter
+	extra any
+}
+
+// TestOddClientsNeverPanic: a client value that cannot be a map key works
+// (with a backend of its own per route), and a typed nil client is refused
+// as Redis(nil) at start-up, on New and on a route alike.
+func TestOddClientsNeverPanic(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	w := unhashable{c, map[string]int{"x": 1}}
+	l, err := New(Redis(w), Limit(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := gin.New()
+	e.GET("/a", l.RateLimit(Key(prefix(t))), ok)
+	e.GET("/b", testLimit(Redis(w), Key(prefix(t)), Limit(1)), ok)
+	for _, path := range []string{"/a", "/b"} {
+		for i, want := range []int{200, 429} {
+			if got := do(e, http.MethodGet, path, nil).Code; got != want {
+				t.Fatalf("%s request %d: %d, want %d", path, i, got, want)
+			}
+		}
+	}
+	var typedNil *redis.Client
+	if _, err := New(Redis(typedNil)); err == nil || !strings.Contains(err.Error(), "Redis(nil)") {
+		t.Fatalf("New(Redis(typed nil)): %v, want the Redis(nil) error", err)
+	}
+	if msg := panicMessage(func() { RateLimit(Redis(typedNil)) }); !strings.Contains(msg, "Redis(nil)") {
+		t.Fatalf("RateLimit(Redis(typed nil)) panicked with %q, want the Redis(nil) error", msg)
+	}
+}

@@ -30,6 +30,7 @@ type Policy struct {
 	policyHeader string        // RateLimit-Policy: every rule's, joined
 
 	timeout   time.Duration
+	queue     time.Duration // QueueTimeout
 	onFail    FailPolicy
 	shadow    bool
 	headers   HeaderStyle
@@ -87,6 +88,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	p := &Policy{
 		named:     len(c.rules) > 0,
 		timeout:   rc.timeout,
+		queue:     rc.queueTimeout,
 		onFail:    rc.onFail,
 		shadow:    rc.shadow,
 		headers:   rc.headers,
@@ -205,7 +207,7 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		body429:     body429,
 	}
 	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
-	if route.onFail == FailLocal {
+	if route.onFail != FailClosed { // the fallback of FailLocal, and of a saturated FailOpen
 		r.local = newLocalLimiter(rc.limit, route.localInstances, rc.window)
 	}
 	if rc.tierLimits != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -29,10 +30,18 @@ import (
 // A [Limiter] keeps one backend per client (and per [Breaker] and
 // [AutoPipeline] setting): the scripts are loaded once, and every route on
 // it shares the circuit breakers, so a Redis outage trips one breaker, not
-// one per route.
+// one per route. (A client value Go cannot compare, such as a struct that
+// holds a map, gets a backend per route.)
+//
+// ginlimit never has more calls on the wire than the client's pool has
+// connections (PoolSize); the rest wait their turn in process (see
+// [QueueTimeout]). Give ginlimit a client of its own, or a pool with room
+// for the application's commands too: when they hold every connection, a
+// decision waits for one and gets the saturation answer (see
+// [ErrSaturated]).
 func Redis(client redis.Scripter) Option {
 	return routeOption(func(r *routeConfig) error {
-		if client == nil {
+		if v := reflect.ValueOf(client); client == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 			return errors.New("Redis(nil): the Redis client must not be nil")
 		}
 		r.client = client
@@ -40,14 +49,40 @@ func Redis(client redis.Scripter) Option {
 	})
 }
 
-// Timeout bounds each decision's Redis call, inside the request's own
-// context. The default is [DefaultTimeout]. It must be positive.
+// Timeout bounds how long Redis may take to answer a decision's call once
+// it is sent, inside the request's own context; time spent waiting in this
+// process for a connection is bounded by [QueueTimeout] instead. A call
+// that Redis does not answer in time counts as a Redis failure: the failure
+// policy answers it, and the circuit breaker counts it. The default is
+// [DefaultTimeout]. It must be positive.
 func Timeout(d time.Duration) Option {
 	return routeOption(func(r *routeConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("Timeout(%v): the timeout must be positive", d)
 		}
 		r.timeout = d
+		return nil
+	})
+}
+
+// DefaultQueueTimeout bounds how long a decision may wait in this process
+// for a Redis connection when no [QueueTimeout] is given.
+const DefaultQueueTimeout = time.Second
+
+// QueueTimeout bounds how long a decision may wait in this process for one
+// of the backend's connections when every one is busy: the backend never
+// has more calls on the wire than the client's pool has connections, and
+// the rest wait their turn, up to d and the request's own context. A
+// decision that waited longer is not a Redis failure and does not open the
+// breaker; it gets the saturation answer (see [ErrSaturated]), never an
+// unlimited admission. [Timeout] starts when the call has its connection.
+// The default is [DefaultQueueTimeout]; it must be positive.
+func QueueTimeout(d time.Duration) Option {
+	return routeOption(func(r *routeConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("QueueTimeout(%v): the queue timeout must be positive", d)
+		}
+		r.queueTimeout = d
 		return nil
 	})
 }
