@@ -2,6 +2,7 @@ package ginlimit
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -80,6 +81,47 @@ var (
 		return redis.NewScript(lua.Several(names...))
 	}()
 )
+
+// keyTag is what the algorithm adds to a rule's key prefix: nothing for the
+// sliding log (its keys keep their names across versions), and for the
+// others the algorithm and what gives their stored data its shape: the
+// sub-window length of the counter (its fields are sub-window numbers) and
+// the limit of the bucket (its state is in 1/limit µs). So switching a
+// live route to another algorithm, or changing those settings, starts on
+// fresh keys: no script ever meets another's data (no WRONGTYPE) or
+// misreads it.
+func (a AlgorithmKind) keyTag(r *ruleConfig) string {
+	switch a {
+	case SlidingCounter:
+		return "sc" + strconv.FormatInt(r.window.Microseconds()/int64(r.subWindows), 10) + ":"
+	case FixedWindow:
+		return "fw:"
+	case TokenBucket:
+		return "tb" + strconv.Itoa(r.limit) + ":"
+	}
+	return ""
+}
+
+// maxSafe is the largest integer the scripts' doubles hold exactly, 2^53.
+const maxSafe = 1 << 53
+
+// validate refuses at start-up a rule the algorithm's script would refuse
+// on every request, naming the options.
+func (a AlgorithmKind) validate(r *ruleConfig) error {
+	switch a {
+	case SlidingCounter:
+		if r.window.Microseconds()%int64(r.subWindows) != 0 {
+			return fmt.Errorf("SubWindows(%d): does not divide Window(%v) in whole microseconds", r.subWindows, r.window)
+		}
+	case TokenBucket:
+		// The bucket keeps its state in 1/limit µs: burst*window must stay
+		// exact in a double.
+		if b := int64(r.burstOrLimit()); b > maxSafe/r.window.Microseconds() {
+			return fmt.Errorf("Algorithm(TokenBucket) with Burst %d (default: the Limit) and Window(%v): burst × window (µs) must not exceed 2^53; lower the burst or the window", b, r.window)
+		}
+	}
+	return nil
+}
 
 // param is the algorithm's own script argument for rule settings r.
 func (a AlgorithmKind) param(r *ruleConfig) int {

@@ -143,7 +143,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 			if tc.pipe && pipelined == 0 {
 				t.Fatal("AutoPipeline(true) on a ClusterClient: no decision went through a pipeline")
 			}
-			key := pre + "{hot}"
+			key := ruleKey(policies[0], 0, "hot")
 			if n := storedUnits(t, clients[0], policies[0].rules[0].alg, key); n != 500 {
 				t.Fatalf("the key %s holds %d units, want 500", key, n)
 			}
@@ -259,7 +259,7 @@ func TestClusterRules(t *testing.T) {
 				}
 			}
 			now = start // the next identity starts afresh
-			ka, kb := pre+"{"+id+"} rule:a", pre+"{"+id+"} rule:b"
+			ka, kb := ruleKey(p, 0, id), ruleKey(p, 1, id)
 			if n, err := c.ZCard(ctx, ka).Result(); err != nil || n != 1 {
 				t.Fatalf("%s: rule a holds %d, %v; want 1 (nothing from the rejected request)", ka, n, err)
 			}
@@ -326,8 +326,8 @@ func TestClusterRules(t *testing.T) {
 			}
 			m := cl.MasterForKey(pre + "{" + id + "}")
 			perMaster[m]++
-			for _, rule := range []string{"per-second", "per-minute"} {
-				key := pre + "{" + id + "} rule:" + rule
+			for i := range 2 {
+				key := ruleKey(p, i, id)
 				if cl.MasterForKey(key) != m {
 					t.Fatalf("%s is not in the slot of its identity", key)
 				}

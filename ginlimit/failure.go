@@ -101,10 +101,7 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 // describe names what a request was limited by, for error texts: the route
 // and the rules, never the identity.
 func (p *Policy) describe(req *request) string {
-	where := "Policy.Allow"
-	if req.scope.method != "" {
-		where = routeLabel(req.scope.method, req.scope.route)
-	}
+	where := req.scope.label()
 	if len(req.calls) == 1 {
 		r := req.calls[0].rule
 		return fmt.Sprintf("%s: rule %q (%v)", where, r.name, r.alg)

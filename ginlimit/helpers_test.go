@@ -74,3 +74,8 @@ func mustPolicy(t testing.TB, opts ...Option) *Policy {
 func testLimit(opts ...Option) gin.HandlerFunc {
 	return RateLimit(append([]Option{Timeout(5 * time.Second)}, opts...)...)
 }
+
+// ruleKey is the Redis key of rule i of p for Policy.Allow(ctx, key).
+func ruleKey(p *Policy, i int, key string) string {
+	return buildKey(p.rules[i], p.named, scope{route: key}, nil)
+}

@@ -1,8 +1,12 @@
 package ginlimit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"unsafe"
+
+	"github.com/gin-gonic/gin"
 )
 
 // The Redis key of one rule's count is built here, and only here, by
@@ -11,14 +15,19 @@ import (
 //	<prefix>{<scope>[ <dimension>]}                 a route with one rule
 //	<prefix>{<scope>} rule:<name>[ <dimension>]     a route with Rules
 //
-// The scope is "<METHOD> <route template>" for a request, or the caller's
-// key for [Policy.Allow]; the dimension is "ip:<addr>", "user:<id>" or
+// The scope is "<METHOD> <route template>" for a request ("* unmatched"
+// for one that matched no route), or the caller's key for [Policy.Allow]; the dimension is "ip:<addr>", "user:<id>" or
 // "anon:<addr>". The braces are the Redis Cluster hash tag: the keys of one
 // route's Rules share a slot, so one script can decide them together. The
 // scope and the identity are escaped: '%', '{', '}', spaces and
 // non-printable bytes become %XX, and user ids keep only unreserved
 // characters, so no identity can spell another identity's key and nothing
-// can close the hash tag early. IP addresses are canonical netip text.
+// can close the hash tag early. IP addresses are canonical netip text. An
+// identity or Allow key longer than maxKeyText goes in as a hash, so a key
+// is never longer than its configuration allows.
+//
+// The prefix ends with the algorithm's tag (algorithm.go: keyTag), so two
+// algorithms, or two shapes of one algorithm's data, never share a key.
 
 const hexDigits = "0123456789ABCDEF"
 
@@ -43,6 +52,52 @@ type scope struct {
 	route  string // the route template, or Allow's key
 }
 
+// The scope of a request that matched no route (a 404 or 405 an annotation
+// given to Use sees): the client chooses its method and path, so neither
+// goes into the key; every such request shares this one scope.
+const (
+	unmatchedMethod = "*"
+	unmatchedRoute  = "unmatched"
+)
+
+// requestScope returns the scope of a request: its method and route
+// template, or the fixed scope of an unmatched request.
+func requestScope(c *gin.Context) scope {
+	route := c.FullPath()
+	if route == "" {
+		return scope{method: unmatchedMethod, route: unmatchedRoute}
+	}
+	return scope{method: c.Request.Method, route: route}
+}
+
+// label is the scope as observers, logs and errors name it: "GET /x",
+// "unmatched", or "Policy.Allow".
+func (s scope) label() string {
+	switch s.method {
+	case "":
+		return "Policy.Allow"
+	case unmatchedMethod:
+		return unmatchedRoute
+	}
+	return s.method + " " + s.route
+}
+
+// maxKeyText is the longest identity, or Policy.Allow key, that goes into a
+// key as it is; a longer one goes in as a hash (see bounded), so that no
+// input makes a key longer than its configuration and this.
+const maxKeyText = 256
+
+// boundText returns s, or "~" and 32 hex digits of its SHA-256 when s is
+// longer than maxKeyText: a long identity keeps a bucket of its own, and
+// its key a bounded length.
+func boundText(s string) string {
+	if len(s) <= maxKeyText {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "~" + hex.EncodeToString(sum[:16])
+}
+
 // buildKey returns rule r's Redis key for scope s and identity w (nil for
 // none). named says whether the route declares its rules with Rule, whose
 // keys carry the rule's name outside the hash tag.
@@ -50,7 +105,10 @@ func buildKey(r *rule, named bool, s scope, w *who) string {
 	var dim, id string
 	safe := routeSafe
 	if w != nil && w.dim != "" {
-		dim, id, safe = w.dim, w.id, w.safe
+		dim, id, safe = w.dim, boundText(w.id), w.safe
+	}
+	if s.method == "" {
+		s.route = boundText(s.route)
 	}
 	n := len(r.prefix) + len(s.method) + escapedLen(s.route, routeSafe) + len(dim) + escapedLen(id, safe) + 3
 	if named {

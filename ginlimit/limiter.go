@@ -193,7 +193,7 @@ func (a *annotation) serve(c *gin.Context) {
 			logger = l.base.route.logger
 		}
 		l.logs.log(c.Request.Context(), logger, slog.LevelError, msg,
-			slog.String("route", routeLabel(c.Request.Method, c.FullPath())), errAttr(cp.err))
+			slog.String("route", requestScope(c).label()), errAttr(cp.err))
 		abortJSON(c, 500, bodyInternal)
 		return
 	}

@@ -67,7 +67,7 @@ func TestRulesAllOrNothing(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("sec log holds %d, %v; want 1 (nothing from the rejected request)", n, err)
 		}
-		cnt, err := c.HGet(ctx, pre+"{k} rule:min", "c").Result()
+		cnt, err := c.HGet(ctx, ruleKey(p, 1, "k"), "c").Result()
 		if err != nil || cnt != "3" {
 			t.Fatalf("min count %q, %v; want 3", cnt, err)
 		}

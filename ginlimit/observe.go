@@ -83,14 +83,6 @@ func Observe(o Observer) Option {
 	})
 }
 
-// routeLabel is the Event.Route of a request.
-func routeLabel(method, route string) string {
-	if route == "" {
-		return "unmatched"
-	}
-	return method + " " + route
-}
-
 // observe tells p's observers about d.
 func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency time.Duration) {
 	e := Event{Route: route, Rule: d.Rule, Outcome: OutcomeOf(*d), Decision: *d, Latency: latency}

@@ -59,7 +59,7 @@ func (p *Policy) serve(c *gin.Context) {
 	if p.skip != nil && p.skip(c) {
 		return
 	}
-	req := p.newRequest(scope{method: c.Request.Method, route: c.FullPath()})
+	req := p.newRequest(requestScope(c))
 	for i, r := range p.rules {
 		if r.tiers != nil {
 			r = r.tierFor(c)
@@ -87,7 +87,7 @@ func (p *Policy) serve(c *gin.Context) {
 	c.Set(decisionKey{}, &req.d)
 	p.answer(c, req, err)
 	if len(p.observers) > 0 {
-		p.observe(ctx, routeLabel(req.scope.method, req.scope.route), &req.d, time.Since(start))
+		p.observe(ctx, req.scope.label(), &req.d, time.Since(start))
 	}
 }
 
@@ -128,7 +128,7 @@ func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (De
 	}
 	d, err := p.decide(ctx, req)
 	if len(p.observers) > 0 {
-		p.observe(ctx, "", &d, time.Since(start))
+		p.observe(ctx, "", &d, time.Since(start)) // Event.Route is "" outside gin
 	}
 	return d, err
 }

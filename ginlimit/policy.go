@@ -161,8 +161,8 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	if rc.ips == nil {
 		rc.ips = &identity.IP{}
 	}
-	if rc.alg == SlidingCounter && rc.window.Microseconds()%int64(rc.subWindows) != 0 {
-		return nil, fmt.Errorf("SubWindows(%d): does not divide Window(%v) in whole microseconds", rc.subWindows, rc.window)
+	if err := rc.alg.validate(&rc); err != nil {
+		return nil, err
 	}
 	maxCost := rc.alg.maxCost(&rc)
 	if rc.costFunc == nil && rc.cost > maxCost {
@@ -188,7 +188,7 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	r := &rule{
 		name:        name,
 		escapedName: escape(name, idSafe),
-		prefix:      rc.prefix,
+		prefix:      rc.prefix + rc.alg.keyTag(&rc),
 		window:      rc.window,
 		limit:       rc.limit,
 		alg:         rc.alg,
