@@ -1,0 +1,161 @@
+package ginlimit
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// TestUnmatchedRequestsChooseNoKeyText: an annotation given to Use also
+// runs on requests that match no route (404, and 405 with
+// HandleMethodNotAllowed). Their method and path are the client's choice,
+// so none of it goes into the key: made-up methods, a megabyte-long method
+// and random paths all share one bucket per client, with a short key.
+func TestUnmatchedRequestsChooseNoKeyText(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.Use(testLimit(Redis(c), Key(pre), Type(IP), Limit(3)))
+	e.GET("/known", ok)
+	huge := strings.Repeat("M", 1<<20)
+	var codes []int
+	for _, req := range []struct{ method, path string }{
+		{"FOO", "/a"}, {"BAR", "/b"}, {huge, "/" + strings.Repeat("p", 4096)}, {http.MethodPost, "/known"}, {"BAZ", "/c"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, req.path, nil)
+		r.Method = req.method
+		r.RemoteAddr = "192.0.2.7:1234"
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		codes = append(codes, w.Code)
+	}
+	// Three unmatched requests (404, 404, 404) fill the one bucket; the 405
+	// and the 404 after it are limited.
+	if want := []int{404, 404, 404, 429, 429}; !equalInts(codes, want) {
+		t.Fatalf("codes %v, want %v: made-up methods and paths must share one bucket", codes, want)
+	}
+	keys := m.Keys()
+	if len(keys) != 1 || keys[0] != pre+"{* unmatched ip:192.0.2.7}" {
+		t.Fatalf("keys %q, want the one fixed unmatched key", keys)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// longID is a user identity that returns whatever id it is given, however
+// long: a custom resolver ginlimit does not control.
+type longID string
+
+func (l longID) UserID(*gin.Context) (string, error) { return string(l), nil }
+
+// TestKeyLengthIsBounded: an identity or Policy.Allow key longer than 256
+// bytes goes into the key as a hash, so the key's length is bounded by the
+// configuration, and two long identities still have buckets of their own.
+func TestKeyLengthIsBounded(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	for _, id := range []string{strings.Repeat("a", 100_000), strings.Repeat("a", 99_999) + "b"} {
+		e := gin.New()
+		e.GET("/x", testLimit(Redis(c), Key(pre), Type(User), UserIdentity(longID(id)), Limit(1)), ok)
+		for i, want := range []int{200, 429} {
+			if got := do(e, http.MethodGet, "/x", nil).Code; got != want {
+				t.Fatalf("request %d: %d, want %d (each long id its own bucket)", i, got, want)
+			}
+		}
+	}
+	p := mustPolicy(t, Redis(c), Key(pre))
+	if _, err := p.Allow(context.Background(), strings.Repeat("k", 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	keys := m.Keys()
+	if len(keys) != 3 {
+		t.Fatalf("keys %q, want 3", keys)
+	}
+	for _, k := range keys {
+		if len(k) > len(pre)+64 {
+			t.Fatalf("key of %d bytes: %.80q...", len(k), k)
+		}
+	}
+}
+
+// TestImpossibleConfigurationRefusedAtStart: a rule the script would refuse
+// on every request (and that would then fail open on every request under
+// FailOpen) is refused by New and RateLimit, naming the options.
+func TestImpossibleConfigurationRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	for _, opts := range [][]Option{
+		{Algorithm(TokenBucket), Limit(10_000), Window(30 * 24 * time.Hour)},
+		{Algorithm(TokenBucket), Limit(1_000_000), Window(24 * time.Hour)},
+		{Algorithm(TokenBucket), Limit(1_000_000_000)},
+		{Algorithm(TokenBucket), Limit(10), Burst(1_000_000_000), Window(time.Hour)},
+		{Rule(Name("a"), Algorithm(TokenBucket), Limit(1_000_000_000))},
+	} {
+		_, err := New(append([]Option{Redis(c)}, opts...)...)
+		if err == nil || !strings.Contains(err.Error(), "2^53") || !strings.Contains(err.Error(), "Window(") {
+			t.Errorf("New(%d options): %v; want an error naming the window and the burst", len(opts), err)
+		}
+		if msg := panicMessage(func() { l, _ := New(Redis(c)); l.RateLimit(opts...) }); !strings.Contains(msg, "2^53") {
+			t.Errorf("Limiter.RateLimit: panic %q", msg)
+		}
+	}
+	// The largest bucket that fits still works.
+	if _, err := New(Redis(c), Algorithm(TokenBucket), Limit(900_000), Window(10_000*time.Second)); err != nil {
+		t.Fatalf("a bucket at the bound: %v", err)
+	}
+}
+
+// TestSwitchingAlgorithmsNeverClashes: on a real redis-server, one route
+// switched from algorithm to algorithm under the same Key (a redeploy)
+// starts each on keys of its own: no script meets another's data, so no
+// decision fails (no WRONGTYPE), and each counts exactly.
+func TestSwitchingAlgorithmsNeverClashes(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client()
+	pre := prefix(t)
+	ctx := context.Background()
+	for i, tc := range []struct {
+		alg         AlgorithmKind
+		limit, subs int
+	}{
+		{SlidingLog, 3, 10}, {SlidingCounter, 3, 10}, {FixedWindow, 3, 10}, {TokenBucket, 3, 10},
+		{SlidingCounter, 3, 5}, // the counter's data takes another shape
+		{TokenBucket, 4, 10},   // so does the bucket's
+	} {
+		p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(tc.limit), Algorithm(tc.alg), SubWindows(tc.subs),
+			DenyCache(0), OnFailure(FailClosed))
+		admitted := 0
+		for range tc.limit + 2 {
+			d, err := p.Allow(ctx, "k")
+			if err != nil {
+				t.Fatalf("step %d, %v: %v", i, tc.alg, err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != tc.limit {
+			t.Fatalf("step %d, %v: admitted %d, want %d on fresh keys", i, tc.alg, admitted, tc.limit)
+		}
+	}
+}
