@@ -152,21 +152,27 @@
 //
 // A decision's Redis key is
 //
-//	<prefix>{<METHOD> <route template>[ <dimension>]}              one rule
-//	<prefix>{<METHOD> <route template>} rule:<name>[ <dimension>]  Rules
+//	<prefix>[<tag>]{<METHOD> <route template>[ <dimension>]}              one rule
+//	<prefix>[<tag>]{<METHOD> <route template>} rule:<name>[ <dimension>]  Rules
 //
-// The prefix is [Key] (default "rate_limit:"). The route template is
-// c.FullPath(), so /voucher-order/seckill/1 and /voucher-order/seckill/2
-// share one bucket. The dimension is empty for [Method], "ip:<addr>" for [IP]
-// and "user:<id>" for [User]. Route templates and user ids are
+// The prefix is [Key] (default "rate_limit:"). The tag names the algorithm
+// and what shapes its data (nothing for the sliding log, "sc<sub-window
+// µs>:", "fw:", "tb<limit>:"), so a route switched to another algorithm
+// starts on fresh keys and no script meets another's data. The route
+// template is c.FullPath(), so /voucher-order/seckill/1 and
+// /voucher-order/seckill/2 share one bucket; a request that matched no
+// route has the fixed scope "* unmatched" instead, so the client never
+// chooses key text. The dimension is empty for [Method], "ip:<addr>" for
+// [IP] and "user:<id>" for [User]. Route templates and user ids are
 // percent-escaped ('%', '{', '}', spaces and non-printable bytes; user ids
 // keep only letters, digits and -._~@:+=), so no identity can forge another
-// identity's key or close the hash tag. The braces are a Redis Cluster hash
-// tag: the key of one route and identity always maps to one slot, and
-// different routes and identities spread over the cluster; the keys of a
-// route's Rules share the route's slot, as one script call needs. A route
-// group's annotation counts each route of the group separately. For
-// example:
+// identity's key or close the hash tag; an identity longer than 256 bytes
+// goes in as a hash, so no key is longer than its configuration allows. The
+// braces are a Redis Cluster hash tag: the key of one route and identity
+// always maps to one slot, and different routes and identities spread over
+// the cluster; the keys of a route's Rules share the route's slot, as one
+// script call needs. A route group's annotation counts each route of the
+// group separately. For example:
 //
 //	coupon:claim:{GET /api/coupon/claim user:alice}
 //	coupon:merchant:{GET /api/coupon/merchant ip:192.0.2.1}
@@ -206,19 +212,44 @@
 //
 // # Failures
 //
-// Every Redis call is bounded by the request's context and by [Timeout]
-// (default 100 ms), even on go-redis clients without ContextTimeoutEnabled.
-// When Redis fails or times out, [FailOpen] (the default) lets the request
-// through, [FailClosed] answers 503
-// {"code":503,"message":"Service temporarily unavailable, please try again later"}
-// and [FailLocal] decides with an in-process token bucket per key. Under
-// the first two the response carries RateLimit-Policy but no counters; in
-// every case the decision's Err is set and the error is logged through
-// log/slog at warn level, at most one line per limiter every 5 seconds.
-// Errors and log lines name the route template and the rule, never the key
-// or the identity; a debug line about a refused request tells clients apart
-// by a short keyed hash (the one [HashIdentities] puts into keys, when it is
-// on). No internal error text ever reaches a response body.
+// A decision has two bounds, kept apart. Waiting in this process is not
+// Redis failing: a backend never has more calls on the wire than the
+// client's pool has connections, and a decision waits its turn for one, and
+// for calls in flight on its key, for at most [QueueTimeout] (default 1 s)
+// and its request's context. Once the call has its connection, Redis has
+// [Timeout] (default 100 ms) to answer, on every kind of client, even
+// without ContextTimeoutEnabled and before a cluster's slots are loaded.
+//
+// Every reply error has a class and an answer:
+//
+//   - a configuration the scripts would refuse is refused at start-up;
+//   - a type clash cannot happen: the algorithm and the shape of its data
+//     are part of the key's namespace;
+//   - NOSCRIPT (after SCRIPT FLUSH or a restart) is retried once with EVAL;
+//   - Redis at maxmemory refuses an admission before the script writes
+//     anything; that and every other error gets the failure policy.
+//
+// When Redis fails (an error, or no answer within Timeout), the failure
+// policy decides: [FailLocal], the default, answers with an in-process
+// token bucket per key, each instance enforcing its share of the limit
+// ([LocalInstances]); [FailClosed] answers 503
+// {"code":503,"message":"Service temporarily unavailable, please try again later"};
+// [FailOpen] lets the request through. A circuit breaker per Redis node
+// ([Breaker]) stops calling a failing Redis and answers at once, so an
+// outage is answered within Timeout and decisions come from Redis again
+// within about half a second of its return. When this process cannot get a
+// decision to a healthy Redis in time ([ErrSaturated]), the answer is never
+// an unlimited admission and never opens the breaker: FailClosed answers
+// 503, FailLocal and FailOpen the in-process limiter.
+//
+// Under FailOpen and FailClosed the response carries RateLimit-Policy but
+// no counters; in every case the decision's Err is set and the error is
+// logged through log/slog at warn level, at most one line per limiter every
+// 5 seconds. Errors and log lines name the route template and the rule,
+// never the key or the identity; a debug line about a refused request tells
+// clients apart by a short keyed hash (the one [HashIdentities] puts into
+// keys, when it is on). No internal error text ever reaches a response
+// body.
 //
 // Misconfiguration never passes silently: [New] returns an error and
 // [Limiter.RateLimit] and [RateLimit] panic at start-up, naming the option.
