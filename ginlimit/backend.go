@@ -73,9 +73,9 @@ func newBackend(k backendKey) (*backend, error) {
 // load loads every script now, best effort, so that the first burst of
 // decisions does not meet NOSCRIPT and send each script twice. Run handles
 // NOSCRIPT anyway, so a failure here costs nothing, and a dead Redis delays
-// start-up by DefaultTimeout at most.
+// start-up by loadTimeout at most.
 func (b *backend) load() {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
 	_, _ = bounded(ctx, func() (struct{}, error) {
 		for _, s := range append(singleScripts[:], severalScript) {
@@ -97,6 +97,9 @@ func (b *backend) script(algs []AlgorithmKind) *redis.Script {
 	}
 	return severalScript
 }
+
+// loadTimeout bounds loading the scripts at start-up.
+const loadTimeout = 100 * time.Millisecond
 
 // errTimedOut is the cause of a call's context when its Timeout ran out.
 var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", context.DeadlineExceeded)

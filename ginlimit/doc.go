@@ -217,7 +217,7 @@
 // client's pool has connections, and a decision waits its turn for one, and
 // for calls in flight on its key, for at most [QueueTimeout] (default 1 s)
 // and its request's context. Once the call has its connection, Redis has
-// [Timeout] (default 100 ms) to answer, on every kind of client, even
+// [Timeout] (default 1 s) to answer, on every kind of client, even
 // without ContextTimeoutEnabled and before a cluster's slots are loaded.
 //
 // Every reply error has a class and an answer:

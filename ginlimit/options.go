@@ -21,9 +21,13 @@ const (
 	DefaultLimit = 20
 	// DefaultMessage is the 429 message used when no [Message] is given.
 	DefaultMessage = "Too many requests, please try again later"
-	// DefaultTimeout bounds each decision's Redis call when no [Timeout] is
-	// given.
-	DefaultTimeout = 100 * time.Millisecond
+	// DefaultTimeout bounds how long Redis may take to answer a decision's
+	// call when no [Timeout] is given. Redis answers in well under a
+	// millisecond; the bound is there for a Redis that hangs, and the
+	// circuit breaker, not the timeout, keeps an outage cheap. A tighter
+	// bound only turns a busy process's scheduling and GC delays into Redis
+	// failures, which the failure policy answers instead of Redis.
+	DefaultTimeout = time.Second
 	// DefaultDenyCacheSize is how many rejected keys a rule remembers in
 	// process when no [DenyCache] is given.
 	DefaultDenyCacheSize = 10_000
