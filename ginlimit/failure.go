@@ -21,23 +21,23 @@ import (
 type FailPolicy int
 
 const (
+	// FailLocal, the default and the zero value, decides with an in-process
+	// limiter of the same rules while Redis is failing: a token bucket per
+	// key refilling limit/n per window, where n is [LocalInstances]. Its
+	// decisions have Local set. It is bounded in memory (DefaultLocalKeys
+	// keys per rule). A Redis outage then neither stops the service nor
+	// lifts the limits: each instance enforces its share of them.
+	FailLocal FailPolicy = iota
 	// FailOpen allows the request and logs the error: a rate limiter outage
 	// lets every request through, which an attacker who can slow Redis
 	// down can use. Choose it only where the limit protects nothing.
-	FailOpen FailPolicy = iota
+	FailOpen
 	// FailClosed answers 503 with a JSON body: a rate limiter outage becomes
 	// a service outage.
 	FailClosed
-	// FailLocal (the default) decides with an in-process limiter of the same
-	// rules while Redis is failing: a token bucket per key refilling limit/n
-	// per window, where n is [LocalInstances]. Its decisions have Local set.
-	// It is bounded in memory (DefaultLocalKeys keys per rule). A Redis
-	// outage then neither stops the service nor lifts the limits: each
-	// instance enforces its share of them.
-	FailLocal
 )
 
-// String returns "FailOpen", "FailClosed" or "FailLocal".
+// String returns "FailLocal", "FailOpen" or "FailClosed".
 func (p FailPolicy) String() string {
 	switch p {
 	case FailOpen:
@@ -54,8 +54,8 @@ func (p FailPolicy) String() string {
 // [FailLocal].
 func OnFailure(p FailPolicy) Option {
 	return routeOption(func(r *routeConfig) error {
-		if p < FailOpen || p > FailLocal {
-			return fmt.Errorf("OnFailure(%v): want FailOpen, FailClosed or FailLocal", p)
+		if p < FailLocal || p > FailClosed {
+			return fmt.Errorf("OnFailure(%v): want FailLocal, FailOpen or FailClosed", p)
 		}
 		r.onFail = p
 		return nil

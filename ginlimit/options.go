@@ -133,7 +133,6 @@ func defaults() config {
 		route: routeConfig{
 			timeout:        DefaultTimeout,
 			queueTimeout:   DefaultQueueTimeout,
-			onFail:         FailLocal,
 			deny:           DefaultDenyCacheSize,
 			breakFailures:  DefaultBreakerFailures,
 			breakOpen:      DefaultBreakerOpen,

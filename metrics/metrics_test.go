@@ -641,7 +641,7 @@ func TestEndToEnd(t *testing.T) {
 		ginlimit.Key("merchant:"), ginlimit.Window(time.Minute), ginlimit.Limit(3),
 		ginlimit.Type(ginlimit.IP)), ok)
 	r.GET("/report", ginlimit.RateLimit(ginlimit.Redis(dead), observe,
-		ginlimit.Key("report:"), ginlimit.Breaker(2, time.Minute), ginlimit.Timeout(time.Second),
+		ginlimit.Key("report:"), ginlimit.Breaker(2, time.Minute), ginlimit.Timeout(time.Second), ginlimit.OnFailure(ginlimit.FailOpen),
 		ginlimit.Logger(slog.New(slog.DiscardHandler))), ok)
 	r.NoRoute(ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Timeout(5*time.Second), ginlimit.Key("notfound:"), ginlimit.Limit(100)),
 		func(c *gin.Context) { c.String(http.StatusNotFound, "not found") })

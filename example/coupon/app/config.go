@@ -49,7 +49,8 @@ type Config struct {
 	// ("10.0.0.1:6379"); New then uses a cluster client and ignores RedisURL.
 	ClusterAddrs []string
 	// FailPolicy is what limited routes do while Redis fails: the zero value
-	// ginlimit.FailOpen, ginlimit.FailClosed or ginlimit.FailLocal.
+	// ginlimit.FailLocal (ginlimit's default), ginlimit.FailOpen or
+	// ginlimit.FailClosed.
 	FailPolicy ginlimit.FailPolicy
 	// Shadow turns on shadow mode for every limited route: decisions and
 	// headers as usual, but nothing is ever refused.
@@ -68,7 +69,7 @@ type Config struct {
 //
 //   - REDIS_URL becomes RedisURL;
 //   - REDIS_CLUSTER_ADDRS (comma-separated) becomes ClusterAddrs;
-//   - FAIL_POLICY (open, closed or local; default open) becomes FailPolicy;
+//   - FAIL_POLICY (local, open or closed; default local) becomes FailPolicy;
 //   - SHADOW=1 becomes Shadow;
 //   - JWT_SECRET becomes JWTSecret, left nil when the variable is unset or
 //     empty;
@@ -97,14 +98,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	switch s := strings.TrimSpace(getenv("FAIL_POLICY")); s {
-	case "", "open":
+	case "", "local":
+		cfg.FailPolicy = ginlimit.FailLocal
+	case "open":
 		cfg.FailPolicy = ginlimit.FailOpen
 	case "closed":
 		cfg.FailPolicy = ginlimit.FailClosed
-	case "local":
-		cfg.FailPolicy = ginlimit.FailLocal
 	default:
-		return Config{}, fmt.Errorf("coupon: FAIL_POLICY: %q: want open, closed or local", s)
+		return Config{}, fmt.Errorf("coupon: FAIL_POLICY: %q: want local, open or closed", s)
 	}
 	switch s := strings.TrimSpace(getenv("SHADOW")); s {
 	case "", "0", "false":
