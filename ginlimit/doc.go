@@ -57,7 +57,8 @@
 //     identity is found;
 //   - algorithm.go: the algorithms and their scripts (the Lua is in package
 //     lua, one file per algorithm);
-//   - backend.go, breaker.go: the Redis call path and its circuit breakers;
+//   - backend.go, nodes.go, breaker.go: the Redis call path; each node's
+//     slots (calls on the wire) and circuit breaker;
 //   - denycache.go, failure.go, tiers.go: the deny cache, the failure
 //     policies with the FailLocal fallback, and per-user tiers;
 //   - response.go: every answer (401, 429, 500, 503), the headers, shadow

@@ -1,0 +1,117 @@
+package ginlimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxWaiting is how many calls may wait for a slot of one node. Beyond
+// that a decision is ErrSaturated at once: the process is taking decisions
+// faster than Redis can answer them, and a longer queue only adds latency.
+const maxWaiting = 10_000
+
+// nodes is what a backend keeps per Redis node: one node for a plain
+// client, one per master for a *redis.ClusterClient, so that a dead master
+// opens the breaker only for the keys it owns.
+type nodes struct {
+	failures int
+	open     time.Duration
+	slots    int
+	one      *node
+	cluster  *redis.ClusterClient
+	byAddr   sync.Map // master address -> *node
+}
+
+// node is one Redis node's circuit breaker (nil when off) and slots: a call
+// holds a slot while it is on the wire.
+type node struct {
+	brk     *breaker
+	slots   chan struct{}
+	waiting atomic.Int64
+}
+
+func newNodes(client redis.Scripter, failures int, open time.Duration, slots int) *nodes {
+	ns := &nodes{failures: failures, open: open, slots: slots}
+	ns.one = ns.newNode()
+	ns.cluster, _ = client.(*redis.ClusterClient)
+	return ns
+}
+
+func (ns *nodes) newNode() *node {
+	return &node{brk: newBreaker(ns.failures, ns.open), slots: make(chan struct{}, ns.slots)}
+}
+
+func (ns *nodes) isCluster() bool { return ns.cluster != nil }
+
+// forKey returns the node that serves key. On a cluster, finding it can
+// block until go-redis has loaded the cluster's slots, whatever the context
+// says, so that runs within timeout, behind the breaker of the cluster as a
+// whole (ns.one): a cluster whose slots cannot be loaded fails like a dead
+// Redis, and fails fast once that breaker opens.
+func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) (*node, error) {
+	if ns.cluster == nil {
+		return ns.one, nil
+	}
+	ok, probe := ns.one.brk.allow()
+	if !ok {
+		return ns.one, ErrCircuitOpen
+	}
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	defer cancel()
+	master, err := bounded(cctx, func() (*redis.Client, error) { return ns.cluster.MasterForKey(cctx, key) })
+	if err != nil {
+		if ctx.Err() != nil {
+			ns.one.brk.abandon()
+			return ns.one, fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))
+		}
+		ns.one.brk.done(probe, true)
+		return ns.one, fmt.Errorf("no master for the key: %w", err)
+	}
+	ns.one.brk.done(probe, false)
+	addr := master.Options().Addr
+	if n, ok := ns.byAddr.Load(addr); ok {
+		return n.(*node), nil
+	}
+	n, _ := ns.byAddr.LoadOrStore(addr, ns.newNode())
+	return n.(*node), nil
+}
+
+// state is the state of the breaker of the client as a whole, for
+// decisions that reached no node's (a cached rejection, say).
+func (ns *nodes) state() string { return ns.one.brk.state() }
+
+// errQueueTimedOut is the cause of a wait for a slot that ran out of its
+// QueueTimeout.
+var errQueueTimedOut = fmt.Errorf("no Redis connection free within the QueueTimeout: %w", context.DeadlineExceeded)
+
+// acquire takes one of the node's slots, waiting no longer than ctx and
+// queue, and only while fewer than maxWaiting calls wait.
+func (n *node) acquire(ctx context.Context, queue time.Duration) error {
+	select {
+	case n.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	if n.waiting.Add(1) > maxWaiting {
+		n.waiting.Add(-1)
+		return fmt.Errorf("%w: %d decisions already wait for a Redis connection", ErrSaturated, maxWaiting)
+	}
+	defer n.waiting.Add(-1)
+	timer := time.NewTimer(queue)
+	defer timer.Stop()
+	select {
+	case n.slots <- struct{}{}:
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("%w: %w", ErrSaturated, errQueueTimedOut)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))
+	}
+}
+
+func (n *node) release() { <-n.slots }
