@@ -21,6 +21,7 @@ import (
 type backend struct {
 	client    redis.Scripter
 	honours   bool                 // the client bounds reads by the context deadline
+	bound     *redis.Client        // a plain client's clone that bounds reads by the context
 	pipe      *redis.AutoPipeliner // nil without AutoPipeline or on other clients
 	pipeAbove int64                // pipelineAbove; tests lower it
 	calls     atomic.Int64         // calls now waiting on Redis, when pipelining
@@ -48,6 +49,13 @@ func newBackend(k backendKey) (*backend, error) {
 		client:    k.client,
 		honours:   honoursContext(k.client),
 		pipeAbove: pipelineAbove,
+	}
+	if c, ok := k.client.(*redis.Client); ok && !b.honours {
+		// A clone (the same pool) of the application's client, that bounds
+		// socket reads by the call's deadline: no goroutine per call, and
+		// the application's own client is left as it is.
+		b.bound = c.WithTimeout(c.Options().ReadTimeout)
+		b.bound.Options().ContextTimeoutEnabled = true
 	}
 	if k.autoPipeline {
 		// Only a plain client: go-redis's cluster auto-pipeliner shares
@@ -200,17 +208,23 @@ func isNetTimeout(err error) bool {
 	return !errors.Is(err, context.DeadlineExceeded) && errors.As(err, &ne) && ne.Timeout()
 }
 
-// runDirect runs s and returns no later than ctx is done. On a client that
-// honours the context this is a plain call. On one that does not, and on a
+// runDirect runs s and returns no later than ctx is done. It is a plain
+// call, with no goroutine, on a client that bounds its socket reads by the
+// context (ContextTimeoutEnabled), and on a plain *redis.Client without
+// that, through its clone that does (b.bound, on the same pool). On other
+// clients, and on a
 // *redis.ClusterClient (which can block on loading the cluster's slots
 // whatever the context says), the call runs in a goroutine and is abandoned
-// when ctx ends: the request is answered
-// on time, and the goroutine ends at the client's own ReadTimeout. At most
-// the client's pool size of such goroutines can wait on a hung server,
-// because waiting for a pooled connection does honour ctx.
+// when ctx ends: the request is answered on time, and the goroutine ends at
+// the client's own ReadTimeout. At most the client's pool size of such
+// goroutines can wait on a hung server, because waiting for a pooled
+// connection does honour ctx.
 func (b *backend) runDirect(ctx context.Context, s *redis.Script, keys []string, args []any) ([]any, error) {
-	if b.honours && !b.nodes.isCluster() {
+	switch {
+	case b.honours && !b.nodes.isCluster():
 		return s.Run(ctx, b.client, keys, args...).Slice()
+	case b.bound != nil:
+		return s.Run(ctx, b.bound, keys, args...).Slice()
 	}
 	return bounded(ctx, func() ([]any, error) { return s.Run(ctx, b.client, keys, args...).Slice() })
 }

@@ -133,6 +133,7 @@ func defaults() config {
 		route: routeConfig{
 			timeout:        DefaultTimeout,
 			queueTimeout:   DefaultQueueTimeout,
+			autoPipeline:   true,
 			deny:           DefaultDenyCacheSize,
 			breakFailures:  DefaultBreakerFailures,
 			breakOpen:      DefaultBreakerOpen,

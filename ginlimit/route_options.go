@@ -103,12 +103,13 @@ func Logger(l *slog.Logger) Option {
 // pipelines with go-redis's AutoPipeliner (the client's AsyncAutoPipeline),
 // which raises throughput under concurrency. Every guarantee stays: each
 // decision is still its own atomic script call, and each still returns
-// within [Timeout] and the request's context. Only a *redis.Client is
-// auto-pipelined: go-redis's cluster auto-pipeliner shares batches across
-// masters (one dead master would stall the others) and Ring does not
-// auto-pipeline, so those and every other client fall back to one call per
-// decision. The default is off, because go-redis marks the AutoPipeliner
-// experimental.
+// within [Timeout] and the request's context. It stays out of the way of a
+// lone caller: a decision goes through the pipeliner only while a few
+// others of its backend are already waiting on Redis. Only a
+// *redis.Client is auto-pipelined: go-redis's cluster auto-pipeliner shares
+// batches across masters (one dead master would stall the others) and Ring
+// does not auto-pipeline, so those and every other client make one call
+// per decision. The default is on; AutoPipeline(false) turns it off.
 func AutoPipeline(enabled bool) Option {
 	return routeOption(func(r *routeConfig) error {
 		r.autoPipeline = enabled
