@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -17,6 +18,11 @@ import (
 // A decider takes one rate limit decision for key. It is what every case
 // reduces to, so every case is measured by the same loop. It must be safe for
 // concurrent use.
+//
+// A non-nil err means the call was not a decision of the limiter's store (a
+// non-decision): for a peer, any error; for ginlimit, an error, a decision
+// of the in-process fallback (Decision.Local) or a failed-open or
+// failed-closed answer (see notDecided). allowed is then not counted.
 type decider func(ctx context.Context, key string) (allowed bool, err error)
 
 // benchCase is one way of deciding, with what the report needs to know
@@ -46,20 +52,57 @@ type benchCase struct {
 	// the window since the Unix epoch): a flood that crosses a boundary may
 	// admit the limit once more, so runFlood starts it clear of one.
 	Aligned bool
-	// RedisKey maps a decision key to the Redis key the case writes.
+	// RedisKey maps a decision key to a KEYS pattern that matches the Redis
+	// key the case writes for it, and no key of another case.
 	RedisKey func(key string) string
+	// Client is how the case's go-redis client is built: the zero value,
+	// ContextTimeoutEnabled, unless the case says otherwise.
+	Client clientKind
 	// New builds the decider on rdb for limit requests per window.
 	New func(rdb *redis.Client, limit int, window time.Duration) (decider, error)
 	// Note is a footnote for the report, or "".
 	Note string
 }
 
-// newClient returns a go-redis client of the harness's Redis. Every case gets
-// a client built here, so all of them run with identical options: the
-// default pool (10 connections per GOMAXPROCS) and ContextTimeoutEnabled, the
-// setting ginlimit recommends, so context deadlines bound socket reads.
-func newClient(addr string) *redis.Client {
+// clientKind is how a case's go-redis client is built. Every case gets a
+// fresh client of its kind, with go-redis's default pool (10 connections per
+// GOMAXPROCS); the kinds differ only in ContextTimeoutEnabled.
+type clientKind int
+
+const (
+	// ctxTimeoutClient is redis.NewClient(&redis.Options{Addr: addr,
+	// ContextTimeoutEnabled: true}), the setting ginlimit's doc recommends:
+	// context deadlines bound socket reads. The peers, the floors, the seeds'
+	// recipe and the ginlimit variants use it.
+	ctxTimeoutClient clientKind = iota
+	// plainClient is redis.NewClient(&redis.Options{Addr: addr}), go-redis's
+	// defaults: ginlimit then bounds each call's time itself (each call on a
+	// goroutine of its own).
+	plainClient
+)
+
+// newClient returns a client of kind k of the harness's Redis.
+func (k clientKind) newClient(addr string) *redis.Client {
+	if k == plainClient {
+		return redis.NewClient(&redis.Options{Addr: addr})
+	}
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+}
+
+// String returns the client's construction, for the report.
+func (k clientKind) String() string {
+	if k == plainClient {
+		return "`redis.NewClient(&redis.Options{Addr: addr})`"
+	}
+	return "`redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})`"
+}
+
+// Short returns a short name of the client, for table cells.
+func (k clientKind) Short() string {
+	if k == plainClient {
+		return "plain"
+	}
+	return "ContextTimeoutEnabled"
 }
 
 // allCases lists the cases in report order.
@@ -115,11 +158,21 @@ func allCases() []*benchCase {
 			Note:     "p.Allow(ctx, key) with the deny cache off: every decision goes to Redis (the honest per-decision cost).",
 		},
 		{
-			ID: "ginlimit-defaults", Name: "ginlimit sliding log, defaults", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			ID: "ginlimit-defaults-plain", Name: "ginlimit sliding log, defaults, plain client", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			Exact: true, Flood: true, Client: plainClient,
+			RedisKey: ginlimitKey("bench-defaults-plain:"),
+			New:      newGinlimit("bench-defaults-plain:"),
+			Note: "p.Allow(ctx, key) with ginlimit's defaults (`ginlimit.New(ginlimit.Redis(rdb))`, then only Key, Window and Limit: " +
+				"deny cache on, FailLocal, Timeout and QueueTimeout 1 s) on a plain client, `redis.NewClient(&redis.Options{Addr: addr})`: " +
+				"ginlimit bounds each call's time itself.",
+		},
+		{
+			ID: "ginlimit-defaults", Name: "ginlimit sliding log, defaults, ContextTimeoutEnabled client", Algorithm: "sliding log, ZSET, Redis clock in µs",
 			Exact: true, Flood: true,
 			RedisKey: ginlimitKey("bench-defaults:"),
 			New:      newGinlimit("bench-defaults:"),
-			Note:     "p.Allow(ctx, key) with ginlimit's defaults (deny cache on).",
+			Note: "The same defaults on `redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})`, " +
+				"the client every other case uses: go-redis bounds socket reads by the decision's deadline.",
 		},
 		{
 			ID: "ginlimit-autopipeline", Name: "ginlimit sliding log + autopipeline, DenyCache(0)", Algorithm: "sliding log, ZSET, Redis clock in µs",
@@ -258,15 +311,18 @@ func newSeeds(rdb *redis.Client, limit int, window time.Duration) (decider, erro
 	}, nil
 }
 
-// ginlimitKey returns the Redis key that ginlimit's Policy.Allow writes for
-// a key with no bytes to escape: prefix{key}.
+// ginlimitKey returns a KEYS pattern of the Redis key that ginlimit's
+// Policy.Allow writes for a key with no bytes to escape: prefix<tag>{key},
+// where the tag names the algorithm and its shape ("" for the sliding log,
+// "fw:" for the fixed window, ...; braces are not special in a pattern).
 func ginlimitKey(prefix string) func(string) string {
-	return func(key string) string { return prefix + "{" + key + "}" }
+	return func(key string) string { return prefix + "*{" + key + "}" }
 }
 
 // newGinlimit returns a constructor of ginlimit deciders: a Limiter on the
-// client and a Policy of prefix, the case's window and limit, and extra.
-// Each variant has its own prefix, so variants never share a key.
+// client with nothing but Redis(rdb), and a Policy of prefix, the case's
+// window and limit, and extra. Each variant has its own prefix, so variants
+// never share a key.
 func newGinlimit(prefix string, extra ...ginlimit.Option) func(*redis.Client, int, time.Duration) (decider, error) {
 	return func(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
 		l, err := ginlimit.New(ginlimit.Redis(rdb))
@@ -280,7 +336,32 @@ func newGinlimit(prefix string, extra ...ginlimit.Option) func(*redis.Client, in
 		}
 		return func(ctx context.Context, key string) (bool, error) {
 			d, err := p.Allow(ctx, key)
-			return d.Allowed, err
+			return d.Allowed, notDecided(d, err)
 		}, nil
 	}
+}
+
+// errLocal stands for a decision of the FailLocal fallback that carried no
+// error of its own (ginlimit always sets one today).
+var errLocal = errors.New("decided by ginlimit's in-process fallback (Decision.Local)")
+
+// notDecided returns why d, with Allow's err, is not a decision of Redis
+// (or of the deny cache, whose answers Redis proved), or nil when it is one:
+// an error from Allow or in the decision (a Redis failure, a timeout,
+// ErrSaturated), a decision of the FailLocal fallback, or a failed-open or
+// failed-closed answer (OutcomeError).
+func notDecided(d ginlimit.Decision, err error) error {
+	switch {
+	case err != nil:
+		return err
+	case d.Err != nil:
+		return d.Err
+	case d.Local:
+		return errLocal
+	}
+	switch o := ginlimit.OutcomeOf(d); o {
+	case ginlimit.OutcomeError, ginlimit.OutcomeFallback:
+		return fmt.Errorf("ginlimit: outcome %q without an error", o)
+	}
+	return nil
 }

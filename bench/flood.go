@@ -27,15 +27,16 @@ type floodResult struct {
 }
 
 // Rejected returns the number of decisions that were answered "no".
-func (f floodResult) Rejected() int64 { return f.Run.Decisions - f.Run.Allowed - f.Run.Errors }
+func (f floodResult) Rejected() int64 { return f.Run.Denied() }
 
 // runFlood sends total decisions for one fresh key with a limit of
-// floodLimit per floodWindow from floodCallers goroutines on one client.
+// floodLimit per floodWindow from floodCallers goroutines on one client (of
+// the case's kind).
 func (e *env) runFlood(ctx context.Context, c *benchCase, total int64) (floodResult, error) {
 	if err := e.admin.FlushDB(ctx).Err(); err != nil {
 		return floodResult{}, fmt.Errorf("FLUSHDB: %w", err)
 	}
-	rdb := newClient(e.srv.Addr)
+	rdb := c.Client.newClient(e.srv.Addr)
 	defer rdb.Close()
 	d, err := c.New(rdb, floodLimit, floodWindow)
 	if err != nil {

@@ -2,15 +2,15 @@
 // (go-redis/redis_rate and ulule/limiter) on a redis-server that it starts
 // itself, and prints a markdown report.
 //
-//	cd bench && go run . -quick          # under a minute
-//	cd bench && go run . -out RESULTS.md # the full run
+//	cd bench && go run . -quick          # about 40 s
+//	cd bench && go run . -out RESULTS.md # the full run, about 6 minutes on 2 cores
 //	go run -C bench . -cases ginlimit,redis_rate,http
 //
 // It is a module of its own so that the peer libraries never enter
-// ginlimit's go.mod. Every case runs one after another against the same
-// server, each on a fresh go-redis client with identical options, on an
-// emptied database (FLUSHDB: the server is the harness's own, on a free
-// loopback port; no other Redis is touched).
+// ginlimit's go.mod. Every case runs against the same server, each on a
+// fresh go-redis client of its kind (ContextTimeoutEnabled, or plain for the
+// plain-client case), on an emptied database (FLUSHDB: the server is the
+// harness's own, on a free loopback port; no other Redis is touched).
 package main
 
 import (
@@ -41,6 +41,7 @@ type config struct {
 	window        time.Duration
 	keys          int
 	callers       []int
+	httpCallers   []int // concurrent HTTP clients of the end-to-end comparison
 	floodN        int64
 	httpBenchtime time.Duration
 	redisServer   string
@@ -75,8 +76,8 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	cfg := config{args: args}
-	var callers string
-	fs.BoolVar(&cfg.quick, "quick", false, "short cells, a smaller flood and short HTTP benchmarks: the whole run takes under a minute")
+	var callers, httpCallers string
+	fs.BoolVar(&cfg.quick, "quick", false, "short cells, a smaller flood and short HTTP benchmarks: the whole run takes about a minute")
 	fs.DurationVar(&cfg.duration, "duration", 0, "measured time per throughput cell (case and concurrency), over all rounds (default 5s, or 400ms with -quick)")
 	fs.IntVar(&cfg.rounds, "rounds", 0, "rounds each cell's time is split into; every round runs every case, interleaved (default 10, or 4 with -quick)")
 	fs.StringVar(&cfg.out, "out", "", "also write the report to `file`")
@@ -84,7 +85,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.limit, "limit", 1000, "limit per window of the throughput and HTTP cases")
 	fs.DurationVar(&cfg.window, "window", time.Second, "window of the throughput and HTTP cases")
 	fs.IntVar(&cfg.keys, "keys", 1000, "number of keys the throughput cases spread over uniformly")
-	fs.StringVar(&callers, "callers", "1,32,256", "comma-separated numbers of concurrent callers")
+	fs.StringVar(&callers, "callers", "1,32,256,1024", "comma-separated numbers of concurrent callers of the decision cases")
+	fs.StringVar(&httpCallers, "http-callers", "1,32,256", "comma-separated numbers of concurrent clients of the end-to-end HTTP comparison")
 	fs.Int64Var(&cfg.floodN, "flood-n", 0, "decisions in each flood (default 100000, or 20000 with -quick)")
 	fs.DurationVar(&cfg.httpBenchtime, "http-benchtime", 0, "testing.Benchmark time per HTTP benchmark (default 2s, or 300ms with -quick)")
 	fs.StringVar(&cfg.redisServer, "redis-server", "redis-server", "redis-server binary")
@@ -94,12 +96,12 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for _, s := range strings.Split(callers, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			return config{}, fmt.Errorf("-callers: %q is not a positive number", s)
-		}
-		cfg.callers = append(cfg.callers, n)
+	var err error
+	if cfg.callers, err = parseCounts("-callers", callers); err != nil {
+		return config{}, err
+	}
+	if cfg.httpCallers, err = parseCounts("-http-callers", httpCallers); err != nil {
+		return config{}, err
 	}
 	cfg.warmup = 500 * time.Millisecond
 	if cfg.quick {
@@ -125,6 +127,19 @@ func parseFlags(args []string) (config, error) {
 		return config{}, err
 	}
 	return cfg, nil
+}
+
+// parseCounts parses a comma-separated list of positive numbers.
+func parseCounts(flagName, list string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a positive number", flagName, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // pick returns v when it was given (non-zero), else the mode's default.
@@ -177,7 +192,7 @@ func run(cfg config) error {
 
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	defer admin.Close()
-	e := &env{cfg: cfg, srv: srv, admin: admin, workers: newWorkers(max(slicesMax(cfg.callers), floodCallers))}
+	e := &env{cfg: cfg, srv: srv, admin: admin, workers: newWorkers(max(slicesMax(cfg.callers), slicesMax(cfg.httpCallers), floodCallers))}
 	for i := range cfg.keys {
 		e.keys = append(e.keys, "k:"+strconv.Itoa(i))
 	}
@@ -219,6 +234,7 @@ type results struct {
 	memory []memoryResult
 	floods []floodResult
 	http   []httpResult
+	e2e    []cellResult // the end-to-end HTTP comparison
 	total  time.Duration
 }
 
@@ -240,8 +256,8 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 			return nil, fmt.Errorf("%d callers: %w (redis-server: %v)", n, err, e.srv.alive())
 		}
 		for _, cell := range cells {
-			progress("%-25s %3d callers: %8.0f decisions/s, p50 %7.1f µs, %d errors, CPU client/redis/others %v",
-				cell.Case.ID, n, cell.Run.PerSec(), us(cell.Run.Hist.quantile(0.5)), cell.Run.Errors, cell.CPU.use())
+			progress("%-25s %4d callers: %8.0f decisions/s, p50 %8.1f µs, %d non-decisions, CPU client/redis/others %v",
+				cell.Case.ID, n, cell.Run.PerSec(), us(cell.Run.Hist.quantile(0.5)), cell.Run.NonDecisions, cell.CPU.use())
 		}
 		res.cells = append(res.cells, cells...)
 	}
@@ -281,6 +297,11 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 			progress("http %s: bare %d ns/op, limited %d ns/op", h.Env, h.Bare.NsPerOp(), h.Limited.NsPerOp())
 			res.http = append(res.http, h)
 		}
+		cells, err := e.measureEndToEnd(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("http end to end: %w (redis-server: %v)", err, e.srv.alive())
+		}
+		res.e2e = cells
 	}
 	return res, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
 )
 
 // histogram counts durations in log-linear buckets, like HDR Histogram:
@@ -89,13 +92,14 @@ func (h *histogram) quantile(q float64) time.Duration {
 
 // workerState is what one caller goroutine owns during a run.
 type workerState struct {
-	hist     *histogram // latency of every decision (throughput) or of rejected ones (flood)
-	rng      *rand.Rand
-	n        int64
-	allowed  int64
-	errs     int64
-	firstErr error
-	_        [64]byte // keep workers' counters off each other's cache lines
+	hist         *histogram // latency of every call (throughput) or of rejected decisions (flood)
+	rng          *rand.Rand
+	calls        int64
+	allowed      int64
+	nonDecisions int64
+	saturated    int64
+	firstErr     error
+	_            [64]byte // keep workers' counters off each other's cache lines
 }
 
 // workers is a reusable set of caller states, allocated once for the largest
@@ -117,21 +121,35 @@ func newWorkers(n int) *workers {
 
 // runResult is the outcome of one run of n callers.
 type runResult struct {
-	Decisions int64
-	Allowed   int64
-	Errors    int64
+	// Calls counts every call of the decider: decisions and non-decisions.
+	Calls int64
+	// Allowed counts the decisions that admitted.
+	Allowed int64
+	// NonDecisions counts the calls that returned an error (see decider):
+	// they are not decisions, and PerSec leaves them out.
+	NonDecisions int64
+	// Saturated counts the non-decisions whose error wraps
+	// ginlimit.ErrSaturated: this process could not get the call to Redis in
+	// time.
+	Saturated int64
 	FirstErr  error
 	Elapsed   time.Duration
 	Hist      *histogram // merged
 	Mallocs   uint64     // heap allocations of the whole process during the run
 }
 
-// PerSec returns decisions per second.
+// Decisions returns the calls that were decisions.
+func (r runResult) Decisions() int64 { return r.Calls - r.NonDecisions }
+
+// Denied returns the decisions that rejected.
+func (r runResult) Denied() int64 { return r.Decisions() - r.Allowed }
+
+// PerSec returns decisions per second: non-decisions are not counted.
 func (r runResult) PerSec() float64 {
 	if r.Elapsed <= 0 {
 		return 0
 	}
-	return float64(r.Decisions) / r.Elapsed.Seconds()
+	return float64(r.Decisions()) / r.Elapsed.Seconds()
 }
 
 // runSpec says how a run ends and what it records.
@@ -152,7 +170,7 @@ func (w *workers) run(ctx context.Context, d decider, spec runSpec) runResult {
 	states := w.states[:spec.callers]
 	for _, s := range states {
 		s.hist.reset()
-		s.n, s.allowed, s.errs, s.firstErr = 0, 0, 0, nil
+		s.calls, s.allowed, s.nonDecisions, s.saturated, s.firstErr = 0, 0, 0, 0, nil
 	}
 	var (
 		start    = make(chan struct{})
@@ -177,10 +195,13 @@ func (w *workers) run(ctx context.Context, d decider, spec runSpec) runResult {
 				t0 := time.Now()
 				ok, err := d(ctx, key)
 				t1 := time.Now()
-				s.n++
+				s.calls++
 				switch {
 				case err != nil:
-					s.errs++
+					s.nonDecisions++
+					if errors.Is(err, ginlimit.ErrSaturated) {
+						s.saturated++
+					}
 					if s.firstErr == nil {
 						s.firstErr = err
 					}
@@ -208,9 +229,10 @@ func (w *workers) run(ctx context.Context, d decider, spec runSpec) runResult {
 
 	r := runResult{Elapsed: elapsed, Hist: newHistogram(), Mallocs: m1.Mallocs - m0.Mallocs}
 	for _, s := range states {
-		r.Decisions += s.n
+		r.Calls += s.calls
 		r.Allowed += s.allowed
-		r.Errors += s.errs
+		r.NonDecisions += s.nonDecisions
+		r.Saturated += s.saturated
 		if r.FirstErr == nil {
 			r.FirstErr = s.firstErr
 		}
@@ -229,9 +251,10 @@ type cellResult struct {
 	CPU     cpuTicks
 }
 
-// AllocsPerDecision returns the process's heap allocations per decision.
-func (c cellResult) AllocsPerDecision() float64 {
-	return float64(c.Run.Mallocs) / float64(max(1, c.Run.Decisions))
+// AllocsPerCall returns the process's heap allocations per call (decisions
+// and non-decisions).
+func (c cellResult) AllocsPerCall() float64 {
+	return float64(c.Run.Mallocs) / float64(max(1, c.Run.Calls))
 }
 
 // ServerUsecPerCall is the server's usec per call of the case's command
@@ -248,11 +271,11 @@ func (c cellResult) ServerUsecPerCall() (float64, bool) {
 	return float64(st.Usec) / float64(st.Calls), true
 }
 
-// ServerPerDecision returns the top-level commands per decision and their
-// server µs per decision (see topLevel).
-func (c cellResult) ServerPerDecision() (calls, usec float64) {
+// ServerPerCall returns the top-level commands per call of the decider and
+// their server µs per call (see topLevel).
+func (c cellResult) ServerPerCall() (calls, usec float64) {
 	t := c.Stats.topLevelTotal()
-	n := float64(max(1, c.Run.Decisions))
+	n := float64(max(1, c.Run.Calls))
 	return float64(t.Calls) / n, float64(t.Usec) / n
 }
 
@@ -262,9 +285,10 @@ func (c *cellResult) add(r runResult, stats cmdStats, cpu cpuTicks) {
 		c.Run.Hist = newHistogram()
 		c.Stats = make(cmdStats)
 	}
-	c.Run.Decisions += r.Decisions
+	c.Run.Calls += r.Calls
 	c.Run.Allowed += r.Allowed
-	c.Run.Errors += r.Errors
+	c.Run.NonDecisions += r.NonDecisions
+	c.Run.Saturated += r.Saturated
 	if c.Run.FirstErr == nil {
 		c.Run.FirstErr = r.FirstErr
 	}
@@ -280,47 +304,59 @@ func (c *cellResult) add(r runResult, stats cmdStats, cpu cpuTicks) {
 	c.CPU = c.CPU.add(cpu)
 }
 
-// measureThroughput measures every case at n callers. The machine is shared
-// and its load changes from second to second, so the cases are interleaved:
-// each cell's time is split into rounds, and every round runs every case once
-// (in a rotated order), so that a burst of outside load falls on all of them
-// alike instead of on whichever case was running. This matters most at one
-// caller: with both processes asleep between calls, a round trip includes
-// waking idle CPUs, and it is several times shorter while other load keeps
-// the CPUs awake.
-//
-// Each case gets its own client, dialled and warmed up (pool connections
-// open, scripts loaded) before the first round on an emptied database; each
-// round of a case is bracketed by CONFIG RESETSTAT and INFO commandstats.
+// measureThroughput measures every case at n callers, each on a client of
+// its own (of its kind), on an emptied database (FLUSHDB before each
+// concurrency), interleaved (see interleave).
 func (e *env) measureThroughput(ctx context.Context, cases []*benchCase, n int) ([]cellResult, error) {
 	if err := e.admin.FlushDB(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("FLUSHDB: %w", err)
 	}
 	deciders := make([]decider, len(cases))
-	cells := make([]cellResult, len(cases))
 	for i, c := range cases {
-		rdb := newClient(e.srv.Addr)
+		rdb := c.Client.newClient(e.srv.Addr)
 		defer rdb.Close()
 		d, err := c.New(rdb, e.cfg.limit, e.cfg.window)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.ID, err)
 		}
-		warm := e.workers.run(ctx, d, runSpec{callers: n, keys: e.keys, duration: e.cfg.warmup})
-		if warm.Errors > 0 {
-			return nil, fmt.Errorf("%s: warm-up: %d of %d decisions failed, first: %w", c.ID, warm.Errors, warm.Decisions, warm.FirstErr)
-		}
 		deciders[i] = d
+	}
+	return e.interleave(ctx, cases, deciders, n, e.keys)
+}
+
+// interleave measures deciders[i], the decider of cases[i], at n callers
+// over keys. The machine is shared and its load changes from second to
+// second, so the cases are interleaved: each cell's time is split into
+// rounds, and every round runs every case once, in an order rotated by one
+// each round (see roundOrder), so that a burst of outside load falls on all of
+// them alike instead of on whichever case was running. This matters most at
+// one caller: with both processes asleep between calls, a round trip includes
+// waking idle CPUs, and it is several times shorter while other load keeps
+// the CPUs awake.
+//
+// Each case is warmed up (pool connections open, scripts loaded) before the
+// first round; each round of a case is bracketed by CONFIG RESETSTAT and
+// INFO commandstats.
+func (e *env) interleave(ctx context.Context, cases []*benchCase, deciders []decider, n int, keys []string) ([]cellResult, error) {
+	cells := make([]cellResult, len(cases))
+	for i, c := range cases {
+		warm := e.workers.run(ctx, deciders[i], runSpec{callers: n, keys: keys, duration: e.cfg.warmup})
+		if warm.Decisions() == 0 {
+			return nil, fmt.Errorf("%s: warm-up: none of %d calls was a decision, first error: %w", c.ID, warm.Calls, warm.FirstErr)
+		}
+		if warm.NonDecisions > 0 {
+			progress("%-25s %4d callers: warm-up: %d of %d calls were non-decisions, first: %v", c.ID, n, warm.NonDecisions, warm.Calls, warm.FirstErr)
+		}
 		cells[i] = cellResult{Case: c, Callers: n}
 	}
 	slice := e.cfg.duration / time.Duration(e.cfg.rounds)
 	for round := range e.cfg.rounds {
-		for j := range cases {
-			i := (j + round) % len(cases)
+		for _, i := range roundOrder(len(cases), round) {
 			if err := e.admin.ConfigResetStat(ctx).Err(); err != nil {
 				return nil, fmt.Errorf("CONFIG RESETSTAT: %w", err)
 			}
 			cpu0 := readCPU(e.srv.Pid)
-			r := e.workers.run(ctx, deciders[i], runSpec{callers: n, keys: e.keys, duration: slice})
+			r := e.workers.run(ctx, deciders[i], runSpec{callers: n, keys: keys, duration: slice})
 			cpu1 := readCPU(e.srv.Pid)
 			stats, err := readCmdStats(ctx, e.admin)
 			if err != nil {
@@ -330,4 +366,15 @@ func (e *env) measureThroughput(ctx context.Context, cases []*benchCase, n int) 
 		}
 	}
 	return cells, nil
+}
+
+// roundOrder returns the order in which round (from 0) runs n cases: the
+// report order rotated left by round, so that over n consecutive rounds each
+// case runs once in each position, first and last included.
+func roundOrder(n, round int) []int {
+	order := make([]int, n)
+	for j := range order {
+		order[j] = (j + round) % n
+	}
+	return order
 }

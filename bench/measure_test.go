@@ -1,9 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
 )
 
 func TestHistogramBucketsAreContiguousAndPrecise(t *testing.T) {
@@ -80,6 +88,140 @@ func TestCasesCoverEveryAlgorithm(t *testing.T) {
 		}
 		if len(cs) != 2 || cs[0].FloodOnly || !cs[0].Memory || !cs[0].Flood || !cs[1].Flood {
 			t.Errorf("%s: want a throughput, memory and flood case and a flood case with the defaults", id)
+		}
+	}
+}
+
+func TestRoundOrderRotates(t *testing.T) {
+	const n = 5
+	seen := make([]map[int]bool, n) // positions each case ran in
+	for i := range seen {
+		seen[i] = map[int]bool{}
+	}
+	for round := range n {
+		order := roundOrder(n, round)
+		ran := map[int]bool{}
+		for pos, i := range order {
+			ran[i] = true
+			seen[i][pos] = true
+		}
+		if len(ran) != n {
+			t.Fatalf("round %d: order %v does not run every case once", round, order)
+		}
+		if round > 0 && order[0] == roundOrder(n, round-1)[0] {
+			t.Errorf("round %d: order %v starts with the same case as the round before", round, order)
+		}
+	}
+	for i, pos := range seen {
+		if len(pos) != n {
+			t.Errorf("case %d ran in positions %v over %d rounds, want every position once", i, pos, n)
+		}
+	}
+}
+
+func TestDefaultLevels(t *testing.T) {
+	cfg, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 32, 256, 1024} {
+		if !slices.Contains(cfg.callers, n) {
+			t.Errorf("default -callers %v: no %d", cfg.callers, n)
+		}
+	}
+	if len(cfg.httpCallers) == 0 {
+		t.Error("no default -http-callers")
+	}
+}
+
+func TestPlainAndContextTimeoutDefaults(t *testing.T) {
+	cs, _, err := selectCases("ginlimit-defaults-plain,ginlimit-defaults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 2 || cs[0].Client != plainClient || cs[1].Client != ctxTimeoutClient || cs[0].FloodOnly || cs[1].FloodOnly {
+		t.Fatalf("want the plain-client and the ContextTimeoutEnabled defaults cases in the throughput tables, got %v", cs)
+	}
+	if o := plainClient.newClient("127.0.0.1:1").Options(); o.ContextTimeoutEnabled {
+		t.Error("plain client has ContextTimeoutEnabled")
+	}
+	if o := ctxTimeoutClient.newClient("127.0.0.1:1").Options(); !o.ContextTimeoutEnabled {
+		t.Error("ContextTimeoutEnabled client has it off")
+	}
+}
+
+func TestNotDecided(t *testing.T) {
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		name string
+		d    ginlimit.Decision
+		err  error
+		want bool // a non-decision
+	}{
+		{"admitted", ginlimit.Decision{Allowed: true}, nil, false},
+		{"rejected", ginlimit.Decision{}, nil, false},
+		{"cached rejection", ginlimit.Decision{Cached: true}, nil, false},
+		{"error from Allow", ginlimit.Decision{Allowed: true, Local: true}, boom, true},
+		{"error in the decision", ginlimit.Decision{Allowed: true, Err: boom}, nil, true},
+		{"fallback without an error", ginlimit.Decision{Allowed: true, Local: true}, nil, true},
+	} {
+		if got := notDecided(c.d, c.err) != nil; got != c.want {
+			t.Errorf("%s: non-decision %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A ginlimit case on a Redis that refuses connections is answered by the
+// FailLocal fallback: every call must come back as a non-decision.
+func TestGinlimitFallbackIsANonDecision(t *testing.T) {
+	for _, kind := range []clientKind{plainClient, ctxTimeoutClient} {
+		rdb := kind.newClient(closedAddr(t))
+		defer rdb.Close()
+		d, err := newGinlimit("test:")(rdb, 10, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := d(context.Background(), "k")
+		if err == nil {
+			t.Errorf("%s client: Redis down, admitted %v with no error: counted as a decision", kind.Short(), ok)
+		}
+	}
+}
+
+// closedAddr returns a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestHTTPDecider(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("X-Forwarded-For") {
+		case "ok":
+		case "limited":
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "fallback":
+			w.Header().Set(hdrNonDecision, "saturated")
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	d := httpDecider(srv.Client(), srv.URL+"/r/1")
+	for _, c := range []struct {
+		key       string
+		allowed   bool
+		nonDec    bool
+		saturated bool
+	}{{"ok", true, false, false}, {"limited", false, false, false}, {"fallback", false, true, true}, {"down", false, true, false}} {
+		ok, err := d(context.Background(), c.key)
+		if ok != c.allowed || (err != nil) != c.nonDec || errors.Is(err, ginlimit.ErrSaturated) != c.saturated {
+			t.Errorf("%s: allowed %v, error %v; want allowed %v, non-decision %v, ErrSaturated %v", c.key, ok, err, c.allowed, c.nonDec, c.saturated)
 		}
 	}
 }

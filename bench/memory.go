@@ -20,6 +20,7 @@ type memoryResult struct {
 	Encoding string // OBJECT ENCODING key
 	Type     string // TYPE key
 	Fields   int64  // HLEN key, for a hash
+	Key      string // the Redis key
 }
 
 // PerEntry returns the bytes per admitted request.
@@ -33,7 +34,7 @@ func (e *env) measureMemory(ctx context.Context, c *benchCase, limit int) (memor
 	if err := e.admin.FlushDB(ctx).Err(); err != nil {
 		return memoryResult{}, fmt.Errorf("FLUSHDB: %w", err)
 	}
-	rdb := newClient(e.srv.Addr)
+	rdb := c.Client.newClient(e.srv.Addr)
 	defer rdb.Close()
 	d, err := c.New(rdb, limit, memoryWindow)
 	if err != nil {
@@ -50,7 +51,17 @@ func (e *env) measureMemory(ctx context.Context, c *benchCase, limit int) (memor
 			res.Admitted++
 		}
 	}
-	rkey := c.RedisKey(key)
+	// The database was emptied, so the case's pattern matches its one key.
+	pattern := c.RedisKey(key)
+	found, err := e.admin.Keys(ctx, pattern).Result()
+	if err != nil {
+		return memoryResult{}, fmt.Errorf("KEYS %s: %w", pattern, err)
+	}
+	if len(found) != 1 {
+		return memoryResult{}, fmt.Errorf("KEYS %s: %q, want one key", pattern, found)
+	}
+	rkey := found[0]
+	res.Key = rkey
 	if res.Bytes, err = e.admin.MemoryUsage(ctx, rkey, 0).Result(); err != nil {
 		return memoryResult{}, fmt.Errorf("MEMORY USAGE %s SAMPLES 0: %w", rkey, err)
 	}

@@ -29,9 +29,16 @@ func renderReport(e *env, res *results) string {
 	w("- **Command:** `%s` (in bench/; the same as `go run -C bench .%s` from the repository root); the run took %.1f s\n",
 		command(cfg.args), argsSuffix(cfg.args), res.total.Seconds())
 	w("- **Code:** %s\n", versions())
-	w("- **Settings:** limit %d per %v window; keys k:0..k:%d chosen uniformly; %v measured per cell (case × concurrency) in %d interleaved rounds, "+
-		"after a %v warm-up; each case on its own client, `redis.NewClient(&redis.Options{Addr, ContextTimeoutEnabled: true})` (default pool: %d connections); FLUSHDB before each concurrency\n\n",
-		cfg.limit, cfg.window, cfg.keys-1, cfg.duration, cfg.rounds, cfg.warmup, 10*runtime.GOMAXPROCS(0))
+	w("- **Settings:** limit %d per %v window; keys k:0..k:%d chosen uniformly; %v measured per cell (case × concurrency) in %d interleaved rounds "+
+		"(every round runs every case once, the order rotated by one case each round), after a %v warm-up; FLUSHDB before each concurrency\n",
+		cfg.limit, cfg.window, cfg.keys-1, cfg.duration, cfg.rounds, cfg.warmup)
+	w("- **Clients:** each case on a go-redis client of its own, with go-redis's default pool (%d connections here): %s\n",
+		10*runtime.GOMAXPROCS(0), clientsText(res))
+	w("- **Non-decisions:** a call whose answer did not come from the limiter's store is not counted in decisions/s or req/s but in a column of its own: " +
+		"for ginlimit, an error, a decision of the FailLocal fallback (`Decision.Local`) or a failed-open answer (ErrSaturated, " +
+		"when this process could not get the call to Redis in time, is one of these, and counted as such); for a peer, an error\n")
+	w("- **Read ratios, not absolute figures:** the machine is shared and its other load moves absolute figures by ±30 %% between runs; " +
+		"the ÷ columns compare cases measured in the same interleaved rounds, and are what carries over\n\n")
 
 	if len(res.cells) > 0 {
 		renderThroughput(w, res.cells)
@@ -44,6 +51,9 @@ func renderReport(e *env, res *results) string {
 	}
 	if len(res.http) > 0 {
 		renderHTTP(w, res.http, cfg)
+	}
+	if len(res.e2e) > 0 {
+		renderEndToEnd(w, res.e2e, cfg)
 	}
 	renderCases(w, res)
 	return b.String()
@@ -70,6 +80,7 @@ func renderThroughput(w writer, cells []cellResult) {
 	w("Every decision is admitted (the limit is never reached at these rates), so this is the cost of one decision. "+
 		"÷ redis_rate and ÷ seeds are the case's decisions/s divided by theirs at the same concurrency. "+
 		"Allocations are the whole process's heap allocations (runtime.MemStats.Mallocs) during the run, per decision. "+
+		"p50 and p99 are over every call, and allocations and the Redis columns per decision divide by every call: non-decisions included, so a non-decision's wait is not hidden. "+
 		"Redis µs/call is usec_per_call of the case's command (EVALSHA; PING for the PING floor) in INFO commandstats after CONFIG RESETSTAT; "+
 		"Redis calls/decision and µs/decision count the commands a client sends (EVALSHA, EVAL, PING, MULTI, EXEC) per decision.[^stats] "+
 		"CPU is the share of one core used during the cell by this process (the client), by redis-server and by everything else on the machine (other processes, and hypervisor steal), from /proc; "+
@@ -79,7 +90,7 @@ func renderThroughput(w writer, cells []cellResult) {
 	for _, n := range callers {
 		rr, seeds := find("redis_rate", n), find("seeds", n)
 		w("### %d caller%s\n\n", n, plural(n))
-		w("| case | decisions/s | ÷ redis_rate | ÷ seeds | p50 µs | p99 µs | allocs/decision | Redis µs/call | Redis calls/decision | Redis µs/decision | denied | errors | CPU %% client / redis / others |\n")
+		w("| case | decisions/s | ÷ redis_rate | ÷ seeds | p50 µs | p99 µs | allocs/decision | Redis µs/call | Redis calls/decision | Redis µs/decision | denied | non-decisions | CPU %% client / redis / others |\n")
 		w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, c := range cells {
 			if c.Callers != n {
@@ -89,18 +100,19 @@ func renderThroughput(w writer, cells []cellResult) {
 			if v, ok := c.ServerUsecPerCall(); ok {
 				perCall = fmt.Sprintf("%.2f", v)
 			}
-			calls, usec := c.ServerPerDecision()
-			denied := c.Run.Decisions - c.Run.Allowed - c.Run.Errors
+			calls, usec := c.ServerPerCall()
+			denied := c.Run.Denied()
 			if c.Case.Floor {
 				denied = 0
 			}
 			w("| %s | %.0f | %s | %s | %.1f | %.1f | %.2f | %s | %.3f | %.2f | %d | %s | %v |\n",
 				c.Case.Name, c.Run.PerSec(), ratio(c, rr), ratio(c, seeds),
-				us(c.Run.Hist.quantile(0.5)), us(c.Run.Hist.quantile(0.99)), c.AllocsPerDecision(),
-				perCall, calls, usec, denied, errText(c.Run), c.CPU.use())
+				us(c.Run.Hist.quantile(0.5)), us(c.Run.Hist.quantile(0.99)), c.AllocsPerCall(),
+				perCall, calls, usec, denied, nonDecisionText(c.Run), c.CPU.use())
 		}
 		w("\n")
 	}
+	renderRatios(w, cells, callers)
 
 	if noop := find("noop", 1); noop != nil {
 		base := noop.Run.Hist.quantile(0.5)
@@ -124,7 +136,7 @@ func renderThroughput(w writer, cells []cellResult) {
 		if c.Callers != callers[0] || c.Case.ID == "ping" {
 			continue
 		}
-		n := float64(max(1, c.Run.Decisions))
+		n := float64(max(1, c.Run.Calls))
 		script := float64(c.Stats["evalsha"].Usec+c.Stats["eval"].Usec) / n
 		in := c.Stats.inner()
 		names := make([]string, 0, len(in))
@@ -154,18 +166,95 @@ func ratio(c cellResult, base *cellResult) string {
 	return fmt.Sprintf("%.2f", c.Run.PerSec()/base.Run.PerSec())
 }
 
-func errText(r runResult) string {
-	if r.Errors == 0 {
+// nonDecisionText is a cell's non-decisions: how many, how many of them were
+// ErrSaturated, and the first error.
+func nonDecisionText(r runResult) string {
+	if r.NonDecisions == 0 {
 		return "0"
 	}
-	return fmt.Sprintf("**%d** (%v)", r.Errors, r.FirstErr)
+	sat := ""
+	if r.Saturated > 0 {
+		sat = fmt.Sprintf("%d ErrSaturated; ", r.Saturated)
+	}
+	return fmt.Sprintf("**%d** (%.2f %%; %sfirst: %v)", r.NonDecisions, 100*float64(r.NonDecisions)/float64(max(1, r.Calls)), sat, r.FirstErr)
+}
+
+// renderRatios is the summary of the throughput tables: every case's
+// decisions/s ÷ redis_rate's, one column per concurrency.
+func renderRatios(w writer, cells []cellResult, callers []int) {
+	rate := map[int]float64{}
+	for _, c := range cells {
+		if c.Case.ID == "redis_rate" {
+			rate[c.Callers] = c.Run.PerSec()
+		}
+	}
+	if len(rate) == 0 {
+		return
+	}
+	w("### decisions/s ÷ redis_rate at each concurrency\n\n| case | client |")
+	for _, n := range callers {
+		w(" %d caller%s |", n, plural(n))
+	}
+	w("\n|---|---|%s\n", strings.Repeat("--:|", len(callers)))
+	var order []*benchCase
+	for _, c := range cells {
+		if !slices.Contains(order, c.Case) {
+			order = append(order, c.Case)
+		}
+	}
+	for _, bc := range order {
+		w("| %s | %s |", bc.Name, bc.Client.Short())
+		for _, n := range callers {
+			v := "–"
+			for _, c := range cells {
+				if c.Case == bc && c.Callers == n && rate[n] > 0 {
+					v = fmt.Sprintf("%.2f", c.Run.PerSec()/rate[n])
+				}
+			}
+			w(" %s |", v)
+		}
+		w("\n")
+	}
+	w("\n")
+}
+
+// clientsText says which client options each case uses, from the cases that
+// ran: the plain-client cases by name, then every other one.
+func clientsText(res *results) string {
+	var plain []string
+	seen := map[string]bool{}
+	add := func(c *benchCase) {
+		if c.Client == plainClient && !seen[c.ID] {
+			seen[c.ID] = true
+			plain = append(plain, "\""+c.Name+"\"")
+		}
+	}
+	for _, c := range res.cells {
+		add(c.Case)
+	}
+	for _, f := range res.floods {
+		add(f.Case)
+	}
+	for _, c := range res.e2e {
+		add(c.Case)
+	}
+	others := "every case"
+	if len(plain) > 0 {
+		others = "every other case"
+	}
+	text := fmt.Sprintf("%s for %s: the floors, the seeds' recipe, the peers (the hand-written redis_rate HTTP middleware too), "+
+		"the other ginlimit variants and the in-process HTTP benchmark", ctxTimeoutClient, others)
+	if len(plain) > 0 {
+		text = fmt.Sprintf("%s (plain) for %s; %s", plainClient, strings.Join(plain, " and "), text)
+	}
+	return text + ". Each case's client is also in the tables or under The cases. The harness's own commands (FLUSHDB, CONFIG RESETSTAT, INFO) use a client of their own"
 }
 
 func renderMemory(w writer, mem []memoryResult) {
 	w("## Redis memory per active key\n\n")
 	w("One fresh key, sent exactly `limit` requests one after another (window %v, so nothing leaves it), then `MEMORY USAGE key SAMPLES 0` "+
 		"(every element counted) and `OBJECT ENCODING key`. Bytes per entry is usage ÷ limit, for the ZSET-based cases.\n\n", memoryWindow)
-	w("| case | what it keeps | limit | admitted | MEMORY USAGE bytes | encoding | bytes per entry |\n|---|---|--:|--:|--:|---|--:|\n")
+	w("| case | what it keeps | Redis key | limit | admitted | MEMORY USAGE bytes | encoding | bytes per entry |\n|---|---|---|--:|--:|--:|---|--:|\n")
 	for _, m := range mem {
 		perEntry := "–"
 		if m.Case.ZSET {
@@ -175,7 +264,7 @@ func renderMemory(w writer, mem []memoryResult) {
 		if m.Admitted != int64(m.Limit) {
 			admitted = fmt.Sprintf("**%d**", m.Admitted)
 		}
-		w("| %s | %s | %d | %s | %d | %s | %s |\n", m.Case.Name, m.Case.Algorithm, m.Limit, admitted, m.Bytes, m.Encoding, perEntry)
+		w("| %s | %s | `%s` | %d | %s | %d | %s | %s |\n", m.Case.Name, m.Case.Algorithm, m.Key, m.Limit, admitted, m.Bytes, m.Encoding, perEntry)
 	}
 	w("\n")
 	// Hash fields per case, in the table's order: "name: 1 at limit 100, 2 at limit 10000".
@@ -207,7 +296,7 @@ func renderFlood(w writer, floods []floodResult, total int64) {
 	w("## Flood: %d decisions on one key, limit %d per %v, %d callers\n\n", total, floodLimit, floodWindow, floodCallers)
 	w("Script calls are INFO commandstats calls of EVALSHA + EVAL after CONFIG RESETSTAT (the pool and scripts were warmed on another key first). " +
 		"The rejected p50 is the median latency of the decisions that were answered no.\n\n")
-	w("| case | admitted | expected | script calls seen by Redis | rejected | rejected p50 µs | rejected p99 µs | flood took s | decisions/s | errors |\n")
+	w("| case | admitted | expected | script calls seen by Redis | rejected | rejected p50 µs | rejected p99 µs | flood took s | decisions/s | non-decisions |\n")
 	w("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, f := range floods {
 		admitted := fmt.Sprint(f.Run.Allowed)
@@ -216,7 +305,7 @@ func renderFlood(w writer, floods []floodResult, total int64) {
 		}
 		w("| %s | %s | %s | %d | %d | %.1f | %.1f | %.2f | %.0f | %s |\n",
 			f.Case.Name, admitted, expectedAdmitted(f), f.ScriptCalls, f.Rejected(),
-			us(f.Run.Hist.quantile(0.5)), us(f.Run.Hist.quantile(0.99)), f.Run.Elapsed.Seconds(), f.Run.PerSec(), errText(f.Run))
+			us(f.Run.Hist.quantile(0.5)), us(f.Run.Hist.quantile(0.99)), f.Run.Elapsed.Seconds(), f.Run.PerSec(), nonDecisionText(f.Run))
 	}
 	w("\n")
 }
@@ -224,20 +313,83 @@ func renderFlood(w writer, floods []floodResult, total int64) {
 func renderHTTP(w writer, hs []httpResult, cfg config) {
 	w("## HTTP: the middleware's own cost per request\n\n")
 	w("A gin engine (ReleaseMode, gin.New()) with `GET /r/:id`, served in process (ServeHTTP on a reused response writer and "+
-		"%d prebuilt requests from %d client addresses), bare versus `r.Use(limiter.Middleware())` and "+
-		"`ginlimit.RateLimit(Key, Window(%v), Limit(%d), Type(IP))` on the route, with ginlimit's defaults. "+
-		"One caller, testing.Benchmark (%v each). Overhead = limited − bare.\n\n", httpClients, httpClients, cfg.window, cfg.limit, cfg.httpBenchtime)
-	w("| decisions from | bare ns/op | bare allocs/op | bare B/op | limited ns/op | limited allocs/op | limited B/op | overhead µs/request | overhead allocs/request | overhead B/request | non-200 |\n")
-	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		"%d prebuilt requests from %d client addresses), bare versus "+
+		"`limiter.RateLimit(Key, Window(%v), Limit(%d), Type(IP))` on the route, with ginlimit's defaults, on a %s client. "+
+		"One caller, testing.Benchmark (%v each). Overhead = limited − bare.\n\n", httpClients, httpClients, cfg.window, cfg.limit, ctxTimeoutClient.Short(), cfg.httpBenchtime)
+	w("| decisions from | bare ns/op | bare allocs/op | bare B/op | limited ns/op | limited allocs/op | limited B/op | overhead µs/request | overhead allocs/request | overhead B/request | non-200 | non-decisions |\n")
+	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	var reply []interface{}
 	for _, h := range hs {
-		w("| %s | %d | %d | %d | %d | %d | %d | %.2f | %d | %d | %d |\n", h.Env,
+		if h.Reply != nil {
+			reply = h.Reply
+		}
+		w("| %s | %d | %d | %d | %d | %d | %d | %.2f | %d | %d | %d | %d |\n", h.Env,
 			h.Bare.NsPerOp(), h.Bare.AllocsPerOp(), h.Bare.AllocedBytesPerOp(),
 			h.Limited.NsPerOp(), h.Limited.AllocsPerOp(), h.Limited.AllocedBytesPerOp(),
 			float64(h.Limited.NsPerOp()-h.Bare.NsPerOp())/1000,
-			h.Limited.AllocsPerOp()-h.Bare.AllocsPerOp(), h.Limited.AllocedBytesPerOp()-h.Bare.AllocedBytesPerOp(), h.Non200)
+			h.Limited.AllocsPerOp()-h.Bare.AllocsPerOp(), h.Limited.AllocedBytesPerOp()-h.Bare.AllocedBytesPerOp(), h.Non200, h.NonDecisions)
 	}
-	w("\nThe canned reply is built per call (`[]interface{}{int64(1), int64(5), int64(1000000), int64(time.Now().UnixMicro()), int64(0)}`), " +
-		"so \"excluding Redis\" still includes its few allocations, which stand in for go-redis parsing a real reply.\n\n")
+	if reply != nil {
+		w("\nThe canned reply is a real reply of the script to the route's first request, captured from the harness's Redis (`%v`), "+
+			"rebuilt on every call (a fresh slice, the integers boxed anew), "+
+			"so \"excluding Redis\" still includes its few allocations, which stand in for go-redis parsing a real reply.\n", reply)
+	}
+	w("\n")
+}
+
+// renderEndToEnd is the end-to-end HTTP comparison, one table per
+// concurrency.
+func renderEndToEnd(w writer, cells []cellResult, cfg config) {
+	w("## HTTP end to end: requests per second over loopback\n\n")
+	w("The same gin engine (ReleaseMode, gin.New(), `SetTrustedProxies([\"%s\"])`) with `GET /r/:id` answering 200 \"ok\", "+
+		"served by net/http on a loopback listener of its own: bare; behind `limiter.RateLimit(Key, Window(%v), Limit(%d), Type(IP), IPIdentity(identity.NewIP(\"%s\")), OnError(mark))` "+
+		"on a limiter with nothing but `ginlimit.Redis(rdb)` (the defaults: deny cache on, FailLocal, Timeout and QueueTimeout 1 s; the OnError hook runs only when Redis did not decide, "+
+		"and marks the response so the client counts a non-decision); and behind a redis_rate middleware written by hand: "+
+		"`limiter.Allow(ctx, \"e2e:\"+c.ClientIP(), redis_rate.PerSecond(%d))`, 429 when not allowed, 500 on an error. "+
+		"ginlimit sets its five rate limit headers on every response, the hand-written middleware none. "+
+		"The clients are in this process: each caller sends GET with `X-Forwarded-For` naming one of %d client addresses chosen uniformly "+
+		"(every route counts per address, as the decision cases count per key) and reads the whole answer, on keep-alive connections (one http.Transport per route). "+
+		"The routes are measured like the decision cases: %v per cell in %d interleaved rounds with the order rotated each round, FLUSHDB before each concurrency. "+
+		"req/s counts the answers that were decisions (200 or 429); ÷ bare and ÷ redis_rate divide it by theirs at the same concurrency; "+
+		"p50 and p99 are each request's time as the client sees it. CPU client is this whole process: clients, servers and limiters.\n\n",
+		trustedProxy, cfg.window, cfg.limit, trustedProxy, cfg.limit, httpClients, cfg.duration, cfg.rounds)
+	var levels []int
+	for _, c := range cells {
+		if !slices.Contains(levels, c.Callers) {
+			levels = append(levels, c.Callers)
+		}
+	}
+	for _, n := range levels {
+		var bare, rr *cellResult
+		for i := range cells {
+			if cells[i].Callers == n {
+				switch cells[i].Case.ID {
+				case "http-bare":
+					bare = &cells[i]
+				case "http-redis_rate":
+					rr = &cells[i]
+				}
+			}
+		}
+		w("### %d client%s\n\n", n, plural(n))
+		w("| route | Redis client | req/s | ÷ bare | ÷ redis_rate | p50 µs | p99 µs | allocs/request | Redis calls/request | 429s | non-decisions | CPU %% client / redis / others |\n")
+		w("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, c := range cells {
+			if c.Callers != n {
+				continue
+			}
+			client := c.Case.Client.Short()
+			if c.Case.Algorithm == "none" {
+				client = "–"
+			}
+			calls, _ := c.ServerPerCall()
+			w("| %s | %s | %.0f | %s | %s | %.1f | %.1f | %.1f | %.3f | %d | %s | %v |\n",
+				c.Case.Name, client, c.Run.PerSec(), ratio(c, bare), ratio(c, rr),
+				us(c.Run.Hist.quantile(0.5)), us(c.Run.Hist.quantile(0.99)), c.AllocsPerCall(), calls,
+				c.Run.Denied(), nonDecisionText(c.Run), c.CPU.use())
+		}
+		w("\n")
+	}
 }
 
 func renderCases(w writer, res *results) {
@@ -246,7 +398,7 @@ func renderCases(w writer, res *results) {
 	add := func(c *benchCase) {
 		if c.Note != "" && !seen[c.ID] {
 			seen[c.ID] = true
-			notes = append(notes, fmt.Sprintf("- **%s**: %s", c.Name, c.Note))
+			notes = append(notes, fmt.Sprintf("- **%s** (client: %s): %s", c.Name, c.Client.Short(), c.Note))
 		}
 	}
 	for _, c := range res.cells {
