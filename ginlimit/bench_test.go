@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,6 +139,84 @@ func BenchmarkAllowRealRedis(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkMiddlewareRealRedis is a limited gin route served in process
+// (httptest) with ginlimit's defaults through a real go-redis client and a
+// real redis-server, 16 parallel callers per CPU over 1,000 client IPs.
+// Beside it, "go-redis EVALSHA" is the go-redis call alone (the same script
+// and arguments on the same kind of client, at the same parallelism), and
+// "bare route" the route without ginlimit: the middleware's own cost is
+// the limited time minus those two. It leaves out the network (loopback
+// only) and HTTP parsing (httptest).
+func BenchmarkMiddlewareRealRedis(b *testing.B) {
+	gin.SetMode(gin.ReleaseMode)
+	srv := redistest.Start(b)
+	ips := make([]string, 1000)
+	for i := range ips {
+		ips[i] = "10.0." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + ":1234"
+	}
+	serve := func(b *testing.B, e *gin.Engine) {
+		b.ReportAllocs()
+		b.SetParallelism(16)
+		b.ResetTimer()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			req := httptest.NewRequest(http.MethodGet, "/r/1", nil)
+			w := httptest.NewRecorder()
+			for pb.Next() {
+				req.RemoteAddr = ips[n.Add(1)%int64(len(ips))]
+				clear(w.Header())
+				w.Body.Reset()
+				e.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Errorf("status %d", w.Code)
+					return
+				}
+			}
+		})
+	}
+	b.Run("bare route", func(b *testing.B) {
+		e := gin.New()
+		e.GET("/r/:id", func(c *gin.Context) { c.Status(http.StatusOK) })
+		serve(b, e)
+	})
+	b.Run("limited route", func(b *testing.B) {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		b.Cleanup(func() { _ = c.Close() })
+		l, err := New(Redis(c), Key("bench:mw:"), Type(IP), Limit(1_000_000_000), Window(time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		e := gin.New()
+		e.GET("/r/:id", l.RateLimit(), func(c *gin.Context) {
+			if d, _ := DecisionFrom(c); d.Err != nil || d.Local {
+				b.Errorf("not decided by Redis: %+v", d)
+			}
+			c.Status(http.StatusOK)
+		})
+		serve(b, e)
+	})
+	b.Run("go-redis EVALSHA", func(b *testing.B) {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		b.Cleanup(func() { _ = c.Close() })
+		s := singleScripts[SlidingLog]
+		args := []any{"", int(SlidingLog), time.Hour.Microseconds(), 1_000_000_000, exactBelow, 1}
+		b.ReportAllocs()
+		b.SetParallelism(16)
+		b.ResetTimer()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			keys := []string{""}
+			for pb.Next() {
+				keys[0] = "bench:evalsha:{GET /r/:id ip:" + ips[n.Add(1)%int64(len(ips))] + "}"
+				if err := s.Run(context.Background(), c, keys, args...).Err(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
 }
 
 // BenchmarkRedisDown serves a bare route and a limited route whose Redis is
