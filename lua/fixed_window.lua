@@ -14,7 +14,9 @@
 -- State  start (the window's start, µs) and count (units admitted in it).
 --
 -- reset is the time until the window ends, when remaining grows back to the
--- limit; retry, for a rejected request, is the same.
+-- limit; retry, for a rejected request, is the same. check only reads, so
+-- the first write of an admission is its HSET, which Redis refuses before
+-- anything is written when it is out of memory.
 
 local function fixed_window_validate(window, limit, param, cost)
   if cost > limit then
@@ -22,12 +24,16 @@ local function fixed_window_validate(window, limit, param, cost)
   end
 end
 
+-- A stored window that starts at or after the current one still counts:
+-- after the clock stepped back, the count goes on in that newer window until
+-- it ends, which only rejects more.
 local function fixed_window_check(key, window, limit, param, cost)
   local start = now - now % window
   local state = redis.call('HMGET', key, 's', 'c')
   local count = 0
-  if tonumber(state[1]) == start then
-    count = tonumber(state[2]) or 0
+  local s = tonumber(state[1])
+  if s and s >= start then
+    start, count = s, tonumber(state[2]) or 0
   end
   return count + cost <= limit, start, count
 end

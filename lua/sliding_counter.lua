@@ -9,8 +9,9 @@
 -- 2*limit. Memory is O(N) per key, whatever the limit.
 --
 -- Key    a hash: sub-window index (its start / the sub-window length) ->
---        units admitted in it. check drops the fields no longer counted; the
---        key expires when the current sub-window stops being counted.
+--        units admitted in it. The fields no longer counted are dropped
+--        after the check; the key expires when the newest sub-window stops
+--        being counted.
 -- param  N, the number of sub-windows (an integer from 1 to 1000 that
 --        divides the window).
 -- cost   1 to the limit.
@@ -31,25 +32,50 @@ local function sliding_counter_validate(window, limit, param, cost)
   end
 end
 
--- Read every field, sum the counted ones, drop the rest.
+-- check reads every field and sums the counted ones: the N sub-windows
+-- that overlap the window ending now, and any newer one (there are such
+-- after the clock stepped back: they count until they leave, which only
+-- rejects more). It only reads, so that the first write of an admission is
+-- its HINCRBY, which Redis refuses before anything is written when it is
+-- out of memory; the fields no longer counted are deleted after it, or by
+-- report when nothing is committed.
 local function sliding_counter_check(key, window, limit, param, cost)
-  local cur = math.floor(now / (window / param))
-  local first = cur - param + 1 -- the oldest sub-window still counted
-  local counts, sum, stale = {}, 0, {}
+  local first = math.floor(now / (window / param)) - param + 1 -- the oldest sub-window still counted
+  local counts, sum, stale = {}, 0, nil
   local fields = redis.call('HGETALL', key)
   for i = 1, #fields, 2 do
     local idx, c = tonumber(fields[i]), tonumber(fields[i + 1])
-    if idx >= first and idx <= cur then
+    if idx and c and idx >= first then
       counts[idx] = c
       sum = sum + c
     else
+      stale = stale or {}
       stale[#stale + 1] = fields[i]
     end
   end
-  if #stale > 0 then
-    redis.call('HDEL', key, unpack(stale))
-  end
+  counts.stale = stale
   return sum + cost <= limit, counts, sum
+end
+
+-- sliding_counter_sweep deletes the fields check found no longer counted.
+local function sliding_counter_sweep(key, counts)
+  local stale = counts.stale
+  if stale then
+    redis.call('HDEL', key, unpack(stale))
+    counts.stale = nil
+  end
+end
+
+-- sliding_counter_last is the newest counted sub-window: the current one,
+-- or a newer one after the clock stepped back.
+local function sliding_counter_last(counts, cur)
+  local last = cur
+  for idx in pairs(counts) do
+    if idx ~= 'stale' and idx > last then
+      last = idx
+    end
+  end
+  return last
 end
 
 local function sliding_counter_commit(key, window, limit, param, cost, counts, sum)
@@ -57,19 +83,23 @@ local function sliding_counter_commit(key, window, limit, param, cost, counts, s
   local cur = math.floor(now / sub)
   counts[cur] = (counts[cur] or 0) + cost
   redis.call('HINCRBY', key, string.format('%d', cur), cost)
-  -- The current sub-window is counted until cur + N; keep it that long.
-  redis.call('PEXPIREAT', key, math.ceil((cur + param) * sub / 1000))
+  -- The newest sub-window is counted until its index + N; keep it that long.
+  redis.call('PEXPIREAT', key, math.ceil((sliding_counter_last(counts, cur) + param) * sub / 1000))
+  sliding_counter_sweep(key, counts)
   return counts, sum + cost
 end
 
 local function sliding_counter_report(key, window, limit, param, cost, ok, admitted, counts, sum)
+  if not admitted then
+    sliding_counter_sweep(key, counts)
+  end
   local sub = window / param
   local cur = math.floor(now / sub)
   local reset, retry = (cur + 1) * sub - now, 0
   local need = sum + cost - limit -- units that must leave before a retry fits
   local want = not admitted and not ok
   local freed, found = 0, false
-  for i = cur - param + 1, cur do
+  for i = cur - param + 1, sliding_counter_last(counts, cur) do
     local c = counts[i]
     if c and c > 0 then
       if not found then
