@@ -124,6 +124,9 @@ var (
 		{window: 7300 * time.Microsecond, limit: 100, steps: 1400, seed: 107},
 		{window: time.Second, limit: 130, steps: 1400, seed: 108},
 		{window: 1 * milli, limit: 200, steps: 1200, seed: 109},
+		// Weighted: costs up to the limit are one entry each.
+		{window: 250 * milli, limit: 100_000, steps: 1000, seed: 110},
+		{window: time.Second, limit: 1_000_000_000, steps: 1000, seed: 111},
 	}
 	modelFixedWindowCases = []modelCase{
 		{window: 1 * milli, limit: 1, steps: 1000, seed: 201},
@@ -360,6 +363,10 @@ func modelRunPattern(t *testing.T) string {
 	return strings.Join(parts, "/")
 }
 
+// modelBurstMax caps the requests of a burst (limit+4 at most) for the
+// cases with very large limits.
+const modelBurstMax = 200
+
 // modelTimeline makes a random request timeline for a case: gaps of zero,
 // a few µs, around the mean gap at the limit's rate, up to the boundaries
 // and reset and retry moments the last decision named (one µs either side
@@ -424,7 +431,7 @@ func (g *modelTimeline) gap() int64 {
 	mean := max(1, w/int64(g.c.limit))
 	switch r := g.rng.IntN(100); {
 	case r < 4: // a burst, starting at a boundary
-		g.burst = 1 + g.rng.IntN(g.c.limit+4)
+		g.burst = 1 + g.rng.IntN(min(g.c.limit, modelBurstMax)+4)
 		g.burstGap = []int64{0, 0, 1, 2, 5}[g.rng.IntN(5)]
 		b := g.c.boundary()
 		return g.near((g.now/b + 1) * b)

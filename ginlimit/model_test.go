@@ -32,13 +32,26 @@ var (
 )
 
 // slidingLogModel is the exact sliding log: the window is (now-window, now],
-// one entry per admitted unit, rejected requests are not recorded. It always
-// reports the exact remaining and reset; the script is exact only below
-// exactBelow (see modelCompare).
+// an admitted request is one entry of its cost (the script's ZSET member),
+// rejected requests are not recorded. It always reports the exact remaining
+// and reset; the script is exact only below exactBelow (see modelCompare).
+//
+// One entry of cost c holds c units that leave together: the retry of a
+// request that needs k units to leave is when the entry holding the kth unit
+// from the oldest leaves, the first entry whose running sum of costs reaches
+// k. That is the same moment as with one entry per unit (the script before
+// weighted entries), so the decisions are unchanged.
 type slidingLogModel struct {
 	window int64
 	limit  int
-	log    []int64 // admission time of each unit still in the window, oldest first
+	log    []slidingLogEntry // the entries still in the window, oldest first
+	units  int               // the sum of their costs
+}
+
+// slidingLogEntry is one admitted request: its time (µs) and cost.
+type slidingLogEntry struct {
+	at   int64
+	cost int
 }
 
 func newSlidingLogModel(window int64, limit int) *slidingLogModel {
@@ -49,7 +62,8 @@ func newSlidingLogModel(window int64, limit int) *slidingLogModel {
 // exactly now-window has left.
 func (m *slidingLogModel) expire(now int64) {
 	i := 0
-	for i < len(m.log) && m.log[i] <= now-m.window {
+	for i < len(m.log) && m.log[i].at <= now-m.window {
+		m.units -= m.log[i].cost
 		i++
 	}
 	m.log = m.log[i:]
@@ -58,19 +72,18 @@ func (m *slidingLogModel) expire(now int64) {
 // inWindow is the number of units in the window at now.
 func (m *slidingLogModel) inWindow(now int64) int {
 	m.expire(now)
-	return len(m.log)
+	return m.units
 }
 
-// record adds cost units admitted at now, whatever the limit.
+// record adds an entry of cost units admitted at now, whatever the limit.
 func (m *slidingLogModel) record(now int64, cost int) {
-	for range cost {
-		m.log = append(m.log, now)
-	}
+	m.log = append(m.log, slidingLogEntry{now, cost})
+	m.units += cost
 }
 
 func (m *slidingLogModel) clone() rateModel {
 	c := *m
-	c.log = append([]int64(nil), m.log...)
+	c.log = append([]slidingLogEntry(nil), m.log...)
 	return &c
 }
 
@@ -79,12 +92,17 @@ func (m *slidingLogModel) decide(now int64, cost int) (bool, int, int64, int64) 
 	if count+cost <= m.limit {
 		m.record(now, cost)
 		// The oldest entry leaving is the first moment remaining can grow.
-		return true, m.limit - len(m.log), m.log[0] + m.window - now, 0
+		return true, m.limit - m.units, m.log[0].at + m.window - now, 0
 	}
 	// Rejected: count >= 1, since cost <= limit. The request fits once the
-	// count+cost-limit oldest entries have left.
+	// entry holding the (count+cost-limit)th unit from the oldest has left.
 	k := count + cost - m.limit
-	return false, m.limit - count, m.log[0] + m.window - now, m.log[k-1] + m.window - now
+	i, sum := 0, m.log[0].cost
+	for sum < k {
+		i++
+		sum += m.log[i].cost
+	}
+	return false, m.limit - count, m.log[0].at + m.window - now, m.log[i].at + m.window - now
 }
 
 // fixedWindowModel counts per window aligned on multiples of the window.
@@ -311,6 +329,26 @@ func TestModelSlidingLogTable(t *testing.T) {
 		{1000 * ms, 1, modelResult{false, 0, 100 * ms, 100 * ms}},
 		{1100 * ms, 2, modelResult{false, 1, 900 * ms, 900 * ms}}, // the entry at 1000 ms holds one unit
 		{2000 * ms, 2, modelResult{true, 0, w, 0}},
+	})
+	// Weighted entries: an entry holds its whole cost, and the retry is when
+	// the entry holding the unit that must leave has left.
+	runModelTable(t, newSlidingLogModel(w, 10), modelTableBase, []modelStep{
+		{0, 6, modelResult{true, 4, w, 0}},
+		{100 * ms, 3, modelResult{true, 1, 900 * ms, 0}},
+		{200 * ms, 5, modelResult{false, 1, 800 * ms, 800 * ms}},  // 4 units must leave: the first entry holds 6
+		{200 * ms, 8, modelResult{false, 1, 800 * ms, 900 * ms}},  // 7 units: the second entry holds the 7th to 9th
+		{1000 * ms, 8, modelResult{false, 7, 100 * ms, 100 * ms}}, // the first entry has left
+		{1000 * ms, 7, modelResult{true, 0, 100 * ms, 0}},
+		{1100 * ms, 10, modelResult{false, 3, 900 * ms, 900 * ms}},
+		{2000 * ms, 10, modelResult{true, 0, w, 0}},
+	})
+	// A limit of 1e9 with costs to match: one entry each.
+	runModelTable(t, newSlidingLogModel(w, 1e9), modelTableBase, []modelStep{
+		{0, 1e9 - 1, modelResult{true, 1, w, 0}},
+		{1, 2, modelResult{false, 1, w - 1, w - 1}},
+		{1, 1, modelResult{true, 0, w - 1, 0}},
+		{w, 1e9, modelResult{false, 1e9 - 1, 1, 1}},
+		{w + 1, 1e9, modelResult{true, 0, w, 0}},
 	})
 }
 

@@ -120,9 +120,21 @@ func TestSlidingLog250msWindow(t *testing.T) {
 	if d, _ := p.Allow(ctx, "k"); !d.Allowed {
 		t.Fatalf("at 250ms: rejected, want allowed")
 	}
-	m.FastForward(250 * time.Millisecond)
+	// Once a key has entries, it expires at the end of the quarter of a
+	// window an admission came in, plus the window: a window after its
+	// newest entry, or up to a quarter of a window later (so the other
+	// admissions of that quarter need not set it again).
+	ttl := m.TTL(key)
+	if ttl < 250*time.Millisecond || ttl > 250*time.Millisecond+250*time.Millisecond/4+time.Millisecond {
+		t.Fatalf("TTL %v after an admission, want from the window (250ms) to a quarter more", ttl)
+	}
+	m.FastForward(ttl - time.Millisecond)
+	if !m.Exists(key) {
+		t.Fatalf("key %q expired before its TTL of %v", key, ttl)
+	}
+	m.FastForward(time.Millisecond)
 	if m.Exists(key) {
-		t.Fatalf("key %q still exists after its 250ms TTL", key)
+		t.Fatalf("key %q still exists after its TTL of %v", key, ttl)
 	}
 }
 
@@ -195,42 +207,52 @@ func TestSlidingLogResetPrecision(t *testing.T) {
 	}
 }
 
-// TestSlidingLogLazyRemoval: with plenty of quota left, entries that left the
-// window may stay (remaining is then a lower bound); once the count could
-// matter they are removed and remaining is exact. The set never holds more
-// than the limit.
+// TestSlidingLogLazyRemoval: with plenty of quota left, a request is
+// admitted on the newest entry's bound alone, and entries that left the
+// window may stay (remaining is then a lower bound); once the bound leaves
+// fewer than exactBelow units, the units are counted exactly and the
+// entries that left are removed.
 func TestSlidingLogLazyRemoval(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	pre := prefix(t)
-	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Second), Limit(100), DenyCache(0))
+	const limit = 200
+	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Second), Limit(limit), DenyCache(0))
 	ctx := context.Background()
-	// An odd microsecond keeps the script off its one-in-eight sweep.
-	m.SetTime(t0.Add(time.Microsecond))
-	for range 30 {
-		if d, err := p.Allow(ctx, "k"); err != nil || !d.Allowed {
-			t.Fatalf("%+v, %v", d, err)
+	// Odd microseconds keep the script off its one-in-sixteen exact count
+	// and sweep.
+	for _, at := range []time.Duration{time.Microsecond, 600*time.Millisecond + time.Microsecond} {
+		m.SetTime(t0.Add(at))
+		for range 30 {
+			if d, err := p.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("%+v, %v", d, err)
+			}
 		}
 	}
-	m.SetTime(t0.Add(2*time.Second + time.Microsecond)) // all 30 have left the window
-	for i := range 40 {
+	m.SetTime(t0.Add(1200*time.Millisecond + time.Microsecond)) // the first 30 have left the window
+	lazy, swept := 0, false
+	for i := range 110 {
 		d, err := p.Allow(ctx, "k")
 		if err != nil || !d.Allowed {
 			t.Fatalf("request %d: %+v, %v", i, d, err)
 		}
-		trueRemaining := 100 - (i + 1)
-		if d.Remaining > trueRemaining {
+		trueRemaining := limit - 30 - (i + 1)
+		switch {
+		case d.Remaining > trueRemaining:
 			t.Fatalf("request %d: remaining %d exceeds the true %d", i, d.Remaining, trueRemaining)
-		}
-		if d.Remaining < exactBelow && d.Remaining != trueRemaining {
+		case d.Remaining < exactBelow && d.Remaining != trueRemaining:
 			t.Fatalf("request %d: remaining %d below %d must be exact (%d)", i, d.Remaining, exactBelow, trueRemaining)
+		case d.Remaining < trueRemaining:
+			lazy++
 		}
 		n, _ := c.ZCard(ctx, pre+"{k}").Result()
-		if n > 100 {
-			t.Fatalf("the set holds %d entries, more than the limit", n)
+		if n == int64(30+i+1) {
+			swept = true
+		} else if swept || n != int64(60+i+1) {
+			t.Fatalf("request %d: the set holds %d entries, want %d before the sweep or %d after", i, n, 60+i+1, 30+i+1)
 		}
 	}
-	if n, _ := c.ZCard(ctx, pre+"{k}").Result(); n != 40 {
-		t.Fatalf("after the count mattered the set holds %d entries, want the 40 in the window", n)
+	if lazy == 0 || !swept {
+		t.Fatalf("%d lower bounds, swept %v: want both", lazy, swept)
 	}
 }

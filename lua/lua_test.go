@@ -410,10 +410,11 @@ func TestSeveralAllOrNothing(t *testing.T) {
 	})
 }
 
-// TestSeveralLogReportsExactly: a sliding-log rule whose check skipped the
-// sweep (plenty of room above exact-below) still reports exact remaining and
-// reset when another rule rejects the request, as the single-rule script
-// does for a rejected request.
+// TestSeveralLogReportsExactly: a sliding-log rule that admits the request
+// on its newest entry's bound alone (plenty of room above exact-below, so
+// no exact count) still reports exact remaining and reset when another rule
+// rejects the request, as the single-rule script does for a rejected
+// request, and sweeps the entries that have left the window.
 func TestSeveralLogReportsExactly(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
@@ -422,18 +423,18 @@ func TestSeveralLogReportsExactly(t *testing.T) {
 		p := prefix(t)
 		keys := []string{p + "log", p + "fixed"}
 		clock := startClock()
-		clock += 8 - clock%8 + 1 // never a multiple of 8 below: no periodic sweep
+		clock += 16 - clock%16 + 1 // never a multiple of 16 below: no periodic exact count
 		const window = 1e6
 		logRule := rule{alg: number(t, "sliding_log"), window: window, limit: 100, param: 10, cost: 1}
 		fixed := rule{alg: number(t, "fixed_window"), window: 100e6, limit: 1, cost: 1}
 		// An entry that will have left the window, then one that stays.
 		old, kept := clock, clock+window/2
 		for _, at := range []int64{old, kept} {
-			if err := c.ZAdd(ctx, keys[0], redis.Z{Score: float64(at), Member: at}).Err(); err != nil {
-				t.Fatal(err)
+			if got := ints(t, script.Run(ctx, c, keys[:1], args(at, logRule)...).Val()); got[1] != 0 {
+				t.Fatalf("admitting at %d: %v", at, got)
 			}
 		}
-		now := old + window + 2 // old has left; now%8 == 3
+		now := old + window + 2 // old has left; now%16 == 3
 		// Fill the fixed window's one unit, so that it rejects.
 		if got := ints(t, script.Run(ctx, c, keys[1:], args(now, fixed)...).Val()); got[1] != 0 {
 			t.Fatalf("filling the fixed window: %v", got)

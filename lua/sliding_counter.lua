@@ -40,20 +40,32 @@ end
 -- out of memory; the fields no longer counted are deleted after it, or by
 -- report when nothing is committed.
 local function sliding_counter_check(key, window, limit, param, cost)
-  local first = math.floor(now / (window / param)) - param + 1 -- the oldest sub-window still counted
-  local counts, sum, stale = {}, 0, nil
+  local cur = math.floor(now / (window / param))
+  local first = cur - param + 1 -- the oldest sub-window still counted
+  local counts, sum, stale, last = {}, 0, nil, nil
   local fields = redis.call('HGETALL', key)
   for i = 1, #fields, 2 do
     local idx, c = tonumber(fields[i]), tonumber(fields[i + 1])
     if idx and c and idx >= first then
       counts[idx] = c
       sum = sum + c
+      if idx > cur and (not last or idx > last) then
+        last = idx
+      end
     else
       stale = stale or {}
       stale[#stale + 1] = fields[i]
     end
   end
-  counts.stale = stale
+  -- The fields to delete, and the newest counted sub-window when it is
+  -- newer than the current one (after the clock stepped back).
+  -- (Assigning nil would still make room for the key.)
+  if stale then
+    counts.stale = stale
+  end
+  if last then
+    counts.last = last
+  end
   return sum + cost <= limit, counts, sum
 end
 
@@ -66,25 +78,13 @@ local function sliding_counter_sweep(key, counts)
   end
 end
 
--- sliding_counter_last is the newest counted sub-window: the current one,
--- or a newer one after the clock stepped back.
-local function sliding_counter_last(counts, cur)
-  local last = cur
-  for idx in pairs(counts) do
-    if idx ~= 'stale' and idx > last then
-      last = idx
-    end
-  end
-  return last
-end
-
 local function sliding_counter_commit(key, window, limit, param, cost, counts, sum)
   local sub = window / param
   local cur = math.floor(now / sub)
   counts[cur] = (counts[cur] or 0) + cost
-  redis.call('HINCRBY', key, string.format('%d', cur), cost)
+  redis.call('HINCRBY', key, string.format('%d', cur), string.format('%d', cost))
   -- The newest sub-window is counted until its index + N; keep it that long.
-  redis.call('PEXPIREAT', key, math.ceil((sliding_counter_last(counts, cur) + param) * sub / 1000))
+  redis.call('PEXPIREAT', key, string.format('%d', math.ceil(((counts.last or cur) + param) * sub / 1000)))
   sliding_counter_sweep(key, counts)
   return counts, sum + cost
 end
@@ -99,7 +99,7 @@ local function sliding_counter_report(key, window, limit, param, cost, ok, admit
   local need = sum + cost - limit -- units that must leave before a retry fits
   local want = not admitted and not ok
   local freed, found = 0, false
-  for i = cur - param + 1, sliding_counter_last(counts, cur) do
+  for i = cur - param + 1, counts.last or cur do
     local c = counts[i]
     if c and c > 0 then
       if not found then

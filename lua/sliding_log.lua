@@ -1,31 +1,85 @@
--- Exact sliding log.
+-- Exact sliding log, weighted.
 --
 -- The window is (now - window, now]: an entry whose score is exactly
--- now - window has left it. A request is admitted only while the entries
+-- now - window has left it. A request is admitted only while the units
 -- inside the window plus its cost fit in the limit; an admitted request is
--- recorded as one entry per unit of cost, a rejected one not at all.
+-- recorded as one entry, whatever its cost, and a rejected one not at all.
+-- A decision is O(log n) in the entries of the key (a rejection whose cost
+-- needs more than the oldest entry to leave, O(log^2 n)), whatever the cost.
 --
--- Key    a ZSET with one member per admitted unit of cost, scored by its
---        admission time in microseconds. A member is that time too, written
---        as an integer; another unit in the same microsecond, or after the
---        Redis clock stepped back, gets "<sec>.<usec>-<n>" instead, which no
---        plain integer can equal. ZADD NX decides, so members are unique and
---        no admitted unit collapses into another. The key expires a window
---        (rounded up to a millisecond) after the last admission.
--- param  exact-below (an integer, at least 0): remaining and reset are exact
---        when the request is rejected or fewer than this many units remain;
---        otherwise remaining is a lower bound and reset the window, an upper
---        bound, which saves a ZREMRANGEBYSCORE and a ZRANGE on the common
---        path.
+-- Key    a ZSET with one entry per admitted request, scored by its
+--        admission time in µs, at = max(now, the newest entry's at), so
+--        that scores never decrease, even when the clock steps back (an
+--        entry is then recorded later than now and stays longer, which only
+--        rejects more). The member is 18 bytes, or 22 for a cost other than
+--        1: unsigned big-endian integers
+--          at     (7 bytes) the score again: the common path reads the newest
+--                 member only, and a score read costs Redis a conversion of
+--                 a double to text;
+--          cum    (7 bytes) the units admitted on the key so far, this
+--                 request's included. It strictly increases, so members are
+--                 unique, and Redis orders the members of one score by their
+--                 bytes, so by cum: the newest entry is the last, and all
+--                 are in admission order;
+--          units  (4 bytes) the units in the window ending at this admission,
+--                 this request's included, or more (a bound: see param);
+--          cost   (4 bytes) only when it is not 1.
+--        The units in the window are cum(newest) - cum(oldest in the
+--        window) + cost(oldest in the window), from two reads. cum goes back
+--        by 2^51 when it reaches 2^52 (so that it stays exact, below 2^53),
+--        never between two entries of one score; differences of cum are
+--        taken modulo 2^51. Entries that have left the window count for
+--        nothing; they are removed after each exact count of an admission
+--        (so at least once per limit - exact-below units admitted), after an
+--        admission that finds the window empty, after a 16th of the
+--        admissions (now % 16 == 0), and by a request that another rule
+--        rejects or a 16th of the rejections. The key expires a window after
+--        its newest entry, or up to a quarter of a window later: its first
+--        entry sets exactly a window; the others set the end of the quarter
+--        of a window (aligned on the clock) they come in plus a window, and
+--        only when that quarter is not the newest entry's, or the newest
+--        entry was the key's first.
+-- param  exact-below (an integer, at least 0): remaining and reset are
+--        exact when the request is rejected or fewer than this many units
+--        remain; otherwise remaining is a lower bound and reset the window,
+--        an upper bound. The newest entry's units plus the units admitted
+--        since bound the units in the window while the clock is not behind
+--        the newest entry: while that bound leaves at least exact-below
+--        units after the request, it is admitted on the newest entry alone,
+--        with one read. Otherwise, and on a 16th of the calls
+--        (now % 16 == 0) to keep the bound close, the units are counted
+--        exactly.
 -- cost   1 to the limit.
--- State  count (units in the window; it may count expired entries while
---        more than exact-below units remain) and swept (whether check
---        removed the expired entries).
+-- State  from check: a = cum + 1 (negated when the key's TTL already covers
+--        the request; nil for an empty key) and b = the bound (a number), or
+--        0 when the window is empty, or, counted exactly, the reply with the
+--        oldest entry in the window rewritten as {the units in the window,
+--        its at, the newest entry's at when commit needs it}; for a
+--        rejection, a = the time its retry ends. From commit: the units in
+--        the window with the request, and the oldest entry's at when counted
+--        exactly.
 --
--- reset is the time until the oldest entry leaves the window, the first
--- moment remaining can grow (see param); retry, for a rejected request, the
--- time until enough entries have left for its cost to fit.
+-- remaining is the limit minus the units in the window (at least 0: after
+-- the clock stepped back, entries newer than now count too, and can
+-- together exceed the limit); reset is the time until the oldest entry in
+-- the window leaves it, the first moment remaining can grow (see param); and
+-- retry, for a rejected request, the time until the entry that holds the
+-- (units + cost - limit)th unit of the window, counted from the oldest, has
+-- left: the moment the request first fits (found by a binary search over
+-- the ranks of the window, or at once when it is the oldest entry, as it
+-- always is for a cost of 1).
 --
+-- check only reads, so that the first write of an admission is its ZADD,
+-- which Redis refuses before anything is written when it is out of memory
+-- (maxmemory); the sweeps come after it, or in report when nothing is
+-- written (a deletion, which Redis allows then).
+--
+-- A member whose first byte is a digit was written by the format before
+-- this one (an entry per unit, named after its time) and counts as one unit:
+-- while one is the newest entry, the units in the window are counted
+-- (ZCOUNT); while one is the oldest in the window, the count is the newest
+-- entry's cum, which started at those units: all the units since, an upper
+-- bound, until the old entries have left the window.
 
 local function sliding_log_validate(window, limit, param, cost)
   if cost > limit then
@@ -33,62 +87,251 @@ local function sliding_log_validate(window, limit, param, cost)
   end
 end
 
--- ZCARD counts entries that have left the window too. While even that count
--- leaves at least `exact` (param) units after this request, the decision
--- cannot depend on them: they are removed only when it could, and on about
--- one call in eight to bound memory.
+-- The exact count, given the newest entry's cum: the reply with the oldest
+-- entry in the window, rewritten as {the units in the window, its at}, or 0
+-- when the window is empty; and the time (µs) when the entry holding the
+-- kth unit of the window, counted from the oldest, has left, where
+-- k = units - over is what must leave before the request fits: the at of
+-- the first entry whose cum reaches cum(oldest) - cost(oldest) + k, found by
+-- a binary search over the ranks of the window, counted from the newest
+-- (-1), unless it is the oldest. Only the uncommon paths come here, so its
+-- helper is made only then.
+local function sliding_log_exact(key, window, cum, over)
+  -- at, cum and cost of member m, or nil for the older format.
+  local function parse(m)
+    local a1, a2, a3, a4, a5, a6, a7, c1, c2, c3, c4, c5, c6, c7 = string.byte(m, 1, 14)
+    if a1 >= 48 then
+      return nil
+    end
+    local cost = 1
+    if #m == 22 then
+      local k1, k2, k3, k4 = string.byte(m, 19, 22)
+      cost = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
+    end
+    return ((((((a1 * 256 + a2) * 256 + a3) * 256 + a4) * 256 + a5) * 256 + a6) * 256 + a7),
+      ((((((c1 * 256 + c2) * 256 + c3) * 256 + c4) * 256 + c5) * 256 + c6) * 256 + c7), cost
+  end
+  local from = string.format('(%d', now - window)
+  local first = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'LIMIT', '0', '1')
+  local f = first[1]
+  if not f then
+    return 0
+  end
+  local at, fcum, fcost = parse(f)
+  local units = cum
+  if at then
+    units = cum - fcum + fcost
+    if units < 0 then
+      units = units + 2251799813685248
+    end
+  else
+    -- The older format: count from the first entry in this one.
+    at = tonumber(redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2])
+    fcum, fcost = 1, 1
+  end
+  first[1], first[2] = units, at
+  local k = units - over
+  if k <= fcost then
+    return first, at + window
+  end
+  local base = fcum - fcost
+  local lo = -redis.call('ZCOUNT', key, from, '+inf')
+  local hi = -1
+  at = nil
+  -- The entry at lo holds fewer than k units from base, the one at hi k
+  -- (the newest: units >= k).
+  while hi - lo > 1 do
+    local mid = math.floor((lo + hi) / 2)
+    local r = string.format('%d', mid)
+    local eat, ecum = parse(redis.call('ZRANGE', key, r, r)[1])
+    local d = 0
+    if eat then
+      d = ecum - base
+      if d < 0 then
+        d = d + 2251799813685248
+      end
+    end
+    if d >= k then
+      hi, at = mid, eat
+    else
+      lo = mid
+    end
+  end
+  if not at then
+    at = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
+  end
+  return first, at + window
+end
+
 local function sliding_log_check(key, window, limit, param, cost)
-  local count = redis.call('ZCARD', key)
-  local swept = limit - count - cost < param or now % 8 == 0
-  if swept then
-    count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  local newest = redis.call('ZREVRANGE', key, '0', '0')
+  local m = newest[1]
+  if not m then
+    return true, nil, 0
   end
-  return count + cost <= limit, count, swept
+  local a1, a2, a3, a4, a5, a6, a7, c1, c2, c3, c4, c5, c6, c7, u1, u2, u3, u4 = string.byte(m, 1, 18)
+  local last, cum, units
+  if a1 < 48 then
+    last = ((((((a1 * 256 + a2) * 256 + a3) * 256 + a4) * 256 + a5) * 256 + a6) * 256 + a7)
+    cum = ((((((c1 * 256 + c2) * 256 + c3) * 256 + c4) * 256 + c5) * 256 + c6) * 256 + c7)
+    units = ((u1 * 256 + u2) * 256 + u3) * 256 + u4
+  else
+    -- The older format.
+    last = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
+    units = redis.call('ZCOUNT', key, string.format('(%d', now - window), '+inf')
+    cum = units
+  end
+  -- a, for commit: cum + 1, negated when the key's TTL already covers this
+  -- request: when it comes in the newest entry's quarter of a window,
+  -- unless that entry was the key's first (the only one whose cum is its
+  -- cost).
+  local a = cum + 1
+  local q = window / 4
+  if now - now % q == last - last % q then
+    local c = 1
+    if #m == 22 then
+      local k1, k2, k3, k4 = string.byte(m, 19, 22)
+      c = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
+    end
+    if cum ~= c then
+      a = -a
+    end
+  end
+  if last <= now and cum < 4503599627370496 - cost then
+    if last <= now - window then
+      -- Everything has left the window.
+      return true, a, 0
+    end
+    if units + cost <= limit - param and now % 16 ~= 0 then
+      -- The common path.
+      return true, a, units
+    end
+  end
+  local first, retry = sliding_log_exact(key, window, cum, limit - cost)
+  if first == 0 then
+    return true, a, 0
+  end
+  if first[1] + cost > limit then
+    return false, retry, first
+  end
+  if last > now or cum >= 4503599627370496 - cost then
+    first[3] = last
+  end
+  return true, a, first
 end
 
-local function sliding_log_commit(key, window, limit, param, cost, count, swept)
-  local base, n = nil, count
-  for i = 1, cost do
-    if i > 1 or redis.call('ZADD', key, 'NX', now, now) == 0 then
-      base = base or (string.format('%d', math.floor(now / 1000000)) .. '.' .. string.format('%d', now % 1000000) .. '-')
-      while redis.call('ZADD', key, 'NX', now, base .. n) == 0 do
-        n = n + 1
-      end
-      n = n + 1
+local function sliding_log_commit(key, window, limit, param, cost, a, b)
+  local cum, units, at, last = 0, b, now, nil
+  if a then
+    cum = a - 1
+    if a < 0 then
+      cum = -a - 1
     end
   end
-  redis.call('PEXPIRE', key, math.ceil(window / 1000))
-  return count + cost, swept
+  local exact = type(b) == 'table'
+  if exact then
+    units, last = b[1], b[3]
+    if last and last > now then
+      at = last
+    end
+  end
+  units, cum = units + cost, cum + cost
+  if cum >= 4503599627370496 and (b == 0 or last and at > last) then
+    cum = cum - 2251799813685248
+  end
+  -- The member, as bytes: at (7), cum (7), units (4) and cost (4).
+  local x = at
+  local a7 = x % 256
+  x = (x - a7) / 256
+  local a6 = x % 256
+  x = (x - a6) / 256
+  local a5 = x % 256
+  x = (x - a5) / 256
+  local a4 = x % 256
+  x = (x - a4) / 256
+  local a3 = x % 256
+  x = (x - a3) / 256
+  local a2 = x % 256
+  local a1 = (x - a2) / 256
+  x = cum
+  local c7 = x % 256
+  x = (x - c7) / 256
+  local c6 = x % 256
+  x = (x - c6) / 256
+  local c5 = x % 256
+  x = (x - c5) / 256
+  local c4 = x % 256
+  x = (x - c4) / 256
+  local c3 = x % 256
+  x = (x - c3) / 256
+  local c2 = x % 256
+  local c1 = (x - c2) / 256
+  x = units
+  local u4 = x % 256
+  x = (x - u4) / 256
+  local u3 = x % 256
+  x = (x - u3) / 256
+  local u2 = x % 256
+  local u1 = (x - u2) / 256
+  local m
+  if cost == 1 then
+    m = string.char(a1, a2, a3, a4, a5, a6, a7, c1, c2, c3, c4, c5, c6, c7, u1, u2, u3, u4)
+  else
+    x = cost
+    local k4 = x % 256
+    x = (x - k4) / 256
+    local k3 = x % 256
+    x = (x - k3) / 256
+    local k2 = x % 256
+    local k1 = (x - k2) / 256
+    m = string.char(a1, a2, a3, a4, a5, a6, a7, c1, c2, c3, c4, c5, c6, c7, u1, u2, u3, u4, k1, k2, k3, k4)
+  end
+  redis.call('ZADD', key, string.format('%d', at), m)
+  -- Sweep when the units were counted exactly (so at least once per
+  -- limit - exact-below units admitted) or all had left the window, and on
+  -- a 16th of the admissions.
+  if exact or (a and b == 0) or now % 16 == 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+  end
+  if not a then
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
+  elseif a > 0 then
+    local q = window / 4
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil((at - at % q + q + window - now) / 1000)))
+  end
+  if exact then
+    return units, b[2]
+  end
+  return units, nil
 end
 
-local function sliding_log_report(key, window, limit, param, cost, ok, admitted, count, swept)
-  local reset, retry = window, 0
-  if not admitted or limit - count < param then
-    if not swept then
-      -- Only when another rule rejected a request that this one admits
-      -- without a sweep (check swept whenever this rule rejects or leaves
-      -- fewer than exact-below units): sweep now, so that the oldest entry
-      -- is inside the window and remaining exact.
-      count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+local function sliding_log_report(key, window, limit, param, cost, ok, admitted, a, b)
+  if admitted then
+    if b and limit - a < param then
+      return limit - a, b + window - now, 0
     end
-    -- The set can only be empty here if its TTL (the window, rounded up to a
-    -- millisecond) ran out while a very slow script ran; nothing is then
-    -- left in the window, and the defaults stand.
-    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if oldest[2] then
-      reset = tonumber(oldest[2]) + window - now
-    end
-    if not admitted and not ok then
-      -- The request fits once count + cost - limit entries have left.
-      local k = count + cost - limit
-      retry = reset
-      if k > 1 then
-        local kth = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
-        if kth[2] then
-          retry = tonumber(kth[2]) + window - now
-        end
-      end
+    return limit - a, window, 0
+  end
+  if a and (ok or now % 16 == 0) then
+    -- Nothing was written: sweep the entries that have left the window
+    -- (not a write Redis refuses when it is out of memory), when another
+    -- rule rejected the request, and on a 16th of the rejections.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+  end
+  if b == 0 then
+    return limit, window, 0
+  end
+  if type(b) ~= 'table' then
+    -- Another rule rejected a request that this one admits on the bound:
+    -- count exactly, as for a rejection.
+    b = sliding_log_exact(key, window, math.abs(a) - 1, math.huge)
+    if b == 0 then
+      return limit, window, 0
     end
   end
-  return limit - count, reset, retry
+  local remaining, reset = math.max(0, limit - b[1]), b[2] + window - now
+  if ok then
+    return remaining, reset, 0
+  end
+  return remaining, reset, a - now
 end

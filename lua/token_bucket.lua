@@ -20,6 +20,11 @@
 -- remaining is the whole tokens left, reset the time until the next whole
 -- token, and retry, for a rejected request, the time until its cost fits,
 -- both rounded up to whole microseconds.
+--
+-- When the clock steps back, the stored TAT stays where it was, so it is
+-- further ahead of now (possibly more than the capacity: remaining is then
+-- 0), and nothing more is admitted than without the step; reset and retry
+-- count to that TAT.
 
 local function token_bucket_validate(window, limit, param, cost)
   if param < 1 then
@@ -43,9 +48,12 @@ local function token_bucket_check(key, window, limit, param, cost)
       ahead = tonumber(a)
       -- Drain elapsed µs, each worth limit units; compare first so the
       -- product stays small (elapsed*limit < ahead <= capacity <= 2^53).
+      -- When the clock has stepped back, elapsed < 0 and the TAT stays
+      -- where it was, further ahead of now: that only rejects more, and
+      -- the reset and retry still say when a token is back.
       if elapsed >= math.ceil(ahead / limit) then
         ahead = 0
-      elseif elapsed > 0 then
+      else
         ahead = ahead - elapsed * limit
       end
     end
@@ -55,13 +63,14 @@ local function token_bucket_check(key, window, limit, param, cost)
 end
 
 local function token_bucket_commit(key, window, limit, param, cost, ahead, new_ahead)
-  redis.call('SET', key, string.format('%d:%d', now, new_ahead), 'PX', math.max(1, math.ceil(new_ahead / limit / 1000)))
+  redis.call('SET', key, string.format('%d:%d', now, new_ahead), 'PX', string.format('%d', math.max(1, math.ceil(new_ahead / limit / 1000))))
   return new_ahead, new_ahead
 end
 
 local function token_bucket_report(key, window, limit, param, cost, ok, admitted, ahead, new_ahead)
   local capacity = param * window
-  local remaining = math.floor((capacity - ahead) / window)
+  -- ahead exceeds the capacity only after the clock stepped back.
+  local remaining = math.max(0, math.floor((capacity - ahead) / window))
   -- The next whole token: ahead must fall to capacity - (remaining+1)*window.
   local reset = math.ceil((ahead - (capacity - (remaining + 1) * window)) / limit)
   if not admitted and not ok then

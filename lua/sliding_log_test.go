@@ -1,0 +1,448 @@
+package lua
+
+// Tests of the weighted sliding log: its entries (one per admitted request,
+// as sliding_log.lua documents them), the cost of one decision whatever its
+// cost, the wrap of its running count, and the keys written by the format
+// before it.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// logEntry is one entry of a sliding-log key: its score and what its member
+// says.
+type logEntry struct {
+	score, at, cum, units, cost int64
+}
+
+// bigEndian reads b as an unsigned big-endian integer.
+func bigEndian(b string) int64 {
+	var x int64
+	for i := 0; i < len(b); i++ {
+		x = x<<8 | int64(b[i])
+	}
+	return x
+}
+
+// decodeMember reads a member of sliding_log.lua: at (7 bytes), cum (7),
+// units (4), and cost (4) unless it is 1.
+func decodeMember(m string) (logEntry, error) {
+	if len(m) != 18 && len(m) != 22 {
+		return logEntry{}, fmt.Errorf("member %q: %d bytes, want 18 or 22", m, len(m))
+	}
+	e := logEntry{at: bigEndian(m[0:7]), cum: bigEndian(m[7:14]), units: bigEndian(m[14:18]), cost: 1}
+	if len(m) == 22 {
+		e.cost = bigEndian(m[18:22])
+		if e.cost == 1 {
+			return e, fmt.Errorf("member %q: a cost of 1 written out", m)
+		}
+	}
+	return e, nil
+}
+
+// encodeMember is decodeMember's inverse, to write entries as the script
+// would.
+func encodeMember(e logEntry) string {
+	put := func(b []byte, x int64) []byte {
+		for i := len(b) - 1; i >= 0; i-- {
+			b[i] = byte(x)
+			x >>= 8
+		}
+		return b
+	}
+	m := append(put(make([]byte, 7), e.at), put(make([]byte, 7), e.cum)...)
+	m = append(m, put(make([]byte, 4), e.units)...)
+	if e.cost != 1 {
+		m = append(m, put(make([]byte, 4), e.cost)...)
+	}
+	return string(m)
+}
+
+// logEntries returns a sliding-log key's entries in the set's order.
+func logEntries(ctx context.Context, t *testing.T, c *redis.Client, key string) []logEntry {
+	t.Helper()
+	zs, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]logEntry, len(zs))
+	for i, z := range zs {
+		e, err := decodeMember(z.Member.(string))
+		if err != nil {
+			t.Fatalf("entry %d of %s: %v", i, key, err)
+		}
+		e.score = int64(z.Score)
+		out[i] = e
+	}
+	return out
+}
+
+// logDecide runs one decision of the single-rule sliding-log script and
+// returns its reply (now, fired, ok, remaining, reset, retry).
+func logDecide(ctx context.Context, t *testing.T, c *redis.Client, script *redis.Script, key string, now, window, limit, param, cost int64) []int64 {
+	t.Helper()
+	r := rule{alg: 0, window: window, limit: limit, param: param, cost: cost}
+	reply, err := script.Run(ctx, c, []string{key}, args(now, r)...).Result()
+	if err != nil {
+		t.Fatalf("cost %d at %d: %v", cost, now, err)
+	}
+	got := ints(t, reply)
+	if len(got) != 6 {
+		t.Fatalf("reply %v", got)
+	}
+	return got
+}
+
+// TestSlidingLogEntries: an admitted request is one entry, whatever its
+// cost; its member holds its time (the score), the running count of units
+// (cum), a bound of the units in the window and its cost; entries of one
+// microsecond stay in admission order (the newest last), also across the
+// byte boundaries of cum; and rejected requests write nothing.
+func TestSlidingLogEntries(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		script := redis.NewScript(Single("sliding_log", 0))
+		key := prefix(t) + "log"
+		const window, limit = 10e6, 100_000
+		clock := startClock()
+		clock += 16 - clock%16 + 1
+		type step struct {
+			at, cost int64
+			admit    bool
+		}
+		var steps []step
+		// 300 requests in one microsecond (cum crosses 255 and 256), with
+		// costs of 1, 7 and 1000, then a few more later; then one that does
+		// not fit.
+		for i := range 300 {
+			cost := int64(1)
+			switch i % 10 {
+			case 3:
+				cost = 7
+			case 7:
+				cost = 1000
+			}
+			steps = append(steps, step{clock, cost, true})
+		}
+		steps = append(steps, step{clock + 5, 2, true}, step{clock + 5, 1, true}, step{clock + 9, 99_999, false})
+		var want []logEntry
+		var cum int64
+		for i, s := range steps {
+			before := state(ctx, t, c, key)
+			got := logDecide(ctx, t, c, script, key, s.at, window, limit, 64, s.cost)
+			if (got[1] == 0) != s.admit {
+				t.Fatalf("step %d (cost %d): reply %v, want admitted %v", i, s.cost, got, s.admit)
+			}
+			if !s.admit {
+				if after := state(ctx, t, c, key); after != before {
+					t.Fatalf("a rejected request changed the key")
+				}
+				continue
+			}
+			cum += s.cost
+			want = append(want, logEntry{score: s.at, at: s.at, cum: cum, cost: s.cost})
+			if rem := got[3]; rem > limit-cum || rem < 0 {
+				t.Fatalf("step %d: remaining %d, want at most %d", i, rem, limit-cum)
+			}
+		}
+		got := logEntries(ctx, t, c, key)
+		if len(got) != len(want) {
+			t.Fatalf("%d entries, want %d (one per admitted request)", len(got), len(want))
+		}
+		for i, e := range got {
+			w := want[i]
+			if e.score != w.score || e.at != w.at || e.cum != w.cum || e.cost != w.cost {
+				t.Fatalf("entry %d: %+v, want %+v (entries in admission order)", i, e, w)
+			}
+			if e.units < e.cum || e.units > limit {
+				t.Fatalf("entry %d: units %d, want from the true %d (nothing has left) to the limit", i, e.units, e.cum)
+			}
+		}
+	})
+}
+
+// TestSlidingLogHeavyCost: one decision does the same small work whatever
+// its cost: a request of cost 1e6 under a limit of 1e9 holds Redis well
+// under a millisecond and leaves one entry (the format before this one
+// wrote one entry per unit: a million ZADDs, seconds of Redis time). So
+// does a rejection whose retry needs a binary search over 10,000 entries.
+// Redis's own time is read from INFO commandstats, not the wall clock of a
+// loaded machine; each is the best of three tries, on fresh keys.
+func TestSlidingLogHeavyCost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	script := redis.NewScript(Single("sliding_log", 0))
+	if err := script.Load(ctx, c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// evalUsec runs f and returns the µs Redis spent in EVALSHA meanwhile.
+	evalUsec := func(f func()) int64 {
+		t.Helper()
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		f()
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+				for _, kv := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(kv, "usec="); ok {
+						n, err := strconv.ParseInt(v, 10, 64)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return n
+					}
+				}
+			}
+		}
+		t.Fatalf("no cmdstat_evalsha in %q", info)
+		return 0
+	}
+	const window, limit = 60e6, 1e9
+	best := func(what string, f func(try int)) {
+		t.Helper()
+		var took []int64
+		for try := range 3 {
+			took = append(took, evalUsec(func() { f(try) }))
+		}
+		t.Logf("%s: Redis time %v µs", what, took)
+		if slices.Min(took) >= 1000 {
+			t.Errorf("%s: at least %d µs of Redis time, want well under 1 ms", what, slices.Min(took))
+		}
+	}
+	clock := startClock()
+	p := prefix(t)
+	best("one decision of cost 1e6", func(try int) {
+		key := p + "heavy" + strconv.Itoa(try)
+		if got := logDecide(ctx, t, c, script, key, clock, window, limit, 64, 1e6); got[1] != 0 || got[3] != limit-1e6 {
+			t.Fatalf("reply %v, want admitted with %d remaining", got, int64(limit-1e6))
+		}
+		if n := c.ZCard(ctx, key).Val(); n != 1 {
+			t.Fatalf("the key holds %d entries, want 1", n)
+		}
+	})
+	best("one decision of cost 1e9", func(try int) {
+		key := p + "whole" + strconv.Itoa(try)
+		if got := logDecide(ctx, t, c, script, key, clock, window, limit, 64, 1e9); got[1] != 0 || got[3] != 0 {
+			t.Fatalf("reply %v, want admitted with 0 remaining", got)
+		}
+	})
+	// 10,000 entries of 1e5 units each fill the limit; a request of 5e8+1
+	// units fits once the entry holding the (5e8+1)th unit, the 5001st, has
+	// left.
+	key := p + "full"
+	pipe := c.Pipeline()
+	for i := range int64(10_000) {
+		script.EvalSha(ctx, pipe, []string{key}, args(clock+i, rule{alg: 0, window: window, limit: limit, param: 64, cost: 1e5})...)
+	}
+	cmds, err := pipe.Exec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range cmds {
+		if got := ints(t, cmd.(*redis.Cmd).Val()); got[1] != 0 {
+			t.Fatalf("filling, request %d: %v", i, got)
+		}
+	}
+	now := clock + 20_000
+	best("a rejection searching 10,000 entries", func(int) {
+		got := logDecide(ctx, t, c, script, key, now, window, limit, 64, 5e8+1)
+		if want := []int64{1, 0, 0, clock + window - now, clock + 5000 + window - now}; !slices.Equal(got[1:], want) {
+			t.Fatalf("reply %v, want fired, not ok, remaining, reset, retry %v", got[1:], want)
+		}
+	})
+}
+
+// TestSlidingLogCumWraps: the running count goes back by 2^51 once it
+// reaches 2^52 (so it stays exact), never inside a run of entries of one
+// microsecond, and the counts across the wrap stay exact.
+func TestSlidingLogCumWraps(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		script := redis.NewScript(Single("sliding_log", 0))
+		key := prefix(t) + "log"
+		const window, limit = 1e6, 10
+		const top = int64(1) << 52
+		clock := startClock()
+		clock += 16 - clock%16 + 1
+		// An entry as if 2^52 - 5 units had passed on the key.
+		if err := c.ZAdd(ctx, key, redis.Z{Score: float64(clock), Member: encodeMember(logEntry{at: clock, cum: top - 5, units: 1, cost: 1})}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		cums := func() []int64 {
+			var cums []int64
+			for _, e := range logEntries(ctx, t, c, key) {
+				cums = append(cums, e.cum)
+			}
+			return cums
+		}
+		for i, s := range []struct {
+			at, cost int64
+			want     []int64 // fired, ok, remaining, reset, retry
+		}{
+			{clock, 3, []int64{0, 1, 6, 1e6, 0}},     // cum 2^52 - 2, on the bound
+			{clock, 3, []int64{0, 1, 3, 1e6, 0}},     // cum 2^52 + 1: the same microsecond, no wrap
+			{clock + 1, 2, []int64{0, 1, 1, 1e6, 0}}, // wraps: 2^51 + 3
+			{clock + 2, 2, []int64{1, 0, 1, 1e6 - 2, 1e6 - 2}},
+			{clock + window, 8, []int64{0, 1, 0, 1e6, 0}}, // the first three left: 2 units
+			{clock + window, 1, []int64{1, 0, 0, 1, 1}},
+			{clock + window + 1, 2, []int64{0, 1, 0, 1e6, 0}}, // 8 units
+		} {
+			got := logDecide(ctx, t, c, script, key, s.at, window, limit, 0, s.cost)
+			if !slices.Equal(got[1:], s.want) {
+				t.Fatalf("step %d (at +%d, cost %d): reply %v, want %v", i, s.at-clock, s.cost, got[1:], s.want)
+			}
+			if i == 2 {
+				if want := []int64{top - 5, top - 2, top + 1, top/2 + 3}; !slices.Equal(cums(), want) {
+					t.Fatalf("cum of the entries %v, want %v", cums(), want)
+				}
+			}
+		}
+		// The exact counts swept the entries that left.
+		if want := []int64{top/2 + 11, top/2 + 13}; !slices.Equal(cums(), want) {
+			t.Fatalf("cum of the entries %v, want %v", cums(), want)
+		}
+	})
+}
+
+// TestSlidingLogOlderFormat: a key written by the format before this one
+// (a member per unit, named after its time) is read conservatively: its
+// entries count one unit each, exactly while one is the newest entry, and
+// never less than they hold while one is the oldest in the window; once
+// they have left, the count is exact again.
+func TestSlidingLogOlderFormat(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		script := redis.NewScript(Single("sliding_log", 0))
+		key := prefix(t) + "log"
+		const window, limit = 1e6, 10
+		clock := startClock()
+		clock += 16 - clock%16 + 1
+		// Four units: two at clock, two a microsecond later, as the old
+		// script named them.
+		sec, usec := (clock+1)/1e6, (clock+1)%1e6
+		for _, z := range []redis.Z{
+			{Score: float64(clock), Member: strconv.FormatInt(clock, 10)},
+			{Score: float64(clock), Member: fmt.Sprintf("%d.%d-%d", clock/1e6, clock%1e6, 4)},
+			{Score: float64(clock + 1), Member: strconv.FormatInt(clock+1, 10)},
+			{Score: float64(clock + 1), Member: fmt.Sprintf("%d.%d-%d", sec, usec, 4)},
+		} {
+			if err := c.ZAdd(ctx, key, z).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, s := range []struct {
+			at, cost int64
+			want     []int64 // fired, ok, remaining, reset, retry
+		}{
+			{clock + 2, 1, []int64{0, 1, 5, 1e6 - 2, 0}}, // the old newest: counted exactly
+			{clock + 3, 6, []int64{1, 0, 5, 1e6 - 3, 1e6 - 3}},
+			{clock + 3, 5, []int64{0, 1, 0, 1e6 - 3, 0}},
+			// The two old units of clock have left, but an old one is the
+			// oldest in the window: all the units since count.
+			{clock + window, 1, []int64{1, 0, 0, 1, 1}},
+			// Every old unit has left: exact again (the six of this format).
+			{clock + window + 1, 4, []int64{0, 1, 0, 1, 0}},
+			{clock + window + 2, 2, []int64{1, 0, 1, 1, 1}},
+		} {
+			got := logDecide(ctx, t, c, script, key, s.at, window, limit, 64, s.cost)
+			if !slices.Equal(got[1:], s.want) {
+				t.Fatalf("step %d (at +%d, cost %d): reply %v, want %v", i, s.at-clock, s.cost, got[1:], s.want)
+			}
+		}
+	})
+}
+
+// TestSlidingLogClockBack: after the clock steps back, a request is
+// recorded at the newest entry's time (so entries stay in admission order),
+// entries newer than now count, and nothing is admitted that the window
+// without the step would not admit.
+func TestSlidingLogClockBack(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		script := redis.NewScript(Single("sliding_log", 0))
+		key := prefix(t) + "log"
+		const window, limit = 60e6, 10
+		clock := startClock() + 60e6
+		clock += 16 - clock%16 + 1
+		for range 5 {
+			if got := logDecide(ctx, t, c, script, key, clock, window, limit, 64, 1); got[1] != 0 {
+				t.Fatalf("%v", got)
+			}
+		}
+		back := clock - 30e6
+		for i := range 5 {
+			got := logDecide(ctx, t, c, script, key, back+int64(i), window, limit, 64, 1)
+			if want := []int64{0, 1, 4 - int64(i), clock + window - back - int64(i), 0}; !slices.Equal(got[1:], want) {
+				t.Fatalf("after the step, request %d: %v, want %v", i, got[1:], want)
+			}
+		}
+		for _, e := range logEntries(ctx, t, c, key) {
+			if e.at != clock || e.score != clock {
+				t.Fatalf("an entry at %d, want every one at %d (the newest entry's time)", e.at, clock)
+			}
+		}
+		// Full until the entries of clock leave, a window after clock.
+		for _, at := range []int64{back + 10, clock - 1, clock, clock + window - 1} {
+			got := logDecide(ctx, t, c, script, key, at, window, limit, 64, 1)
+			if want := []int64{1, 0, 0, clock + window - at, clock + window - at}; !slices.Equal(got[1:], want) {
+				t.Fatalf("at clock%+d: %v, want %v", at-clock, got[1:], want)
+			}
+		}
+		if got := logDecide(ctx, t, c, script, key, clock+window, window, limit, 64, limit); got[1] != 0 {
+			t.Fatalf("a window after the entries: %v, want the whole limit admitted", got)
+		}
+	})
+}
+
+// TestSlidingLogMemory logs the memory per entry of a sliding-log key on a
+// real server, at 100 entries (a listpack) and 10,000 (a skiplist), for
+// requests of cost 1 and of cost 1000.
+func TestSlidingLogMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	script := redis.NewScript(Single("sliding_log", 0))
+	if err := script.Load(ctx, c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock := startClock()
+	for _, n := range []int64{100, 10_000} {
+		for _, cost := range []int64{1, 1000} {
+			key := fmt.Sprintf("%smem-%d-%d", prefix(t), n, cost)
+			pipe := c.Pipeline()
+			for i := range n {
+				script.EvalSha(ctx, pipe, []string{key}, args(clock+i*997, rule{alg: 0, window: 3600e6, limit: 1e9, param: 64, cost: cost})...)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			enc := c.ObjectEncoding(ctx, key).Val()
+			bytes := c.MemoryUsage(ctx, key, 0).Val()
+			if card := c.ZCard(ctx, key).Val(); card != n {
+				t.Fatalf("%d requests left %d entries", n, card)
+			}
+			t.Logf("%6d entries of cost %4d: %s, %d bytes, %.1f bytes per entry", n, cost, enc, bytes, float64(bytes)/float64(n))
+		}
+	}
+}
