@@ -15,7 +15,7 @@ type AlgorithmKind int
 
 const (
 	// SlidingLog is the exact sliding log (the default): a Redis sorted set
-	// with one entry per admitted unit in the window.
+	// with one entry per admitted request in the window, whatever its cost.
 	SlidingLog AlgorithmKind = iota
 	// SlidingCounter divides the window into [SubWindows] parts and sums the
 	// counts of the parts that overlap the window. Memory is O(sub-windows).

@@ -83,9 +83,11 @@
 //
 //   - [SlidingLog] (default): exact. Over any window-long span (now-w, now]
 //     at most limit units are admitted. Memory: one sorted-set entry per
-//     admitted unit in the window, about 21 bytes each while the set is a
-//     listpack (up to 128 entries) and about 130 bytes each beyond: roughly
-//     2 KB at limit 100 and 1.3 MB at limit 10,000.
+//     admitted request in the window, whatever its cost (so a weighted
+//     request costs Redis O(log n) work, like any other), about 31 bytes
+//     each while the set is a listpack (up to 128 entries) and about 129
+//     bytes each beyond: roughly 3 KB at limit 100 and 1.3 MB at limit
+//     10,000.
 //   - [SlidingCounter]: the window is split into [SubWindows] (default 10)
 //     aligned parts, and the count is the sum of the parts that overlap the
 //     window. The counted span is between (N-1)/N of the window and all of
