@@ -580,7 +580,7 @@ func TestClusterMasterDownHealthyMastersServe(t *testing.T) {
 			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 		t.Cleanup(func() { _ = cc.Close() })
 		cases[i].p = mustPolicy(t, append([]Option{Redis(cc), Key(prefix(t)), Window(time.Hour), Limit(1e9), DenyCache(0),
-			Timeout(300 * time.Millisecond), OnFailure(FailClosed), quiet}, cases[i].opts...)...)
+			Timeout(time.Second), OnFailure(FailClosed), quiet}, cases[i].opts...)...)
 		for _, id := range identityPerMaster(cl) { // connect to every master
 			if _, err := cases[i].p.Allow(ctx, id); err != nil {
 				t.Fatal(err)

@@ -25,6 +25,14 @@
 //     records it; report gives what the reply says. a and b are the
 //     algorithm's state between them (its file says what they are).
 //
+//     check only reads, and commit's first write is a command that can
+//     grow memory (ZADD, HINCRBY, HSET, SET): Redis checks a script against
+//     maxmemory only at its first write, and only when that command is one
+//     of those, so an admission at maxmemory gets Redis's OOM error before
+//     anything is written. Deletions of expired data (ZREMRANGEBYSCORE,
+//     HDEL) come after commit's first write, or in report when nothing is
+//     committed, where Redis allows them even out of memory.
+//
 //   - Two drivers, which run those functions: single.lua decides one rule
 //     of the one algorithm it was built with ([Single]), with no loops, for
 //     the hot path; several.lua decides n rules of any of the algorithms it

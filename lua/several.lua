@@ -1,8 +1,10 @@
 -- The several-rule driver: decides one request under n >= 1 rules, of any
 -- algorithms, atomically and all or nothing. Every rule checks the request;
 -- only if every one admits it does every one record it; then every rule
--- reports. If any rule rejects it, none records anything (a check may still
--- sweep data that has expired, which changes no decision).
+-- reports. If any rule rejects it, none records anything (a report may still
+-- delete data that has left its window, which changes no decision). Every
+-- check only reads, so the first write of an admission is the first rule's
+-- commit: see lua.go about maxmemory.
 --
 -- lua.go builds the script as prologue.lua, the files of the algorithms it
 -- is given, then generated lines that map each algorithm number in ARGV to

@@ -8,6 +8,7 @@ package lua
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -445,4 +446,77 @@ func TestSlidingLogMemory(t *testing.T) {
 			t.Logf("%6d entries of cost %4d: %s, %d bytes, %.1f bytes per entry", n, cost, enc, bytes, float64(bytes)/float64(n))
 		}
 	}
+}
+
+// TestSlidingLogRealTimeSafety runs random timelines on which the clock
+// sometimes steps back (by up to two windows) and checks the guarantee in
+// real time: whatever the clock said, no span of a window's length of real
+// time holds more than the limit of admitted units. Each call is followed
+// by a PERSIST, so that a real server, which expires keys on its own clock,
+// keeps what the test clock still counts.
+func TestSlidingLogRealTimeSafety(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		script := redis.NewScript(Single("sliding_log", 0))
+		if err := script.Load(ctx, c).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for ci, cfg := range []struct{ window, limit, param int64 }{
+			{1e6, 10, 64}, {7300, 100, 64}, {1e6, 1000, 64}, {1e6, 1000, 0},
+		} {
+			rng := rand.New(rand.NewPCG(uint64(ci), 7))
+			key := prefix(t) + "log"
+			start := startClock() + 10*cfg.window   // room to step back
+			var elapsed, offset int64               // real time since start; the clock says start + elapsed - offset
+			type admission struct{ at, cost int64 } // at: real time
+			var admitted []admission
+			steps, backs := 1500, 0
+			for i := range steps {
+				switch r := rng.IntN(100); {
+				case r < 5:
+					offset += 1 + rng.Int64N(2*cfg.window)
+					backs++
+				case r < 30:
+				case r < 80:
+					elapsed += rng.Int64N(2*cfg.window/cfg.limit + 1)
+				default:
+					elapsed += rng.Int64N(cfg.window)
+				}
+				cost := int64(1)
+				if rng.IntN(4) == 0 {
+					cost = 1 + rng.Int64N(cfg.limit)
+				}
+				clock := start + elapsed - offset
+				var cmd *redis.Cmd
+				if _, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+					cmd = script.EvalSha(ctx, pipe, []string{key}, args(clock, rule{alg: 0, window: cfg.window, limit: cfg.limit, param: cfg.param, cost: cost})...)
+					pipe.Persist(ctx, key)
+					return nil
+				}); err != nil {
+					t.Fatalf("%+v step %d: %v", cfg, i, err)
+				}
+				got := ints(t, cmd.Val())
+				if got[1] != 0 {
+					if got[5] < 1 {
+						t.Fatalf("%+v step %d: rejected with retry %d", cfg, i, got[5])
+					}
+					continue
+				}
+				admitted = append(admitted, admission{elapsed, cost})
+				// The units admitted in the last window of real time.
+				var units int64
+				for j := len(admitted) - 1; j >= 0 && admitted[j].at > elapsed-cfg.window; j-- {
+					units += admitted[j].cost
+				}
+				if units > cfg.limit {
+					t.Fatalf("%+v step %d (clock %d behind real time): %d units admitted within a window of real time, limit %d", cfg, i, offset, units, cfg.limit)
+				}
+			}
+			t.Logf("%+v: %d steps, %d steps back, %d admitted", cfg, steps, backs, len(admitted))
+			if backs == 0 || len(admitted) < steps/10 {
+				t.Fatalf("%+v: %d steps back, %d admitted: the timeline does not exercise both", cfg, backs, len(admitted))
+			}
+		}
+	})
 }

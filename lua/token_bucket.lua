@@ -69,8 +69,11 @@ end
 
 local function token_bucket_report(key, window, limit, param, cost, ok, admitted, ahead, new_ahead)
   local capacity = param * window
-  -- ahead exceeds the capacity only after the clock stepped back.
-  local remaining = math.max(0, math.floor((capacity - ahead) / window))
+  local remaining = math.floor((capacity - ahead) / window)
+  if remaining < 0 then
+    -- ahead exceeds the capacity only after the clock stepped back.
+    remaining = 0
+  end
   -- The next whole token: ahead must fall to capacity - (remaining+1)*window.
   local reset = math.ceil((ahead - (capacity - (remaining + 1) * window)) / limit)
   if not admitted and not ok then
