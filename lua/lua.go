@@ -39,7 +39,8 @@
 //     was built with ([Several]) atomically and all or nothing: it checks
 //     every rule, commits every rule only if every one admits, then reports
 //     every rule. lua.go generates the lines that tie a driver to its
-//     algorithms' functions and numbers.
+//     algorithms' functions and numbers. [Peek] is several.lua built to
+//     record nothing: what a request would be told, without counting it.
 //
 // Both drivers take one argument layout, for n rules (n = 1 for [Single]):
 //
@@ -86,7 +87,7 @@ var (
 	//go:embed single.lua
 	single string
 	//go:embed several.lua
-	several string
+	severalDriver string
 	//go:embed sliding_log.lua
 	slidingLog string
 	//go:embed sliding_counter.lua
@@ -148,6 +149,20 @@ func Single(name string, number int) string {
 // the algorithm numbered i in ARGV. A name may appear more than once. It
 // panics if names is empty or has an unknown name.
 func Several(names ...string) string {
+	return several(false, names)
+}
+
+// Peek returns the several-rule script that records nothing: it takes
+// [Several]'s arguments and gives its reply, where fired is the first rule
+// that would reject the request and 0 when every rule would admit it, and
+// each rule's report is the state of its key without the request (a
+// sliding log's report may still delete entries that have left the window,
+// which changes no decision). It panics as Several does.
+func Peek(names ...string) string {
+	return several(true, names)
+}
+
+func several(peek bool, names []string) string {
 	if len(names) == 0 {
 		panic("lua: Several needs at least one algorithm")
 	}
@@ -168,7 +183,7 @@ func Several(names ...string) string {
 		fmt.Fprintf(&b, "[%[1]d] = {%[2]s_validate, %[2]s_check, %[2]s_commit, %[2]s_report}", i, name)
 		numbers[i] = fmt.Sprintf("%d (%s)", i, name)
 	}
-	fmt.Fprintf(&b, "}\nlocal algorithm_numbers = '%s'\n\n", strings.Join(numbers, ", "))
-	b.WriteString(several)
+	fmt.Fprintf(&b, "}\nlocal algorithm_numbers = '%s'\nlocal peek = %t\n\n", strings.Join(numbers, ", "), peek)
+	b.WriteString(severalDriver)
 	return b.String()
 }

@@ -607,3 +607,76 @@ func TestArgumentErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestPeekRecordsNothing runs one seeded random sequence of requests on two
+// keys at once, with a Peek before each request on the first key only. The
+// requests must get identical replies on both keys (a Peek changes no
+// decision); a Peek must say the request would be rejected exactly when it
+// is, give a rejected request's own reply, and for an admitted one report
+// at least the cost more remaining than the admission leaves.
+func TestPeekRecordsNothing(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		all := Algorithms()
+		peek := redis.NewScript(Peek(all...))
+		several := redis.NewScript(Several(all...))
+		for _, s := range []*redis.Script{peek, several} {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for ci, cfg := range equivConfigs {
+			maxCost, most := cfg.limit, cfg.limit // most: the most a key can have remaining
+			if cfg.name == "token_bucket" {
+				maxCost, most = cfg.param, cfg.param
+			}
+			p := prefix(t)
+			peeked, plain := p+"peeked", p+"plain"
+			rng := rand.New(rand.NewPCG(uint64(ci), 7))
+			clock := startClock()
+			var admitted, rejected int
+			for step := range 300 {
+				clock += rng.Int64N(2 * cfg.window / cfg.limit)
+				cost := int64(1)
+				if rng.IntN(3) == 0 {
+					cost = 1 + rng.Int64N(min(maxCost, 4))
+				}
+				r := rule{alg: number(t, cfg.name), window: cfg.window, limit: cfg.limit, param: cfg.param, cost: cost}
+				var look, onPeeked, onPlain *redis.Cmd
+				_, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+					look = peek.EvalSha(ctx, pipe, []string{peeked}, args(clock, r)...)
+					onPeeked = several.EvalSha(ctx, pipe, []string{peeked}, args(clock, r)...)
+					onPlain = several.EvalSha(ctx, pipe, []string{plain}, args(clock, r)...)
+					pipe.Persist(ctx, peeked)
+					pipe.Persist(ctx, plain)
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("%v step %d: %v", cfg, step, err)
+				}
+				l, a, b := ints(t, look.Val()), ints(t, onPeeked.Val()), ints(t, onPlain.Val())
+				if !slices.Equal(a, b) {
+					t.Fatalf("%v step %d: after a Peek the request got %v, without one %v", cfg, step, a, b)
+				}
+				if len(l) != 6 || l[0] != clock || l[1] != a[1] || l[2] != a[2] {
+					t.Fatalf("%v step %d (cost %d): Peek %v does not foretell the decision %v", cfg, step, cost, l, a)
+				}
+				if a[1] != 0 {
+					rejected++
+					if !slices.Equal(l, a) {
+						t.Fatalf("%v step %d: Peek %v, the rejected request's reply %v", cfg, step, l, a)
+					}
+					continue
+				}
+				admitted++
+				if l[3] > most || l[3]-cost < a[3] || l[5] != 0 {
+					t.Fatalf("%v step %d (cost %d): Peek says remaining %d retry %d, the admission left %d", cfg, step, cost, l[3], l[5], a[3])
+				}
+			}
+			if admitted < 20 || rejected < 20 {
+				t.Errorf("%v: %d admitted and %d rejected: the sequence does not exercise both", cfg, admitted, rejected)
+			}
+		}
+	})
+}

@@ -13,8 +13,12 @@
 --   local algorithms = {[0] = {sliding_log_validate, sliding_log_check,
 --     sliding_log_commit, sliding_log_report}, [1] = {token_bucket_validate, ...}}
 --   local algorithm_numbers = '0 (sliding_log), 1 (token_bucket)'
+--   local peek = false
 --
--- then this file. The arguments are prologue.lua's: KEYS[i] rule i's key
+-- then this file. With peek true (lua.Peek), nothing is recorded: every
+-- rule checks and reports, and fired says which rule would reject the
+-- request, so the reply is what a request would be told, without counting
+-- it. The arguments are prologue.lua's: KEYS[i] rule i's key
 -- (all in one Redis Cluster slot: the caller's job), ARGV[1] the test clock
 -- or '', ARGV[2 + 5*(i-1) ...] rule i's algorithm number, window, limit,
 -- param and cost.
@@ -54,7 +58,7 @@ for i = 1, n do
   end
 end
 
-local admitted = fired == 0
+local admitted = fired == 0 and not peek
 if admitted then
   for i = 1, n do
     as[i], bs[i] = algs[i][3](keys[i], windows[i], limits[i], params[i], costs[i], as[i], bs[i])
