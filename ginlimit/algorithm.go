@@ -73,14 +73,20 @@ var (
 		}
 		return s
 	}()
-	severalScript = func() *redis.Script {
-		names := make([]string, algorithms)
-		for a := range names {
-			names[a] = AlgorithmKind(a).String()
-		}
-		return redis.NewScript(lua.Several(names...))
-	}()
+	severalScript = redis.NewScript(lua.Several(algorithmNames()...))
+	// peekScript is severalScript recording nothing: Policy.Peek.
+	peekScript = redis.NewScript(lua.Peek(algorithmNames()...))
 )
+
+// algorithmNames returns the names of the algorithms, numbered as
+// AlgorithmKind numbers them.
+func algorithmNames() []string {
+	names := make([]string, algorithms)
+	for a := range names {
+		names[a] = AlgorithmKind(a).String()
+	}
+	return names
+}
 
 // keyTag is what the algorithm adds to a rule's key prefix: nothing for the
 // sliding log (its keys keep their names across versions), and for the

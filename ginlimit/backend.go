@@ -26,6 +26,7 @@ type backend struct {
 	pipeAbove int64                // pipelineAbove; tests lower it
 	calls     atomic.Int64         // calls now waiting on Redis, when pipelining
 	nodes     *nodes               // the breaker and the slots of each node
+	hub       *hub                 // the reset subscription (coherence.go), or nil
 }
 
 // backendKey tells the backends of a limiter apart.
@@ -43,8 +44,9 @@ func (k backendKey) shareable() bool {
 	return reflect.ValueOf(k.client).Comparable()
 }
 
-// newBackend returns the backend of k's client and loads every script on it.
-func newBackend(k backendKey) (*backend, error) {
+// newBackend returns the backend of k's client and loads every script on
+// it; with subscribe, it subscribes to resets (coherence.go).
+func newBackend(k backendKey, subscribe bool) (*backend, error) {
 	b := &backend{
 		client:    k.client,
 		honours:   honoursContext(k.client),
@@ -73,25 +75,37 @@ func newBackend(k backendKey) (*backend, error) {
 		slots *= pipelineDepth // calls share connections
 	}
 	b.nodes = newNodes(k.client, k.breakFailures, k.breakOpen, slots)
-	b.load()
+	wait := time.Duration(0)
+	if b.load() {
+		wait = subscribeWait // Redis answers: the subscription will not be long
+	}
+	if subscribe {
+		b.hub = startHub(b, wait)
+	}
 	return b, nil
+}
+
+// close ends what the backend runs in the background.
+func (b *backend) close() {
+	b.hub.close()
 }
 
 // load loads every script now, best effort, so that the first burst of
 // decisions does not meet NOSCRIPT and send each script twice. Run handles
 // NOSCRIPT anyway, so a failure here costs nothing, and a dead Redis delays
-// start-up by loadTimeout at most.
-func (b *backend) load() {
+// start-up by loadTimeout at most. It reports whether every script loaded.
+func (b *backend) load() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
-	_, _ = bounded(ctx, func() (struct{}, error) {
-		for _, s := range append(singleScripts[:], severalScript) {
+	_, err := bounded(ctx, func() (struct{}, error) {
+		for _, s := range append(singleScripts[:], severalScript, peekScript, resetScript, publishScript) {
 			if err := s.Load(ctx, b.client).Err(); err != nil {
 				return struct{}{}, err
 			}
 		}
 		return struct{}{}, nil
 	})
+	return err == nil
 }
 
 // script returns the script that decides rules of the given algorithms

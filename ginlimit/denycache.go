@@ -80,11 +80,13 @@ func DenyCache(size int) Option {
 // drops expired keys first and otherwise an arbitrary idle one. It is safe
 // for concurrent use.
 type denyCache struct {
-	base     time.Time // origin of the monotonic clock
-	seed     maphash.Seed
-	perShard int
-	shards   [denyShards]denyShard
-	clock    func() int64 // tests only: replaces the monotonic clock
+	base      time.Time // origin of the monotonic clock
+	seed      maphash.Seed
+	perShard  int
+	staleness int64 // ns: nothing is kept longer (MaxStaleness)
+	hub       *hub  // keeps the cache coherent with resets, or nil (coherence.go)
+	shards    [denyShards]denyShard
+	clock     func() int64 // tests only: replaces the monotonic clock
 }
 
 type denyShard struct {
@@ -95,19 +97,21 @@ type denyShard struct {
 // keyState is what the cache knows of one key. Its fields are guarded by
 // the shard's lock.
 type keyState struct {
-	until     int64 // local monotonic ns: the bound holds before this
+	until     int64 // local monotonic ns: the state is used before this (at most grows, and the staleness bound)
+	grows     int64 // local monotonic ns: the bound holds before this
 	resetAt   int64 // Redis clock, Unix µs, when more quota comes
 	remaining int   // upper bound on the key's remaining quota
 	inflight  int   // units of the counted calls now in flight
 	wake      chan struct{}
 }
 
-// newDenyCache returns a cache of about size keys, or nil if size is 0.
-func newDenyCache(size int) *denyCache {
+// newDenyCache returns a cache of about size keys that keeps nothing longer
+// than staleness, or nil if size is 0.
+func newDenyCache(size int, staleness time.Duration) *denyCache {
 	if size <= 0 {
 		return nil
 	}
-	c := &denyCache{base: time.Now(), seed: maphash.MakeSeed(), perShard: max(1, (size+denyShards-1)/denyShards)}
+	c := &denyCache{base: time.Now(), seed: maphash.MakeSeed(), perShard: max(1, (size+denyShards-1)/denyShards), staleness: int64(staleness)}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]*keyState)
 	}
@@ -181,11 +185,17 @@ func wait(ctx context.Context, wake chan struct{}) error {
 	}
 }
 
-// leave records the outcome of a call sent at sent: the state counted by
-// enter (nil if none) is released, waiters are woken, and what the decision
-// proves is kept. ok is false when the call failed.
-func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, d *Decision, ok bool) {
-	learn := ok && d != nil && d.Remaining < lowRemaining
+// generation returns what leave needs to know whether a call's outcome may
+// still be kept when it comes back (see hub.learnable).
+func (c *denyCache) generation() uint64 { return c.hub.generation() }
+
+// leave records the outcome of a call sent at sent, at generation gen: the
+// state counted by enter (nil if none) is released, waiters are woken, and
+// what the decision proves is kept for at most the cache's staleness, and
+// only if no reset (and no loss of the reset subscription) came in
+// between. ok is false when the call failed.
+func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, gen uint64, d *Decision, ok bool) {
+	learn := ok && d != nil && d.Remaining < lowRemaining && c.hub.learnable(gen)
 	if counted == nil && !learn {
 		return
 	}
@@ -202,7 +212,8 @@ func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, d
 	if !learn {
 		return
 	}
-	until := sent + int64(d.Reset)
+	grows := sent + int64(d.Reset)
+	until := min(grows, sent+c.staleness)
 	resetAt := d.Time.UnixMicro() + d.Reset.Microseconds()
 	st := s.m[key]
 	if st == nil {
@@ -210,14 +221,16 @@ func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, d
 		st = &keyState{}
 		s.m[key] = st
 	}
-	if sent >= st.until { // the old bound has lapsed: start afresh
-		st.until, st.resetAt, st.remaining = until, resetAt, d.Remaining
+	if sent >= st.until { // the old state has lapsed: start afresh
+		st.until, st.grows, st.resetAt, st.remaining = until, grows, resetAt, d.Remaining
 		return
 	}
-	// Both bounds hold until the earlier deadline; keep the tighter.
-	if until < st.until {
-		st.until, st.resetAt = until, resetAt
+	// Both bounds hold until the earlier deadline; keep the tighter. The
+	// state is as fresh as its older part.
+	if grows < st.grows {
+		st.grows, st.resetAt = grows, resetAt
 	}
+	st.until = min(st.until, until)
 	st.remaining = min(st.remaining, d.Remaining)
 }
 
@@ -262,4 +275,27 @@ func (c *denyCache) len() int {
 		s.mu.RUnlock()
 	}
 	return n
+}
+
+// forget drops what the cache knows of key (a reset): the next request on it
+// goes to Redis. Calls it counted in flight still leave as usual.
+func (c *denyCache) forget(key string) {
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.m[key]; st != nil {
+		st.until = 0
+	}
+}
+
+// clear drops what the cache knows of every key.
+func (c *denyCache) clear() {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		for _, st := range s.m {
+			st.until = 0
+		}
+		s.mu.Unlock()
+	}
 }

@@ -8,15 +8,15 @@ import (
 
 // learn records a decision with the given remaining and reset, sent at now.
 func learn(c *denyCache, key string, counted *keyState, now int64, remaining int, reset time.Duration) {
-	c.leave(key, counted, 1, now, &Decision{Allowed: true, Remaining: remaining, Reset: reset, Time: t0}, true)
+	c.leave(key, counted, 1, now, 0, &Decision{Allowed: true, Remaining: remaining, Reset: reset, Time: t0}, true)
 }
 
 func TestDenyCacheBoundedAndExpiring(t *testing.T) {
 	t.Parallel()
-	if newDenyCache(0) != nil {
+	if newDenyCache(0, time.Hour) != nil {
 		t.Fatal("DenyCache(0) made a cache")
 	}
-	c := newDenyCache(64)
+	c := newDenyCache(64, time.Hour)
 	for i := range 10_000 {
 		learn(c, "k"+strconv.Itoa(i), nil, 0, 0, 100)
 		if n := c.len(); n > 64 {
@@ -44,7 +44,7 @@ func TestDenyCacheBoundedAndExpiring(t *testing.T) {
 // waits until one of them ends; nothing is rejected on a guess.
 func TestDenyCacheInFlight(t *testing.T) {
 	t.Parallel()
-	c := newDenyCache(100)
+	c := newDenyCache(100, time.Hour)
 	learn(c, "k", nil, 0, 2, time.Second)
 	v1, s1, _ := c.enter("k", 1, 1)
 	v2, s2, _ := c.enter("k", 2, 1)
@@ -74,10 +74,10 @@ func TestDenyCacheInFlight(t *testing.T) {
 		t.Fatalf("after the quota ran out: %v, want rejected", v)
 	}
 	// A failed call releases its place and proves nothing.
-	c2 := newDenyCache(100)
+	c2 := newDenyCache(100, time.Hour)
 	learn(c2, "k", nil, 0, 1, time.Second)
 	_, st, _ := c2.enter("k", 1, 1)
-	c2.leave("k", st, 1, 1, &Decision{}, false)
+	c2.leave("k", st, 1, 1, 0, &Decision{}, false)
 	if v, st, _ := c2.enter("k", 2, 1); v != callRedis || st == nil {
 		t.Fatalf("after a failed call: %v %v, want a counted call", v, st)
 	}

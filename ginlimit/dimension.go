@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/gin-gonic/gin"
 
@@ -143,10 +144,17 @@ func (r *rule) identify(c *gin.Context, w *who) error {
 			return err
 		}
 	}
-	if r.hashKey != nil {
+	r.seal(w)
+	return nil
+}
+
+// seal replaces w's identity by its HMAC when the rule has
+// [HashIdentities]. Every identity goes through it on its way into a key:
+// a request's (identify) and a [Target]'s.
+func (r *rule) seal(w *who) {
+	if r.hashKey != nil && w.dim != "" {
 		w.id, w.safe = hashIdentity(r.hashKey, w.dim, w.id), routeSafe
 	}
-	return nil
 }
 
 // clientIP resolves the client's address and its bucket text into w.
@@ -155,6 +163,14 @@ func (r *rule) clientIP(c *gin.Context, w *who, dim string) error {
 	if err != nil {
 		return err
 	}
+	r.ipWho(w, addr, dim)
+	return nil
+}
+
+// ipWho sets w to the text that stands for addr in a key under dimension
+// dim: an IPv4 address itself, an IPv6 address its bucket (see
+// identity.IP.Bucket).
+func (r *rule) ipWho(w *who, addr netip.Addr, dim string) {
 	var text []byte
 	if addr.Is4() {
 		text = addr.AppendTo(w.buf[:0])
@@ -162,7 +178,6 @@ func (r *rule) clientIP(c *gin.Context, w *who, dim string) error {
 		text = r.ips.Bucket(addr).AppendTo(w.buf[:0])
 	}
 	w.dim, w.id, w.safe = dim, unsafeString(text), routeSafe
-	return nil
 }
 
 // hashIdentity returns the hex HMAC of the dimension and identity, cut to

@@ -194,3 +194,12 @@ func (l *localLimiter) limiter(key string) *rate.Limiter {
 	}
 	return lim
 }
+
+// forget drops key's bucket (a reset): its next fallback decision starts
+// from a full bucket.
+func (l *localLimiter) forget(key string) {
+	s := &l.shards[maphash.String(l.seed, key)%denyShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, key)
+}

@@ -61,6 +61,7 @@ func mustPolicy(t testing.TB, opts ...Option) *Policy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
 	p, err := l.Policy()
 	if err != nil {
 		t.Fatal(err)

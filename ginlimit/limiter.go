@@ -31,6 +31,10 @@ type Limiter struct {
 
 	mu       sync.Mutex
 	backends map[backendKey]*backend
+	owned    []*backend // every backend made, for Close
+	closed   bool
+
+	subscribe bool // the backends subscribe to resets
 }
 
 // New returns a Limiter with opts as the defaults of every route it serves.
@@ -41,7 +45,7 @@ func New(opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ginlimit.New: %w", err)
 	}
-	l := newLimiter(c)
+	l := newLimiter(c, true)
 	// Compile the defaults as a route would see them, so that a bad limiter
 	// fails here and not on its first request.
 	if _, err := l.compile(c); err != nil {
@@ -50,10 +54,15 @@ func New(opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-func newLimiter(base config) *Limiter {
+// newLimiter returns a limiter of base. subscribe says whether its backends
+// subscribe to resets (see coherence.go): a Limiter from New does, and
+// closes the subscriptions on Close; the one a package-level RateLimit
+// makes for itself does not, since nothing would close it, and follows
+// Redis by the staleness bound alone.
+func newLimiter(base config, subscribe bool) *Limiter {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret) // never fails (crypto/rand)
-	return &Limiter{base: base, logs: &logThrottle{}, secret: secret, backends: map[backendKey]*backend{}}
+	return &Limiter{base: base, logs: &logThrottle{}, secret: secret, backends: map[backendKey]*backend{}, subscribe: subscribe}
 }
 
 // RateLimit returns the rate limit of one route, its options applied on top
@@ -109,20 +118,47 @@ type limiterKey struct{}
 // making it the first time.
 func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	k := backendKey{rc.client, rc.breakFailures, rc.breakOpen, rc.autoPipeline}
-	if !k.shareable() {
-		return newBackend(k)
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if b := l.backends[k]; b != nil {
-		return b, nil
+	if l.closed {
+		return nil, errClosed
 	}
-	b, err := newBackend(k)
+	shared := k.shareable()
+	if shared {
+		if b := l.backends[k]; b != nil {
+			return b, nil
+		}
+	}
+	b, err := newBackend(k, l.subscribe)
 	if err != nil {
 		return nil, err
 	}
-	l.backends[k] = b
+	if shared {
+		l.backends[k] = b
+	}
+	l.owned = append(l.owned, b)
 	return b, nil
+}
+
+// errClosed is the error of compiling a route on a closed Limiter.
+var errClosed = errors.New("the Limiter is closed")
+
+// Close stops what the limiter runs in the background: the subscription of
+// each Redis client to [ResetChannel] (see [Policy.Reset]). Its routes keep
+// deciding, but their deny caches learn nothing more, so every decision
+// goes to Redis; no new route can be compiled on it. It does not close the
+// Redis clients, which are the application's. Close is safe to call more
+// than once, and always returns nil.
+func (l *Limiter) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	owned := l.owned
+	l.owned = nil
+	l.mu.Unlock()
+	for _, b := range owned {
+		b.close()
+	}
+	return nil
 }
 
 // RateLimit returns the per-route rate limit as a package-level annotation,
@@ -152,7 +188,7 @@ func RateLimit(opts ...Option) gin.HandlerFunc {
 	if err != nil {
 		panic(fmt.Sprintf("ginlimit.RateLimit: %v", err))
 	}
-	return (&annotation{opts: append([]Option(nil), opts...), alone: newLimiter(defaults()), logger: own.route.logger}).serve
+	return (&annotation{opts: append([]Option(nil), opts...), alone: newLimiter(defaults(), false), logger: own.route.logger}).serve
 }
 
 // annotation is a package-level RateLimit: it finds its limiter at request

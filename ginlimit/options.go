@@ -97,6 +97,7 @@ type routeConfig struct {
 	breakOpen      time.Duration
 	autoPipeline   bool
 	deny           int
+	staleness      time.Duration
 	logger         *slog.Logger
 	shadow         bool
 	headers        HeaderStyle
@@ -135,6 +136,7 @@ func defaults() config {
 			queueTimeout:   DefaultQueueTimeout,
 			autoPipeline:   true,
 			deny:           DefaultDenyCacheSize,
+			staleness:      DefaultMaxStaleness,
 			breakFailures:  DefaultBreakerFailures,
 			breakOpen:      DefaultBreakerOpen,
 			localInstances: 1,

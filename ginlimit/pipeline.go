@@ -25,6 +25,7 @@ type call struct {
 	key     string
 	cost    int
 	sent    int64     // the deny cache's clock when the call was let through
+	gen     uint64    // the deny cache's generation then (see hub.learnable)
 	counted *keyState // the deny cache's count of this call in flight, or nil
 	who     who       // the identity the key was built from
 }
@@ -190,7 +191,7 @@ func (p *Policy) enter(req *request) (verdict, int, keyState) {
 		if deny == nil {
 			continue
 		}
-		cl.sent = deny.now()
+		cl.sent, cl.gen = deny.now(), deny.generation()
 		v, counted, snap := deny.enter(cl.key, cl.sent, cl.cost)
 		if v != callRedis {
 			for j := range req.calls[:i] {
@@ -206,7 +207,7 @@ func (p *Policy) enter(req *request) (verdict, int, keyState) {
 // release lets go of a call the deny cache counted and that was not sent.
 func (p *Policy) release(cl *call) {
 	if cl.counted != nil {
-		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, nil, false)
+		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, cl.gen, nil, false)
 		cl.counted = nil
 	}
 }
@@ -223,7 +224,7 @@ func (p *Policy) leave(req *request, d *Decision, ok bool) {
 		if ok && d.Rules != nil {
 			rd = &d.Rules[i]
 		}
-		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, rd, ok)
+		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, cl.gen, rd, ok)
 		cl.counted = nil
 	}
 }
@@ -310,7 +311,7 @@ func (p *Policy) parse(req *request, reply []any) (Decision, error) {
 
 // cached is the decision for a rejection the deny cache is certain of at now.
 func (r *rule) cached(st keyState, now int64) Decision {
-	reset := time.Duration(st.until - now)
+	reset := time.Duration(st.grows - now)
 	return Decision{
 		Rule:       r.name,
 		Limit:      r.limit,

@@ -141,6 +141,12 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 		return nil, err
 	}
 	p.backend = b
+	for _, r := range p.rules {
+		b.hub.track(r.deny, r.local)
+		for _, t := range r.tiers {
+			b.hub.track(t.deny, t.local)
+		}
+	}
 	algs := make([]AlgorithmKind, len(p.rules))
 	items := make([]string, len(p.rules))
 	for i, r := range p.rules {
@@ -200,7 +206,7 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		users:       rc.users,
 		hashKey:     rc.hashKey,
 		anonByIP:    rc.anonByIP,
-		deny:        newDenyCache(route.deny),
+		deny:        newDenyCache(route.deny, route.staleness),
 		args:        []any{"", int(rc.alg), rc.window.Microseconds(), rc.limit, param, rc.cost},
 		quotedName:  sfString(name),
 		limitText:   strconv.Itoa(rc.limit),

@@ -1,0 +1,439 @@
+package ginlimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Coherence: what an instance holds in process (the deny cache, and the
+// FailLocal fallback's buckets) follows Redis in two ways.
+//
+//   - Bounded staleness. Nothing the deny cache learns from Redis is kept
+//     longer than the route's MaxStaleness (1 s by default), whatever
+//     Redis said about when the key's quota grows. A change made behind
+//     ginlimit's back (DEL, FLUSHALL, an eviction, a failover that lost
+//     writes) is seen by every instance within that bound. For a flood on
+//     one over-limit key this costs one Redis call per key, per instance,
+//     per MaxStaleness.
+//
+//   - Resets are seen at once. Policy.Reset deletes the keys, then tells
+//     every instance on the Redis pub/sub channel ResetChannel; each one
+//     drops what it holds for those keys and answers with an
+//     acknowledgement on the same channel, and Reset returns once every
+//     subscriber has answered (or after MaxStaleness, when the bound has
+//     made every instance coherent anyway). A request sent after Reset
+//     returned is decided on the reset count by every instance.
+//
+// Why pub/sub on one channel. Resets are rare, so one channel carries them
+// all: PUBLISH returns how many subscribers received a message, which is
+// what lets Reset wait for exactly that many acknowledgements. On a Redis
+// Cluster the subscription connects to the master of the channel's slot,
+// and ginlimit publishes through a script keyed by the channel name, which
+// go-redis sends to the same master, so that count is exact there too
+// (sharded pub/sub would do the same, but miniredis, which the demo and the
+// fast tests run on, has no SPUBLISH). Client-side caching (CLIENT
+// TRACKING) was the other candidate: it invalidates a key on every write,
+// and every admission writes the key, so it would flood the very instances
+// the deny cache exists to protect.
+//
+// An instance whose subscription is down (Redis unreachable, or a client
+// without Subscribe) learns nothing new into its deny cache until it is
+// subscribed again, and drops what it held when the subscription broke, so
+// a reset it might have missed cannot be answered from its cache.
+
+// ResetChannel is the Redis pub/sub channel on which the instances of an
+// application tell each other about resets (see [Policy.Reset]). Its
+// messages carry Redis keys, never to be logged.
+const ResetChannel = "ginlimit:reset"
+
+// DefaultMaxStaleness is the default of [MaxStaleness].
+const DefaultMaxStaleness = time.Second
+
+// MaxStaleness bounds how long an instance may answer from what it holds in
+// process about a key (the deny cache) without asking Redis again: a change
+// made to Redis behind ginlimit's back, such as a key deleted by hand or a
+// FLUSHALL, is seen by every instance within d. It must be from 1 ms to
+// 1 hour; the default is [DefaultMaxStaleness]. A larger d saves Redis
+// calls during floods on over-limit keys (one per key, per instance, per
+// d), a smaller one sees changes made by hand sooner. Resets made through
+// [Policy.Reset] do not wait for it: every instance sees them at once.
+func MaxStaleness(d time.Duration) Option {
+	return routeOption(func(r *routeConfig) error {
+		if d < time.Millisecond || d > time.Hour {
+			return fmt.Errorf("MaxStaleness(%v): want 1ms to 1h", d)
+		}
+		r.staleness = d
+		return nil
+	})
+}
+
+// hubPing is how often the reset subscription is checked when it is
+// quiet; a subscription that does not answer a PING within that time is
+// taken as lost.
+const hubPing = time.Second
+
+// hubTimeout bounds each call the hub makes (an acknowledgement, a
+// reset's announcement), in Redis and in the queue for a connection.
+const hubTimeout = DefaultTimeout
+
+// subscribeWait bounds how long New waits for the reset subscription, when
+// Redis answered the script load: the deny caches learn nothing until it is
+// confirmed.
+const subscribeWait = time.Second
+
+// subscriber is the part of go-redis's clients (Client, ClusterClient,
+// Ring, UniversalClient) that the reset subscription needs.
+type subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// publishScript publishes ARGV[2] on the channel ARGV[1]. Its one key is the
+// channel's name, never read: it routes the call, on a Redis Cluster, to the
+// master that holds the channel's subscribers.
+var publishScript = redis.NewScript(`return {redis.call('PUBLISH', ARGV[1], ARGV[2])}`)
+
+// resetScript deletes its keys, all in one slot.
+var resetScript = redis.NewScript(`return {redis.call('DEL', unpack(KEYS))}`)
+
+// hub is one backend's side of coherence: its subscription to
+// ResetChannel, and the deny caches and fallbacks it keeps coherent. It is
+// safe for concurrent use.
+type hub struct {
+	b    *backend
+	live atomic.Bool   // subscribed, and nothing lost since
+	gen  atomic.Uint64 // bumped by every reset seen and every loss: see learnable
+
+	mu      sync.Mutex
+	caches  []weak.Pointer[denyCache]
+	locals  []weak.Pointer[localLimiter]
+	waiters map[string]chan struct{} // reset id → one receive per acknowledgement
+	ps      *redis.PubSub            // once loop has subscribed
+
+	first   chan struct{} // closed at the first confirmed subscription
+	once    sync.Once
+	closing chan struct{}
+	stopped chan struct{}
+}
+
+// startHub subscribes b's client to ResetChannel, if it can subscribe, and
+// keeps the subscription up until close. wait bounds how long it waits for
+// the subscription to be confirmed.
+func startHub(b *backend, wait time.Duration) *hub {
+	sub, ok := b.client.(subscriber)
+	if !ok {
+		return nil
+	}
+	h := &hub{
+		b:       b,
+		waiters: map[string]chan struct{}{},
+		first:   make(chan struct{}),
+		closing: make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go h.loop(sub)
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-h.first:
+		case <-timer.C:
+		}
+	}
+	return h
+}
+
+// close ends the subscription and waits for its goroutine.
+func (h *hub) close() {
+	if h == nil {
+		return
+	}
+	h.once.Do(func() {
+		h.mu.Lock()
+		close(h.closing)
+		ps := h.ps
+		h.mu.Unlock()
+		if ps != nil {
+			_ = ps.Close()
+		}
+	})
+	<-h.stopped
+}
+
+// loop subscribes, then receives the channel's messages until close,
+// re-subscribing after a loss (go-redis reconnects on the next receive).
+// It subscribes here rather than in startHub because go-redis may block
+// there (a Sentinel client looks its master up first) whatever the context.
+func (h *hub) loop(sub subscriber) {
+	defer close(h.stopped)
+	ctx := context.Background()
+	ps := sub.Subscribe(ctx, ResetChannel)
+	h.mu.Lock()
+	select {
+	case <-h.closing:
+		h.mu.Unlock()
+		_ = ps.Close()
+		return
+	default:
+	}
+	h.ps = ps
+	h.mu.Unlock()
+	pinged, backoff := false, time.Duration(0)
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, hubPing)
+		select {
+		case <-h.closing:
+			return
+		default:
+		}
+		if err != nil {
+			if isNetTimeout(err) && !pinged {
+				pinged = true
+				if err := ps.Ping(ctx); err == nil {
+					continue
+				}
+			}
+			// Lost, or silent for a whole period after a PING: resets may
+			// have been missed.
+			h.lose()
+			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
+			select {
+			case <-h.closing:
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		pinged, backoff = false, 0
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				h.live.Store(true)
+				h.confirm()
+			}
+		case *redis.Message:
+			h.handle(m.Payload)
+		}
+	}
+}
+
+// confirm closes first, once.
+func (h *hub) confirm() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.first:
+	default:
+		close(h.first)
+	}
+}
+
+// lose marks the subscription lost: nothing is learned until it is back,
+// and what the caches hold is dropped, since a reset may have gone by.
+func (h *hub) lose() {
+	h.gen.Add(1)
+	if !h.live.Swap(false) {
+		return
+	}
+	for _, c := range h.liveCaches() {
+		c.clear()
+	}
+}
+
+// learnable reports whether a deny cache may keep what a call that started
+// at generation gen proved: the subscription is up and nothing was reset or
+// lost while the call was out.
+func (h *hub) learnable(gen uint64) bool {
+	return h == nil || h.live.Load() && h.gen.Load() == gen
+}
+
+// generation returns the hub's generation, for learnable; 0 without a hub.
+func (h *hub) generation() uint64 {
+	if h == nil {
+		return 0
+	}
+	return h.gen.Load()
+}
+
+// track makes the hub keep c and l coherent (either may be nil). It holds
+// them weakly: a Policy that is dropped takes them with it.
+func (h *hub) track(c *denyCache, l *localLimiter) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c != nil {
+		c.hub = h
+		h.caches = append(pruned(h.caches), weak.Make(c))
+	}
+	if l != nil {
+		h.locals = append(pruned(h.locals), weak.Make(l))
+	}
+}
+
+// pruned returns ps without the pointers whose value is gone.
+func pruned[T any](ps []weak.Pointer[T]) []weak.Pointer[T] {
+	out := ps[:0]
+	for _, p := range ps {
+		if p.Value() != nil {
+			out = append(out, p)
+		}
+	}
+	clear(ps[len(out):])
+	return out
+}
+
+// liveCaches returns the tracked deny caches still in use.
+func (h *hub) liveCaches() []*denyCache {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*denyCache, 0, len(h.caches))
+	for _, p := range h.caches {
+		if c := p.Value(); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// The messages on ResetChannel: "reset <id> <JSON array of keys>" and
+// "ack <id>".
+const (
+	resetPrefix = "reset "
+	ackPrefix   = "ack "
+)
+
+// handle applies one message of the channel.
+func (h *hub) handle(payload string) {
+	switch {
+	case strings.HasPrefix(payload, ackPrefix):
+		id := payload[len(ackPrefix):]
+		h.mu.Lock()
+		ch := h.waiters[id]
+		h.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	case strings.HasPrefix(payload, resetPrefix):
+		id, rest, ok := strings.Cut(payload[len(resetPrefix):], " ")
+		var keys []string
+		if !ok || json.Unmarshal([]byte(rest), &keys) != nil {
+			return // not ours
+		}
+		h.forget(keys)
+		ctx, cancel := context.WithTimeout(context.Background(), hubTimeout)
+		defer cancel()
+		_, _ = h.publish(ctx, ackPrefix+id)
+	}
+}
+
+// forget drops what every tracked cache and fallback holds for keys. The
+// generation moves first, so that no call already out can put back what
+// it saw before the reset.
+func (h *hub) forget(keys []string) {
+	h.gen.Add(1)
+	for _, c := range h.liveCaches() {
+		for _, k := range keys {
+			c.forget(k)
+		}
+	}
+	h.mu.Lock()
+	locals := make([]*localLimiter, 0, len(h.locals))
+	for _, p := range h.locals {
+		if l := p.Value(); l != nil {
+			locals = append(locals, l)
+		}
+	}
+	h.mu.Unlock()
+	for _, l := range locals {
+		for _, k := range keys {
+			l.forget(k)
+		}
+	}
+}
+
+// publish sends payload on ResetChannel and returns how many subscribers
+// received it.
+func (h *hub) publish(ctx context.Context, payload string) (int64, error) {
+	return publish(ctx, h.b, payload)
+}
+
+func publish(ctx context.Context, b *backend, payload string) (int64, error) {
+	reply, _, err := b.run(ctx, hubTimeout, hubTimeout, publishScript, []string{ResetChannel}, []any{ResetChannel, payload})
+	if err != nil {
+		return 0, err
+	}
+	if len(reply) != 1 {
+		return 0, fmt.Errorf("unexpected PUBLISH reply of %d elements", len(reply))
+	}
+	n, ok := reply[0].(int64)
+	if !ok {
+		return 0, fmt.Errorf("unexpected PUBLISH reply %T", reply[0])
+	}
+	return n, nil
+}
+
+// announce tells every instance that keys were reset, and returns once each
+// subscriber has dropped what it held for them, or after wait. Without a
+// live subscription of its own it cannot count the acknowledgements: it
+// drops its own state and returns once the message is out.
+func announce(ctx context.Context, b *backend, keys []string, wait time.Duration) error {
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	id := hex.EncodeToString(idb[:])
+	list, err := json.Marshal(keys)
+	if err != nil {
+		return err
+	}
+	h := b.hub
+	counting := h != nil && h.live.Load()
+	var acks chan struct{}
+	if counting {
+		acks = make(chan struct{}, 64)
+		h.mu.Lock()
+		h.waiters[id] = acks
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			delete(h.waiters, id)
+			h.mu.Unlock()
+		}()
+	} else if h != nil {
+		h.forget(keys)
+	}
+	n, err := publish(ctx, b, resetPrefix+id+" "+string(list))
+	if err != nil || !counting {
+		return err
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for ; n > 0; n-- {
+		select {
+		case <-acks:
+		case <-timer.C:
+			return errAckTimeout
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
+// errAckTimeout is returned by announce when some subscriber did not
+// acknowledge a reset within the staleness bound. The reset is done; that
+// instance is coherent by the bound anyway.
+var errAckTimeout = errors.New("not every instance acknowledged the reset within MaxStaleness")
