@@ -88,8 +88,19 @@ func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
 	if err != nil {
 		panic(fmt.Sprintf("ginlimit: Limiter.RateLimit: %v", err))
 	}
-	return p.serve
+	return p.Handler()
 }
+
+// Handler returns the gin handler of p, the same as [Limiter.RateLimit]
+// returns for p's options. Keep the Policy when you also want to look at
+// or reset its counts ([Policy.Peek], [Policy.Reset]):
+//
+//	claim, err := limiter.Policy(ginlimit.Key("coupon:claim:"), ginlimit.Limit(3), ginlimit.Type(ginlimit.User))
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	r.GET("/api/coupon/claim", claim.Handler(), claimHandler)
+func (p *Policy) Handler() gin.HandlerFunc { return p.serve }
 
 // Policy compiles opts on top of l's defaults into a [Policy] for decisions
 // outside gin.

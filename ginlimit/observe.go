@@ -23,6 +23,10 @@ const (
 	// OutcomeFallback: Redis could not decide and FailLocal's in-process
 	// limiter did.
 	OutcomeFallback Outcome = "fallback"
+	// OutcomeReset is not a decision: [Policy.Reset] cleared a count of the
+	// rule. Its Event has By; its Decision has only Rule, Limit, Remaining
+	// (the limit) and Time.
+	OutcomeReset Outcome = "reset"
 )
 
 // OutcomeOf returns the outcome of d.
@@ -57,6 +61,9 @@ type Event struct {
 	Decision Decision
 	// Latency is how long the decision took, Redis included.
 	Latency time.Duration
+	// By is, for OutcomeReset, who asked for the reset, as given to
+	// [Policy.Reset]; "" otherwise.
+	By string
 	// Breaker is the state of the circuit breaker that served the
 	// decision (the backend's, per master on a cluster) after it: "closed", "open" or "half-open" ("" when it is off).
 	Breaker string

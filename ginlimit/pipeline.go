@@ -254,6 +254,11 @@ func (p *Policy) args(req *request) []any {
 // admitted, the rule with the least remaining. For a route declared with
 // Rules, Rules holds every rule's decision.
 func (p *Policy) parse(req *request, reply []any) (Decision, error) {
+	return p.parseFor(req, reply, p.named)
+}
+
+// parseFor is parse, with Rules filled when every is true.
+func (p *Policy) parseFor(req *request, reply []any, every bool) (Decision, error) {
 	n := len(req.calls)
 	if len(reply) != 2+4*n {
 		return Decision{}, fmt.Errorf("unexpected reply of %d elements", len(reply))
@@ -287,7 +292,7 @@ func (p *Policy) parse(req *request, reply []any) (Decision, error) {
 		}
 		return d
 	}
-	if !p.named {
+	if !every {
 		return one(0), nil
 	}
 	rules := make([]Decision, n)

@@ -31,6 +31,7 @@ type Policy struct {
 
 	timeout   time.Duration
 	queue     time.Duration // QueueTimeout
+	staleness time.Duration // MaxStaleness
 	onFail    FailPolicy
 	shadow    bool
 	headers   HeaderStyle
@@ -89,6 +90,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 		named:     len(c.rules) > 0,
 		timeout:   rc.timeout,
 		queue:     rc.queueTimeout,
+		staleness: rc.staleness,
 		onFail:    rc.onFail,
 		shadow:    rc.shadow,
 		headers:   rc.headers,

@@ -83,6 +83,8 @@ type Collector struct {
 	nearLimits *prometheus.CounterVec
 	denyCache  *prometheus.CounterVec
 	breaker    *prometheus.GaugeVec
+	resets     *prometheus.CounterVec
+	lastReset  *prometheus.GaugeVec
 
 	pairs sync.Map // pairKey -> *series, read without a lock
 	mu    sync.Mutex
@@ -149,13 +151,28 @@ func New(opts ...Option) *Collector {
 			Name: "ginlimit_breaker_open",
 			Help: "1 when the rule's Redis circuit breaker was open or half-open after the route's last decision, else 0.",
 		}, pair),
+		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ginlimit_resets_total",
+			Help: "Counts reset with Policy.Reset, by route template, rule and who asked (never the identity reset).",
+		}, resetLabels),
+		lastReset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ginlimit_last_reset_timestamp_seconds",
+			Help: "When Policy.Reset last cleared a count of the route's rule, by who asked, in Unix seconds.",
+		}, resetLabels),
 	}
 }
+
+// resetLabels are the labels of the reset metrics.
+var resetLabels = []string{"route", "rule", "by"}
 
 // Observe counts one decision. It implements ginlimit.Observer and is called
 // by ginlimit on the request's goroutine; it takes no lock once e's (route,
 // rule) pair has been seen.
 func (c *Collector) Observe(_ context.Context, e ginlimit.Event) {
+	if e.Outcome == ginlimit.OutcomeReset {
+		c.observeReset(&e)
+		return
+	}
 	s := c.seriesFor(e.Route, e.Rule)
 	i := outcomeIndex(&e)
 	s.decisions[i].Inc()
@@ -175,6 +192,22 @@ func (c *Collector) Observe(_ context.Context, e ginlimit.Event) {
 	}
 }
 
+// observeReset counts a reset. Resets are rare, so their series are looked
+// up on each one; past the MaxSeries cap of (route, rule) pairs, they are
+// counted under Other as decisions are.
+func (c *Collector) observeReset(e *ginlimit.Event) {
+	route, rule := e.Route, e.Rule
+	if unmatched(route) {
+		route = Unmatched
+	}
+	if _, ok := c.pairs.Load(pairKey{route, rule}); !ok && c.n.Load() >= c.maxSeries {
+		route, rule = Other, Other
+	}
+	labels := []string{labelValue(route), labelValue(rule), labelValue(e.By)}
+	c.resets.WithLabelValues(labels...).Inc()
+	c.lastReset.WithLabelValues(labels...).Set(float64(e.Decision.Time.UnixMilli()) / 1e3)
+}
+
 // Describe sends the descriptors of every metric of the Collector. It
 // implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -183,6 +216,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.nearLimits.Describe(ch)
 	c.denyCache.Describe(ch)
 	c.breaker.Describe(ch)
+	c.resets.Describe(ch)
+	c.lastReset.Describe(ch)
 }
 
 // Collect sends the current value of every series. It implements
@@ -193,6 +228,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.nearLimits.Collect(ch)
 	c.denyCache.Collect(ch)
 	c.breaker.Collect(ch)
+	c.resets.Collect(ch)
+	c.lastReset.Collect(ch)
 }
 
 // seriesFor returns the series of the pair (route, rule): its own while the

@@ -28,6 +28,13 @@
 //	                                               deny cache, without Redis
 //	ginlimit_breaker_open{route,rule}              gauge: 1 when the rule's circuit breaker was open
 //	                                               or half-open after the route's last decision, else 0
+//	ginlimit_resets_total{route,rule,by}           counter: counts cleared with Policy.Reset
+//	ginlimit_last_reset_timestamp_seconds{route,rule,by}
+//	                                               gauge: when the last of them was, in Unix seconds
+//
+// by is who asked for a reset, as the application gave it to Policy.Reset
+// (an admin tool's name, say); the identity whose count was cleared is never
+// a label. route is "" for a policy used through Policy.Allow.
 //
 // decision is one of the five ginlimit outcomes: allowed, limited,
 // shadow_limited, error and fallback (string(ginlimit.Outcome)). The

@@ -1,0 +1,250 @@
+package ginlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Target names one count that a [Policy] keeps, for [Policy.Peek] and
+// [Policy.Reset]: which rule, on which route (or [Policy.Allow] key), and
+// whose. The caller says which rule and whom; the Redis key is built
+// exactly as a request's would be, escaping, hashing ([HashIdentities]) and
+// IPv6 bucketing included, so no caller writes a key by hand.
+//
+// Give Route for a Policy that serves gin routes, or Key for one used
+// through Allow; then the identity the rule counts: User for a Type(User)
+// rule, IP for a Type(IP) rule (or, with [AnonymousByIP], for an anonymous
+// caller of a User rule), neither for a Type(Method) rule, which counts the
+// whole route.
+type Target struct {
+	// Route is the route as gin and [Event.Route] name it: the method, one
+	// space and the route template as registered, "GET /api/coupon/claim"
+	// (not a request's path: "/api/users/:id", not "/api/users/7"), or
+	// "unmatched" for the requests that matched no route.
+	Route string
+	// Key is the key given to [Policy.Allow] or [Policy.AllowN], for a
+	// Policy used outside gin. A rule's Type plays no part there: the key
+	// is the whole identity.
+	Key string
+	// Rule is the [Name] of the rule on a route declared with [Rule]s. On a
+	// route with one rule it may be empty.
+	Rule string
+	// User is the user id a Type(User) rule counts, as the UserIdentity
+	// returns it.
+	User string
+	// IP is the client address a Type(IP) rule counts; an IPv6 address
+	// stands for its bucket (see identity.IP.Bucket).
+	IP netip.Addr
+	// Tier is, on a rule with [Tiers], the tier whose count Peek reads
+	// (the claim's value); empty for the rule's default limit. Reset clears
+	// the identity's count in every tier.
+	Tier string
+}
+
+// ErrBadTarget is wrapped by the error of a [Target] that names no count of
+// the policy: an unknown rule or tier, a missing or extra identity, a
+// malformed route. The error says what is wrong without repeating the
+// identity.
+var ErrBadTarget = errors.New("ginlimit: bad target")
+
+// maxRouteText bounds Target.Route.
+const maxRouteText = 1024
+
+// target resolves t to its rule, the rules whose keys Reset clears (the
+// rule and its tiers), and the key of each.
+func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadTarget, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case t.Rule == "" && len(p.rules) == 1:
+		r = p.rules[0]
+	case t.Rule == "":
+		return nil, nil, bad("the route has rules %s: give Target.Rule", p.Name())
+	default:
+		for _, x := range p.rules {
+			if x.name == t.Rule {
+				r = x
+			}
+		}
+		if r == nil {
+			return nil, nil, bad("no rule named %q (the route has %s)", t.Rule, p.Name())
+		}
+	}
+	var s scope
+	switch {
+	case t.Route != "" && t.Key != "":
+		return nil, nil, bad("give Target.Route (a gin route) or Target.Key (Policy.Allow), not both")
+	case t.Key != "":
+		if t.User != "" || t.IP.IsValid() {
+			return nil, nil, bad("Target.Key is the whole identity of Policy.Allow: leave User and IP empty")
+		}
+		s = scope{route: t.Key}
+	case t.Route == unmatchedRoute:
+		s = scope{method: unmatchedMethod, route: unmatchedRoute}
+	default:
+		method, path, ok := strings.Cut(t.Route, " ")
+		if !ok || method == "" || !strings.HasPrefix(path, "/") || len(t.Route) > maxRouteText ||
+			!printableASCII(t.Route) || strings.ContainsAny(method, " /") {
+			return nil, nil, bad("Target.Route %q: want a method, a space and a route template, such as \"GET /api/coupon/claim\", or \"unmatched\"", t.Route)
+		}
+		s = scope{method: method, route: path}
+	}
+	rules := []*rule{r}
+	for _, tr := range r.tiers {
+		rules = append(rules, tr)
+	}
+	if t.Tier != "" {
+		tr := r.tiers[t.Tier]
+		if tr == nil {
+			return nil, nil, bad("rule %q has no tier %q", r.name, t.Tier)
+		}
+		r = tr
+	}
+	for _, x := range rules {
+		var w who
+		if s.method != "" { // a gin route: the rule's identity
+			if err := x.targetWho(&w, t); err != nil {
+				return nil, nil, fmt.Errorf("%w: rule %q: %w", ErrBadTarget, x.name, err)
+			}
+		}
+		k := buildKey(x, p.named, s, &w)
+		if x == r {
+			keys = append([]string{k}, keys...)
+		} else {
+			keys = append(keys, k)
+		}
+	}
+	return r, keys, nil
+}
+
+// targetWho sets w to the identity t names for rule r, as identify would
+// for a request from it.
+func (r *rule) targetWho(w *who, t Target) error {
+	switch r.typ {
+	case Method:
+		if t.User != "" || t.IP.IsValid() {
+			return errors.New("it counts the whole route (Type(Method)): leave User and IP empty")
+		}
+		return nil
+	case IP:
+		if t.User != "" || !t.IP.IsValid() {
+			return errors.New("it counts per IP: give Target.IP and no User")
+		}
+		r.ipWho(w, t.IP.Unmap(), " ip:")
+	case User:
+		switch {
+		case t.User != "" && !t.IP.IsValid():
+			w.dim, w.id, w.safe = " user:", t.User, idSafe
+		case t.User == "" && t.IP.IsValid() && r.anonByIP:
+			r.ipWho(w, t.IP.Unmap(), " anon:")
+		case r.anonByIP:
+			return errors.New("it counts per user: give Target.User, or Target.IP for anonymous callers (AnonymousByIP)")
+		default:
+			return errors.New("it counts per user: give Target.User and no IP")
+		}
+	}
+	r.seal(w)
+	return nil
+}
+
+// Peek returns what a request on t's count would be told now, without
+// counting anything: Allowed says whether a request of the rule's [Cost]
+// would be admitted, Limit, Remaining and Reset the count's state, and
+// RetryAfter, when it would not, how long until it would. It always asks
+// Redis (never the deny cache), through the route's breaker and Timeout,
+// and returns Redis's error, wrapped, when Redis cannot answer: there is
+// no fallback for a Peek.
+func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
+	r, keys, err := p.target(t)
+	if err != nil {
+		return Decision{}, err
+	}
+	req := &request{}
+	req.calls, req.keys = req.one[:], req.oneKey[:]
+	req.calls[0] = call{rule: r, key: keys[0], cost: max(r.cost, 1)}
+	req.keys[0] = keys[0]
+	reply, _, err := p.backend.run(ctx, p.queue, p.timeout, peekScript, req.keys, p.args(req))
+	if err != nil {
+		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
+	}
+	d, err := p.parseFor(req, reply, false)
+	if err != nil {
+		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
+	}
+	return d, nil
+}
+
+// Reset clears t's count: every algorithm's key for the rule and the
+// identity (in every tier of a rule with [Tiers]) is deleted, so the next
+// request starts afresh. by says who asked, as observers see it
+// ([Event.By]) and the log says it: a short, low-cardinality name such as
+// "admin-api" or "support", never a user id, since it becomes a metric
+// label. It is cut to 64 bytes.
+//
+// Every instance drops what it holds in process for the count (its deny
+// cache and its [FailLocal] buckets) before Reset returns: it tells them
+// on [ResetChannel] and waits for each to acknowledge, for at most the
+// route's [MaxStaleness], after which each is coherent with Redis anyway. So
+// a request sent to any instance after Reset returns is decided on the
+// fresh count. Reset returns Redis's error, wrapped, when the keys could
+// not be deleted.
+func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
+	r, keys, err := p.target(t)
+	if err != nil {
+		return err
+	}
+	by = boundLabel(by)
+	start := time.Now()
+	if _, _, err := p.backend.run(ctx, p.queue, p.timeout, resetScript, keys, nil); err != nil {
+		return fmt.Errorf("ginlimit: Reset: rule %q: %w", r.name, err)
+	}
+	route := t.Route
+	if t.Key != "" {
+		route = ""
+	}
+	if err := announce(ctx, p.backend, keys, p.staleness); err != nil {
+		// The count is reset; an instance that did not hear of it in time
+		// is coherent by the staleness bound now.
+		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",
+			slog.String("route", route), slog.String("rule", r.name), slog.String("by", by), errAttr(err))
+	}
+	logger := p.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.LogAttrs(ctx, slog.LevelInfo, "ginlimit: reset",
+		slog.String("route", route), slog.String("rule", r.name), slog.String("by", by))
+	if len(p.observers) > 0 {
+		e := Event{Route: route, Rule: r.name, Outcome: OutcomeReset, By: by,
+			Decision: Decision{Rule: r.name, Limit: r.limit, Remaining: r.limit, Time: start},
+			Latency:  time.Since(start)}
+		for _, o := range p.observers {
+			o.Observe(ctx, e)
+		}
+	}
+	return nil
+}
+
+// boundLabel returns s cut to 64 bytes of printable ASCII, for a metric
+// label: other bytes become '_'.
+func boundLabel(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	if printableASCII(s) {
+		return s
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c < ' ' || c > '~' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}

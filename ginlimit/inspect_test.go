@@ -1,0 +1,430 @@
+package ginlimit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *recorder) Observe(_ context.Context, e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) last() Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.events) == 0 {
+		return Event{}
+	}
+	return r.events[len(r.events)-1]
+}
+
+// instance is one application instance: its limiter on a client of its
+// own, one route GET /claim limited by policy, and what it observed.
+type instance struct {
+	e      *gin.Engine
+	policy *Policy
+	seen   *recorder
+}
+
+// claimRoute is the route of the instances, as a Target names it.
+const claimRoute = "GET /claim"
+
+// newInstance builds an instance on client c with the route's options.
+// The user is the X-User header.
+func newInstance(t *testing.T, c redis.Scripter, opts ...Option) *instance {
+	t.Helper()
+	seen := &recorder{}
+	l, err := New(Redis(c), Timeout(5*time.Second), UserIdentity(identity.FromContext("uid")), Observe(seen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := l.Policy(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := gin.New()
+	setUser := func(c *gin.Context) {
+		if u := c.GetHeader("X-User"); u != "" {
+			c.Set("uid", u)
+		}
+	}
+	e.GET("/claim", setUser, p.Handler(), ok)
+	return &instance{e: e, policy: p, seen: seen}
+}
+
+// claim sends one claim by user and returns the status and the decision.
+func (in *instance) claim(user string) (int, Decision) {
+	w := do(in.e, http.MethodGet, "/claim", map[string]string{"X-User": user})
+	return w.Code, in.seen.last().Decision
+}
+
+// inspectCases are the routes the reset tests run on: each algorithm on a
+// User rule of 3 per minute, and a route with two rules (a User rule of 3
+// and a Method rule of 100).
+var inspectCases = []struct {
+	name   string
+	rule   string // the Target.Rule
+	opts   func(pre string) []Option
+	extras int // how many admissions the route's other rules allow beyond the user's 3
+}{
+	{"sliding log", "", func(pre string) []Option {
+		return []Option{Key(pre), Window(time.Minute), Limit(3), Type(User)}
+	}, 0},
+	{"sliding counter", "", func(pre string) []Option {
+		return []Option{Key(pre), Window(time.Minute), Limit(3), Type(User), Algorithm(SlidingCounter)}
+	}, 0},
+	{"fixed window", "", func(pre string) []Option {
+		return []Option{Key(pre), Window(time.Hour), Limit(3), Type(User), Algorithm(FixedWindow)}
+	}, 0},
+	{"token bucket", "", func(pre string) []Option {
+		return []Option{Key(pre), Window(time.Hour), Limit(3), Type(User), Algorithm(TokenBucket)}
+	}, 0},
+	{"two rules", "per-user", func(pre string) []Option {
+		return []Option{Key(pre),
+			Rule(Name("per-user"), Window(time.Minute), Limit(3), Type(User)),
+			Rule(Name("route"), Window(time.Minute), Limit(100), Type(Method), Algorithm(FixedWindow)),
+		}
+	}, 0},
+}
+
+// exhaust makes user use up the claim rule on in: 3 admitted, then refused.
+func exhaust(t *testing.T, in *instance, user string) {
+	t.Helper()
+	for i := range 3 {
+		if code, _ := in.claim(user); code != http.StatusOK {
+			t.Fatalf("claim %d: %d, want 200", i+1, code)
+		}
+	}
+	if code, _ := in.claim(user); code != http.StatusTooManyRequests {
+		t.Fatalf("claim 4: %d, want 429", code)
+	}
+}
+
+// TestResetIsSeenAtOnceByEveryInstance is the scenario on a real
+// redis-server, for every algorithm and a two-rule route: alice exhausts
+// her claims on instance A; instance B refuses her too, from its deny cache;
+// a Reset through A; her next claim on B, sent as soon as Reset returns, is
+// admitted; Peek on either instance shows the new count.
+func TestResetIsSeenAtOnceByEveryInstance(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, tc := range inspectCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			opts := tc.opts(prefix(t))
+			a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
+			ctx := context.Background()
+			target := Target{Route: claimRoute, Rule: tc.rule, User: "alice"}
+
+			exhaust(t, a, "alice")
+			if code, _ := b.claim("alice"); code != http.StatusTooManyRequests {
+				t.Fatalf("B, first claim after A used them up: %d, want 429", code)
+			}
+			// B now answers alice from its cache, while that lasts.
+			code, d := b.claim("alice")
+			if code != http.StatusTooManyRequests {
+				t.Fatalf("B, second claim: %d, want 429", code)
+			}
+			if !d.Cached {
+				t.Fatalf("B's second refusal came from Redis, not its deny cache: the test proves nothing")
+			}
+			for _, in := range []*instance{a, b} {
+				pd, err := in.policy.Peek(ctx, target)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pd.Allowed || pd.Remaining != 0 || pd.Limit != 3 || pd.RetryAfter <= 0 || pd.Reset <= 0 {
+					t.Fatalf("Peek before the reset: %+v, want not allowed, 0 of 3 remaining, a retry", pd)
+				}
+			}
+
+			if err := a.policy.Reset(ctx, target, "test"); err != nil {
+				t.Fatal(err)
+			}
+			code, d = b.claim("alice")
+			if code != http.StatusOK {
+				t.Fatalf("B, right after the reset on A: %d (cached %v), want 200", code, d.Cached)
+			}
+			for _, in := range []*instance{a, b} {
+				pd, err := in.policy.Peek(ctx, target)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !pd.Allowed || pd.Remaining != 2 || pd.Limit != 3 || pd.RetryAfter != 0 {
+					t.Fatalf("Peek after the reset and one claim: %+v, want allowed with 2 of 3 remaining", pd)
+				}
+			}
+			// Bob was never touched.
+			if code, _ := a.claim("bob"); code != http.StatusOK {
+				t.Fatalf("bob: %d, want 200", code)
+			}
+			// The reset was observed, with who asked and no identity.
+			var resets int
+			for _, e := range a.seen.events {
+				if e.Outcome == OutcomeReset {
+					resets++
+					if e.By != "test" || e.Route != claimRoute || e.Rule == "" {
+						t.Errorf("reset event %+v: want By test, Route %q and the rule", e, claimRoute)
+					}
+				}
+			}
+			if resets != 1 {
+				t.Errorf("A observed %d resets, want 1", resets)
+			}
+		})
+	}
+}
+
+// TestChangesBehindTheBackAreSeenWithinTheStalenessBound: a FLUSHALL by
+// hand, which no instance hears of, is seen by both instances once the
+// staleness bound has passed: each admits again. Before that, an instance
+// may still answer from its cache (checked only while the bound certainly
+// has not passed, so that the test also proves the cache was in use).
+func TestChangesBehindTheBackAreSeenWithinTheStalenessBound(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const bound = 2 * time.Second
+	opts := []Option{Key(prefix(t)), Window(time.Hour), Limit(3), Type(User), MaxStaleness(bound)}
+	a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
+	exhaust(t, a, "alice")
+	learned := time.Now()
+	if code, _ := b.claim("alice"); code != http.StatusTooManyRequests {
+		t.Fatalf("B: %d, want 429", code)
+	}
+	if err := srv.Client().FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, d := b.claim("alice")
+	if time.Since(learned) < bound/2 && (code != http.StatusTooManyRequests || !d.Cached) {
+		t.Fatalf("B right after FLUSHALL: %d, cached %v: want the cached refusal (the bound has not passed)", code, d.Cached)
+	}
+	time.Sleep(time.Until(learned.Add(bound)))
+	for name, in := range map[string]*instance{"A": a, "B": b} {
+		if code, d := in.claim("alice"); code != http.StatusOK {
+			t.Fatalf("%s, the staleness bound after FLUSHALL: %d (cached %v), want 200", name, code, d.Cached)
+		}
+	}
+}
+
+// TestPeekCountsNothing: any number of Peeks leave the whole limit to
+// requests.
+func TestPeekCountsNothing(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	in := newInstance(t, c, Key(prefix(t)), Window(time.Minute), Limit(3), Type(User))
+	for range 10 {
+		d, err := in.policy.Peek(context.Background(), Target{Route: claimRoute, User: "alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed || d.Remaining != 3 || d.Limit != 3 {
+			t.Fatalf("Peek on a fresh count: %+v, want allowed with 3 of 3", d)
+		}
+	}
+	exhaust(t, in, "alice")
+}
+
+// TestTargetsNameKeysAsRequestsDo: for every kind of rule and identity, a
+// Reset through a Target clears exactly the key the request used, so the
+// request is admitted again, and Peek reads it.
+func TestTargetsNameKeysAsRequestsDo(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	cases := []struct {
+		name   string
+		opts   []Option
+		hdr    map[string]string
+		target Target
+	}{
+		{"user", []Option{Type(User)}, map[string]string{"X-User": "a l/i{ce}"}, Target{User: "a l/i{ce}"}},
+		{"hashed user", []Option{Type(User), HashIdentities(secret)}, map[string]string{"X-User": "alice"}, Target{User: "alice"}},
+		{"ipv4", []Option{Type(IP)}, map[string]string{"RemoteAddr": "192.0.2.7:1234"}, Target{IP: netip.MustParseAddr("192.0.2.7")}},
+		{"ipv6 bucket", []Option{Type(IP)}, map[string]string{"RemoteAddr": "[2001:db8::1]:1234"}, Target{IP: netip.MustParseAddr("2001:db8::ffff")}},
+		{"hashed ip", []Option{Type(IP), HashIdentities(secret)}, map[string]string{"RemoteAddr": "192.0.2.7:1234"}, Target{IP: netip.MustParseAddr("192.0.2.7")}},
+		{"anonymous", []Option{Type(User), AnonymousByIP()}, map[string]string{"RemoteAddr": "192.0.2.9:1"}, Target{IP: netip.MustParseAddr("192.0.2.9")}},
+		{"method", []Option{Type(Method)}, nil, Target{}},
+		{"named rule", []Option{Rule(Name("n"), Type(User), Window(time.Minute), Limit(2))}, map[string]string{"X-User": "alice"}, Target{Rule: "n", User: "alice"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			in := newInstance(t, c, append([]Option{Key(prefix(t)), Window(time.Minute), Limit(2)}, tc.opts...)...)
+			send := func() int { return do(in.e, http.MethodGet, "/claim", tc.hdr).Code }
+			for i := 0; send() == http.StatusOK; i++ {
+				if i == 10 {
+					t.Fatal("never refused")
+				}
+			}
+			tc.target.Route = claimRoute
+			d, err := in.policy.Peek(context.Background(), tc.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed || d.Remaining != 0 {
+				t.Fatalf("Peek after the limit was reached: %+v, want refused: the Target names another key than the request's (keys %v)", d, m.Keys())
+			}
+			if err := in.policy.Reset(context.Background(), tc.target, "test"); err != nil {
+				t.Fatal(err)
+			}
+			if code := send(); code != http.StatusOK {
+				t.Fatalf("after Reset: %d, want 200", code)
+			}
+		})
+	}
+}
+
+// TestBadTargets: a Target that names no count of the policy is refused with
+// ErrBadTarget, touches no key, and its error does not repeat the identity.
+func TestBadTargets(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	const secretUser = "secret-user-7"
+	one := newInstance(t, c, Key(prefix(t)), Type(User))
+	two := newInstance(t, c, Key(prefix(t)),
+		Rule(Name("a"), Type(User)), Rule(Name("b"), Type(IP)))
+	ip := netip.MustParseAddr("192.0.2.1")
+	cases := []struct {
+		name string
+		p    *Policy
+		t    Target
+	}{
+		{"no route or key", one.policy, Target{User: secretUser}},
+		{"route and key", one.policy, Target{Route: claimRoute, Key: "k", User: secretUser}},
+		{"route without method", one.policy, Target{Route: "/claim", User: secretUser}},
+		{"route without slash", one.policy, Target{Route: "GET claim", User: secretUser}},
+		{"route with control bytes", one.policy, Target{Route: "GET /cl\naim", User: secretUser}},
+		{"route too long", one.policy, Target{Route: "GET /" + strings.Repeat("x", 2000), User: secretUser}},
+		{"unknown rule", one.policy, Target{Route: claimRoute, Rule: "nope", User: secretUser}},
+		{"no rule on two", two.policy, Target{Route: claimRoute, User: secretUser}},
+		{"user rule without user", one.policy, Target{Route: claimRoute}},
+		{"user rule with ip", one.policy, Target{Route: claimRoute, User: secretUser, IP: ip}},
+		{"ip rule with user", two.policy, Target{Route: claimRoute, Rule: "b", User: secretUser}},
+		{"key with user", one.policy, Target{Key: "k", User: secretUser}},
+		{"unknown tier", one.policy, Target{Route: claimRoute, User: secretUser, Tier: "gold"}},
+	}
+	for _, tc := range cases {
+		_, err := tc.p.Peek(context.Background(), tc.t)
+		rerr := tc.p.Reset(context.Background(), tc.t, "test")
+		for _, err := range []error{err, rerr} {
+			if !errors.Is(err, ErrBadTarget) {
+				t.Errorf("%s: %v, want ErrBadTarget", tc.name, err)
+			} else if strings.Contains(err.Error(), secretUser) {
+				t.Errorf("%s: the error %q repeats the identity", tc.name, err)
+			}
+		}
+	}
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Errorf("bad targets touched keys %v", keys)
+	}
+}
+
+// TestResetClearsTheFallbackBuckets: a FailLocal bucket used up during an
+// outage is full again after a Reset of its count.
+func TestResetClearsTheFallbackBuckets(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	in := newInstance(t, c, Key(prefix(t)), Window(time.Minute), Limit(3), Type(User))
+	r := in.policy.rules[0]
+	_, keys, err := in.policy.target(Target{Route: claimRoute, User: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := r.local.limiter(keys[0])
+	if !bucket.AllowN(time.Now(), 3) || bucket.Allow() {
+		t.Fatal("the fallback bucket does not hold 3")
+	}
+	if err := in.policy.Reset(context.Background(), Target{Route: claimRoute, User: "alice"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if !r.local.limiter(keys[0]).AllowN(time.Now(), 3) {
+		t.Fatal("after Reset the fallback bucket is still used up")
+	}
+}
+
+// TestResetWaitsNoLongerThanTheBound: a subscriber that never acknowledges
+// (here a bare SUBSCRIBE) does not hold Reset past MaxStaleness; Reset
+// still succeeds, and the log says some instance did not answer, with no
+// identity in it.
+func TestResetWaitsNoLongerThanTheBound(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	mute := c.Subscribe(context.Background(), ResetChannel)
+	t.Cleanup(func() { _ = mute.Close() })
+	if _, err := mute.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	l, err := New(Redis(c), UserIdentity(identity.FromContext("uid")), MaxStaleness(100*time.Millisecond),
+		Logger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := l.Policy(Key(prefix(t)), Type(User))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reset(context.Background(), Target{Route: claimRoute, User: "alice"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if out := logs.String(); !strings.Contains(out, "not acknowledged") || strings.Contains(out, "alice") {
+		t.Fatalf("log %q: want the unacknowledged reset, without the user", out)
+	}
+}
+
+// TestResetOnACluster runs the two-instance scenario on a Redis Cluster:
+// the keys live on their slot's master, the reset's announcement on the
+// channel's, and every instance still hears of it before Reset returns.
+func TestResetOnACluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User)}
+	a, b := newInstance(t, cl.Client(), opts...), newInstance(t, cl.Client(), opts...)
+	for _, user := range []string{"alice", "bob", "carol", "dave"} { // several slots
+		exhaust(t, a, user)
+		for i := range 2 {
+			code, d := b.claim(user)
+			if code != http.StatusTooManyRequests || i == 1 && !d.Cached {
+				t.Fatalf("%s on B, claim %d: %d (cached %v), want 429, the second from B's deny cache", user, i+1, code, d.Cached)
+			}
+		}
+		target := Target{Route: claimRoute, User: user}
+		if err := a.policy.Reset(context.Background(), target, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if code, d := b.claim(user); code != http.StatusOK {
+			t.Fatalf("%s on B right after the reset: %d (cached %v), want 200", user, code, d.Cached)
+		}
+		d, err := b.policy.Peek(context.Background(), target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Remaining != 2 {
+			t.Fatalf("%s: Peek %+v, want 2 remaining", user, d)
+		}
+	}
+}
