@@ -45,7 +45,9 @@ func TestREADMESnippetsCompile(t *testing.T) {
 const fragmentScaffold = `package main
 
 import (
+	"context"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -55,6 +57,8 @@ import (
 )
 
 var (
+	_ = context.Background
+	_ = netip.Addr{}
 	_ = http.StatusOK
 	_ = time.Second
 	_ = identity.ErrUnauthenticated

@@ -29,10 +29,11 @@ const (
 // A rejection is certain until the first moment the key's remaining quota
 // can grow, on every instance, so the cache answers repeated requests on a
 // rejected key without Redis until that moment: a flood on an over-limit
-// key costs Redis nothing. The answers are the ones Redis would give, with
-// one caveat: a change to the key that does not go through ginlimit, such
-// as an administrator deleting it to reset a user, is not seen by an
-// instance until its cached moment passes. The cache is bounded by size
+// key costs Redis one call per key per [MaxStaleness] (1 s by default). The
+// answers are the ones Redis would give: a reset made with [Policy.Reset]
+// is seen by every instance at once, and a change made behind ginlimit's
+// back (a key deleted by hand, FLUSHALL, an eviction) within MaxStaleness,
+// since nothing is kept longer. The cache is bounded by size
 // (per rule) and safe for concurrent use. On a route with several [Rule]s,
 // a request that one rule certainly rejects is rejected in process, since
 // the rules are all or nothing.
@@ -72,9 +73,12 @@ func DenyCache(size int) Option {
 // the window ending (fixed), the next whole token (bucket), the oldest
 // counted sub-window leaving (counter).
 //
-// The one thing the cache cannot see is an out-of-band change to the key,
-// such as an administrator deleting it: that is noticed when the deadline
-// passes.
+// What the cache cannot prove is that nobody changed the key behind
+// ginlimit's back (DEL, FLUSHALL, an eviction, a failover that lost
+// writes): so it keeps nothing longer than the staleness bound
+// (MaxStaleness), and its hub (coherence.go) drops a key at once when
+// Policy.Reset announces it, and everything when the announcement
+// channel is lost.
 //
 // The cache is bounded: each shard holds at most perShard keys; a full shard
 // drops expired keys first and otherwise an arbitrary idle one. It is safe

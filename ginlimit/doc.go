@@ -61,6 +61,9 @@
 //     slots (calls on the wire) and circuit breaker;
 //   - denycache.go, failure.go, tiers.go: the deny cache, the failure
 //     policies with the FailLocal fallback, and per-user tiers;
+//   - inspect.go, coherence.go: [Target], [Policy.Peek] and [Policy.Reset];
+//     how every instance's in-process state follows Redis (the staleness
+//     bound, and the reset announcements on [ResetChannel]);
 //   - response.go: every answer (401, 429, 500, 503), the headers, shadow
 //     mode and the Respond and OnLimited hooks;
 //   - observe.go, logging.go, decision.go: observers, log lines, and the
@@ -123,12 +126,12 @@
 // whole token accrues; for the counter, when the oldest counted sub-window
 // leaves. Each script reports exactly that moment. So each rule remembers,
 // in process and per key, the bound the last decisions proved, until that
-// moment (measured from when the call was
-// sent, so it never outlasts the truth):
+// moment (measured from when the call was sent, so it never outlasts the
+// truth), or for [MaxStaleness] (1 s by default), whichever comes first:
 //
 //   - remaining below the request's cost: requests are rejected in
 //     process, as Redis would reject them ([Decision.Cached] is true). A
-//     flood on an over-limit key costs Redis nothing.
+//     flood on an over-limit key costs Redis one call per MaxStaleness.
 //   - a small remaining r: at most r calls on the key are in flight at once;
 //     further requests wait for one to finish and look again, so requests
 //     that would be rejected do not reach Redis either. In a flood of 9,600
@@ -141,9 +144,20 @@
 // only that rule. A cached rejection's Retry-After is the moment that
 // rule's quota first grows: for a request that costs more than one unit,
 // or on a route with Rules, Redis may then still refuse it, so there it is
-// a lower bound. Its one caveat: a change to a key outside
-// ginlimit, such as an administrator deleting it, is seen by each instance
-// only when its cached moment passes.
+// a lower bound. A reset made with [Policy.Reset] is seen by every
+// instance's cache at once; a change to a key behind ginlimit's back (a
+// DEL, FLUSHALL, an eviction) within MaxStaleness.
+//
+// # Inspect and reset
+//
+// [Policy.Peek] reads a count without counting, and [Policy.Reset] clears
+// it; both take a [Target] (route or Allow key, rule, user or IP), from
+// which the key is built as a request's would be. Reset announces the keys
+// on [ResetChannel]; every limiter subscribed there (one subscription per
+// Redis client, ended by [Limiter.Close]) drops them from its deny caches
+// and FailLocal buckets and acknowledges, and Reset returns once all have,
+// or after MaxStaleness. See coherence.go for why pub/sub and how a lost
+// subscription is handled.
 //
 // # Auto-pipelining
 //

@@ -223,3 +223,76 @@ func ExampleLimiter_RateLimit() {
 	// 429 "coupon:merchant";r=0;t=10
 	// [coupon:merchant:{POST /api/coupon/merchant ip:192.0.2.1}]
 }
+
+func ExamplePolicy_Peek() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(identity.FromContext("user")))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	claimLimit, err := limiter.Policy(ginlimit.Key("coupon:claim:"), ginlimit.Window(time.Minute),
+		ginlimit.Limit(3), ginlimit.Type(ginlimit.User))
+	if err != nil {
+		panic(err)
+	}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.GET("/api/coupon/claim", func(c *gin.Context) { c.Set("user", c.Query("user")) },
+		claimLimit.Handler(), func(c *gin.Context) { c.String(http.StatusOK, "claimed") })
+	for range 2 {
+		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/api/coupon/claim?user=alice", nil))
+	}
+
+	// The count is named by route, rule and user, never by its Redis key.
+	d, err := claimLimit.Peek(context.Background(), ginlimit.Target{Route: "GET /api/coupon/claim", User: "alice"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(d.Allowed, d.Remaining, d.Limit)
+	// Output:
+	// true 1 3
+}
+
+func ExamplePolicy_Reset() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	exports, err := limiter.Policy(ginlimit.Key("export:"), ginlimit.Window(time.Hour), ginlimit.Limit(1))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for range 2 {
+		d, _ := exports.Allow(ctx, "tenant-42")
+		fmt.Println(d.Allowed)
+	}
+	// Support lifts the tenant's limit: every instance forgets its cached
+	// refusal before Reset returns.
+	if err := exports.Reset(ctx, ginlimit.Target{Key: "tenant-42"}, "support"); err != nil {
+		panic(err)
+	}
+	d, _ := exports.Allow(ctx, "tenant-42")
+	fmt.Println(d.Allowed)
+	// Output:
+	// true
+	// false
+	// true
+}
