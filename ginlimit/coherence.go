@@ -117,7 +117,7 @@ type hub struct {
 	mu      sync.Mutex
 	caches  []weak.Pointer[denyCache]
 	locals  []weak.Pointer[localLimiter]
-	waiters map[string]chan struct{} // reset id → one receive per acknowledgement
+	waiters map[string]*acks // by reset id
 	ps      *redis.PubSub            // once loop has subscribed
 
 	first   chan struct{} // closed at the first confirmed subscription
@@ -136,7 +136,7 @@ func startHub(b *backend, wait time.Duration) *hub {
 	}
 	h := &hub{
 		b:       b,
-		waiters: map[string]chan struct{}{},
+		waiters: map[string]*acks{},
 		first:   make(chan struct{}),
 		closing: make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -214,14 +214,14 @@ func (h *hub) loop(sub subscriber) {
 			}
 			continue
 		}
+		// Anything received says the subscription is up: after a reconnect
+		// the first message is the subscription's confirmation, and after a
+		// silent spell nothing was lost, only late (TCP keeps the order),
+		// and everything sent before this message has been applied.
 		pinged, backoff = false, 0
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				h.live.Store(true)
-				h.confirm()
-			}
-		case *redis.Message:
+		h.live.Store(true)
+		h.confirm()
+		if m, ok := msg.(*redis.Message); ok {
 			h.handle(m.Payload)
 		}
 	}
@@ -318,13 +318,13 @@ const (
 func (h *hub) handle(payload string) {
 	switch {
 	case strings.HasPrefix(payload, ackPrefix):
-		id := payload[len(ackPrefix):]
 		h.mu.Lock()
-		ch := h.waiters[id]
+		a := h.waiters[payload[len(ackPrefix):]]
 		h.mu.Unlock()
-		if ch != nil {
+		if a != nil {
+			a.n.Add(1)
 			select {
-			case ch <- struct{}{}:
+			case a.wake <- struct{}{}:
 			default:
 			}
 		}
@@ -387,10 +387,17 @@ func publish(ctx context.Context, b *backend, payload string) (int64, error) {
 	return n, nil
 }
 
+// acks counts the acknowledgements of one reset.
+type acks struct {
+	n    atomic.Int64
+	wake chan struct{} // one pending signal at most
+}
+
 // announce tells every instance that keys were reset, and returns once each
-// subscriber has dropped what it held for them, or after wait. Without a
-// live subscription of its own it cannot count the acknowledgements: it
-// drops its own state and returns once the message is out.
+// subscriber has dropped what it held for them, or after wait (the
+// staleness bound, after which every instance is coherent anyway). Without
+// a live subscription of its own it cannot count the acknowledgements: it
+// drops its own state, and waits out the bound if anyone else heard.
 func announce(ctx context.Context, b *backend, keys []string, wait time.Duration) error {
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
@@ -401,11 +408,10 @@ func announce(ctx context.Context, b *backend, keys []string, wait time.Duration
 	}
 	h := b.hub
 	counting := h != nil && h.live.Load()
-	var acks chan struct{}
+	a := &acks{wake: make(chan struct{}, 1)}
 	if counting {
-		acks = make(chan struct{}, 64)
 		h.mu.Lock()
-		h.waiters[id] = acks
+		h.waiters[id] = a
 		h.mu.Unlock()
 		defer func() {
 			h.mu.Lock()
@@ -416,15 +422,18 @@ func announce(ctx context.Context, b *backend, keys []string, wait time.Duration
 		h.forget(keys)
 	}
 	n, err := publish(ctx, b, resetPrefix+id+" "+string(list))
-	if err != nil || !counting {
+	if err != nil || n == 0 {
 		return err
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	for ; n > 0; n-- {
+	for !counting || a.n.Load() < n {
 		select {
-		case <-acks:
+		case <-a.wake:
 		case <-timer.C:
+			if !counting {
+				return nil // waited out the bound
+			}
 			return errAckTimeout
 		case <-ctx.Done():
 			return context.Cause(ctx)

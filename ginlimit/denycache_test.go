@@ -82,3 +82,27 @@ func TestDenyCacheInFlight(t *testing.T) {
 		t.Fatalf("after a failed call: %v %v, want a counted call", v, st)
 	}
 }
+
+// TestDenyCacheKeepsNothingPastTheStalenessBound: a refusal whose quota
+// grows in an hour is answered from the cache for the staleness bound
+// only, and meanwhile with the true reset, not the bound.
+func TestDenyCacheKeepsNothingPastTheStalenessBound(t *testing.T) {
+	t.Parallel()
+	c := newDenyCache(64, time.Second)
+	learn(c, "k", nil, 0, 0, time.Hour)
+	v, _, snap := c.enter("k", int64(time.Second)-1, 1)
+	if v != rejected || snap.grows != int64(time.Hour) {
+		t.Fatalf("within the bound: %v, grows %d: want a cached rejection that resets in an hour", v, snap.grows)
+	}
+	if d := (&rule{}).cached(snap, int64(time.Second)-1); d.RetryAfter < 59*time.Minute {
+		t.Fatalf("cached decision %+v: want the true retry of about an hour", d)
+	}
+	if v, _, _ := c.enter("k", int64(time.Second), 1); v != callRedis {
+		t.Fatalf("at the bound: %v, want the call to go to Redis", v)
+	}
+	learn(c, "k", nil, int64(time.Second), 0, time.Hour)
+	c.forget("k")
+	if v, _, _ := c.enter("k", int64(time.Second)+1, 1); v != callRedis {
+		t.Fatalf("after forget: %v, want the call to go to Redis", v)
+	}
+}

@@ -428,3 +428,60 @@ func TestResetOnACluster(t *testing.T) {
 		}
 	}
 }
+
+// TestALostSubscriptionDropsTheCache: when an instance loses its reset
+// subscription it forgets what its deny cache held, since a reset may have
+// gone by unheard, and learns nothing until the subscription is back.
+func TestALostSubscriptionDropsTheCache(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	in := newInstance(t, c, Key(prefix(t)), Window(time.Minute), Limit(3), Type(User))
+	exhaust(t, in, "alice")
+	if _, d := in.claim("alice"); !d.Cached {
+		t.Fatal("the refusal was not cached: the test proves nothing")
+	}
+	in.policy.backend.hub.lose()
+	for i := range 2 {
+		if code, d := in.claim("alice"); code != http.StatusTooManyRequests || d.Cached {
+			t.Fatalf("claim %d after the loss: %d, cached %v: want Redis's 429", i+1, code, d.Cached)
+		}
+	}
+}
+
+// TestResetAfterRedisRestarts: a Redis restart breaks every subscription;
+// each instance subscribes again by itself, and resets are seen at once
+// again.
+func TestResetAfterRedisRestarts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User)}
+	a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
+	srv.Restart()
+	// Each hub notices the loss and subscribes again by itself: wait (as
+	// long as a loaded machine needs) until the new server has both
+	// subscribers and both hubs have seen their confirmation.
+	admin := srv.Client()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		subs, err := admin.PubSubNumSub(context.Background(), ResetChannel).Result()
+		if err == nil && subs[ResetChannel] == 2 && a.policy.backend.hub.live.Load() && b.policy.backend.hub.live.Load() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reset subscriptions did not come back within 30 s of the restart (%v, %v)", subs, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	exhaust(t, a, "alice")
+	for i := range 2 {
+		if code, d := b.claim("alice"); code != http.StatusTooManyRequests || i == 1 && !d.Cached {
+			t.Fatalf("B, claim %d: %d (cached %v), want 429, the second cached", i+1, code, d.Cached)
+		}
+	}
+	if err := a.policy.Reset(context.Background(), Target{Route: claimRoute, User: "alice"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := b.claim("alice"); code != http.StatusOK {
+		t.Fatalf("B right after the reset: %d, want 200", code)
+	}
+}
