@@ -11,13 +11,22 @@
 //	GIN_MODE         gin's mode; default "release"
 //
 // SIGINT or SIGTERM shuts it down gracefully: in-flight requests get up to
-// ten seconds to finish.
+// ten seconds to finish, then the app is closed (the rate limiter's reset
+// subscription, the Redis client, the embedded miniredis).
+//
+// With the subcommand "token" it serves nothing: it prints a token signed
+// with JWT_SECRET (or app.DevJWTSecret) and exits, so that whoever holds the
+// secret can mint the admin tokens that POST /api/login never gives:
+//
+//	coupon token [-role admin] USER_ID
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -35,6 +44,13 @@ const shutdownTimeout = 10 * time.Second
 
 func main() {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if len(os.Args) > 1 && os.Args[1] == "token" {
+		if err := token(os.Args[2:], os.Getenv, os.Stdout, logger); err != nil {
+			logger.Error("coupon token: exiting", slog.String("error", err.Error()))
+			os.Exit(2)
+		}
+		return
+	}
 	if err := run(logger); err != nil {
 		logger.Error("coupon: exiting", slog.String("error", err.Error()))
 		os.Exit(1)
@@ -93,4 +109,34 @@ func run(logger *slog.Logger) (err error) {
 		return fmt.Errorf("coupon: shutdown: %w", err)
 	}
 	return nil
+}
+
+// token prints, on out, a token for the user named in args, signed with the
+// JWT_SECRET that getenv gives (the server's secret) or, when it is unset,
+// with app.DevJWTSecret, and with the role of the -role flag, if any.
+func token(args []string, getenv func(string) string, out io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("coupon token", flag.ContinueOnError)
+	role := fs.String("role", "", `the token's "role" claim; "`+app.AdminRole+`" for the admin API`)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: coupon token [-role %s] USER_ID\n", app.AdminRole)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errors.New("want exactly one user id")
+	}
+	secret := []byte(getenv("JWT_SECRET"))
+	if len(secret) == 0 {
+		logger.Warn("coupon token: JWT_SECRET is not set; signing with the built-in development secret, which is public and insecure")
+		secret = []byte(app.DevJWTSecret)
+	}
+	tok, err := app.NewToken(secret, fs.Arg(0), *role, time.Now())
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(out, tok)
+	return err
 }

@@ -13,18 +13,42 @@
 //	GET  /healthz                    not limited: {"status":"ok"}
 //	GET  /metrics                    not limited: the Prometheus metrics of every decision
 //
+//	GET    /api/admin/limits/claim/users/:user  admin: a user's claim count; User: 60 per 60s per admin
+//	DELETE /api/admin/limits/claim/users/:user  admin: reset it, 204; User: 60 per 60s per admin
+//
 // An admitted request gets 200 {"code":200,"message":"...","data":{...}},
 // where data.remaining is the quota left in the window. A limited one gets 429
 // {"code":429,"message":"<the route's message>"} with Retry-After and the
 // RateLimit headers; see package ginlimit.
+//
+// # Admin API
+//
+// The claim route's rule is a [ginlimit.Policy], compiled once, whose
+// Handler limits the route and whose Peek and Reset serve the admin API:
+// GET answers 200 with a [ClaimLimitState] (limit, remaining,
+// reset_seconds, ...) read without counting; DELETE clears the count and
+// answers 204 once every instance sharing the Redis has dropped its cached
+// denial, so the user's next claim is admitted wherever it lands.
+//
+// Both need a bearer token verified by the same identity.JWT as every
+// other token of the demo, whose "role" claim is "admin" ([AdminRole]):
+// 401 without a valid token, 403 without the role. POST /api/login never
+// mints such a token; the command's "token" subcommand does, for whoever
+// holds the secret. A :user that is empty or longer than
+// [MaxAdminUserIDLen] bytes gets 400; a Redis failure gets 503 with a fixed
+// message, its error going to the log. None of these touches Redis. The
+// claim rule does not count the admin routes; each has its own limit per
+// admin ([AdminLimit] per [AdminWindow]), applied only once the request has
+// passed those checks.
 //
 // # Metrics
 //
 // Every limited route reports its decisions to a metrics.Collector, given to
 // ginlimit.New with ginlimit.Observe, and GET /metrics serves it in the
 // Prometheus text format: decisions by route template, rule and outcome,
-// decision latency, near-limit admissions, deny-cache hits and the circuit
-// breaker state. The labels are route templates and rule names, never a
+// decision latency, near-limit admissions, deny-cache hits, the circuit
+// breaker state, and the resets made through the admin API (by "admin-api",
+// [ResetBy]). The labels are route templates and rule names, never a
 // client IP or a user id. The demo serves /metrics on its one public port for
 // simplicity; a production service would serve it to Prometheus only.
 //
@@ -85,6 +109,7 @@ type App struct {
 
 	rdb       redis.UniversalClient
 	mini      *miniredis.Miniredis // nil unless New started one
+	limiter   *ginlimit.Limiter    // nil until New made it
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -143,9 +168,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.DecisionTimeout > 0 {
 		opts = append(opts, ginlimit.Timeout(cfg.DecisionTimeout))
 	}
-	limiter, err := ginlimit.New(opts...)
-	if err != nil {
+	if a.limiter, err = ginlimit.New(opts...); err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: rate limiter: %w", err), a.Close())
+	}
+	claimPolicy, err := newClaimPolicy(a.limiter)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("coupon: claim rule: %w", err), a.Close())
 	}
 	logger.Info("coupon: rate limiting", slog.String("algorithm", cfg.Algorithm.String()),
 		slog.String("fail_policy", cfg.FailPolicy.String()), slog.Bool("shadow", cfg.Shadow))
@@ -156,9 +184,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := engine.SetTrustedProxies(nil); err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: gin trusted proxies: %w", err), a.Close())
 	}
-	engine.Use(requestLog(logger), gin.Recovery(), limiter.Middleware())
+	engine.Use(requestLog(logger), gin.Recovery(), a.limiter.Middleware())
 	engine.NoRoute(notFound)
-	routes(engine, &handlers{secret: secret, users: users, logger: logger})
+	routes(engine, &handlers{secret: secret, users: users, logger: logger, claimPolicy: claimPolicy})
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	a.Handler = engine
 	return a, nil
@@ -219,11 +247,16 @@ func openCluster(ctx context.Context, addrs []string, logger *slog.Logger) (redi
 	return rdb, nil
 }
 
-// Close closes the Redis client and stops the embedded miniredis, if any.
-// Call it after the server has stopped serving Handler. Calls after the first
-// do nothing and return the first call's result.
+// Close stops the rate limiter's background work (its subscription to
+// resets, see ginlimit.Limiter.Close), closes the Redis client and stops the
+// embedded miniredis, if any. Call it after the server has stopped serving
+// Handler. Calls after the first do nothing and return the first call's
+// result.
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
+		if a.limiter != nil {
+			_ = a.limiter.Close() // always nil
+		}
 		if err := a.rdb.Close(); err != nil {
 			a.closeErr = fmt.Errorf("coupon: close Redis client: %w", err)
 		}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/identity"
@@ -28,8 +27,11 @@ const maxLoginBody = 4 << 10
 // handlers holds what the route handlers share. It is immutable once made.
 type handlers struct {
 	secret []byte        // signs the tokens of POST /api/login
-	users  *identity.JWT // verifies them again in the claim handler
+	users  *identity.JWT // verifies them again in the claim and admin handlers
 	logger *slog.Logger
+	// claimPolicy is the claim route's rule, which the admin API inspects
+	// and resets.
+	claimPolicy *ginlimit.Policy
 }
 
 // response is the JSON body of every answer except login's token and
@@ -59,7 +61,8 @@ type loginRequest struct {
 }
 
 // login answers POST /api/login {"user_id":"alice"} with an HS256 token for
-// that user. It is a demo: there is no password, anyone may be anyone.
+// that user. It is a demo: there is no password, anyone may be anyone, but
+// nobody may be an admin (see [NewToken]).
 func (h *handlers) login(c *gin.Context) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxLoginBody))
 	if err != nil {
@@ -79,12 +82,9 @@ func (h *handlers) login(c *gin.Context) {
 		reply(c, http.StatusBadRequest, "user_id must be at most "+strconv.Itoa(MaxUserIDLen)+" bytes", nil)
 		return
 	}
-	now := time.Now()
-	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
-		Subject:   req.UserID,
-		IssuedAt:  jwt.NewNumericDate(now),
-		ExpiresAt: jwt.NewNumericDate(now.Add(TokenTTL)),
-	}).SignedString(h.secret)
+	// No role: an admin token is minted only by whoever holds the secret
+	// (the command's "token" subcommand), never by this public route.
+	token, err := NewToken(h.secret, req.UserID, "", time.Now())
 	if err != nil {
 		h.logger.ErrorContext(c.Request.Context(), "coupon: sign token", slog.String("error", err.Error()))
 		reply(c, http.StatusInternalServerError, "Internal server error", nil)

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -24,8 +25,16 @@ const (
 )
 
 // The rate limits of GET /api/coupon/claim: 3 requests per 60 seconds for
-// each user of a valid bearer token ([ginlimit.User]).
+// each user of a valid bearer token ([ginlimit.User]). The rule is compiled
+// once, by newClaimPolicy, into the [ginlimit.Policy] that both the route
+// and the admin API under /api/admin/limits/claim use.
 const (
+	// ClaimPath is the path of the claim route.
+	ClaimPath = "/api/coupon/claim"
+	// ClaimRoute names the claim route as ginlimit does, method and route
+	// template: the Route of the [ginlimit.Target] the admin API inspects
+	// and resets.
+	ClaimRoute = http.MethodGet + " " + ClaimPath
 	// ClaimKey is the Redis key prefix of GET /api/coupon/claim.
 	ClaimKey = "coupon:claim:"
 	// ClaimLimit is how many requests GET /api/coupon/claim admits per user
@@ -66,10 +75,43 @@ const (
 	VoucherSeckillWindow = 10 * time.Second
 )
 
+// The rate limit of each admin route, GET and DELETE
+// /api/admin/limits/claim/users/:user: 60 requests per 60 seconds for each
+// admin ([ginlimit.User], the admin's own user id), counted per route. It
+// applies only to requests that passed the admin check and carry a valid
+// user id, so a refused request touches no key.
+const (
+	// AdminKey is the Redis key prefix of the admin routes.
+	AdminKey = "coupon:admin:"
+	// AdminLimit is how many requests each admin route admits per admin per
+	// AdminWindow.
+	AdminLimit = 60
+	// AdminWindow is the sliding window of the admin routes.
+	AdminWindow = 60 * time.Second
+	// AdminMessage is the 429 message of the admin routes.
+	AdminMessage = "Too many admin requests, please slow down"
+)
+
+// adminClaimUserPath is the path of the admin API's claim-limit resource
+// for one user.
+const adminClaimUserPath = "/api/admin/limits/claim/users/:user"
+
+// newClaimPolicy compiles the claim rule on top of limiter's defaults. It is
+// the only definition of the rule: the claim route serves its Handler and
+// the admin API Peeks and Resets it.
+func newClaimPolicy(limiter *ginlimit.Limiter) (*ginlimit.Policy, error) {
+	return limiter.Policy(
+		ginlimit.Key(ClaimKey), ginlimit.Window(ClaimWindow), ginlimit.Limit(ClaimLimit),
+		ginlimit.Message(ClaimMessage),
+		ginlimit.Type(ginlimit.User))
+}
+
 // routes registers every route of the demo on r. Each limited route carries
 // its rule as a ginlimit.RateLimit annotation, the Gin form of Java's
 // @RateLimiter(key, window, limit, message, type); the Redis backend and the
-// identity resolvers come from the limiter installed on the engine.
+// identity resolvers come from the limiter installed on the engine. The
+// claim route is the exception: its rule is h.claimPolicy, kept so that the
+// admin API can inspect and reset it.
 func routes(r gin.IRoutes, h *handlers) {
 	r.POST("/api/login", h.login)
 
@@ -78,10 +120,7 @@ func routes(r gin.IRoutes, h *handlers) {
 		ginlimit.Message(SeckillMessage),
 		ginlimit.Type(ginlimit.Method)), h.seckill)
 
-	r.GET("/api/coupon/claim", ginlimit.RateLimit(
-		ginlimit.Key(ClaimKey), ginlimit.Window(ClaimWindow), ginlimit.Limit(ClaimLimit),
-		ginlimit.Message(ClaimMessage),
-		ginlimit.Type(ginlimit.User)), h.claim)
+	r.GET(ClaimPath, h.claimPolicy.Handler(), h.claim)
 
 	r.GET("/api/coupon/merchant", ginlimit.RateLimit(
 		ginlimit.Key(MerchantKey), ginlimit.Window(MerchantWindow), ginlimit.Limit(MerchantLimit),
@@ -92,6 +131,16 @@ func routes(r gin.IRoutes, h *handlers) {
 		ginlimit.Key(VoucherSeckillKey), ginlimit.Window(VoucherSeckillWindow), ginlimit.Limit(VoucherSeckillLimit),
 		ginlimit.Message(SeckillMessage),
 		ginlimit.Type(ginlimit.Method)), h.voucherSeckill)
+
+	// The admin API: who may call it is checked first, then the user id,
+	// and only then the admin's own limit, so that a refused request
+	// touches no key. The claim rule it manages does not apply here.
+	adminLimit := ginlimit.RateLimit(
+		ginlimit.Key(AdminKey), ginlimit.Window(AdminWindow), ginlimit.Limit(AdminLimit),
+		ginlimit.Message(AdminMessage),
+		ginlimit.Type(ginlimit.User))
+	r.GET(adminClaimUserPath, h.requireAdmin, h.requireUserParam, adminLimit, h.peekClaim)
+	r.DELETE(adminClaimUserPath, h.requireAdmin, h.requireUserParam, adminLimit, h.resetClaim)
 
 	r.GET("/healthz", h.healthz)
 }

@@ -1,0 +1,161 @@
+package app
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/identity"
+)
+
+// MaxAdminUserIDLen is the longest user id, in bytes, that the admin API
+// accepts in its paths: the longest id the claim rule can count, since
+// package identity refuses longer ones. It is larger than [MaxUserIDLen],
+// the bound of POST /api/login, so that tokens from another issuer sharing
+// the secret can be managed too.
+const MaxAdminUserIDLen = identity.MaxUserIDLen
+
+// ResetBy is the actor the admin API gives [ginlimit.Policy.Reset]: what
+// the log and the ginlimit_resets_total metric show as "by". It names the
+// tool, never a person or the user whose count was reset, because it
+// becomes a metric label; the log line of each reset names the admin.
+const ResetBy = "admin-api"
+
+// Messages of the admin API's refusals.
+const (
+	msgUnauthenticated = "Authentication required"
+	msgForbidden       = `This route needs a token whose "role" claim is "admin"`
+	msgStoreDown       = "The rate limit store is unavailable, please try again later"
+)
+
+// adminKey is the gin context key under which requireAdmin stores the
+// admin's user id.
+const adminKey = "coupon.admin"
+
+// ClaimLimitState is the JSON answer of GET /api/admin/limits/claim/users/:user:
+// the state of one user's claim count, as a claim request would be told it,
+// without counting anything.
+type ClaimLimitState struct {
+	// UserID is the user whose count this is.
+	UserID string `json:"user_id"`
+	// Rule is the name of the claim rule.
+	Rule string `json:"rule"`
+	// Allowed says whether the user's next claim would be admitted.
+	Allowed bool `json:"allowed"`
+	// Limit is the rule's limit per window.
+	Limit int `json:"limit"`
+	// Remaining is how many more claims the window admits now.
+	Remaining int `json:"remaining"`
+	// ResetSeconds is the time until more quota becomes available, rounded
+	// up to whole seconds; 0 when nothing is counted.
+	ResetSeconds int64 `json:"reset_seconds"`
+	// RetryAfterSeconds is, when Allowed is false, how long until a claim
+	// would be admitted, rounded up to whole seconds; 0 otherwise.
+	RetryAfterSeconds int64 `json:"retry_after_seconds"`
+}
+
+// requireAdmin lets through only a request whose bearer token is valid,
+// verified by the same identity.JWT as every other token of the demo, and
+// whose "role" claim is [AdminRole]: without a valid token it answers 401,
+// with one that lacks the role 403. It calls no Redis.
+func (h *handlers) requireAdmin(c *gin.Context) {
+	admin, err := h.users.UserID(c)
+	var role string
+	if err == nil {
+		// A second verification of the same token; it fails only if the
+		// token expired in between.
+		role, err = h.users.Claim(c, RoleClaim)
+	}
+	if err != nil {
+		c.Header("WWW-Authenticate", h.users.Challenge())
+		abortWith(c, http.StatusUnauthorized, msgUnauthenticated)
+		return
+	}
+	if role != AdminRole {
+		abortWith(c, http.StatusForbidden, msgForbidden)
+		return
+	}
+	c.Set(adminKey, admin)
+}
+
+// requireUserParam refuses, with 400, a :user that no claim count can have:
+// empty or longer than [MaxAdminUserIDLen] bytes. gin has decoded it from
+// the path already.
+func (h *handlers) requireUserParam(c *gin.Context) {
+	if u := c.Param("user"); u == "" || len(u) > MaxAdminUserIDLen {
+		abortWith(c, http.StatusBadRequest, "The user id must be 1 to "+strconv.Itoa(MaxAdminUserIDLen)+" bytes")
+	}
+}
+
+// claimTarget names the claim count of the request's :user.
+func claimTarget(c *gin.Context) ginlimit.Target {
+	return ginlimit.Target{Route: ClaimRoute, User: c.Param("user")}
+}
+
+// peekClaim answers GET /api/admin/limits/claim/users/:user with the
+// user's claim count, read from Redis without counting anything.
+func (h *handlers) peekClaim(c *gin.Context) {
+	d, err := h.claimPolicy.Peek(c.Request.Context(), claimTarget(c))
+	if err != nil {
+		h.storeFailed(c, "peek", err)
+		return
+	}
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, ClaimLimitState{
+		UserID:            c.Param("user"),
+		Rule:              d.Rule,
+		Allowed:           d.Allowed,
+		Limit:             d.Limit,
+		Remaining:         d.Remaining,
+		ResetSeconds:      ceilSeconds(d.Reset),
+		RetryAfterSeconds: ceilSeconds(d.RetryAfter),
+	})
+}
+
+// resetClaim answers DELETE /api/admin/limits/claim/users/:user: it clears
+// the user's claim count and answers 204 once every instance has dropped
+// what it held in process about it (see ginlimit.Policy.Reset), so that
+// the user's next claim, on any instance, is admitted.
+func (h *handlers) resetClaim(c *gin.Context) {
+	ctx := c.Request.Context()
+	if err := h.claimPolicy.Reset(ctx, claimTarget(c), ResetBy); err != nil {
+		h.storeFailed(c, "reset", err)
+		return
+	}
+	// Who reset, for the audit trail; whose count is left out, as
+	// ginlimit leaves identities out of its own logs.
+	h.logger.LogAttrs(ctx, slog.LevelInfo, "coupon: admin reset a user's claim count",
+		slog.String("admin", c.GetString(adminKey)))
+	c.Status(http.StatusNoContent)
+}
+
+// storeFailed answers a failed Peek or Reset: 503 with a fixed message when
+// Redis failed, whose error goes to the log only, and 400 for a target that
+// names no count (requireUserParam should have refused it already).
+func (h *handlers) storeFailed(c *gin.Context, op string, err error) {
+	if errors.Is(err, ginlimit.ErrBadTarget) {
+		abortWith(c, http.StatusBadRequest, "The user id names no claim count")
+		return
+	}
+	h.logger.LogAttrs(c.Request.Context(), slog.LevelError, "coupon: admin "+op+" of a claim count failed",
+		slog.String("error", err.Error()))
+	abortWith(c, http.StatusServiceUnavailable, msgStoreDown)
+}
+
+// abortWith stops the chain with the demo's JSON error body.
+func abortWith(c *gin.Context, code int, msg string) {
+	c.AbortWithStatusJSON(code, response{Code: code, Message: msg})
+}
+
+// ceilSeconds is d in whole seconds, rounded up; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
