@@ -51,8 +51,10 @@ type ClaimLimitState struct {
 	Limit int `json:"limit"`
 	// Remaining is how many more claims the window admits now.
 	Remaining int `json:"remaining"`
-	// ResetSeconds is the time until more quota becomes available, rounded
-	// up to whole seconds; 0 when nothing is counted.
+	// ResetSeconds is the time until more quota becomes available
+	// (ginlimit.Decision.Reset: for the sliding log, until the oldest claim
+	// in the window leaves it, or a whole window when none is counted),
+	// rounded up to whole seconds.
 	ResetSeconds int64 `json:"reset_seconds"`
 	// RetryAfterSeconds is, when Allowed is false, how long until a claim
 	// would be admitted, rounded up to whole seconds; 0 otherwise.

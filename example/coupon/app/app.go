@@ -184,6 +184,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := engine.SetTrustedProxies(nil); err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: gin trusted proxies: %w", err), a.Close())
 	}
+	// A path no route matches gets the JSON 404, never an HTML redirect
+	// to the path with or without a trailing slash: an API client would
+	// not follow it, and an admin DELETE must not be bounced.
+	engine.RedirectTrailingSlash = false
 	engine.Use(requestLog(logger), gin.Recovery(), a.limiter.Middleware())
 	engine.NoRoute(notFound)
 	routes(engine, &handlers{secret: secret, users: users, logger: logger, claimPolicy: claimPolicy})
