@@ -4,9 +4,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -50,7 +54,13 @@ func Type(t LimitType) RuleOption {
 		if t < Method || t > User {
 			return fmt.Errorf("Type(%v): want Method, IP or User", t)
 		}
-		r.typ = t
+		r.dims = nil
+		switch t {
+		case IP:
+			r.dims = []Dimension{ByIP()}
+		case User:
+			r.dims = []Dimension{ByUser()}
+		}
 		return nil
 	})
 }
@@ -109,85 +119,277 @@ func AnonymousByIP() RuleOption {
 	})
 }
 
-// who is the identity part of a request's key: the dimension (" ip:",
-// " user:", " anon:", or "" for Method), the identity text, and which bytes
-// of that text stand for themselves in a key. The text of an IP address
-// lives in buf, so that no allocation is needed for it.
+// Dimension is one thing a rule can count per: the user, the client IP, a
+// path parameter, a header, or a function of the request. Give one or more
+// to [Per]; every combination of their values gets a count of its own.
+// Make one with [ByUser], [ByIP], [ByParam], [ByHeader] or [ByFunc].
+type Dimension struct {
+	kind  dimKind
+	name  string // the parameter, header or function name
+	label string // what the key calls it: "user", "ip", "p.<name>", "h.<name>", "f.<name>"
+	fn    func(*gin.Context) (string, bool)
+	err   error // a constructor's complaint, reported by Per
+}
+
+type dimKind int
+
+const (
+	dimUser dimKind = iota + 1
+	dimIP
+	dimParam
+	dimHeader
+	dimFunc
+)
+
+// maxDims is the most dimensions one rule counts per.
+const maxDims = 4
+
+// ByUser counts per authenticated user, found by the rule's [UserIdentity]
+// (as [Type](User) does). A request without a valid identity is answered
+// 401 and counted nowhere, unless the rule has [AnonymousByIP].
+func ByUser() Dimension { return Dimension{kind: dimUser, label: "user"} }
+
+// ByIP counts per client IP address, found by the rule's [IPIdentity] (as
+// [Type](IP) does); an IPv6 client counts per /64 by default.
+func ByIP() Dimension { return Dimension{kind: dimIP, label: "ip"} }
+
+// ByParam counts per value of the route's path parameter name, such as
+// ByParam("id") on "/api/vouchers/:id/claim": one count per voucher. A
+// route without that parameter is a wiring mistake: its requests are
+// answered 500 and the log says which rule and parameter.
+func ByParam(name string) Dimension {
+	return Dimension{kind: dimParam, name: name, label: "p." + escape(name, idSafe), err: dimName("ByParam", name)}
+}
+
+// ByHeader counts per value of the request header name, such as
+// ByHeader("X-API-Key"). A request without the header (or with an empty
+// one) is answered 400 {"code":400,"message":"Missing X-API-Key header"}
+// and counted nowhere: it is never put in a shared bucket. The value is
+// counted as sent, so consider [HashIdentities] for secrets such as API
+// keys.
+func ByHeader(name string) Dimension {
+	canon := http.CanonicalHeaderKey(name)
+	return Dimension{kind: dimHeader, name: canon, label: "h." + escape(strings.ToLower(canon), idSafe), err: dimName("ByHeader", name)}
+}
+
+// ByFunc counts per the value f returns for the request, under name (which
+// keys and [Target.Values] use). When f returns false or an empty value,
+// the request is answered 400 {"code":400,"message":"Bad request"} and
+// counted nowhere. f runs on every request of the route, so it must be
+// fast and safe for concurrent use.
+func ByFunc(name string, f func(c *gin.Context) (value string, ok bool)) Dimension {
+	err := dimName("ByFunc", name)
+	if err == nil && f == nil {
+		err = fmt.Errorf("ByFunc(%q, nil): the function must not be nil", name)
+	}
+	return Dimension{kind: dimFunc, name: name, label: "f." + escape(name, idSafe), fn: f, err: err}
+}
+
+// dimName checks the name given to a dimension constructor.
+func dimName(what, name string) error {
+	if name == "" || len(name) > 64 || !printableASCII(name) || strings.ContainsAny(name, " {}") {
+		return fmt.Errorf("%s(%q): want a name of 1 to 64 printable ASCII bytes, without spaces or braces", what, name)
+	}
+	return nil
+}
+
+// String returns how the dimension was made, such as `ByHeader("X-Api-Key")`.
+func (d Dimension) String() string {
+	switch d.kind {
+	case dimUser:
+		return "ByUser()"
+	case dimIP:
+		return "ByIP()"
+	case dimParam:
+		return fmt.Sprintf("ByParam(%q)", d.name)
+	case dimHeader:
+		return fmt.Sprintf("ByHeader(%q)", d.name)
+	case dimFunc:
+		return fmt.Sprintf("ByFunc(%q)", d.name)
+	}
+	return "Dimension{}"
+}
+
+// Per sets what the rule counts per: each combination of the dimensions'
+// values gets its own count, such as Per(ByUser(), ByParam("id")) for "one
+// claim per user per voucher". Per() counts the whole route, as
+// [Type](Method) does; Per(ByUser()) and Per(ByIP()) are Type(User) and
+// Type(IP), keys included. At most 4 dimensions, none twice. Text from the
+// request is escaped and bounded in keys as user ids are (see the package
+// documentation, Keys).
+func Per(dims ...Dimension) RuleOption {
+	dims = slices.Clone(dims)
+	return ruleOption(func(r *ruleConfig) error {
+		if len(dims) > maxDims {
+			return fmt.Errorf("Per: %d dimensions, want at most %d", len(dims), maxDims)
+		}
+		for i, d := range dims {
+			switch {
+			case d.err != nil:
+				return fmt.Errorf("Per: %w", d.err)
+			case d.kind == 0:
+				return fmt.Errorf("Per: dimension %d is the zero Dimension: make one with ByUser, ByIP, ByParam, ByHeader or ByFunc", i+1)
+			}
+			for _, e := range dims[:i] {
+				if e.label == d.label {
+					return fmt.Errorf("Per: %v is given twice", d)
+				}
+			}
+		}
+		r.dims = dims
+		return nil
+	})
+}
+
+// counts reports whether the rule counts per a dimension of kind k.
+func (r *rule) counts(k dimKind) bool {
+	for _, d := range r.dims {
+		if d.kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// who is the identity part of a request's key: one part per dimension of
+// the rule (none for a whole-route rule), each a label ("user", "ip",
+// "anon", "p.id", ...), its value, and which bytes of the value stand for
+// themselves in a key. The text of an IP address lives in buf, so that no
+// allocation is needed for it.
 type who struct {
-	dim  string
-	id   string
-	safe func(byte) bool
-	buf  [64]byte
+	parts [maxDims]part
+	n     int
+	used  int // bytes of buf in use
+	buf   [96]byte
+}
+
+type part struct {
+	label, value string
+	safe         func(byte) bool
+}
+
+func (w *who) add(label, value string, safe func(byte) bool) {
+	w.parts[w.n] = part{label, value, safe}
+	w.n++
+}
+
+// errMissing is the error of a request that lacks the value of one of the
+// rule's dimensions.
+type errMissing struct{ d Dimension }
+
+func (e errMissing) Error() string { return "the request has no value for " + e.d.String() }
+
+// body400 is the 400 body of a request that lacks d's value.
+func (d Dimension) body400() string {
+	msg := "Bad request"
+	if d.kind == dimHeader {
+		msg = "Missing " + d.name + " header"
+	}
+	b, _ := json.Marshal(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{http.StatusBadRequest, msg})
+	return string(b)
 }
 
 // identify finds the request's identity for rule r. With HashIdentities
 // the text is an HMAC of the identity instead of the identity.
 func (r *rule) identify(c *gin.Context, w *who) error {
-	switch r.typ {
-	case Method:
-		w.dim, w.id = "", ""
-		return nil
-	case IP:
-		if err := r.clientIP(c, w, " ip:"); err != nil {
-			return err
-		}
-	case User:
-		uid, err := r.users.UserID(c)
-		switch {
-		case err == nil:
-			w.dim, w.id, w.safe = " user:", uid, idSafe
-		case r.anonByIP && errors.Is(err, identity.ErrUnauthenticated):
-			if err := r.clientIP(c, w, " anon:"); err != nil {
+	w.n, w.used = 0, 0
+	for _, d := range r.dims {
+		switch d.kind {
+		case dimIP:
+			if err := r.clientIP(c, w, "ip"); err != nil {
+				return err
+			}
+		case dimUser:
+			uid, err := r.users.UserID(c)
+			switch {
+			case err == nil:
+				w.add("user", uid, idSafe)
+			case r.anonByIP && errors.Is(err, identity.ErrUnauthenticated):
+				if err := r.clientIP(c, w, "anon"); err != nil {
+					return err
+				}
+			default:
 				return err
 			}
 		default:
-			return err
+			v, ok := d.value(c)
+			if !ok || v == "" {
+				return errMissing{d}
+			}
+			w.add(d.label, v, idSafe)
 		}
 	}
 	r.seal(w)
 	return nil
 }
 
+// value returns a param, header or func dimension's value for c.
+func (d Dimension) value(c *gin.Context) (string, bool) {
+	switch d.kind {
+	case dimParam:
+		return c.Param(d.name), true
+	case dimHeader:
+		return c.GetHeader(d.name), true
+	case dimFunc:
+		return d.fn(c)
+	}
+	return "", false
+}
+
 // seal replaces w's identity by its HMAC when the rule has
 // [HashIdentities]. Every identity goes through it on its way into a key:
-// a request's (identify) and a [Target]'s.
+// a request's (identify) and a [Target]'s. One dimension keeps its label
+// ("user:<hex>"); several become one part, their labels joined by '+'.
 func (r *rule) seal(w *who) {
-	if r.hashKey != nil && w.dim != "" {
-		w.id, w.safe = hashIdentity(r.hashKey, w.dim, w.id), routeSafe
+	if r.hashKey == nil || w.n == 0 {
+		return
 	}
+	label := w.parts[0].label
+	for _, p := range w.parts[1:w.n] {
+		label += "+" + p.label
+	}
+	w.parts[0] = part{label, w.hash(r.hashKey), routeSafe}
+	w.n = 1
+}
+
+// hash returns the hex HMAC of w's parts, cut to 128 bits. For one part it
+// is the HMAC of " <label>:" and the value, as ginlimit has always keyed it.
+func (w *who) hash(secret []byte) string {
+	m := hmac.New(sha256.New, secret)
+	for _, p := range w.parts[:w.n] {
+		m.Write([]byte(" " + p.label + ":"))
+		m.Write([]byte(p.value))
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(m.Sum(sum[:0])[:16])
 }
 
 // clientIP resolves the client's address and its bucket text into w.
-func (r *rule) clientIP(c *gin.Context, w *who, dim string) error {
+func (r *rule) clientIP(c *gin.Context, w *who, label string) error {
 	addr, err := r.ips.Resolve(c.Request)
 	if err != nil {
 		return err
 	}
-	r.ipWho(w, addr, dim)
+	r.ipWho(w, addr, label)
 	return nil
 }
 
-// ipWho sets w to the text that stands for addr in a key under dimension
-// dim: an IPv4 address itself, an IPv6 address its bucket (see
+// ipWho adds to w the text that stands for addr in a key, under label: an
+// IPv4 address itself, an IPv6 address its bucket (see
 // identity.IP.Bucket).
-func (r *rule) ipWho(w *who, addr netip.Addr, dim string) {
+func (r *rule) ipWho(w *who, addr netip.Addr, label string) {
 	var text []byte
+	free := w.buf[w.used:w.used]
 	if addr.Is4() {
-		text = addr.AppendTo(w.buf[:0])
+		text = addr.AppendTo(free)
 	} else {
-		text = r.ips.Bucket(addr).AppendTo(w.buf[:0])
+		text = r.ips.Bucket(addr).AppendTo(free)
 	}
-	w.dim, w.id, w.safe = dim, unsafeString(text), routeSafe
-}
-
-// hashIdentity returns the hex HMAC of the dimension and identity, cut to
-// 128 bits.
-func hashIdentity(secret []byte, dim, id string) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(dim))
-	m.Write([]byte(id))
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(sum[:0])[:16])
+	w.used = min(w.used+len(text), len(w.buf))
+	w.add(label, unsafeString(text), routeSafe)
 }
 
 // logTag is what a log line may say about the identity of a request: the
@@ -196,11 +398,11 @@ func hashIdentity(secret []byte, dim, id string) string {
 // random secret, so lines about one client can be told apart but no
 // identity is written down.
 func (w *who) logTag(r *rule, secret []byte) string {
-	if w.dim == "" {
+	if w.n == 0 {
 		return ""
 	}
 	if r.hashKey != nil {
-		return w.id[:12]
+		return w.parts[0].value[:12]
 	}
-	return hashIdentity(secret, w.dim, w.id)[:12]
+	return w.hash(secret)[:12]
 }

@@ -17,10 +17,11 @@ import (
 // IPv6 bucketing included, so no caller writes a key by hand.
 //
 // Give Route for a Policy that serves gin routes, or Key for one used
-// through Allow; then the identity the rule counts: User for a Type(User)
-// rule, IP for a Type(IP) rule (or, with [AnonymousByIP], for an anonymous
-// caller of a User rule), neither for a Type(Method) rule, which counts the
-// whole route.
+// through Allow; then a value for each dimension the rule counts per ([Per],
+// [Type]): User for ByUser (or, with [AnonymousByIP], IP for an anonymous
+// caller), IP for ByIP, Values for the others; nothing for a rule that
+// counts the whole route. A value the rule does not count per is an error,
+// not ignored.
 type Target struct {
 	// Route is the route as gin and [Event.Route] name it: the method, one
 	// space and the route template as registered, "GET /api/coupon/claim"
@@ -40,6 +41,10 @@ type Target struct {
 	// IP is the client address a Type(IP) rule counts; an IPv6 address
 	// stands for its bucket (see identity.IP.Bucket).
 	IP netip.Addr
+	// Values holds the value of each [ByParam], [ByHeader] and [ByFunc]
+	// dimension the rule counts per, by the name the dimension was given:
+	// {"id": "7"} for ByParam("id").
+	Values map[string]string
 	// Tier is, on a rule with [Tiers], the tier whose count Peek reads
 	// (the claim's value); empty for the rule's default limit. Reset clears
 	// the identity's count in every tier.
@@ -81,8 +86,8 @@ func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 	case t.Route != "" && t.Key != "":
 		return nil, nil, bad("give Target.Route (a gin route) or Target.Key (Policy.Allow), not both")
 	case t.Key != "":
-		if t.User != "" || t.IP.IsValid() {
-			return nil, nil, bad("Target.Key is the whole identity of Policy.Allow: leave User and IP empty")
+		if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
+			return nil, nil, bad("Target.Key is the whole identity of Policy.Allow: leave User, IP and Values empty")
 		}
 		s = scope{route: t.Key}
 	case t.Route == unmatchedRoute:
@@ -124,30 +129,47 @@ func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 }
 
 // targetWho sets w to the identity t names for rule r, as identify would
-// for a request from it.
+// for a request from it. Every part of t must be used by the rule.
 func (r *rule) targetWho(w *who, t Target) error {
-	switch r.typ {
-	case Method:
-		if t.User != "" || t.IP.IsValid() {
-			return errors.New("it counts the whole route (Type(Method)): leave User and IP empty")
-		}
-		return nil
-	case IP:
-		if t.User != "" || !t.IP.IsValid() {
-			return errors.New("it counts per IP: give Target.IP and no User")
-		}
-		r.ipWho(w, t.IP.Unmap(), " ip:")
-	case User:
-		switch {
-		case t.User != "" && !t.IP.IsValid():
-			w.dim, w.id, w.safe = " user:", t.User, idSafe
-		case t.User == "" && t.IP.IsValid() && r.anonByIP:
-			r.ipWho(w, t.IP.Unmap(), " anon:")
-		case r.anonByIP:
-			return errors.New("it counts per user: give Target.User, or Target.IP for anonymous callers (AnonymousByIP)")
+	w.n, w.used = 0, 0
+	usedUser, usedIP, usedValues := false, false, 0
+	for _, d := range r.dims {
+		switch d.kind {
+		case dimIP:
+			if !t.IP.IsValid() {
+				return errors.New("it counts per IP: give Target.IP")
+			}
+			r.ipWho(w, t.IP.Unmap(), "ip")
+			usedIP = true
+		case dimUser:
+			switch {
+			case t.User != "":
+				w.add("user", t.User, idSafe)
+				usedUser = true
+			case r.anonByIP && t.IP.IsValid() && !r.counts(dimIP):
+				r.ipWho(w, t.IP.Unmap(), "anon")
+				usedIP = true
+			case r.anonByIP:
+				return errors.New("it counts per user: give Target.User, or Target.IP for anonymous callers (AnonymousByIP)")
+			default:
+				return errors.New("it counts per user: give Target.User")
+			}
 		default:
-			return errors.New("it counts per user: give Target.User and no IP")
+			v := t.Values[d.name]
+			if v == "" {
+				return fmt.Errorf("it counts per %v: give Target.Values[%q]", d, d.name)
+			}
+			w.add(d.label, v, idSafe)
+			usedValues++
 		}
+	}
+	switch {
+	case t.User != "" && !usedUser:
+		return errors.New("it does not count per user: leave Target.User empty")
+	case t.IP.IsValid() && !usedIP:
+		return errors.New("it does not count per IP: leave Target.IP empty")
+	case len(t.Values) != usedValues:
+		return errors.New("Target.Values names a dimension the rule does not count per")
 	}
 	r.seal(w)
 	return nil

@@ -16,15 +16,18 @@ import (
 //	<prefix>{<scope>} rule:<name>[ <dimension>]     a route with Rules
 //
 // The scope is "<METHOD> <route template>" for a request ("* unmatched"
-// for one that matched no route), or the caller's key for [Policy.Allow]; the dimension is "ip:<addr>", "user:<id>" or
-// "anon:<addr>". The braces are the Redis Cluster hash tag: the keys of one
+// for one that matched no route), or the caller's key for [Policy.Allow].
+// The dimension is one " <label>:<value>" per dimension the rule counts per
+// ([Per]), in the rule's order: "ip:<addr>", "user:<id>", "anon:<addr>",
+// "p.<param>:<value>", "h.<header>:<value>", "f.<name>:<value>"; with
+// [HashIdentities], one "<labels joined by +>:<hmac>". The braces are the Redis Cluster hash tag: the keys of one
 // route's Rules share a slot, so one script can decide them together. The
 // scope and the identity are escaped: '%', '{', '}', spaces and
-// non-printable bytes become %XX, and user ids keep only unreserved
-// characters, so no identity can spell another identity's key and nothing
+// non-printable bytes become %XX, and user ids and the other values taken
+// from the request keep only unreserved characters, so no identity can spell another identity's key and nothing
 // can close the hash tag early. IP addresses are canonical netip text. An
-// identity or Allow key longer than maxKeyText goes in as a hash, so a key
-// is never longer than its configuration allows.
+// identity value or Allow key longer than maxKeyText goes in as a hash, so
+// a key is never longer than its configuration allows.
 //
 // The prefix ends with the algorithm's tag (algorithm.go: keyTag), so two
 // algorithms, or two shapes of one algorithm's data, never share a key.
@@ -102,15 +105,18 @@ func boundText(s string) string {
 // none). named says whether the route declares its rules with Rule, whose
 // keys carry the rule's name outside the hash tag.
 func buildKey(r *rule, named bool, s scope, w *who) string {
-	var dim, id string
-	safe := routeSafe
-	if w != nil && w.dim != "" {
-		dim, id, safe = w.dim, boundText(w.id), w.safe
+	var parts []part
+	if w != nil {
+		parts = w.parts[:w.n]
 	}
 	if s.method == "" {
 		s.route = boundText(s.route)
 	}
-	n := len(r.prefix) + len(s.method) + escapedLen(s.route, routeSafe) + len(dim) + escapedLen(id, safe) + 3
+	n := len(r.prefix) + len(s.method) + escapedLen(s.route, routeSafe) + 3
+	for i := range parts {
+		parts[i].value = boundText(parts[i].value)
+		n += 2 + len(parts[i].label) + escapedLen(parts[i].value, parts[i].safe)
+	}
 	if named {
 		n += len(" rule:") + len(r.escapedName)
 	}
@@ -127,9 +133,11 @@ func buildKey(r *rule, named bool, s scope, w *who) string {
 		b.WriteString("} rule:")
 		b.WriteString(r.escapedName)
 	}
-	if dim != "" {
-		b.WriteString(dim)
-		writeEscaped(&b, id, safe)
+	for _, p := range parts {
+		b.WriteByte(' ')
+		b.WriteString(p.label)
+		b.WriteByte(':')
+		writeEscaped(&b, p.value, p.safe)
 	}
 	if !named {
 		b.WriteByte('}')

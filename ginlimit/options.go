@@ -115,7 +115,7 @@ type ruleConfig struct {
 	window     time.Duration
 	limit      int
 	message    string
-	typ        LimitType
+	dims       []Dimension // nil: the whole route
 	alg        AlgorithmKind
 	subWindows int
 	burst      int

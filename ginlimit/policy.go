@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +60,7 @@ type rule struct {
 	maxCost     int // the most one request can ever be admitted with
 	cost        int // the fixed cost, when costFunc is nil
 	costFunc    func(*gin.Context) int
-	typ         LimitType
+	dims        []Dimension // what it counts per; none for the whole route
 	ips         *identity.IP
 	users       identity.User
 	hashKey     []byte
@@ -163,8 +164,8 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 // compileRule compiles one rule of a route. named says whether the route
 // declares its rules with Rule, whose 429 bodies name the rule.
 func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
-	if rc.typ == User && rc.users == nil {
-		return nil, errors.New("Type(User) needs ginlimit.UserIdentity(...), for example identity.NewJWT(identity.HMACSecret(secret))")
+	if slices.ContainsFunc(rc.dims, func(d Dimension) bool { return d.kind == dimUser }) && rc.users == nil {
+		return nil, errors.New("Type(User) or ByUser needs ginlimit.UserIdentity(...), for example identity.NewJWT(identity.HMACSecret(secret))")
 	}
 	if rc.ips == nil {
 		rc.ips = &identity.IP{}
@@ -203,7 +204,7 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		maxCost:     maxCost,
 		cost:        rc.cost,
 		costFunc:    rc.costFunc,
-		typ:         rc.typ,
+		dims:        rc.dims,
 		ips:         rc.ips,
 		users:       rc.users,
 		hashKey:     rc.hashKey,

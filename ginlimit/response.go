@@ -164,6 +164,13 @@ func (p *Policy) identityFailed(c *gin.Context, r *rule, err error) {
 		abortJSON(c, http.StatusUnauthorized, bodyUnauthorized)
 		return
 	}
+	var missing errMissing
+	if errors.As(err, &missing) && missing.d.kind != dimParam {
+		// The request lacks what the rule counts per: it is never put in a
+		// shared bucket.
+		abortJSON(c, http.StatusBadRequest, missing.d.body400())
+		return
+	}
 	p.logs.log(c.Request.Context(), p.logger, slog.LevelError, "ginlimit: no identity for the request; answering 500",
 		slog.String("rule", r.name), slog.String("route", c.FullPath()), errAttr(err))
 	abortJSON(c, http.StatusInternalServerError, bodyInternal)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/gin-gonic/gin"
 
@@ -39,7 +40,7 @@ func Tiers(claim string, limits map[string]int) RuleOption {
 // A tier's rule keeps r's name; its key prefix carries the tier, so two
 // tiers never share counters.
 func (r *rule) compileTiers(rc ruleConfig, route *routeConfig, named bool) error {
-	if rc.typ != User {
+	if !slices.ContainsFunc(rc.dims, func(d Dimension) bool { return d.kind == dimUser }) {
 		return errors.New("Tiers: applies to Type(User) rules only")
 	}
 	if _, ok := rc.users.(identity.Claimer); !ok {
