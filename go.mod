@@ -3,6 +3,7 @@ module github.com/ginlimit/ginlimit
 go 1.26.0
 
 require (
+	github.com/MicahParks/jwkset v0.11.4
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/golang-jwt/jwt/v5 v5.3.1

@@ -112,8 +112,15 @@ func parseJWKS(data []byte) (jwks, error) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("identity: JWKS: %w", err)
 	}
+	return newJWKS(doc.Keys)
+}
+
+// newJWKS builds a set from its entries. It is the one place where keys are
+// vetted: [JWKS], [JWKSFile], [JWT.ReloadJWKS] and [RemoteJWKS] all come
+// through it, so a key refused from a file is refused from a URL too.
+func newJWKS(keys []jwk) (jwks, error) {
 	set := jwks{}
-	for i, k := range doc.Keys {
+	for i, k := range keys {
 		if k.Use != "" && k.Use != "sig" {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -51,16 +52,22 @@ const maxTokenLen = 8 << 10
 // The exp claim is required; exp and nbf are checked with [DefaultLeeway]
 // unless [Leeway] says otherwise.
 //
-// A JWT is safe for concurrent use; only [JWT.ReloadJWKS] changes it once made.
+// A JWT is safe for concurrent use; once made, only [JWT.ReloadJWKS] and the
+// background refresh of a [RemoteJWKS] change it. A JWT with a RemoteJWKS
+// runs a goroutine until its context is done or [JWT.Close] is called.
 type JWT struct {
 	parser   *jwt.Parser
 	keys     keySet
 	claim    string
 	jwks     atomic.Pointer[jwks]
 	jwksPath string
+	remote   *remoteJWKS // nil without RemoteJWKS
 }
 
-var _ User = (*JWT)(nil)
+var (
+	_ User      = (*JWT)(nil)
+	_ io.Closer = (*JWT)(nil)
+)
 
 // JWTOption configures [NewJWT].
 type JWTOption interface {
@@ -82,6 +89,7 @@ type jwtConfig struct {
 	keys      keySet
 	jwks      jwks
 	jwksPath  string
+	remote    *remoteConfig
 	algs      []string
 	claim     string
 	leeway    time.Duration
@@ -197,8 +205,11 @@ func WithoutExpiry() JWTOption {
 	})
 }
 
-// NewJWT returns a JWT verifier. At least one key ([HMACSecret] or
-// [PublicKey]) is required.
+// NewJWT returns a JWT verifier. At least one source of keys ([HMACSecret],
+// [PublicKey], [JWKS], [JWKSFile] or [RemoteJWKS]) is required; RemoteJWKS
+// excludes JWKS and JWKSFile. With RemoteJWKS, NewJWT makes
+// the first fetch and waits for it at most the [StartupTimeout]; call
+// [JWT.Close] when done with the verifier.
 func NewJWT(opts ...JWTOption) (*JWT, error) {
 	cfg := jwtConfig{claim: "sub", leeway: DefaultLeeway}
 	for _, o := range opts {
@@ -206,8 +217,11 @@ func NewJWT(opts ...JWTOption) (*JWT, error) {
 			return nil, err
 		}
 	}
+	if cfg.remote != nil && cfg.jwks != nil {
+		return nil, errors.New("identity: NewJWT: RemoteJWKS with JWKS or JWKSFile: give one source of key sets")
+	}
 	keyAlgs := cfg.keys.algorithms()
-	if cfg.jwks != nil {
+	if cfg.jwks != nil || cfg.remote != nil {
 		// A JWKS may gain any asymmetric family on reload; each token is
 		// still checked against its own key's family in keyFor.
 		for _, a := range []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"} {
@@ -217,7 +231,7 @@ func NewJWT(opts ...JWTOption) (*JWT, error) {
 		}
 	}
 	if len(keyAlgs) == 0 {
-		return nil, errors.New("identity: NewJWT: no key: give HMACSecret, PublicKey, JWKS or JWKSFile")
+		return nil, errors.New("identity: NewJWT: no key: give HMACSecret, PublicKey, JWKS, JWKSFile or RemoteJWKS")
 	}
 	algs := keyAlgs
 	if cfg.algs != nil {
@@ -246,8 +260,31 @@ func NewJWT(opts ...JWTOption) (*JWT, error) {
 	if cfg.jwks != nil {
 		j.jwks.Store(&cfg.jwks)
 	}
+	if cfg.remote != nil {
+		r, err := startRemote(cfg.remote, func(s jwks) { j.jwks.Store(&s) })
+		if err != nil {
+			return nil, err
+		}
+		j.remote = r
+	}
 	return j, nil
 }
+
+// Close stops the background refresh of a [RemoteJWKS] and waits until it
+// has stopped (an in-flight fetch is cancelled). The set in force keeps
+// verifying tokens, but is no longer refreshed. Close is a no-op for a JWT
+// without RemoteJWKS, may be called more than once, and returns nil.
+func (j *JWT) Close() error {
+	if j.remote != nil {
+		j.remote.close()
+	}
+	return nil
+}
+
+// JWKSLoaded reports whether a JSON Web Key Set is in force: always with
+// [JWKS] or [JWKSFile], with [RemoteJWKS] once a fetch has succeeded (for a
+// readiness check), never without any of them.
+func (j *JWT) JWKSLoaded() bool { return j.jwks.Load() != nil }
 
 func (k keySet) algorithms() []string {
 	var algs []string
@@ -308,15 +345,25 @@ func (k keySet) keyFor(t *jwt.Token) (any, error) {
 // a kid that is null or not a string, or a kid the set lacks) is verified
 // with the configured keys by its algorithm family; with no configured keys,
 // a token without a kid may use the set's kid-less key.
+//
+// With a [RemoteJWKS], a token of an asymmetric algorithm that finds no set,
+// or whose kid the set lacks, asks for a new set (see [RemoteJWKS]) and is
+// then judged without waiting for it.
 func (j *JWT) keyFor(t *jwt.Token) (any, error) {
 	set := j.jwks.Load()
 	if set == nil {
+		if j.remote != nil && wants(t) {
+			j.remote.want()
+		}
 		return j.keys.keyFor(t)
 	}
 	kid, named := t.Header["kid"].(string)
 	if named {
 		if _, ok := (*set)[kid]; ok {
 			return set.keyFor(t, kid)
+		}
+		if j.remote != nil && wants(t) {
+			j.remote.want()
 		}
 	}
 	if j.keys.algorithms() == nil {
