@@ -118,7 +118,7 @@ type hub struct {
 	caches  []weak.Pointer[denyCache]
 	locals  []weak.Pointer[localLimiter]
 	waiters map[string]*acks // by reset id
-	ps      *redis.PubSub            // once loop has subscribed
+	ps      *redis.PubSub    // once loop has subscribed
 
 	first   chan struct{} // closed at the first confirmed subscription
 	once    sync.Once

@@ -59,8 +59,9 @@
 //     lua, one file per algorithm);
 //   - backend.go, nodes.go, breaker.go: the Redis call path; each node's
 //     slots (calls on the wire) and circuit breaker;
-//   - denycache.go, failure.go, tiers.go: the deny cache, the failure
-//     policies with the FailLocal fallback, and per-user tiers;
+//   - denycache.go, failure.go, plans.go: the deny cache, the failure
+//     policies with the FailLocal fallback, and limits chosen per request
+//     ([LimitBy], [Tiers]);
 //   - inspect.go, coherence.go: [Target], [Policy.Peek] and [Policy.Reset];
 //     how every instance's in-process state follows Redis (the staleness
 //     bound, and the reset announcements on [ResetChannel]);

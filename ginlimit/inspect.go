@@ -45,10 +45,10 @@ type Target struct {
 	// dimension the rule counts per, by the name the dimension was given:
 	// {"id": "7"} for ByParam("id").
 	Values map[string]string
-	// Tier is, on a rule with [Tiers], the tier whose count Peek reads
-	// (the claim's value); empty for the rule's default limit. Reset clears
-	// the identity's count in every tier.
-	Tier string
+	// Plan is, on a rule with [LimitBy] or [Tiers], the plan (or tier)
+	// whose count Peek reads; empty for the rule's own limit. Reset clears
+	// the identity's count in every plan.
+	Plan string
 }
 
 // ErrBadTarget is wrapped by the error of a [Target] that names no count of
@@ -61,7 +61,7 @@ var ErrBadTarget = errors.New("ginlimit: bad target")
 const maxRouteText = 1024
 
 // target resolves t to its rule, the rules whose keys Reset clears (the
-// rule and its tiers), and the key of each.
+// rule and its plans), and the key of each.
 func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadTarget, fmt.Sprintf(format, args...))
@@ -101,15 +101,15 @@ func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 		s = scope{method: method, route: path}
 	}
 	rules := []*rule{r}
-	for _, tr := range r.tiers {
-		rules = append(rules, tr)
+	for _, pr := range r.plans {
+		rules = append(rules, pr)
 	}
-	if t.Tier != "" {
-		tr := r.tiers[t.Tier]
-		if tr == nil {
-			return nil, nil, bad("rule %q has no tier %q", r.name, t.Tier)
+	if t.Plan != "" {
+		pr := r.plans[t.Plan]
+		if pr == nil {
+			return nil, nil, bad("rule %q has no plan %q", r.name, t.Plan)
 		}
-		r = tr
+		r = pr
 	}
 	for _, x := range rules {
 		var w who
@@ -203,7 +203,7 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 }
 
 // Reset clears t's count: every algorithm's key for the rule and the
-// identity (in every tier of a rule with [Tiers]) is deleted, so the next
+// identity (in every plan of a rule with [LimitBy] or [Tiers]) is deleted, so the next
 // request starts afresh. by says who asked, as observers see it
 // ([Event.By]) and the log says it: a short, low-cardinality name such as
 // "admin-api" or "support", never a user id, since it becomes a metric

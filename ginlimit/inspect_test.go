@@ -324,7 +324,7 @@ func TestBadTargets(t *testing.T) {
 		{"user rule with ip", one.policy, Target{Route: claimRoute, User: secretUser, IP: ip}},
 		{"ip rule with user", two.policy, Target{Route: claimRoute, Rule: "b", User: secretUser}},
 		{"key with user", one.policy, Target{Key: "k", User: secretUser}},
-		{"unknown tier", one.policy, Target{Route: claimRoute, User: secretUser, Tier: "gold"}},
+		{"unknown tier", one.policy, Target{Route: claimRoute, User: secretUser, Plan: "gold"}},
 	}
 	for _, tc := range cases {
 		_, err := tc.p.Peek(context.Background(), tc.t)

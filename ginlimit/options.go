@@ -121,8 +121,9 @@ type ruleConfig struct {
 	burst      int
 	cost       int
 	costFunc   func(*gin.Context) int
-	tierClaim  string
-	tierLimits map[string]int
+	planPick   func(*gin.Context) string // LimitBy's
+	planClaim  string                    // Tiers' claim
+	plans      map[string]Plan
 	ips        *identity.IP
 	users      identity.User
 	hashKey    []byte

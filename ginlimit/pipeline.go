@@ -62,8 +62,8 @@ func (p *Policy) serve(c *gin.Context) {
 	}
 	req := p.newRequest(requestScope(c))
 	for i, r := range p.rules {
-		if r.tiers != nil {
-			r = r.tierFor(c)
+		if r.plans != nil {
+			r = r.planFor(c)
 		}
 		cl := &req.calls[i]
 		if err := r.identify(c, &cl.who); err != nil {

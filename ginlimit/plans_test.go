@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -109,5 +110,83 @@ func TestTiers(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no tier key for a Rule among %q", m.Keys())
+	}
+}
+
+// TestLimitBy: each request gets the plan its function picks, with the
+// plan's limit and window, its own counts and its limit in the headers; an
+// unknown or empty plan gets the rule's own; Peek and Reset name a plan.
+func TestLimitBy(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	in := newInstance(t, c, Key(pre), Type(User), Limit(1), Window(time.Minute),
+		LimitBy(func(c *gin.Context) string { return c.GetHeader("X-Plan") }, map[string]Plan{
+			"gold":   {Limit: 3},
+			"hourly": {Limit: 2, Window: time.Hour},
+		}))
+	count := func(user, plan string) (admitted int, policy string) {
+		for range 5 {
+			w := do(in.e, http.MethodGet, "/claim", map[string]string{"X-User": user, "X-Plan": plan})
+			if w.Code == http.StatusOK {
+				admitted++
+			}
+			policy = w.Header().Get("RateLimit-Policy")
+		}
+		return admitted, policy
+	}
+	for _, tc := range []struct {
+		user, plan string
+		want       int
+		policy     string
+	}{
+		{"alice", "gold", 3, ";q=3;w=60"},
+		{"bob", "hourly", 2, ";q=2;w=3600"},
+		{"carol", "", 1, ";q=1;w=60"},
+		{"dave", "platinum", 1, ";q=1;w=60"},
+	} {
+		n, policy := count(tc.user, tc.plan)
+		if n != tc.want || !strings.HasSuffix(policy, tc.policy) {
+			t.Errorf("%s on plan %q: %d admitted, policy %q; want %d and %q", tc.user, tc.plan, n, policy, tc.want, tc.policy)
+		}
+	}
+	// alice's gold count is her own: on the default plan she starts afresh.
+	if n, _ := count("alice", ""); n != 1 {
+		t.Errorf("alice on the default plan: %d admitted, want 1", n)
+	}
+	target := Target{Route: claimRoute, User: "alice", Plan: "gold"}
+	if d, err := in.policy.Peek(context.Background(), target); err != nil || d.Limit != 3 || d.Remaining != 0 {
+		t.Fatalf("Peek of alice's gold plan: %+v, %v", d, err)
+	}
+	if err := in.policy.Reset(context.Background(), Target{Route: claimRoute, User: "alice"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range m.Keys() {
+		if strings.Contains(k, "user:alice}") {
+			t.Errorf("Reset left %q: it must clear every plan", k)
+		}
+	}
+}
+
+// TestLimitByOptions: plans are checked at start-up, naming the option and
+// the plan; a plan the algorithm cannot run is refused too.
+func TestLimitByOptions(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	pick := func(*gin.Context) string { return "" }
+	for name, opt := range map[string]Option{
+		"nil pick":    LimitBy(nil, map[string]Plan{"a": {Limit: 1}}),
+		"no plans":    LimitBy(pick, nil),
+		"zero limit":  LimitBy(pick, map[string]Plan{"a": {}}),
+		"huge limit":  LimitBy(pick, map[string]Plan{"a": {Limit: 2e9}}),
+		"tiny window": LimitBy(pick, map[string]Plan{"a": {Limit: 1, Window: time.Microsecond}}),
+		"empty name":  LimitBy(pick, map[string]Plan{"": {Limit: 1}}),
+		"bucket":      Rule(Name("r"), Algorithm(TokenBucket), Burst(100_000_000), LimitBy(pick, map[string]Plan{"big": {Limit: 5, Window: 1000 * time.Hour}})),
+	} {
+		if _, err := New(Redis(c), opt); err == nil {
+			t.Errorf("%s: New accepted it", name)
+		} else if !strings.Contains(err.Error(), "LimitBy") && !strings.Contains(err.Error(), "plan") {
+			t.Errorf("%s: %v does not name the option", name, err)
+		}
 	}
 }

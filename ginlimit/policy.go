@@ -25,7 +25,7 @@ import (
 type Policy struct {
 	rules        []*rule
 	named        bool // declared with Rule: keys and 429 bodies name the rule
-	tiered       bool // some rule has Tiers: the policy header is per request
+	tiered       bool // some rule has plans (LimitBy, Tiers): the policy header is per request
 	backend      *backend
 	script       *redis.Script // the backend's script for these rules
 	policyHeader string        // RateLimit-Policy: every rule's, joined
@@ -65,10 +65,10 @@ type rule struct {
 	users       identity.User
 	hashKey     []byte
 	anonByIP    bool
-	tierClaim   string
-	tiers       map[string]*rule // by claim value; nil without Tiers
-	deny        *denyCache       // nil when off
-	local       *localLimiter    // the FailLocal fallback, or nil
+	pick        func(*gin.Context) string // the request's plan
+	plans       map[string]*rule          // by plan name; nil without LimitBy or Tiers
+	deny        *denyCache                // nil when off
+	local       *localLimiter             // the FailLocal fallback, or nil
 
 	args         []any // the script's arguments for this rule alone, at the fixed cost
 	quotedName   string
@@ -146,7 +146,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	p.backend = b
 	for _, r := range p.rules {
 		b.hub.track(r.deny, r.local)
-		for _, t := range r.tiers {
+		for _, t := range r.plans {
 			b.hub.track(t.deny, t.local)
 		}
 	}
@@ -154,7 +154,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	items := make([]string, len(p.rules))
 	for i, r := range p.rules {
 		algs[i], items[i] = r.alg, r.policyHeader
-		p.tiered = p.tiered || r.tiers != nil
+		p.tiered = p.tiered || r.plans != nil
 	}
 	p.script = b.script(algs)
 	p.policyHeader = strings.Join(items, ", ")
@@ -219,8 +219,8 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	if route.onFail != FailClosed { // the fallback of FailLocal, and of a saturated FailOpen
 		r.local = newLocalLimiter(rc.limit, route.localInstances, rc.window)
 	}
-	if rc.tierLimits != nil {
-		if err := r.compileTiers(rc, route, named); err != nil {
+	if rc.plans != nil {
+		if err := r.compilePlans(rc, route, named); err != nil {
 			return nil, err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 // The rule options of the annotation's own fields and of cost. The
 // algorithm's options are in algorithm.go, the dimension's in dimension.go,
-// Tiers in tiers.go.
+// LimitBy and Tiers in plans.go.
 
 // maxWindow is the longest window the scripts accept (1e15 µs, about 31
 // years).
