@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // A decider takes one rate limit decision for key. It is what every case
@@ -151,6 +152,14 @@ func allCases() []*benchCase {
 				"(no MULTI); a rejected request is counted too. Its window starts at a key's first request.",
 		},
 		{
+			ID: "ginlimit-script", Name: "ginlimit's sliding-log script, raw EVALSHA", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			RedisKey: func(key string) string { return "raw:{" + key + "}" },
+			New:      newRawSlidingLog,
+			Note: "The script ginlimit runs for one sliding-log rule (`lua.Single`), called with `Script.Run` on the case's client with the " +
+				"arguments ginlimit sends, and nothing else: no deny cache, breaker, slots, key building or parsing. " +
+				"A ginlimit sliding-log case's p50 over this one is ginlimit's own share; this one's over the EVALSHA no-op is the script's.",
+		},
+		{
 			ID: "ginlimit", Name: "ginlimit sliding log, DenyCache(0)", Algorithm: "sliding log, ZSET, Redis clock in µs",
 			ZSET: true, Exact: true, Memory: true, Flood: true,
 			RedisKey: ginlimitKey("bench:"),
@@ -262,6 +271,28 @@ func selectCases(filter string) ([]*benchCase, bool, error) {
 		return nil, false, fmt.Errorf("-cases: unknown case %q; the cases are %s", id, strings.Join(valid, ","))
 	}
 	return out, http, nil
+}
+
+// rawSlidingLog is ginlimit's single-rule sliding-log script (algorithm
+// number 0, ginlimit.SlidingLog).
+var rawSlidingLog = redis.NewScript(lua.Single("sliding_log", int(ginlimit.SlidingLog)))
+
+// newRawSlidingLog runs ginlimit's sliding-log script directly, with the
+// arguments a policy of limit per window sends (see package lua): the Redis
+// clock, the algorithm, the window in µs, the limit, the remaining count
+// below which the script answers exactly (ginlimit's 64) and a cost of 1.
+func newRawSlidingLog(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
+	args := []any{"", int(ginlimit.SlidingLog), window.Microseconds(), limit, 64, 1}
+	return func(ctx context.Context, key string) (bool, error) {
+		reply, err := rawSlidingLog.Run(ctx, rdb, []string{"raw:{" + key + "}"}, args...).Int64Slice()
+		if err != nil {
+			return false, err
+		}
+		if len(reply) < 3 {
+			return false, fmt.Errorf("sliding log script: reply of %d elements", len(reply))
+		}
+		return reply[1] == 0, nil // fired: 0 when admitted
+	}, nil
 }
 
 // noopScript is the floor of a script call: EVALSHA of a script that does

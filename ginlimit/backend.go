@@ -7,6 +7,7 @@ import (
 	"net"
 	"reflect"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,7 @@ type backend struct {
 	calls     atomic.Int64         // calls now waiting on Redis, when pipelining
 	nodes     *nodes               // the breaker and the slots of each node
 	hub       *hub                 // the reset subscription (coherence.go), or nil
+	bounds    sync.Map             // Timeout -> *deadlines
 }
 
 // backendKey tells the backends of a limiter apart.
@@ -125,6 +127,91 @@ const loadTimeout = 100 * time.Millisecond
 // errTimedOut is the cause of a call's context when its Timeout ran out.
 var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", context.DeadlineExceeded)
 
+// callContext returns the context that bounds one call on the wire: it
+// ends timeout after now, or up to timeout/deadlineSteps later (never
+// earlier), or at ctx's own deadline when that comes first, and carries
+// ctx's values (a tracing hook's span, say). The returned cancel is nil when
+// there is nothing to release.
+//
+// A call shares its deadline with every call of the backend that starts
+// within the same step, so a decision pays for no context, timer or channel
+// of its own (context.WithTimeout costs four allocations and a timer, about
+// a microsecond, on every decision). The price: once a call is on the wire,
+// the request's cancellation no longer ends it early, only its deadline
+// and the Timeout do; the script runs in Redis all the same, and its answer
+// keeps the deny cache right. A request whose context has already ended, or
+// whose deadline comes before the shared one, gets a context of its own, as
+// before.
+func (b *backend) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	d, ok := b.bounds.Load(timeout)
+	if !ok {
+		d, _ = b.bounds.LoadOrStore(timeout, &deadlines{timeout: timeout, step: max(timeout/deadlineSteps, time.Microsecond)})
+	}
+	bound, end := d.(*deadlines).at(time.Now())
+	if ctx.Err() != nil {
+		return context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	}
+	if own, ok := ctx.Deadline(); ok && own.Before(end) {
+		return context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	}
+	return &callCtx{Context: ctx, bound: bound}, nil
+}
+
+// deadlineSteps is how many shared deadlines a Timeout is divided into: a
+// call's bound is at most Timeout/deadlineSteps longer than its Timeout.
+const deadlineSteps = 64
+
+// deadlines hands out the shared deadlines of one Timeout. It is safe for
+// concurrent use.
+type deadlines struct {
+	timeout, step time.Duration
+	cur           atomic.Pointer[deadline]
+}
+
+// deadline is a context that ends timeout after until, shared by the calls
+// that start before until and no earlier than one step before it.
+type deadline struct {
+	ctx    context.Context
+	cancel context.CancelFunc // never needed: the context ends at its deadline
+	until  time.Time
+	end    time.Time
+}
+
+// at returns the shared context of a call that starts at now, and its
+// deadline: no earlier than now + timeout.
+func (ds *deadlines) at(now time.Time) (context.Context, time.Time) {
+	if d := ds.cur.Load(); d != nil && now.Before(d.until) {
+		return d.ctx, d.end
+	}
+	// Two calls may both start a new step; the later Store wins and the
+	// other context serves its one call, then ends at its deadline.
+	d := &deadline{until: now.Add(ds.step)}
+	d.end = d.until.Add(ds.timeout)
+	d.ctx, d.cancel = context.WithDeadlineCause(context.Background(), d.end, errTimedOut)
+	ds.cur.Store(d)
+	return d.ctx, d.end
+}
+
+// callCtx is a call's context: the request's values, and the shared
+// deadline (see callContext).
+type callCtx struct {
+	context.Context                 // the request's, for its values
+	bound           context.Context // a shared deadline
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return c.bound.Deadline() }
+func (c *callCtx) Done() <-chan struct{}       { return c.bound.Done() }
+func (c *callCtx) Err() error                  { return c.bound.Err() }
+
+// cause returns why a call's context (from callContext) ended:
+// errTimedOut when its Timeout ran out.
+func cause(ctx context.Context) error {
+	if c, ok := ctx.(*callCtx); ok {
+		return context.Cause(c.bound)
+	}
+	return context.Cause(ctx)
+}
+
 // ErrSaturated is wrapped by the error of a decision that this process could
 // not send to Redis in time, although Redis is not failing: every
 // connection was busy and too many decisions were already waiting, or the
@@ -168,8 +255,10 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 		return nil, n.brk, err
 	}
 	defer n.release()
-	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
-	defer cancel()
+	cctx, cancel := b.callContext(ctx, timeout)
+	if cancel != nil {
+		defer cancel()
+	}
 	var reply []any
 	if b.pipe != nil && b.calls.Add(1) > b.pipeAbove {
 		reply, err = b.runPipelined(cctx, s, keys, args)
@@ -269,7 +358,7 @@ func (b *backend) runPipelined(ctx context.Context, s *redis.Script, keys []stri
 		return s.Run(ctx, b.client, keys, args...).Slice()
 	}
 	if ctx.Err() != nil {
-		return nil, context.Cause(ctx)
+		return nil, cause(ctx)
 	}
 	return nil, err
 }
@@ -355,7 +444,7 @@ func bounded[T any](ctx context.Context, f func() (T, error)) (T, error) {
 		return r.v, r.err
 	case <-grace.C:
 		var zero T
-		return zero, context.Cause(ctx)
+		return zero, cause(ctx)
 	}
 }
 

@@ -50,8 +50,11 @@ func Redis(client redis.Scripter) Option {
 }
 
 // Timeout bounds how long Redis may take to answer a decision's call once
-// it is sent, inside the request's own context; time spent waiting in this
-// process for a connection is bounded by [QueueTimeout] instead. A call
+// it is sent, and so does the request's own deadline when it comes first
+// (once the call is on the wire, a request cancelled without a deadline
+// waits for the answer, at most d, since the script runs all the same);
+// time spent waiting in this process for a connection is bounded by
+// [QueueTimeout] instead. A call may be given up to d/64 more than d. A call
 // that Redis does not answer in time counts as a Redis failure: the failure
 // policy answers it, and the circuit breaker counts it. The default is
 // [DefaultTimeout]. It must be positive.
