@@ -20,6 +20,19 @@
 // (sub by default; strings and integers both work). Keys come from an HMAC
 // secret, public keys, or a JSON Web Key Set chosen by the token's kid
 // ([JWKS]); weak RSA keys in a set are refused when it is loaded.
+//
+// # Remote JWKS
+//
+// [RemoteJWKS] fetches the set from the identity provider's URL (with
+// github.com/MicahParks/jwkset) and vets it with the same parser as [JWKS],
+// so a set holding one weak or malformed key is refused whole. A single
+// goroutine per verifier refetches it every [RefreshInterval], after a
+// failure with a back-off (1 s doubling to a minute), and when a token
+// names a kid the set lacks, at most once per [UnknownKIDRefetch]; requests
+// never wait on the network. A failed fetch keeps the last good set. At
+// start-up [NewJWT] waits at most [StartupTimeout]; if the provider is down
+// it starts with no set (such tokens get 401) and keeps trying, unless
+// [RequireStartupFetch] is given. [JWT.Close] stops the goroutine.
 // [FromContext] reads an id that the application's own authentication
 // middleware stored in the gin context.
 //

@@ -1,6 +1,11 @@
 package identity_test
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -115,4 +120,66 @@ func ExampleFromContext() {
 	// Output:
 	// 200 user 1001
 	// 401 unauthenticated
+}
+
+func ExampleRemoteJWKS() {
+	// The identity provider: its signing key, and the JWKS it publishes.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	pt, err := key.PublicKey.Bytes() // 0x04 || x || y
+	if err != nil {
+		panic(err)
+	}
+	b64 := base64.RawURLEncoding.EncodeToString
+	set := fmt.Sprintf(`{"keys":[{"kty":"EC","kid":"2026-01","use":"sig","alg":"ES256","crv":"P-256","x":%q,"y":%q}]}`,
+		b64(pt[1:33]), b64(pt[33:]))
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, set)
+	}))
+	defer idp.Close()
+
+	// The service: the context ends the background refresh, and so does
+	// Close. NewJWT waits for the first fetch at most StartupTimeout; if the
+	// provider is down it starts with no set (tokens get 401) and keeps
+	// trying in the background.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	verifier, err := identity.NewJWT(
+		identity.RemoteJWKS(ctx, idp.URL+"/.well-known/jwks.json",
+			identity.RefreshInterval(time.Hour),
+			identity.UnknownKIDRefetch(5*time.Second),
+			identity.StartupTimeout(3*time.Second),
+		),
+		identity.Issuer("https://auth.example.com"),
+	)
+	if err != nil {
+		panic(err)
+	}
+	defer verifier.Close()
+	fmt.Println("keys loaded:", verifier.JWKSLoaded())
+
+	// A token the provider issued.
+	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{
+		"iss": "https://auth.example.com",
+		"sub": "user-42",
+		"exp": time.Now().Add(time.Hour).Unix(),
+	})
+	tok.Header["kid"] = "2026-01"
+	signed, err := tok.SignedString(key)
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/coupons", nil)
+	r.Header.Set("Authorization", "Bearer "+signed)
+	id, err := verifier.Verify(r)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(id)
+	// Output:
+	// keys loaded: true
+	// user-42
 }

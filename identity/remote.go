@@ -340,6 +340,7 @@ func (r *remoteJWKS) retryAfter(n int) time.Duration {
 // passed since the last fetch began, whichever comes first.
 func (r *remoteJWKS) run(ctx context.Context, loaded bool) {
 	defer close(r.done)
+	defer r.closeIdle()
 	last := time.Now()
 	failures := 0
 	if !loaded {
@@ -421,8 +422,7 @@ func wants(t *jwt.Token) bool {
 func (r *remoteJWKS) close() {
 	r.closeOnce.Do(func() {
 		r.cancel()
-		<-r.done
-		r.closeIdle()
+		<-r.done // run closes the idle connections as it ends
 	})
 }
 
