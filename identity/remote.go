@@ -61,10 +61,16 @@ type remoteConfig struct {
 
 // RemoteJWKS verifies tokens with the JSON Web Key Set published at rawURL
 // by an identity provider, fetched with github.com/MicahParks/jwkset and
-// kept up to date in the background. Keys are chosen by kid and checked
-// exactly as with [JWKS] (the same parser: weak RSA keys, unsupported
-// curves and malformed keys refuse the whole set), and the kid rules next
-// to an [HMACSecret] or [PublicKey] are those of [JWT].
+// kept up to date in the background. Keys are chosen by kid, and the kid
+// rules next to an [HMACSecret] or [PublicKey] are those of [JWT].
+//
+// Every key jwkset reads from the response is vetted by the same code as
+// the keys of [JWKS]: a weak RSA key, or a malformed one, refuses the whole
+// set. jwkset also refuses sets it finds malformed itself, and skips keys
+// of kinds it does not support before they reach that code; of these, only
+// an EC key on a curve other than P-256, P-384 or P-521 (secp256k1, say) is
+// treated differently: skipped here, where JWKS refuses the set. Such a key
+// could verify nothing here either way.
 //
 // # Start-up
 //
@@ -135,13 +141,8 @@ func RemoteJWKS(ctx context.Context, rawURL string, opts ...RemoteJWKSOption) JW
 		if u.Host == "" {
 			return errors.New("identity: RemoteJWKS: the URL has no host")
 		}
-		switch {
-		case u.Scheme == "https":
-		case u.Scheme == "http" && (rc.allowHTTP || isLoopback(u.Hostname())):
-		case u.Scheme == "http":
-			return fmt.Errorf("identity: RemoteJWKS: %s: plain http to a non-loopback host lets anyone on the path replace the keys; use https, or AllowHTTP", u.Redacted())
-		default:
-			return fmt.Errorf("identity: RemoteJWKS: %s: scheme %q, want https", u.Redacted(), u.Scheme)
+		if err := checkScheme(u, rc.allowHTTP); err != nil {
+			return fmt.Errorf("identity: RemoteJWKS: %w", err)
 		}
 		rc.redacted = u.Redacted()
 		if rc.log == nil {
@@ -150,6 +151,20 @@ func RemoteJWKS(ctx context.Context, rawURL string, opts ...RemoteJWKSOption) JW
 		c.remote = rc
 		return nil
 	})
+}
+
+// checkScheme refuses a URL the set may not be fetched from: anything but
+// https, save http to a loopback host or with AllowHTTP.
+func checkScheme(u *url.URL, allowHTTP bool) error {
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && (allowHTTP || isLoopback(u.Hostname())):
+	case u.Scheme == "http":
+		return fmt.Errorf("%s: plain http to a non-loopback host lets anyone on the path replace the keys; use https, or AllowHTTP", u.Redacted())
+	default:
+		return fmt.Errorf("%s: scheme %q, want https", u.Redacted(), u.Scheme)
+	}
+	return nil
 }
 
 func isLoopback(host string) bool {
@@ -207,8 +222,9 @@ func FetchTimeout(d time.Duration) RemoteJWKSOption {
 
 // HTTPClient sets the client the set is fetched with, for a proxy, custom
 // roots or a client certificate. It is not modified (a copy is used), and
-// its Timeout, if any, applies too. By default a client of its own is used,
-// whose idle connections [JWT.Close] closes.
+// its Timeout and CheckRedirect, if any, apply. By default a client of its
+// own is used, which follows a redirect only where rawURL itself could
+// point, and whose idle connections are closed when the fetcher stops.
 func HTTPClient(client *http.Client) RemoteJWKSOption {
 	return remoteOptionFunc(func(c *remoteConfig) error {
 		if client == nil {
@@ -278,7 +294,16 @@ func startRemote(cfg *remoteConfig, store func(jwks)) (*remoteJWKS, error) {
 		} else {
 			tr = &http.Transport{Proxy: http.ProxyFromEnvironment}
 		}
-		base = &http.Client{Transport: tr}
+		base = &http.Client{
+			Transport: tr,
+			// A redirect may not lead where the URL itself could not.
+			CheckRedirect: func(req *http.Request, via []*http.Request) error {
+				if len(via) >= 10 {
+					return errors.New("stopped after 10 redirects")
+				}
+				return checkScheme(req.URL, cfg.allowHTTP)
+			},
+		}
 		r.idle = tr.CloseIdleConnections
 	}
 	client := *base
@@ -298,7 +323,7 @@ func startRemote(cfg *remoteConfig, store func(jwks)) (*remoteJWKS, error) {
 		if cfg.require {
 			cancel()
 			r.closeIdle()
-			return nil, fmt.Errorf("identity: RemoteJWKS: no key set within the start-up timeout (%v): %w", cfg.startup, err)
+			return nil, fmt.Errorf("identity: RemoteJWKS: the start-up fetch brought no key set: %w", err)
 		}
 		cfg.log.LogAttrs(ctx, slog.LevelWarn, "identity: JWKS not fetched at start-up; tokens that need it get 401 until a fetch succeeds",
 			slog.String("url", cfg.redacted), slog.Any("error", err), slog.Duration("retry_in", r.retryAfter(1)))
