@@ -87,7 +87,7 @@ func BenchmarkMiddleware(b *testing.B) {
 func BenchmarkDenyCacheHit(b *testing.B) {
 	c := newDenyCache(DefaultDenyCacheSize, time.Hour)
 	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
-	c.leave(key, nil, 1, c.now(), 0, &Decision{Remaining: 0, Reset: time.Hour, Time: time.Now()}, true)
+	c.leave(key, nil, 1, c.now(), 0, false, &Decision{Remaining: 0, Reset: time.Hour, Time: time.Now()}, true)
 	r := &rule{name: "x", limit: 1, maxCost: 1, cost: 1, deny: c}
 	p := &Policy{rules: []*rule{r}}
 	ctx := context.Background()

@@ -106,6 +106,7 @@ type keyState struct {
 	resetAt   int64 // Redis clock, Unix µs, when more quota comes
 	remaining int   // upper bound on the key's remaining quota
 	inflight  int   // units of the counted calls now in flight
+	probing   bool  // a call is checking a lapsed rejection with Redis (see enter)
 	wake      chan struct{}
 }
 
@@ -146,15 +147,23 @@ const (
 // enter decides whether a request of cost units on key may go to Redis at
 // now. With callRedis and a non-nil state, the call is counted in flight and
 // the caller must pass the state and cost to leave.
+//
+// A certain rejection whose state has outlived the staleness bound (but
+// not the moment its quota grows) is checked with Redis by one call, the
+// probe (its snapshot has probing set, and the caller passes probe to
+// leave); while the probe is out, the other requests on the key are still
+// answered from the state, for at most one more staleness bound. So a flood
+// on an over-limit key costs Redis one call per bound, however many
+// goroutines flood it.
 func (c *denyCache) enter(key string, now int64, cost int) (verdict, *keyState, keyState) {
 	s := c.shard(key)
 	s.mu.RLock()
 	st := s.m[key]
-	if st == nil || now >= st.until {
+	switch {
+	case st == nil:
 		s.mu.RUnlock()
 		return callRedis, nil, keyState{}
-	}
-	if st.remaining < cost {
+	case st.remaining < cost && (now < st.until || st.probing && now < st.until+c.staleness && now < st.grows):
 		snap := *st
 		s.mu.RUnlock()
 		return rejected, nil, snap
@@ -163,7 +172,19 @@ func (c *denyCache) enter(key string, now int64, cost int) (verdict, *keyState, 
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st = s.m[key]; st == nil || now >= st.until {
+	if st = s.m[key]; st == nil {
+		return callRedis, nil, keyState{}
+	}
+	if now >= st.until {
+		switch {
+		case st.remaining >= cost || now >= st.grows:
+			return callRedis, nil, keyState{}
+		case !st.probing:
+			st.probing = true
+			return callRedis, st, keyState{probing: true}
+		case now < st.until+c.staleness:
+			return rejected, nil, *st
+		}
 		return callRedis, nil, keyState{}
 	}
 	switch {
@@ -198,7 +219,7 @@ func (c *denyCache) generation() uint64 { return c.hub.generation() }
 // what the decision proves is kept for at most the cache's staleness, and
 // only if no reset (and no loss of the reset subscription) came in
 // between. ok is false when the call failed.
-func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, gen uint64, d *Decision, ok bool) {
+func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, gen uint64, probe bool, d *Decision, ok bool) {
 	learn := ok && d != nil && d.Remaining < lowRemaining && c.hub.learnable(gen)
 	if counted == nil && !learn {
 		return
@@ -206,7 +227,9 @@ func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, g
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if counted != nil {
+	if probe {
+		counted.probing = false
+	} else if counted != nil {
 		counted.inflight -= cost
 		if counted.wake != nil {
 			close(counted.wake)
@@ -287,9 +310,7 @@ func (c *denyCache) forget(key string) {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.m[key]; st != nil {
-		st.until = 0
-	}
+	delete(s.m, key) // calls it counted in flight leave through their own pointer
 }
 
 // clear drops what the cache knows of every key.
@@ -297,9 +318,7 @@ func (c *denyCache) clear() {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
-		for _, st := range s.m {
-			st.until = 0
-		}
+		clear(s.m)
 		s.mu.Unlock()
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 // learn records a decision with the given remaining and reset, sent at now.
 func learn(c *denyCache, key string, counted *keyState, now int64, remaining int, reset time.Duration) {
-	c.leave(key, counted, 1, now, 0, &Decision{Allowed: true, Remaining: remaining, Reset: reset, Time: t0}, true)
+	c.leave(key, counted, 1, now, 0, false, &Decision{Allowed: true, Remaining: remaining, Reset: reset, Time: t0}, true)
 }
 
 func TestDenyCacheBoundedAndExpiring(t *testing.T) {
@@ -77,7 +77,7 @@ func TestDenyCacheInFlight(t *testing.T) {
 	c2 := newDenyCache(100, time.Hour)
 	learn(c2, "k", nil, 0, 1, time.Second)
 	_, st, _ := c2.enter("k", 1, 1)
-	c2.leave("k", st, 1, 1, 0, &Decision{}, false)
+	c2.leave("k", st, 1, 1, 0, false, &Decision{}, false)
 	if v, st, _ := c2.enter("k", 2, 1); v != callRedis || st == nil {
 		t.Fatalf("after a failed call: %v %v, want a counted call", v, st)
 	}
@@ -104,5 +104,30 @@ func TestDenyCacheKeepsNothingPastTheStalenessBound(t *testing.T) {
 	c.forget("k")
 	if v, _, _ := c.enter("k", int64(time.Second)+1, 1); v != callRedis {
 		t.Fatalf("after forget: %v, want the call to go to Redis", v)
+	}
+}
+
+// TestDenyCacheProbesALapsedRejection: once a certain rejection outlives
+// the staleness bound, one call (the probe) checks it with Redis while the
+// others are still answered from the cache, for at most one more bound; a
+// failed probe hands the job to the next request.
+func TestDenyCacheProbesALapsedRejection(t *testing.T) {
+	t.Parallel()
+	const sec = int64(time.Second)
+	c := newDenyCache(64, time.Second)
+	learn(c, "k", nil, 0, 0, time.Hour)
+	v, probe, snap := c.enter("k", sec, 1)
+	if v != callRedis || probe == nil || !snap.probing {
+		t.Fatalf("first request after the bound: %v, probe %v: want it to be the probe", v, snap.probing)
+	}
+	if v, _, _ := c.enter("k", sec+1, 1); v != rejected {
+		t.Fatalf("while the probe is out: %v, want the cached rejection", v)
+	}
+	if v, st, snap := c.enter("k", 2*sec, 1); v != callRedis || st != nil || snap.probing {
+		t.Fatalf("two bounds after learning, the probe still out: %v, want a plain call to Redis", v)
+	}
+	c.leave("k", probe, 1, sec, 0, true, nil, false) // the probe failed
+	if v, _, snap := c.enter("k", sec+2, 1); v != callRedis || !snap.probing {
+		t.Fatalf("after a failed probe: %v, want the next request to probe", v)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -483,5 +484,47 @@ func TestResetAfterRedisRestarts(t *testing.T) {
 	}
 	if code, _ := b.claim("alice"); code != http.StatusOK {
 		t.Fatalf("B right after the reset: %d, want 200", code)
+	}
+}
+
+// TestFloodCostsOneCallPerStalenessBound: a flood on one over-limit key
+// reaches Redis about once per MaxStaleness once the limit is used up: one
+// probe per lapse of the cached state, however many goroutines flood (the
+// others are answered from the state while the probe is out), and more
+// than never, since the cache really lapses.
+func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const bound, limit, flooders = 50 * time.Millisecond, 10, 8
+	p := mustPolicy(t, Redis(srv.Client()), Key(prefix(t)), Window(time.Hour), Limit(limit), MaxStaleness(bound))
+	ctx := context.Background()
+	before := scriptCalls(t, srv.Client())
+	start := time.Now()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range flooders {
+		wg.Go(func() {
+			for time.Since(start) < 10*bound {
+				d, err := p.Allow(ctx, "flooded")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	calls := scriptCalls(t, srv.Client()) - before
+	most := limit + flooders + int64(elapsed/bound) + 2
+	t.Logf("%d script calls in %v with a bound of %v (at most %d allowed here)", calls, elapsed, bound, most)
+	if admitted.Load() != limit {
+		t.Fatalf("%d admitted, want exactly %d", admitted.Load(), limit)
+	}
+	if calls <= limit || calls > most {
+		t.Fatalf("%d script calls: want more than the limit %d (the cache lapses) and at most %d", calls, limit, most)
 	}
 }

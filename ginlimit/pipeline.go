@@ -26,6 +26,7 @@ type call struct {
 	cost    int
 	sent    int64     // the deny cache's clock when the call was let through
 	gen     uint64    // the deny cache's generation then (see hub.learnable)
+	probe   bool      // the call checks a lapsed cached rejection (see denyCache.enter)
 	counted *keyState // the deny cache's count of this call in flight, or nil
 	who     who       // the identity the key was built from
 }
@@ -199,7 +200,7 @@ func (p *Policy) enter(req *request) (verdict, int, keyState) {
 			}
 			return v, i, snap
 		}
-		cl.counted = counted
+		cl.counted, cl.probe = counted, snap.probing
 	}
 	return callRedis, 0, keyState{}
 }
@@ -207,8 +208,8 @@ func (p *Policy) enter(req *request) (verdict, int, keyState) {
 // release lets go of a call the deny cache counted and that was not sent.
 func (p *Policy) release(cl *call) {
 	if cl.counted != nil {
-		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, cl.gen, nil, false)
-		cl.counted = nil
+		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, cl.gen, cl.probe, nil, false)
+		cl.counted, cl.probe = nil, false
 	}
 }
 
@@ -224,8 +225,8 @@ func (p *Policy) leave(req *request, d *Decision, ok bool) {
 		if ok && d.Rules != nil {
 			rd = &d.Rules[i]
 		}
-		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, cl.gen, rd, ok)
-		cl.counted = nil
+		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, cl.gen, cl.probe, rd, ok)
+		cl.counted, cl.probe = nil, false
 	}
 }
 
