@@ -63,7 +63,8 @@ const DefaultMaxStaleness = time.Second
 // MaxStaleness bounds how long an instance may answer from what it holds in
 // process about a key (the deny cache) without asking Redis again: a change
 // made to Redis behind ginlimit's back, such as a key deleted by hand or a
-// FLUSHALL, is seen by every instance within d. It must be from 1 ms to
+// FLUSHALL, is seen by every instance within d, plus the round trip of the
+// one call that then checks the key (at most 2d in all). It must be from 1 ms to
 // 1 hour; the default is [DefaultMaxStaleness]. A larger d saves Redis
 // calls during floods on over-limit keys (one per key, per instance, per
 // d), a smaller one sees changes made by hand sooner. Resets made through
