@@ -6,19 +6,20 @@
 //	ADDR             listen address; default ":8080"
 //	REDIS_URL        e.g. redis://localhost:6379/0; unset starts an embedded miniredis
 //	JWT_SECRET       HS256 secret of at least 32 bytes; unset uses app.DevJWTSecret (insecure)
+//	JWKS_URL         an identity provider's JWKS; RS256/ES256 tokens signed by its keys are accepted too
 //	TRUSTED_PROXIES  comma-separated CIDRs whose X-Forwarded-For is believed
 //	LIMIT_ALGORITHM  sliding_log (default), sliding_counter, fixed_window or token_bucket
 //	GIN_MODE         gin's mode; default "release"
 //
 // SIGINT or SIGTERM shuts it down gracefully: in-flight requests get up to
 // ten seconds to finish, then the app is closed (the rate limiter's reset
-// subscription, the Redis client, the embedded miniredis).
+// subscription, the JWKS refresh, the Redis client, the embedded miniredis).
 //
 // With the subcommand "token" it serves nothing: it prints a token signed
 // with JWT_SECRET (or app.DevJWTSecret) and exits, so that whoever holds the
-// secret can mint the admin tokens that POST /api/login never gives:
+// secret can mint the admin and vip tokens that POST /api/login never gives:
 //
-//	coupon token [-role admin] USER_ID
+//	coupon token [-role admin] [-plan vip] USER_ID
 package main
 
 import (
@@ -113,12 +114,14 @@ func run(logger *slog.Logger) (err error) {
 
 // token prints, on out, a token for the user named in args, signed with the
 // JWT_SECRET that getenv gives (the server's secret) or, when it is unset,
-// with app.DevJWTSecret, and with the role of the -role flag, if any.
+// with app.DevJWTSecret, and with the role of the -role flag and the plan of
+// the -plan flag, if any.
 func token(args []string, getenv func(string) string, out io.Writer, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("coupon token", flag.ContinueOnError)
 	role := fs.String("role", "", `the token's "role" claim; "`+app.AdminRole+`" for the admin API`)
+	plan := fs.String("plan", "", `the token's "plan" claim; "`+app.PlanVIP+`" for the claim route's higher limit`)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: coupon token [-role %s] USER_ID\n", app.AdminRole)
+		fmt.Fprintf(fs.Output(), "usage: coupon token [-role %s] [-plan %s] USER_ID\n", app.AdminRole, app.PlanVIP)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -133,7 +136,7 @@ func token(args []string, getenv func(string) string, out io.Writer, logger *slo
 		logger.Warn("coupon token: JWT_SECRET is not set; signing with the built-in development secret, which is public and insecure")
 		secret = []byte(app.DevJWTSecret)
 	}
-	tok, err := app.NewToken(secret, fs.Arg(0), *role, time.Now())
+	tok, err := app.NewToken(secret, fs.Arg(0), app.Grants{Role: *role, Plan: *plan}, time.Now())
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,11 @@ package app
 import (
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -45,9 +48,13 @@ type ClaimLimitState struct {
 	UserID string `json:"user_id"`
 	// Rule is the name of the claim rule.
 	Rule string `json:"rule"`
+	// Plan is the plan whose count this is, as asked for with ?plan=;
+	// absent for the default plan (tokens without a known plan claim).
+	// Each plan keeps its own count.
+	Plan string `json:"plan,omitempty"`
 	// Allowed says whether the user's next claim would be admitted.
 	Allowed bool `json:"allowed"`
-	// Limit is the rule's limit per window.
+	// Limit is the limit per window of the plan: ClaimLimit, or the plan's.
 	Limit int `json:"limit"`
 	// Remaining is how many more claims the window admits now.
 	Remaining int `json:"remaining"`
@@ -94,15 +101,30 @@ func (h *handlers) requireUserParam(c *gin.Context) {
 	}
 }
 
-// claimTarget names the claim count of the request's :user.
+// claimTarget names the claim count of the request's :user, in the default
+// plan; Reset clears every plan's count with it.
 func claimTarget(c *gin.Context) ginlimit.Target {
 	return ginlimit.Target{Route: ClaimRoute, User: c.Param("user")}
 }
 
-// peekClaim answers GET /api/admin/limits/claim/users/:user with the
-// user's claim count, read from Redis without counting anything.
+// requirePlanQuery refuses, with 400, a ?plan= of the admin GET that names
+// no plan of the claim rule. An absent or empty ?plan= is the default plan.
+// It calls no Redis, and runs before the admin limit, as requireUserParam.
+func (h *handlers) requirePlanQuery(c *gin.Context) {
+	if plan := c.Query("plan"); plan != "" && claimPlans()[plan] == 0 {
+		abortWith(c, http.StatusBadRequest, "The plan must be one of: "+strings.Join(slices.Sorted(maps.Keys(claimPlans())), ", "))
+	}
+}
+
+// peekClaim answers GET /api/admin/limits/claim/users/:user[?plan=vip] with
+// the user's claim count in the plan asked for (the default plan without
+// ?plan=), read from Redis without counting anything. The admin API cannot
+// know which plan the user's tokens carry, so it is told; requirePlanQuery
+// has checked the plan.
 func (h *handlers) peekClaim(c *gin.Context) {
-	d, err := h.claimPolicy.Peek(c.Request.Context(), claimTarget(c))
+	t := claimTarget(c)
+	t.Plan = c.Query("plan")
+	d, err := h.claimPolicy.Peek(c.Request.Context(), t)
 	if err != nil {
 		h.storeFailed(c, "peek", err)
 		return
@@ -111,6 +133,7 @@ func (h *handlers) peekClaim(c *gin.Context) {
 	c.JSON(http.StatusOK, ClaimLimitState{
 		UserID:            c.Param("user"),
 		Rule:              d.Rule,
+		Plan:              t.Plan,
 		Allowed:           d.Allowed,
 		Limit:             d.Limit,
 		Remaining:         d.Remaining,
@@ -120,7 +143,7 @@ func (h *handlers) peekClaim(c *gin.Context) {
 }
 
 // resetClaim answers DELETE /api/admin/limits/claim/users/:user: it clears
-// the user's claim count and answers 204 once every instance has dropped
+// the user's claim count, in every plan (ginlimit.Policy.Reset does), and answers 204 once every instance has dropped
 // what it held in process about it (see ginlimit.Policy.Reset), so that
 // the user's next claim, on any instance, is admitted.
 func (h *handlers) resetClaim(c *gin.Context) {

@@ -27,7 +27,7 @@ func adminPath(user string) string {
 // token mints a token for user with role, signed with testSecret.
 func token(t *testing.T, user, role string) string {
 	t.Helper()
-	tok, err := app.NewToken(testSecret, user, role, time.Now())
+	tok, err := app.NewToken(testSecret, user, app.Grants{Role: role}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,30 +391,49 @@ func TestAdminRedisDown(t *testing.T) {
 	}
 }
 
-// TestNewToken: the tokens of NewToken carry the role and are checked.
+// TestNewToken: the tokens of NewToken carry the role and the plan, and
+// its arguments are checked: a plan the claim rule does not have is
+// refused rather than silently given the default limit.
 func TestNewToken(t *testing.T) {
 	t.Parallel()
-	tok := token(t, "ops", app.AdminRole)
+	tok, err := app.NewToken(testSecret, "ops", app.Grants{Role: app.AdminRole, Plan: app.PlanVIP}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var c struct {
 		Role string `json:"role"`
+		Plan string `json:"plan"`
 		jwt.RegisteredClaims
 	}
 	if _, err := jwt.ParseWithClaims(tok, &c, func(*jwt.Token) (any, error) { return testSecret, nil },
 		jwt.WithValidMethods([]string{"HS256"})); err != nil {
 		t.Fatal(err)
 	}
-	if c.Role != app.AdminRole || c.Subject != "ops" || c.ExpiresAt.Sub(c.IssuedAt.Time) != app.TokenTTL {
-		t.Errorf("claims %+v, want role admin, sub ops, exp = iat + %v", c, app.TokenTTL)
+	if c.Role != app.AdminRole || c.Plan != app.PlanVIP || c.Subject != "ops" || c.ExpiresAt.Sub(c.IssuedAt.Time) != app.TokenTTL {
+		t.Errorf("claims %+v, want role admin, plan vip, sub ops, exp = iat + %v", c, app.TokenTTL)
+	}
+	// Zero Grants: neither claim is written.
+	plain := token(t, "alice", "")
+	raw := jwt.MapClaims{}
+	if _, err := jwt.ParseWithClaims(plain, raw, func(*jwt.Token) (any, error) { return testSecret, nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{app.RoleClaim, app.PlanClaim} {
+		if v, ok := raw[k]; ok {
+			t.Errorf("a token of zero Grants has %q: %v", k, v)
+		}
 	}
 	for name, args := range map[string]struct {
 		secret []byte
 		user   string
+		plan   string
 	}{
-		"empty user":   {testSecret, ""},
-		"long user":    {testSecret, strings.Repeat("a", app.MaxUserIDLen+1)},
-		"short secret": {[]byte("short"), "ops"},
+		"empty user":   {testSecret, "", ""},
+		"long user":    {testSecret, strings.Repeat("a", app.MaxUserIDLen+1), ""},
+		"short secret": {[]byte("short"), "ops", ""},
+		"unknown plan": {testSecret, "ops", "gold"},
 	} {
-		if _, err := app.NewToken(args.secret, args.user, app.AdminRole, time.Now()); err == nil {
+		if _, err := app.NewToken(args.secret, args.user, app.Grants{Role: app.AdminRole, Plan: args.plan}, time.Now()); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}

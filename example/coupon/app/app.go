@@ -7,13 +7,14 @@
 //
 //	POST /api/login                  {"user_id":"alice"} -> {"token":"<HS256 JWT>"}; not limited
 //	GET  /api/coupon/seckill         Method: 100 per 10s over all clients
-//	GET  /api/coupon/claim           User:   3 per 60s per bearer-token user; 401 without one
+//	GET  /api/coupon/claim           User:   3 per 60s per bearer-token user, 10 for a "plan":"vip" token; 401 without one
+//	GET  /api/vouchers/:id/claim     User+id: 1 per 24h per bearer-token user per voucher id; 400 for a bad id
 //	GET  /api/coupon/merchant        IP:     5 per 1s per client IP
 //	GET  /voucher-order/seckill/:id  Method: 5 per 10s over all clients and all ids
-//	GET  /healthz                    not limited: {"status":"ok"}
+//	GET  /healthz                    not limited: {"status":"ok"}, plus "jwks_loaded" with a JWKS URL
 //	GET  /metrics                    not limited: the Prometheus metrics of every decision
 //
-//	GET    /api/admin/limits/claim/users/:user  admin: a user's claim count; User: 60 per 60s per admin
+//	GET    /api/admin/limits/claim/users/:user  admin: a user's claim count (?plan=vip: in that plan); User: 60 per 60s per admin
 //	DELETE /api/admin/limits/claim/users/:user  admin: reset it, 204; User: 60 per 60s per admin
 //
 // An admitted request gets 200 {"code":200,"message":"...","data":{...}},
@@ -40,6 +41,22 @@
 // claim rule does not count the admin routes; each has its own limit per
 // admin ([AdminLimit] per [AdminWindow]), applied only once the request has
 // passed those checks.
+//
+// # Tokens
+//
+// Every token is verified by one [identity.JWT]: the demo's own HS256 tokens
+// (POST /api/login, the command's "token" subcommand, [NewToken]) with
+// [Config.JWTSecret], and, when [Config.JWKSURL] is set, RS256 and ES256
+// tokens signed by a key of the JSON Web Key Set published there
+// ([identity.RemoteJWKS]). The set is fetched at start-up, which waits for
+// it at most 5 s: if the provider is down the service starts anyway, and
+// the provider's tokens get 401 until the set arrives, fetched again in the
+// background. A token whose kid the set lacks (a key the provider has just
+// added) gets 401 and makes the set be fetched again, at most once per
+// [JWKSRefetch], so the new key is accepted within 10 s of its first use.
+// The claims of such tokens count as the demo's own: "sub" is the user,
+// "plan" the plan and "role" the role, so point the URL only at a provider
+// that issues tokens for this service.
 //
 // # Metrics
 //
@@ -107,17 +124,20 @@ type App struct {
 	// Handler serves every route of the demo. It is the *gin.Engine.
 	Handler http.Handler
 
-	rdb       redis.UniversalClient
-	mini      *miniredis.Miniredis // nil unless New started one
+	rdb       redis.UniversalClient // nil until New connected
+	mini      *miniredis.Miniredis  // nil unless New started one
+	users     *identity.JWT         // nil until New made it; refreshes a remote JWKS until Close
 	limiter   *ginlimit.Limiter    // nil until New made it
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// New builds the demo from cfg: it validates the JWT secret and the trusted
-// proxies, connects to Redis (or starts the embedded one) and checks it
-// answers within a few seconds or before ctx ends, and registers the routes.
-// ctx is used only during start-up.
+// New builds the demo from cfg: it validates the JWT secret, the JWKS URL
+// and the trusted proxies, fetches the JWKS when there is a URL (waiting at
+// most 5 s; see Tokens in the package doc), connects to Redis (or starts
+// the embedded one) and checks it answers within a few seconds or before ctx
+// ends, and registers the routes. ctx is used only during start-up: the
+// JWKS is refreshed in the background until [App.Close].
 func New(ctx context.Context, cfg Config) (*App, error) {
 	logger := cfg.Logger
 	if logger == nil {
@@ -134,22 +154,29 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		logger.Warn("coupon: JWT_SECRET is not set; signing tokens with the built-in development secret, which is public and insecure")
 		secret = []byte(DevJWTSecret)
 	}
-	users, err := identity.NewJWT(identity.HMACSecret(secret), identity.Algorithms("HS256"))
-	if err != nil {
-		return nil, fmt.Errorf("coupon: JWT secret: %w", err)
-	}
 	ips, err := identity.NewIP(cfg.TrustedProxies...)
 	if err != nil {
 		return nil, fmt.Errorf("coupon: trusted proxies: %w", err)
 	}
 
 	a := &App{}
-	if len(cfg.ClusterAddrs) > 0 {
-		if a.rdb, err = openCluster(ctx, cfg.ClusterAddrs, logger); err != nil {
-			return nil, err
-		}
-	} else if a.rdb, a.mini, err = openRedis(ctx, cfg.RedisURL, logger); err != nil {
+	if a.users, err = newVerifier(ctx, secret, cfg.JWKSURL, logger); err != nil {
 		return nil, err
+	}
+	// Into a.rdb only on success: a nil *redis.Client would make a
+	// non-nil interface that Close would call.
+	if len(cfg.ClusterAddrs) > 0 {
+		rdb, err := openCluster(ctx, cfg.ClusterAddrs, logger)
+		if err != nil {
+			return nil, errors.Join(err, a.Close())
+		}
+		a.rdb = rdb
+	} else {
+		rdb, mini, err := openRedis(ctx, cfg.RedisURL, logger)
+		if err != nil {
+			return nil, errors.Join(err, a.Close())
+		}
+		a.rdb, a.mini = rdb, mini
 	}
 	// The App's own registry, not the global one: two Apps share nothing.
 	collector := metrics.New()
@@ -158,7 +185,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	opts := []ginlimit.Option{
 		ginlimit.Redis(a.rdb),
 		ginlimit.Observe(collector),
-		ginlimit.UserIdentity(users),
+		ginlimit.UserIdentity(a.users),
 		ginlimit.IPIdentity(ips),
 		ginlimit.Logger(logger),
 		ginlimit.Algorithm(cfg.Algorithm),
@@ -190,10 +217,56 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	engine.RedirectTrailingSlash = false
 	engine.Use(requestLog(logger), gin.Recovery(), a.limiter.Middleware())
 	engine.NoRoute(notFound)
-	routes(engine, &handlers{secret: secret, users: users, logger: logger, claimPolicy: claimPolicy})
+	routes(engine, &handlers{secret: secret, users: a.users, logger: logger, claimPolicy: claimPolicy,
+		remoteJWKS: cfg.JWKSURL != ""})
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	a.Handler = engine
 	return a, nil
+}
+
+// JWKSRefetch is the least time between two fetches of the JWKS asked for
+// by tokens whose kid the set lacks (identity.UnknownKIDRefetch): a key the
+// provider adds is accepted about this long after its first use, plus the
+// fetch, and a flood of made-up kids costs the provider one request per
+// period. It is set here rather than left to the library's default, so that
+// the demo's promise, "within 10 s", holds by this code.
+const JWKSRefetch = 5 * time.Second
+
+// newVerifier returns the verifier of every token of the demo: HS256 tokens
+// signed with secret and, when jwksURL is not empty, RS256 and ES256 tokens
+// signed by a key of the JWKS at jwksURL. Its background refresh runs until
+// its Close, not until ctx ends: ctx bounds only the first fetch (with the
+// library's 5 s StartupTimeout), after which a dead provider leaves the
+// verifier without a set, refusing those tokens, rather than failing.
+func newVerifier(ctx context.Context, secret []byte, jwksURL string, logger *slog.Logger) (*identity.JWT, error) {
+	// Checked alone first, so that a bad secret is blamed on the secret.
+	users, err := identity.NewJWT(identity.HMACSecret(secret), identity.Algorithms("HS256"))
+	if err != nil {
+		return nil, fmt.Errorf("coupon: JWT secret: %w", err)
+	}
+	if jwksURL == "" {
+		return users, nil
+	}
+	users, err = identity.NewJWT(identity.HMACSecret(secret),
+		identity.RemoteJWKS(context.WithoutCancel(ctx), jwksURL,
+			identity.JWKSLogger(logger), identity.UnknownKIDRefetch(JWKSRefetch)),
+		identity.Algorithms("HS256", "RS256", "ES256"))
+	if err != nil {
+		// identity's errors name the URL without its password.
+		return nil, fmt.Errorf("coupon: JWKSURL (JWKS_URL): %w", err)
+	}
+	logger.Info("coupon: accepting RS256 and ES256 tokens signed by the keys of JWKS_URL, besides HS256 ones",
+		slog.String("jwks_url", redactURL(jwksURL)), slog.Bool("jwks_loaded", users.JWKSLoaded()))
+	return users, nil
+}
+
+// redactURL is rawURL with its password, if any, replaced by "xxxxx".
+func redactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
 }
 
 // openRedis connects to the Redis at rawURL, or to a new embedded miniredis
@@ -252,8 +325,8 @@ func openCluster(ctx context.Context, addrs []string, logger *slog.Logger) (redi
 }
 
 // Close stops the rate limiter's background work (its subscription to
-// resets, see ginlimit.Limiter.Close), closes the Redis client and stops the
-// embedded miniredis, if any. Call it after the server has stopped serving
+// resets, see ginlimit.Limiter.Close) and the JWKS refresh, if any, closes
+// the Redis client and stops the embedded miniredis, if any. Call it after the server has stopped serving
 // Handler. Calls after the first do nothing and return the first call's
 // result.
 func (a *App) Close() error {
@@ -261,8 +334,13 @@ func (a *App) Close() error {
 		if a.limiter != nil {
 			_ = a.limiter.Close() // always nil
 		}
-		if err := a.rdb.Close(); err != nil {
-			a.closeErr = fmt.Errorf("coupon: close Redis client: %w", err)
+		if a.users != nil {
+			_ = a.users.Close() // always nil
+		}
+		if a.rdb != nil {
+			if err := a.rdb.Close(); err != nil {
+				a.closeErr = fmt.Errorf("coupon: close Redis client: %w", err)
+			}
 		}
 		if a.mini != nil {
 			a.mini.Close()

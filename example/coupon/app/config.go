@@ -1,7 +1,9 @@
 package app
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
 	"log/slog"
 	"strings"
 	"time"
@@ -27,6 +29,14 @@ type Config struct {
 	// and verifies them on User-limited routes. It must be at least 32 bytes.
 	// When it is empty, New uses DevJWTSecret and logs a warning.
 	JWTSecret []byte
+	// JWKSURL, when not empty, is the URL of the JSON Web Key Set of an
+	// identity provider: besides the HS256 tokens of JWTSecret, RS256 and
+	// ES256 tokens signed by a key of that set are accepted. It must be
+	// https, or http to a loopback host (localhost, 127.0.0.0/8, ::1). New
+	// waits at most 5 s for the set; a provider that is down does not stop
+	// the demo, whose RS256/ES256 tokens then get 401 until the set arrives
+	// (see Tokens in the package doc).
+	JWKSURL string
 	// TrustedProxies are the proxies whose X-Forwarded-For is believed when
 	// finding the client IP of IP-limited routes, each a CIDR ("10.0.0.0/8")
 	// or a single address. When it is empty, the client is the TCP peer and
@@ -73,19 +83,30 @@ type Config struct {
 //   - SHADOW=1 becomes Shadow;
 //   - JWT_SECRET becomes JWTSecret, left nil when the variable is unset or
 //     empty;
+//   - JWKS_URL becomes JWKSURL; when set it must be an absolute http or
+//     https URL with a host;
 //   - TRUSTED_PROXIES, a comma-separated list of CIDRs or addresses, becomes
 //     TrustedProxies, with spaces trimmed and blank entries ignored;
 //   - LIMIT_ALGORITHM, one of sliding_log, sliding_counter, fixed_window or
 //     token_bucket (see [ginlimit.ParseAlgorithm]), becomes Algorithm;
 //     unset or blank means sliding_log.
 //
-// Logger is left nil. The only value ConfigFromEnv checks is
-// LIMIT_ALGORITHM, because it must parse it: an unknown name is an error
-// that names the variable. Everything else is validated by [New].
+// Logger is left nil. ConfigFromEnv checks the values it must parse
+// (LIMIT_ALGORITHM, FAIL_POLICY, SHADOW) and the form of JWKS_URL, so that
+// a typo there is an error that names the variable rather than a key set
+// that never loads; an error never repeats a URL's password. Everything
+// else, and the rest of JWKS_URL's rules (which hosts may use http), is
+// validated by [New].
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	cfg := Config{RedisURL: strings.TrimSpace(getenv("REDIS_URL"))}
 	if s := getenv("JWT_SECRET"); s != "" {
 		cfg.JWTSecret = []byte(s)
+	}
+	if s := strings.TrimSpace(getenv("JWKS_URL")); s != "" {
+		if err := checkJWKSURL(s); err != nil {
+			return Config{}, fmt.Errorf("coupon: JWKS_URL: %w", err)
+		}
+		cfg.JWKSURL = s
 	}
 	for p := range strings.SplitSeq(getenv("TRUSTED_PROXIES"), ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -122,4 +143,24 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		cfg.Algorithm = a
 	}
 	return cfg, nil
+}
+
+// checkJWKSURL checks that rawURL is an absolute http or https URL with a
+// host. Its errors never repeat the URL, which may hold a password.
+func checkJWKSURL(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// A *url.Error repeats the URL: keep only its cause.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
+		return err
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("scheme %q: want https (or http to a loopback host)", u.Scheme)
+	case u.Host == "" || u.Hostname() == "":
+		return errors.New("no host")
+	}
+	return nil
 }

@@ -32,6 +32,9 @@ type handlers struct {
 	// claimPolicy is the claim route's rule, which the admin API inspects
 	// and resets.
 	claimPolicy *ginlimit.Policy
+	// remoteJWKS says whether users also verifies tokens with the keys at
+	// Config.JWKSURL; /healthz then reports whether they have arrived.
+	remoteJWKS bool
 }
 
 // response is the JSON body of every answer except login's token and
@@ -84,7 +87,8 @@ func (h *handlers) login(c *gin.Context) {
 	}
 	// No role: an admin token is minted only by whoever holds the secret
 	// (the command's "token" subcommand), never by this public route.
-	token, err := NewToken(h.secret, req.UserID, "", time.Now())
+	// No plan either: a vip token is minted the same way.
+	token, err := NewToken(h.secret, req.UserID, Grants{}, time.Now())
 	if err != nil {
 		h.logger.ErrorContext(c.Request.Context(), "coupon: sign token", slog.String("error", err.Error()))
 		reply(c, http.StatusInternalServerError, "Internal server error", nil)
@@ -112,6 +116,32 @@ func (h *handlers) claim(c *gin.Context) {
 	reply(c, http.StatusOK, "Coupon claimed", withRemaining(c, gin.H{"user_id": userID}))
 }
 
+// requireVoucherID refuses, with 400, a voucher id that is not a positive
+// integer written the one canonical way (no sign, no leading zero), before
+// the voucher claim limit counts it: "07" would otherwise be counted apart
+// from "7" and claim voucher 7 a second time. It calls no Redis.
+func requireVoucherID(c *gin.Context) {
+	s := c.Param("id")
+	id, err := strconv.ParseUint(s, 10, 63)
+	if err != nil || id == 0 || strconv.FormatUint(id, 10) != s {
+		abortWith(c, http.StatusBadRequest, "The voucher id must be a positive integer")
+	}
+}
+
+// voucherClaim answers GET /api/vouchers/:id/claim once its limit, one per
+// user per voucher, admitted it.
+func (h *handlers) voucherClaim(c *gin.Context) {
+	// As in claim: the limit verified the token but does not hand the id on.
+	userID, err := h.users.UserID(c)
+	if err != nil {
+		c.Header("WWW-Authenticate", h.users.Challenge())
+		reply(c, http.StatusUnauthorized, "Authentication required", nil)
+		return
+	}
+	id, _ := strconv.ParseUint(c.Param("id"), 10, 63) // checked by requireVoucherID
+	reply(c, http.StatusOK, "Voucher claimed", withRemaining(c, gin.H{"user_id": userID, "voucher_id": id}))
+}
+
 // merchant answers GET /api/coupon/merchant once its IP limit admitted it.
 func (h *handlers) merchant(c *gin.Context) {
 	reply(c, http.StatusOK, "Merchant list", withRemaining(c, gin.H{
@@ -130,9 +160,16 @@ func (h *handlers) voucherSeckill(c *gin.Context) {
 	reply(c, http.StatusOK, "Voucher order accepted", withRemaining(c, gin.H{"voucher_id": id}))
 }
 
-// healthz answers GET /healthz, which is never limited.
+// healthz answers GET /healthz, which is never limited: 200
+// {"status":"ok"}, with "jwks_loaded" when Config.JWKSURL is set (false
+// until the first set has been fetched; the service works meanwhile, its
+// own HS256 tokens included, so the status stays "ok").
 func (h *handlers) healthz(c *gin.Context) {
-	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+	body := gin.H{"status": "ok"}
+	if h.remoteJWKS {
+		body["jwks_loaded"] = h.users.JWKSLoaded()
+	}
+	c.JSON(http.StatusOK, body)
 }
 
 // notFound answers every path that no route matches.

@@ -25,9 +25,10 @@ const (
 )
 
 // The rate limits of GET /api/coupon/claim: 3 requests per 60 seconds for
-// each user of a valid bearer token ([ginlimit.User]). The rule is compiled
-// once, by newClaimPolicy, into the [ginlimit.Policy] that both the route
-// and the admin API under /api/admin/limits/claim use.
+// each user of a valid bearer token ([ginlimit.User]), or 10 per 60 seconds
+// for a user whose token's "plan" claim is "vip" ([ginlimit.Tiers]). The
+// rule is compiled once, by newClaimPolicy, into the [ginlimit.Policy] that
+// both the route and the admin API under /api/admin/limits/claim use.
 const (
 	// ClaimPath is the path of the claim route.
 	ClaimPath = "/api/coupon/claim"
@@ -44,6 +45,38 @@ const (
 	ClaimWindow = 60 * time.Second
 	// ClaimMessage is the 429 message of GET /api/coupon/claim.
 	ClaimMessage = "You are claiming coupons too often, please try again later"
+	// PlanClaim is the name of the token claim that carries the user's
+	// plan. A token without it, or with a plan the claim rule does not
+	// know, gets ClaimLimit.
+	PlanClaim = "plan"
+	// PlanVIP is the plan whose users may claim ClaimVIPLimit coupons per
+	// ClaimWindow. POST /api/login never grants it (see [NewToken]).
+	PlanVIP = "vip"
+	// ClaimVIPLimit is how many requests GET /api/coupon/claim admits per
+	// ClaimWindow to a user whose token's plan is PlanVIP.
+	ClaimVIPLimit = 10
+)
+
+// The rate limit of GET /api/vouchers/:id/claim: 1 claim per 24 hours for
+// each user of a valid bearer token and each voucher id
+// ([ginlimit.Per]([ginlimit.ByUser](), [ginlimit.ByParam]("id"))): alice's
+// claims of voucher 7 and of voucher 8 are counted apart, and apart from
+// bob's. The id is checked to be a positive integer in canonical form
+// before the limit counts it (400 otherwise), so "07" cannot claim
+// voucher 7 a second time and a malformed id creates no key.
+const (
+	// VoucherClaimPath is the route template of the voucher claim route.
+	VoucherClaimPath = "/api/vouchers/:id/claim"
+	// VoucherClaimKey is the Redis key prefix of GET /api/vouchers/:id/claim.
+	VoucherClaimKey = "voucher:claim:"
+	// VoucherClaimLimit is how many claims GET /api/vouchers/:id/claim
+	// admits per user per voucher per VoucherClaimWindow.
+	VoucherClaimLimit = 1
+	// VoucherClaimWindow is the sliding window of
+	// GET /api/vouchers/:id/claim.
+	VoucherClaimWindow = 24 * time.Hour
+	// VoucherClaimMessage is the 429 message of GET /api/vouchers/:id/claim.
+	VoucherClaimMessage = "You have already claimed this voucher today"
 )
 
 // The rate limits of GET /api/coupon/merchant: 5 requests per second for
@@ -96,14 +129,23 @@ const (
 // for one user.
 const adminClaimUserPath = "/api/admin/limits/claim/users/:user"
 
+// claimPlans are the plans of the claim rule besides its own limit, by the
+// value of the token's PlanClaim, each with its limit per ClaimWindow. It is
+// a function, not a package-level map, so that nothing can change the
+// rule's plans after start-up.
+func claimPlans() map[string]int { return map[string]int{PlanVIP: ClaimVIPLimit} }
+
 // newClaimPolicy compiles the claim rule on top of limiter's defaults. It is
 // the only definition of the rule: the claim route serves its Handler and
-// the admin API Peeks and Resets it.
+// the admin API Peeks and Resets it. Its limit is ClaimLimit, or the plan's
+// limit (claimPlans) for a token whose PlanClaim names one; each plan has
+// its own counts.
 func newClaimPolicy(limiter *ginlimit.Limiter) (*ginlimit.Policy, error) {
 	return limiter.Policy(
 		ginlimit.Key(ClaimKey), ginlimit.Window(ClaimWindow), ginlimit.Limit(ClaimLimit),
 		ginlimit.Message(ClaimMessage),
-		ginlimit.Type(ginlimit.User))
+		ginlimit.Type(ginlimit.User),
+		ginlimit.Tiers(PlanClaim, claimPlans()))
 }
 
 // routes registers every route of the demo on r. Each limited route carries
@@ -122,6 +164,13 @@ func routes(r gin.IRoutes, h *handlers) {
 
 	r.GET(ClaimPath, h.claimPolicy.Handler(), h.claim)
 
+	// The id is checked before the limit, so that only a canonical voucher
+	// id is ever counted (see VoucherClaimPath).
+	r.GET(VoucherClaimPath, requireVoucherID, ginlimit.RateLimit(
+		ginlimit.Key(VoucherClaimKey), ginlimit.Window(VoucherClaimWindow), ginlimit.Limit(VoucherClaimLimit),
+		ginlimit.Message(VoucherClaimMessage),
+		ginlimit.Per(ginlimit.ByUser(), ginlimit.ByParam("id"))), h.voucherClaim)
+
 	r.GET("/api/coupon/merchant", ginlimit.RateLimit(
 		ginlimit.Key(MerchantKey), ginlimit.Window(MerchantWindow), ginlimit.Limit(MerchantLimit),
 		ginlimit.Message(MerchantMessage),
@@ -139,7 +188,7 @@ func routes(r gin.IRoutes, h *handlers) {
 		ginlimit.Key(AdminKey), ginlimit.Window(AdminWindow), ginlimit.Limit(AdminLimit),
 		ginlimit.Message(AdminMessage),
 		ginlimit.Type(ginlimit.User))
-	r.GET(adminClaimUserPath, h.requireAdmin, h.requireUserParam, adminLimit, h.peekClaim)
+	r.GET(adminClaimUserPath, h.requireAdmin, h.requireUserParam, h.requirePlanQuery, adminLimit, h.peekClaim)
 	r.DELETE(adminClaimUserPath, h.requireAdmin, h.requireUserParam, adminLimit, h.resetClaim)
 
 	r.GET("/healthz", h.healthz)
