@@ -127,7 +127,7 @@ type App struct {
 	rdb       redis.UniversalClient // nil until New connected
 	mini      *miniredis.Miniredis  // nil unless New started one
 	users     *identity.JWT         // nil until New made it; refreshes a remote JWKS until Close
-	limiter   *ginlimit.Limiter    // nil until New made it
+	limiter   *ginlimit.Limiter     // nil until New made it
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -3,8 +3,8 @@ package app
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
