@@ -509,6 +509,7 @@ func TestConfigFromEnv(t *testing.T) {
 				"REDIS_CLUSTER_ADDRS": "10.0.0.1:6379, 10.0.0.2:6379,",
 				"FAIL_POLICY":         "local",
 				"SHADOW":              "1",
+				"JWKS_URL":            "https://idp.example.com/.well-known/jwks.json",
 			},
 			want: app.Config{
 				RedisURL:       "redis://localhost:6379/1",
@@ -518,6 +519,7 @@ func TestConfigFromEnv(t *testing.T) {
 				ClusterAddrs:   []string{"10.0.0.1:6379", "10.0.0.2:6379"},
 				FailPolicy:     ginlimit.FailLocal,
 				Shadow:         true,
+				JWKSURL:        "https://idp.example.com/.well-known/jwks.json",
 			},
 		},
 		{
@@ -548,7 +550,7 @@ func TestConfigFromEnv(t *testing.T) {
 			if got.RedisURL != tt.want.RedisURL || !bytes.Equal(got.JWTSecret, tt.want.JWTSecret) ||
 				(got.JWTSecret == nil) != (tt.want.JWTSecret == nil) ||
 				!slices.Equal(got.TrustedProxies, tt.want.TrustedProxies) || got.Logger != nil ||
-				got.Algorithm != tt.want.Algorithm {
+				got.Algorithm != tt.want.Algorithm || got.JWKSURL != tt.want.JWKSURL {
 				t.Errorf("ConfigFromEnv = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -606,7 +608,8 @@ func TestConfigFromEnvBadAlgorithm(t *testing.T) {
 
 // TestAlgorithms runs the demo with each algorithm: the merchant route admits
 // its limit, 5, and then answers 429 (the token bucket's burst is the limit),
-// and every other limited route still admits a request, so each route's
+// and every other limited route still admits a request (the voucher claim
+// route one per user per voucher, then 429), so each route's
 // window suits each algorithm (a sliding counter's sub-windows must divide
 // it). The Redis clock is frozen with SetTime, so no window slides and no
 // token refills while the test runs, however slow the machine. The shape of
@@ -639,6 +642,8 @@ func TestAlgorithms(t *testing.T) {
 				step{req: req{target: "/api/coupon/seckill"}, status: 200},
 				step{req: req{target: "/api/coupon/claim", token: login(t, h, "alice")}, status: 200},
 				step{req: req{target: "/voucher-order/seckill/1"}, status: 200},
+				step{req: req{target: "/api/vouchers/7/claim", token: login(t, h, "alice")}, status: 200},
+				step{req: req{target: "/api/vouchers/7/claim", token: login(t, h, "alice")}, status: 429, body: tooMany(app.VoucherClaimMessage)},
 			)
 			ws := run(t, h, steps)
 			if got := ws[app.MerchantLimit].Header().Get("Retry-After"); got == "" {
