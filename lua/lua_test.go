@@ -73,21 +73,16 @@ func args(clock int64, rules ...rule) []any {
 	return a
 }
 
-// ints converts a script reply to integers, failing t if it is anything
-// else.
+// ints decodes a script reply (see Ints), and fails t if it is anything
+// else: it must be the packed string, not an array.
 func ints(t *testing.T, reply any) []int64 {
 	t.Helper()
-	list, ok := reply.([]any)
-	if !ok {
-		t.Fatalf("reply %#v is not a list", reply)
+	if _, ok := reply.(string); !ok {
+		t.Fatalf("reply %#v is not a packed string", reply)
 	}
-	out := make([]int64, len(list))
-	for i, v := range list {
-		n, ok := v.(int64)
-		if !ok {
-			t.Fatalf("reply element %d is %#v, not an integer (reply %v)", i, v, list)
-		}
-		out[i] = n
+	out, err := Ints(reply)
+	if err != nil {
+		t.Fatalf("reply %q: %v", reply, err)
 	}
 	return out
 }
