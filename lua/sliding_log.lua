@@ -99,7 +99,11 @@ local function sliding_log_exact(key, window, cum, over)
   -- Scores are whole µs, so (now - window, +inf] is [now - window + 1, +inf]:
   -- a number, which Redis reads as a double (exactly: below 2^53).
   local from = now - window + 1
-  local first = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'LIMIT', '0', '1')
+  -- The oldest entry is in the window unless a sweep is due: read it by
+  -- rank, which costs Redis less than by score, and by score only when it
+  -- has left the window (or is of the older format, whose score is not in
+  -- the member).
+  local first = redis.call('ZRANGE', key, '0', '0')
   local f = first[1]
   if not f then
     return 0
@@ -107,6 +111,19 @@ local function sliding_log_exact(key, window, cum, over)
   local at, fcum, fcost, units
   if string.byte(f) < 48 then
     at, fcum = unpack_ints('>I7I7', f)
+  end
+  if not at or at < from then
+    first = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'LIMIT', '0', '1')
+    f = first[1]
+    if not f then
+      return 0
+    end
+    at = nil
+    if string.byte(f) < 48 then
+      at, fcum = unpack_ints('>I7I7', f)
+    end
+  end
+  if at then
     fcost = 1
     if #f == 22 then
       fcost = unpack_ints('>I4', f, 19)
