@@ -261,10 +261,10 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   end
   if not a then
-    redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
+    redis.call('PEXPIRE', key, math.ceil(window / 1000) .. '')
   elseif a > 0 then
     local q = window / 4
-    redis.call('PEXPIRE', key, string.format('%d', math.ceil((at - at % q + q + window - now) / 1000)))
+    redis.call('PEXPIRE', key, math.ceil((at - at % q + q + window - now) / 1000) .. '')
   end
   if exact then
     return units, b[2]
