@@ -92,8 +92,8 @@
 // both exact below 2^53). Arguments that Redis reads as integers (PEXPIRE,
 // HINCRBY, ranks) are never passed as numbers, as 7.2 may write 1e8 as
 // "1e+08": those below 1e14 (milliseconds, counts, costs) are turned into
-// text by concatenation (x .. '', Lua's %.14g: exact and without an
-// exponent below 1e14), which is an instruction rather than a call; larger
+// text by concatenation with the empty string (Lua's %.14g: exact, with no
+// exponent, below 1e14), which is an instruction rather than a call; larger
 // ones (µs times, sub-window numbers) and ranks with string.format('%d').
 // miniredis has no struct library; prologue.lua writes out the
 // little of it the scripts use.
