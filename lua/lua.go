@@ -2,12 +2,15 @@
 // the .lua files beside this one so they can be read, reviewed and tested as
 // Lua. Each file documents its details at its top.
 //
-// A script is assembled from three kinds of file:
+// A script is assembled from these files:
 //
 //   - prologue.lua, the start of every script: it checks the number of
 //     arguments, reads the clock (a test clock or Redis TIME) into now, and
-//     defines int, an integer check, and rule, which reads and checks one
-//     rule's window, limit, param and cost.
+//     provides pack and unpack_ints (Redis's struct library, or its stand-in
+//     on miniredis). rule.lua defines int, an integer check, and rule, which
+//     reads and checks one rule's window, limit, param and cost, naming what
+//     is wrong: [Several] runs it for every rule, [Single] only in its error
+//     branch.
 //
 //   - One file per algorithm (sliding_log.lua, sliding_counter.lua,
 //     fixed_window.lua, token_bucket.lua), each defining four local

@@ -6,8 +6,8 @@
 -- check only reads, so the first write of an admission is the first rule's
 -- commit: see lua.go about maxmemory.
 --
--- lua.go builds the script as prologue.lua, the files of the algorithms it
--- is given, then generated lines that map each algorithm number in ARGV to
+-- lua.go builds the script as prologue.lua, rule.lua, the files of the
+-- algorithms it is given, then generated lines that map each algorithm number in ARGV to
 -- its four functions and list the numbers for error messages,
 --
 --   local algorithms = {[0] = {sliding_log_validate, sliding_log_check,

@@ -1,6 +1,6 @@
 -- The single-rule driver: decides one request under one rule, atomically,
 -- in one call. It is the hot path, so it does nothing but that: no table,
--- no loop.
+-- no loop, and one cheap test of its arguments.
 --
 -- lua.go builds the script as prologue.lua, the rule's algorithm's file,
 -- then generated lines that name the algorithm's four functions, its number
@@ -10,7 +10,9 @@
 --   local validate, check, commit, report = sliding_log_validate, ...
 --   local alg_number, alg_name = '0', 'sliding_log'
 --
--- then this file. The arguments are prologue.lua's with exactly one key:
+-- then this file, with rule.lua put in its error branch (at the line
+-- "-- rule.lua"), so that the hot path does not make its functions. The
+-- arguments are prologue.lua's with exactly one key:
 -- KEYS[1] the key, ARGV[1] the test clock or '', ARGV[2..6] the algorithm
 -- number, window, limit, param and cost.
 --
