@@ -7,8 +7,9 @@
 -- commit: see lua.go about maxmemory.
 --
 -- lua.go builds the script as prologue.lua, rule.lua, the files of the
--- algorithms it is given, then generated lines that map each algorithm number in ARGV to
--- its four functions and list the numbers for error messages,
+-- algorithms it is given, then generated lines that map each algorithm
+-- number in ARGV to its four functions and list the numbers for error
+-- messages,
 --
 --   local algorithms = {[0] = {sliding_log_validate, sliding_log_check,
 --     sliding_log_commit, sliding_log_report}, [1] = {token_bucket_validate, ...}}
