@@ -30,7 +30,7 @@ end
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2] -- Lua reads the digits itself: no tonumber call
 else
   now = tonumber(now)
   if not now or now < 0 or now > 9007199254740992 or now % 1 ~= 0 then
