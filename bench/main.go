@@ -231,6 +231,7 @@ func progress(format string, args ...any) {
 // results is everything the report shows.
 type results struct {
 	cells  []cellResult
+	costs  []scriptCost
 	memory []memoryResult
 	floods []floodResult
 	http   []httpResult
@@ -260,6 +261,18 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 				cell.Case.ID, n, cell.Run.PerSec(), us(cell.Run.Hist.quantile(0.5)), cell.Run.NonDecisions, cell.CPU.use())
 		}
 		res.cells = append(res.cells, cells...)
+	}
+	if len(throughput) > 0 {
+		costs, err := e.measureScriptCost(ctx, throughput)
+		if err != nil {
+			return nil, fmt.Errorf("script cost: %w (redis-server: %v)", err, e.srv.alive())
+		}
+		for _, c := range costs {
+			a, _ := c.Admit.ServerUsecPerCall()
+			r, _ := c.Reject.ServerUsecPerCall()
+			progress("%-25s Redis µs/call: admit %.2f, reject %.2f", c.Case.ID, a, r)
+		}
+		res.costs = costs
 	}
 	fail := func(c *benchCase, what string, err error) error {
 		return fmt.Errorf("%s, %s: %w (redis-server: %v)", c.ID, what, err, e.srv.alive())

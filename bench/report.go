@@ -43,6 +43,9 @@ func renderReport(e *env, res *results) string {
 	if len(res.cells) > 0 {
 		renderThroughput(w, res.cells)
 	}
+	if len(res.costs) > 0 {
+		renderScriptCost(w, res.costs, cfg)
+	}
 	if len(res.memory) > 0 {
 		renderMemory(w, res.memory)
 	}

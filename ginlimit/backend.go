@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // backend is the Redis call path of one client: it knows the scripts, the
@@ -239,7 +241,7 @@ var ErrSaturated = errors.New("ginlimit: no decision in time: the process is sat
 // serve: a network error, or Redis not answering within timeout, while the
 // request itself was still waiting. It returns the node's breaker, nil when
 // there is none.
-func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]any, *breaker, error) {
+func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *breaker, error) {
 	n, err := b.nodes.forKey(ctx, timeout, keys[0])
 	if err != nil {
 		return nil, n.brk, err
@@ -259,7 +261,7 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	if cancel != nil {
 		defer cancel()
 	}
-	var reply []any
+	var reply []int64
 	if b.pipe != nil && b.calls.Add(1) > b.pipeAbove {
 		reply, err = b.runPipelined(cctx, s, keys, args)
 		b.calls.Add(-1)
@@ -322,14 +324,23 @@ func isNetTimeout(err error) bool {
 // the client's own ReadTimeout. At most the client's pool size of such
 // goroutines can wait on a hung server, because waiting for a pooled
 // connection does honour ctx.
-func (b *backend) runDirect(ctx context.Context, s *redis.Script, keys []string, args []any) ([]any, error) {
+func (b *backend) runDirect(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, error) {
 	switch {
 	case b.honours && !b.nodes.isCluster():
-		return s.Run(ctx, b.client, keys, args...).Slice()
+		return ints(s.Run(ctx, b.client, keys, args...))
 	case b.bound != nil:
-		return s.Run(ctx, b.bound, keys, args...).Slice()
+		return ints(s.Run(ctx, b.bound, keys, args...))
 	}
-	return bounded(ctx, func() ([]any, error) { return s.Run(ctx, b.client, keys, args...).Slice() })
+	return bounded(ctx, func() ([]int64, error) { return ints(s.Run(ctx, b.client, keys, args...)) })
+}
+
+// ints returns the integers of a script's reply (see lua.Ints).
+func ints(cmd *redis.Cmd) ([]int64, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	return lua.Ints(v)
 }
 
 // boundedGrace is how long bounded waits, once ctx has ended, for f to
@@ -343,7 +354,7 @@ const boundedGrace = time.Millisecond
 // so WaitContext is what bounds the wait; a command abandoned that way still
 // executes. On NOSCRIPT (after SCRIPT FLUSH or a restart) the script is run
 // once through the plain client, whose EVAL loads it again.
-func (b *backend) runPipelined(ctx context.Context, s *redis.Script, keys []string, args []any) ([]any, error) {
+func (b *backend) runPipelined(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, error) {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", s.Hash(), len(keys))
 	for _, k := range keys {
@@ -352,10 +363,10 @@ func (b *backend) runPipelined(ctx context.Context, s *redis.Script, keys []stri
 	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
 	err := b.pipe.Submit(ctx, cmd).WaitContext(ctx)
 	if err == nil {
-		return cmd.Slice()
+		return ints(cmd)
 	}
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return s.Run(ctx, b.client, keys, args...).Slice()
+		return ints(s.Run(ctx, b.client, keys, args...))
 	}
 	if ctx.Err() != nil {
 		return nil, cause(ctx)

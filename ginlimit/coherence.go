@@ -381,11 +381,7 @@ func publish(ctx context.Context, b *backend, payload string) (int64, error) {
 	if len(reply) != 1 {
 		return 0, fmt.Errorf("unexpected PUBLISH reply of %d elements", len(reply))
 	}
-	n, ok := reply[0].(int64)
-	if !ok {
-		return 0, fmt.Errorf("unexpected PUBLISH reply %T", reply[0])
-	}
-	return n, nil
+	return reply[0], nil
 }
 
 // acks counts the acknowledgements of one reset.

@@ -254,22 +254,17 @@ func (p *Policy) args(req *request) []any {
 // rule's (with the longest retry among the rules that rejected) or, when
 // admitted, the rule with the least remaining. For a route declared with
 // Rules, Rules holds every rule's decision.
-func (p *Policy) parse(req *request, reply []any) (Decision, error) {
+func (p *Policy) parse(req *request, reply []int64) (Decision, error) {
 	return p.parseFor(req, reply, p.named)
 }
 
 // parseFor is parse, with Rules filled when every is true.
-func (p *Policy) parseFor(req *request, reply []any, every bool) (Decision, error) {
+func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, error) {
 	n := len(req.calls)
 	if len(reply) != 2+4*n {
 		return Decision{}, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}
-	for i, v := range reply {
-		if _, ok := v.(int64); !ok {
-			return Decision{}, fmt.Errorf("unexpected reply element %d of type %T", i, v)
-		}
-	}
-	at := func(i int) int64 { return reply[i].(int64) }
+	at := func(i int) int64 { return reply[i] }
 	now, fired := time.UnixMicro(at(0)), int(at(1))
 	if fired < 0 || fired > n {
 		return Decision{}, fmt.Errorf("unexpected firing rule %d", fired)

@@ -40,8 +40,8 @@ end
 
 local function fixed_window_commit(key, window, limit, param, cost, start, count)
   count = count + cost
-  redis.call('HSET', key, 's', string.format('%d', start), 'c', string.format('%d', count))
-  redis.call('PEXPIREAT', key, string.format('%d', math.ceil((start + window) / 1000)))
+  redis.call('HSET', key, 's', string.format('%d', start), 'c', count .. '')
+  redis.call('PEXPIREAT', key, math.ceil((start + window) / 1000) .. '')
   return start, count
 end
 

@@ -73,21 +73,16 @@ func args(clock int64, rules ...rule) []any {
 	return a
 }
 
-// ints converts a script reply to integers, failing t if it is anything
-// else.
+// ints decodes a script reply (see Ints), and fails t if it is anything
+// else: it must be the packed string, not an array.
 func ints(t *testing.T, reply any) []int64 {
 	t.Helper()
-	list, ok := reply.([]any)
-	if !ok {
-		t.Fatalf("reply %#v is not a list", reply)
+	if _, ok := reply.(string); !ok {
+		t.Fatalf("reply %#v is not a packed string", reply)
 	}
-	out := make([]int64, len(list))
-	for i, v := range list {
-		n, ok := v.(int64)
-		if !ok {
-			t.Fatalf("reply element %d is %#v, not an integer (reply %v)", i, v, list)
-		}
-		out[i] = n
+	out, err := Ints(reply)
+	if err != nil {
+		t.Fatalf("reply %q: %v", reply, err)
 	}
 	return out
 }
@@ -677,6 +672,45 @@ func TestPeekRecordsNothing(t *testing.T) {
 			if admitted < 20 || rejected < 20 {
 				t.Errorf("%v: %d admitted and %d rejected: the sequence does not exercise both", cfg, admitted, rejected)
 			}
+		}
+	})
+}
+
+// TestPack: pack and unpack_ints (prologue.lua) give the bytes of
+// struct.pack's big-endian formats and read them back, both where they are
+// Redis's struct library and where prologue.lua writes them out
+// (miniredis).
+func TestPack(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		src := prologue + `
+local a, b, c, p = unpack_ints('>I7I7I4', pack('>I7I7I4', 1795418952522849, 4503599627370495, 4294967295))
+local d, q = unpack_ints('>I4', pack('>I7I7I4I4', 1, 2, 3, 123456789), 19)
+return {pack('>i8i8i8i8', -1, -4294967297, 9007199254740992, 0),
+  pack('>I7I7I4I4', 1795418952522849, 4503599627370495, 4294967295, 7), a, b, c, p, d, q}`
+		reply, err := redis.NewScript(src).Run(context.Background(), c, []string{prefix(t)}, "", 0, 1000, 1, 0, 1).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		be := func(size int, v int64) string {
+			b := make([]byte, size)
+			for i := size - 1; i >= 0; i-- {
+				b[i] = byte(v)
+				v >>= 8
+			}
+			return string(b)
+		}
+		want := []any{
+			be(8, -1) + be(8, -4294967297) + be(8, 1<<53) + be(8, 0),
+			be(7, 1795418952522849) + be(7, 4503599627370495) + be(4, 4294967295) + be(4, 7),
+			int64(1795418952522849), int64(4503599627370495), int64(4294967295), int64(19), int64(123456789), int64(23),
+		}
+		if fmt.Sprintf("%q", reply) != fmt.Sprintf("%q", want) {
+			t.Errorf("got %q\nwant %q", reply, want)
+		}
+		got, err := Ints(reply[0])
+		if err != nil || !slices.Equal(got, []int64{-1, -4294967297, 1 << 53, 0}) {
+			t.Errorf("Ints(%q) = %v, %v", reply[0], got, err)
 		}
 	})
 }

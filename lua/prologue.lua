@@ -1,6 +1,5 @@
 -- The start of every script (lua.go puts it in front of each): it checks the
--- number of arguments, reads the clock, and defines the helpers that both
--- drivers and every algorithm share.
+-- number of arguments and reads the clock.
 --
 -- Every script takes the same layout, n >= 1 rules (single.lua: exactly 1):
 --
@@ -14,55 +13,72 @@
 --                    algorithm's: see each algorithm's file).
 -- ARGV[6 + 5*(i-1)]  the request's cost under it (an integer, 1 to 1e9).
 --
--- It leaves now, the time in µs (a number, exact below 2^53); int(v, lo,
--- hi), v as an integer from lo to hi or nil; and rule(i), rule i's window,
--- limit, param and cost checked against those ranges.
+-- It leaves now, the time in µs (a number, exact below 2^53), and pack and
+-- unpack_ints, which turn integers into big-endian bytes and back: Redis's
+-- struct.pack and struct.unpack, for the formats '>' then I<n> (unsigned)
+-- or i8 (signed, two's complement) per integer, where n is 1 to 8. Where
+-- there is no struct library (miniredis), they are written out here, for
+-- those formats only, and made only there: Redis runs a script's whole text
+-- on every call, so each function a script defines is made again on every
+-- call. The checks that name a bad argument are rule.lua's.
 
 if #KEYS < 1 or #ARGV ~= 1 + 5 * #KEYS then
   return redis.error_reply('ERR ginlimit: want 1 + 5*#KEYS arguments (the clock, then algorithm, window, limit, param and cost per key) and at least 1 key; got '
     .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
 end
 
-local function int(v, lo, hi)
-  v = tonumber(v)
-  if not v or v < lo or v > hi or v % 1 ~= 0 then
-    return nil
-  end
-  return v
-end
-
-local now
-if ARGV[1] ~= '' then
-  now = int(ARGV[1], 0, 9007199254740992)
-  if not now then
+local now = ARGV[1]
+if now == '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2] -- Lua reads the digits itself: no tonumber call
+else
+  now = tonumber(now)
+  if not now or now < 0 or now > 9007199254740992 or now % 1 ~= 0 then
     return redis.error_reply('ERR ginlimit: the test clock (ARGV[1]) must be an integer number of microseconds from 0 to 2^53, or empty for the Redis clock')
   end
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- rule(i) returns rule i's window, limit, param and cost, checked against
--- those ranges, or nil and what is wrong with its arguments. The algorithm
--- number, ARGV[5*i - 3], is the driver's to read. (The checks are int's,
--- written out: this runs on every call.)
-local function rule(i)
-  local a = 5 * i - 3
-  local window = tonumber(ARGV[a + 1])
-  if not window or window < 1000 or window > 1e15 or window % 1 ~= 0 then
-    return nil, 'window (ARGV[' .. (a + 1) .. ']) must be an integer number of microseconds from 1000 to 1e15'
+
+local pack, unpack_ints
+local struct = rawget(_G, 'struct') -- reading a missing global is an error
+if struct then
+  pack, unpack_ints = struct.pack, struct.unpack
+else
+  pack = function(format, ...)
+    local bytes, i = {}, 0
+    for size in string.gmatch(format, '[iI](%d)') do
+      size = tonumber(size)
+      i = i + 1
+      local v = select(i, ...)
+      local hi = math.floor(v / 4294967296)
+      local x = v - hi * 4294967296
+      if hi < 0 then
+        hi = hi + 4294967296 -- only i8 is negative
+      end
+      local n = #bytes
+      for j = 1, size do
+        if j == 5 then
+          x = hi
+        end
+        local r = x % 256
+        bytes[n + size - j + 1] = r
+        x = (x - r) / 256
+      end
+    end
+    return string.char(unpack(bytes))
   end
-  local limit = tonumber(ARGV[a + 2])
-  if not limit or limit < 1 or limit > 1e9 or limit % 1 ~= 0 then
-    return nil, 'limit (ARGV[' .. (a + 2) .. ']) must be an integer from 1 to 1e9'
+  unpack_ints = function(format, s, pos)
+    local out, p = {}, pos or 1
+    for size in string.gmatch(format, 'I(%d)') do
+      size = tonumber(size)
+      local v = 0
+      for j = p, p + size - 1 do
+        v = v * 256 + string.byte(s, j)
+      end
+      out[#out + 1] = v
+      p = p + size
+    end
+    out[#out + 1] = p
+    return unpack(out)
   end
-  local param = tonumber(ARGV[a + 3])
-  if not param or param < 0 or param > 1e9 or param % 1 ~= 0 then
-    return nil, 'param (ARGV[' .. (a + 3) .. ']) must be an integer from 0 to 1e9'
-  end
-  local cost = tonumber(ARGV[a + 4])
-  if not cost or cost < 1 or cost > 1e9 or cost % 1 ~= 0 then
-    return nil, 'cost (ARGV[' .. (a + 4) .. ']) must be an integer from 1 to 1e9'
-  end
-  return window, limit, param, cost
 end

@@ -6,9 +6,10 @@
 -- check only reads, so the first write of an admission is the first rule's
 -- commit: see lua.go about maxmemory.
 --
--- lua.go builds the script as prologue.lua, the files of the algorithms it
--- is given, then generated lines that map each algorithm number in ARGV to
--- its four functions and list the numbers for error messages,
+-- lua.go builds the script as prologue.lua, rule.lua, the files of the
+-- algorithms it is given, then generated lines that map each algorithm
+-- number in ARGV to its four functions and list the numbers for error
+-- messages,
 --
 --   local algorithms = {[0] = {sliding_log_validate, sliding_log_check,
 --     sliding_log_commit, sliding_log_report}, [1] = {token_bucket_validate, ...}}
@@ -24,9 +25,9 @@
 -- param and cost.
 --
 -- Returns {now_us, fired, then per rule: ok, remaining, reset_us,
--- retry_us}: fired is the index of the first rule that rejected the request,
--- 0 when it was admitted and recorded; ok is 1 when that rule alone would
--- admit it; retry_us is 0 for a rule that would.
+-- retry_us}, packed as lua.go says: fired is the index of the first rule
+-- that rejected the request, 0 when it was admitted and recorded; ok is 1
+-- when that rule alone would admit it; retry_us is 0 for a rule that would.
 
 local n = #KEYS
 local algs, keys, windows, limits, params, costs = {}, {}, {}, {}, {}, {}
@@ -71,4 +72,4 @@ for i = 1, n do
   local j = 4 * i - 1
   out[j], out[j + 1], out[j + 2], out[j + 3] = oks[i] and 1 or 0, remaining, reset, retry
 end
-return out
+return pack('>' .. string.rep('i8', #out), unpack(out))

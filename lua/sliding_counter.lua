@@ -82,9 +82,9 @@ local function sliding_counter_commit(key, window, limit, param, cost, counts, s
   local sub = window / param
   local cur = math.floor(now / sub)
   counts[cur] = (counts[cur] or 0) + cost
-  redis.call('HINCRBY', key, string.format('%d', cur), string.format('%d', cost))
+  redis.call('HINCRBY', key, string.format('%d', cur), cost .. '')
   -- The newest sub-window is counted until its index + N; keep it that long.
-  redis.call('PEXPIREAT', key, string.format('%d', math.ceil(((counts.last or cur) + param) * sub / 1000)))
+  redis.call('PEXPIREAT', key, math.ceil(((counts.last or cur) + param) * sub / 1000) .. '')
   sliding_counter_sweep(key, counts)
   return counts, sum + cost
 end

@@ -94,32 +94,40 @@ end
 -- k = units - over is what must leave before the request fits: the at of
 -- the first entry whose cum reaches cum(oldest) - cost(oldest) + k, found by
 -- a binary search over the ranks of the window, counted from the newest
--- (-1), unless it is the oldest. Only the uncommon paths come here, so its
--- helper is made only then.
+-- (-1), unless it is the oldest. Only the uncommon paths come here.
 local function sliding_log_exact(key, window, cum, over)
-  -- at, cum and cost of member m, or nil for the older format.
-  local function parse(m)
-    local a1, a2, a3, a4, a5, a6, a7, c1, c2, c3, c4, c5, c6, c7 = string.byte(m, 1, 14)
-    if a1 >= 48 then
-      return nil
-    end
-    local cost = 1
-    if #m == 22 then
-      local k1, k2, k3, k4 = string.byte(m, 19, 22)
-      cost = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
-    end
-    return ((((((a1 * 256 + a2) * 256 + a3) * 256 + a4) * 256 + a5) * 256 + a6) * 256 + a7),
-      ((((((c1 * 256 + c2) * 256 + c3) * 256 + c4) * 256 + c5) * 256 + c6) * 256 + c7), cost
-  end
-  local from = string.format('(%d', now - window)
-  local first = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'LIMIT', '0', '1')
+  -- Scores are whole µs, so (now - window, +inf] is [now - window + 1, +inf]:
+  -- a number, which Redis reads as a double (exactly: below 2^53).
+  local from = now - window + 1
+  -- The oldest entry is in the window unless a sweep is due: read it by
+  -- rank, which costs Redis less than by score, and by score only when it
+  -- has left the window (or is of the older format, whose score is not in
+  -- the member).
+  local first = redis.call('ZRANGE', key, '0', '0')
   local f = first[1]
   if not f then
     return 0
   end
-  local at, fcum, fcost = parse(f)
-  local units = cum
+  local at, fcum, fcost, units
+  if string.byte(f) < 48 then
+    at, fcum = unpack_ints('>I7I7', f)
+  end
+  if not at or at < from then
+    first = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'LIMIT', '0', '1')
+    f = first[1]
+    if not f then
+      return 0
+    end
+    at = nil
+    if string.byte(f) < 48 then
+      at, fcum = unpack_ints('>I7I7', f)
+    end
+  end
   if at then
+    fcost = 1
+    if #f == 22 then
+      fcost = unpack_ints('>I4', f, 19)
+    end
     units = cum - fcum + fcost
     if units < 0 then
       units = units + 2251799813685248
@@ -127,13 +135,15 @@ local function sliding_log_exact(key, window, cum, over)
   else
     -- The older format: count from the first entry in this one.
     at = tonumber(redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2])
-    fcum, fcost = 1, 1
+    fcum, fcost, units = 1, 1, cum
   end
   first[1], first[2] = units, at
   local k = units - over
   if k <= fcost then
     return first, at + window
   end
+  -- A binary search, for a cost that needs more than the oldest entry to
+  -- leave.
   local base = fcum - fcost
   local lo = -redis.call('ZCOUNT', key, from, '+inf')
   local hi = -1
@@ -143,9 +153,10 @@ local function sliding_log_exact(key, window, cum, over)
   while hi - lo > 1 do
     local mid = math.floor((lo + hi) / 2)
     local r = string.format('%d', mid)
-    local eat, ecum = parse(redis.call('ZRANGE', key, r, r)[1])
-    local d = 0
-    if eat then
+    local e = redis.call('ZRANGE', key, r, r)[1]
+    local eat, ecum, d = nil, nil, 0
+    if string.byte(e) < 48 then
+      eat, ecum = unpack_ints('>I7I7', e)
       d = ecum - base
       if d < 0 then
         d = d + 2251799813685248
@@ -169,16 +180,13 @@ local function sliding_log_check(key, window, limit, param, cost)
   if not m then
     return true, nil, 0
   end
-  local a1, a2, a3, a4, a5, a6, a7, c1, c2, c3, c4, c5, c6, c7, u1, u2, u3, u4 = string.byte(m, 1, 18)
   local last, cum, units
-  if a1 < 48 then
-    last = ((((((a1 * 256 + a2) * 256 + a3) * 256 + a4) * 256 + a5) * 256 + a6) * 256 + a7)
-    cum = ((((((c1 * 256 + c2) * 256 + c3) * 256 + c4) * 256 + c5) * 256 + c6) * 256 + c7)
-    units = ((u1 * 256 + u2) * 256 + u3) * 256 + u4
+  if string.byte(m) < 48 then
+    last, cum, units = unpack_ints('>I7I7I4', m)
   else
     -- The older format.
     last = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
-    units = redis.call('ZCOUNT', key, string.format('(%d', now - window), '+inf')
+    units = redis.call('ZCOUNT', key, now - window + 1, '+inf')
     cum = units
   end
   -- a, for commit: cum + 1, negated when the key's TTL already covers this
@@ -190,8 +198,7 @@ local function sliding_log_check(key, window, limit, param, cost)
   if now - now % q == last - last % q then
     local c = 1
     if #m == 22 then
-      local k1, k2, k3, k4 = string.byte(m, 19, 22)
-      c = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
+      c = unpack_ints('>I4', m, 19)
     end
     if cum ~= c then
       a = -a
@@ -239,68 +246,25 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
   if cum >= 4503599627370496 and (b == 0 or last and at > last) then
     cum = cum - 2251799813685248
   end
-  -- The member, as bytes: at (7), cum (7), units (4) and cost (4). The
-  -- big-endian digits are written out rather than produced by a helper: this
-  -- runs on every admission, and a Lua function call per integer costs more
-  -- in Redis than the lines it saves.
-  local x = at
-  local a7 = x % 256
-  x = (x - a7) / 256
-  local a6 = x % 256
-  x = (x - a6) / 256
-  local a5 = x % 256
-  x = (x - a5) / 256
-  local a4 = x % 256
-  x = (x - a4) / 256
-  local a3 = x % 256
-  x = (x - a3) / 256
-  local a2 = x % 256
-  local a1 = (x - a2) / 256
-  x = cum
-  local c7 = x % 256
-  x = (x - c7) / 256
-  local c6 = x % 256
-  x = (x - c6) / 256
-  local c5 = x % 256
-  x = (x - c5) / 256
-  local c4 = x % 256
-  x = (x - c4) / 256
-  local c3 = x % 256
-  x = (x - c3) / 256
-  local c2 = x % 256
-  local c1 = (x - c2) / 256
-  x = units
-  local u4 = x % 256
-  x = (x - u4) / 256
-  local u3 = x % 256
-  x = (x - u3) / 256
-  local u2 = x % 256
-  local u1 = (x - u2) / 256
+  -- The member, as bytes: at (7), cum (7), units (4) and cost (4).
   local m
   if cost == 1 then
-    m = string.char(a1, a2, a3, a4, a5, a6, a7, c1, c2, c3, c4, c5, c6, c7, u1, u2, u3, u4)
+    m = pack('>I7I7I4', at, cum, units)
   else
-    x = cost
-    local k4 = x % 256
-    x = (x - k4) / 256
-    local k3 = x % 256
-    x = (x - k3) / 256
-    local k2 = x % 256
-    local k1 = (x - k2) / 256
-    m = string.char(a1, a2, a3, a4, a5, a6, a7, c1, c2, c3, c4, c5, c6, c7, u1, u2, u3, u4, k1, k2, k3, k4)
+    m = pack('>I7I7I4I4', at, cum, units, cost)
   end
-  redis.call('ZADD', key, string.format('%d', at), m)
+  redis.call('ZADD', key, at, m)
   -- Sweep when the units were counted exactly (so at least once per
   -- limit - exact-below units admitted) or all had left the window, and on
   -- a 16th of the admissions.
   if exact or (a and b == 0) or now % 16 == 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   end
   if not a then
-    redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
+    redis.call('PEXPIRE', key, math.ceil(window / 1000) .. '')
   elseif a > 0 then
     local q = window / 4
-    redis.call('PEXPIRE', key, string.format('%d', math.ceil((at - at % q + q + window - now) / 1000)))
+    redis.call('PEXPIRE', key, math.ceil((at - at % q + q + window - now) / 1000) .. '')
   end
   if exact then
     return units, b[2]
@@ -319,7 +283,7 @@ local function sliding_log_report(key, window, limit, param, cost, ok, admitted,
     -- Nothing was written: sweep the entries that have left the window
     -- (not a write Redis refuses when it is out of memory), when another
     -- rule rejected the request, and on a 16th of the rejections.
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   end
   if b == 0 then
     return limit, window, 0

@@ -63,7 +63,7 @@ local function token_bucket_check(key, window, limit, param, cost)
 end
 
 local function token_bucket_commit(key, window, limit, param, cost, ahead, new_ahead)
-  redis.call('SET', key, string.format('%d:%d', now, new_ahead), 'PX', string.format('%d', math.max(1, math.ceil(new_ahead / limit / 1000))))
+  redis.call('SET', key, string.format('%d:%d', now, new_ahead), 'PX', math.max(1, math.ceil(new_ahead / limit / 1000)) .. '')
   return new_ahead, new_ahead
 end
 
