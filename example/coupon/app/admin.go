@@ -143,9 +143,10 @@ func (h *handlers) peekClaim(c *gin.Context) {
 }
 
 // resetClaim answers DELETE /api/admin/limits/claim/users/:user: it clears
-// the user's claim count, in every plan (ginlimit.Policy.Reset does), and answers 204 once every instance has dropped
-// what it held in process about it (see ginlimit.Policy.Reset), so that
-// the user's next claim, on any instance, is admitted.
+// the user's claim count in every plan (ginlimit.Policy.Reset does) and
+// answers 204 once every instance has dropped what it held in process about
+// it (see ginlimit.Policy.Reset), so that the user's next claim, on any
+// instance, is admitted.
 func (h *handlers) resetClaim(c *gin.Context) {
 	ctx := c.Request.Context()
 	if err := h.claimPolicy.Reset(ctx, claimTarget(c), ResetBy); err != nil {

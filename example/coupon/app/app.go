@@ -235,9 +235,11 @@ const JWKSRefetch = 5 * time.Second
 // newVerifier returns the verifier of every token of the demo: HS256 tokens
 // signed with secret and, when jwksURL is not empty, RS256 and ES256 tokens
 // signed by a key of the JWKS at jwksURL. Its background refresh runs until
-// its Close, not until ctx ends: ctx bounds only the first fetch (with the
-// library's 5 s StartupTimeout), after which a dead provider leaves the
-// verifier without a set, refusing those tokens, rather than failing.
+// its Close, not until ctx ends, so it is given ctx without its
+// cancellation: the first fetch is bounded by the library's StartupTimeout
+// (5 s) alone, and a signal that arrives meanwhile takes effect once it
+// ends. A provider that is down then leaves the verifier without a set,
+// refusing those tokens, rather than failing start-up.
 func newVerifier(ctx context.Context, secret []byte, jwksURL string, logger *slog.Logger) (*identity.JWT, error) {
 	// Checked alone first, so that a bad secret is blamed on the secret.
 	users, err := identity.NewJWT(identity.HMACSecret(secret), identity.Algorithms("HS256"))
@@ -326,9 +328,9 @@ func openCluster(ctx context.Context, addrs []string, logger *slog.Logger) (redi
 
 // Close stops the rate limiter's background work (its subscription to
 // resets, see ginlimit.Limiter.Close) and the JWKS refresh, if any, closes
-// the Redis client and stops the embedded miniredis, if any. Call it after the server has stopped serving
-// Handler. Calls after the first do nothing and return the first call's
-// result.
+// the Redis client and stops the embedded miniredis, if any. Call it after
+// the server has stopped serving Handler. Calls after the first do nothing
+// and return the first call's result.
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
 		if a.limiter != nil {
