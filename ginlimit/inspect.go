@@ -195,7 +195,7 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
 	}
-	d, err := p.parseFor(req, reply, false)
+	d, _, err := p.parseFor(req, reply, false)
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
 	}
