@@ -178,7 +178,17 @@ func (h *hub) close() {
 func (h *hub) loop(sub subscriber) {
 	defer close(h.stopped)
 	ctx := context.Background()
-	ps := sub.Subscribe(ctx, ResetChannel)
+	var ps *redis.PubSub
+	for backoff := 10 * time.Millisecond; ps == nil; backoff = min(2*backoff, time.Second) {
+		if ps = subscribe(ctx, sub); ps != nil {
+			break
+		}
+		select {
+		case <-h.closing:
+			return
+		case <-time.After(backoff):
+		}
+	}
 	h.mu.Lock()
 	select {
 	case <-h.closing:
@@ -226,6 +236,18 @@ func (h *hub) loop(sub subscriber) {
 			h.handle(m.Payload)
 		}
 	}
+}
+
+// subscribe subscribes to ResetChannel, or returns nil when the client
+// cannot now: go-redis's Ring panics in Subscribe while all its shards are
+// down, rather than returning a PubSub that reconnects.
+func subscribe(ctx context.Context, sub subscriber) (ps *redis.PubSub) {
+	defer func() {
+		if recover() != nil {
+			ps = nil
+		}
+	}()
+	return sub.Subscribe(ctx, ResetChannel)
 }
 
 // confirm closes first, once.

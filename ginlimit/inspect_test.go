@@ -538,3 +538,21 @@ func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
 		t.Fatalf("%d script calls over %d lapses: want one probe per lapse", calls, phases)
 	}
 }
+
+// panickySubscriber is a client whose Subscribe panics, as go-redis's Ring
+// does while all its shards are down.
+type panickySubscriber struct{}
+
+func (panickySubscriber) Subscribe(context.Context, ...string) *redis.PubSub {
+	panic("redis: all ring shards are down")
+}
+
+// TestSubscribeSurvivesAPanickingClient: the reset subscription does not
+// take the process down with a client that panics in Subscribe; it gets
+// nothing, and the hub tries again later.
+func TestSubscribeSurvivesAPanickingClient(t *testing.T) {
+	t.Parallel()
+	if ps := subscribe(context.Background(), panickySubscriber{}); ps != nil {
+		t.Fatal("subscribe returned a subscription from a client that panicked")
+	}
+}

@@ -76,7 +76,7 @@ const (
 	// GET /api/vouchers/:id/claim.
 	VoucherClaimWindow = 24 * time.Hour
 	// VoucherClaimMessage is the 429 message of GET /api/vouchers/:id/claim.
-	VoucherClaimMessage = "You have already claimed this voucher today"
+	VoucherClaimMessage = "You have already claimed this voucher in the last 24 hours"
 )
 
 // The rate limits of GET /api/coupon/merchant: 5 requests per second for
