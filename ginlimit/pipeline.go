@@ -326,7 +326,9 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 			Time:      now,
 			decider:   r,
 		}
-		if at(2+4*i) == 0 {
+		// A penalty reports 0 remaining for a banned identity, from the
+		// request that made the ban on (lua/penalty.lua).
+		if at(2+4*i) == 0 || r.penalty && d.Remaining == 0 {
 			d.RetryAfter = time.Duration(at(2+4*i+3)) * time.Microsecond
 			d.Banned = r.penalty
 		}

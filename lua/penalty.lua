@@ -5,8 +5,8 @@
 -- the identity is banned; it records nothing when the request is admitted;
 -- its report counts strikes when the request was refused (by the rule it
 -- guards, or by another) and starts a ban once they reach the limit within
--- the window. The request that makes the ban is refused by the other rule;
--- the ban refuses from the next one.
+-- the window. The request that makes the ban was refused by the other rule;
+-- the report says it is banned, and the ban refuses from the next one.
 --
 -- Key    a hash: b = the ban's end (µs), s = the strikes in the current
 --        strike window, t = that window's start (µs). The key expires when
@@ -24,7 +24,8 @@
 --
 -- remaining is 1e9 while the identity is not banned (no quota: a ban is the
 -- only thing this rule refuses for, and a deny cache must not ration calls
--- by strikes), 0 while it is; reset and retry are the time the ban has left.
+-- by strikes), 0 while it is, from the request that made the ban on; reset
+-- and retry are then the time the ban has left.
 --
 -- Its writes are in report, for a refused request, and go through pcall:
 -- when Redis is out of memory the strike is lost, never the decision (see
@@ -68,7 +69,7 @@ local function penalty_report(key, window, limit, param, cost, ok, admitted, a, 
   if strikes >= limit then
     pcall(redis.call, 'HSET', key, 'b', string.format('%d', now + param * 1000), 's', '0', 't', string.format('%d', now))
     pcall(redis.call, 'PEXPIRE', key, param .. '')
-    return 1e9, 0, 0
+    return 0, param * 1000, param * 1000
   end
   pcall(redis.call, 'HSET', key, 's', strikes .. '', 't', string.format('%d', start))
   pcall(redis.call, 'PEXPIRE', key, math.ceil((start + window - now) / 1000) .. '')
