@@ -36,6 +36,14 @@
 //     HDEL) come after commit's first write, or in report when nothing is
 //     committed, where Redis allows them even out of memory.
 //
+//   - One companion, penalty.lua, with the same four functions: it is never
+//     a rule alone but goes before a rule in a [Several] call, refuses while
+//     the identity is banned, and counts a refused request's strikes in its
+//     report, starting a ban at its limit. Its report writes through pcall,
+//     so that out of memory a strike is lost, never the decision. Scripts
+//     define peek (false, or true for [Peek]) before the algorithms, so
+//     that it records no strike on a Peek. [Algorithms] does not list it.
+//
 //   - Two drivers, which run those functions: single.lua decides one rule
 //     of the one algorithm it was built with ([Single]), with no loops, for
 //     the hot path; several.lua decides n rules of any of the algorithms it
