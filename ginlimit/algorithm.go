@@ -39,6 +39,8 @@ func (a AlgorithmKind) String() string {
 		return "fixed_window"
 	case TokenBucket:
 		return "token_bucket"
+	case penaltyAlg:
+		return "penalty"
 	}
 	return fmt.Sprintf("AlgorithmKind(%d)", int(a))
 }
@@ -78,10 +80,11 @@ var (
 	peekScript = redis.NewScript(lua.Peek(algorithmNames()...))
 )
 
-// algorithmNames returns the names of the algorithms, numbered as
-// AlgorithmKind numbers them.
+// algorithmNames returns the names of the algorithms and of the penalty
+// (ban.go), numbered as AlgorithmKind numbers them: the several-rule
+// scripts carry them all.
 func algorithmNames() []string {
-	names := make([]string, algorithms)
+	names := make([]string, penaltyAlg+1)
 	for a := range names {
 		names[a] = AlgorithmKind(a).String()
 	}

@@ -50,6 +50,10 @@ type Decision struct {
 	// Cached reports that the rejection came from the in-process deny cache
 	// (see [DenyCache]) without a Redis call.
 	Cached bool
+	// Banned reports that the request was refused because its identity is
+	// banned on the rule (see [Ban]); RetryAfter and Reset are the time the
+	// ban has left, and the 429 carries the ban's message.
+	Banned bool
 	// brk is the breaker that served the decision's call (per master on a
 	// cluster), for observers; nil if none did.
 	brk *breaker

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -88,6 +89,7 @@ type denyCache struct {
 	seed      maphash.Seed
 	perShard  int
 	staleness int64 // ns: nothing is kept longer (MaxStaleness)
+	strikes   bool  // the rule has a Ban: count the refusals answered here
 	hub       *hub  // keeps the cache coherent with resets, or nil (coherence.go)
 	shards    [denyShards]denyShard
 	clock     func() int64 // tests only: replaces the monotonic clock
@@ -101,12 +103,13 @@ type denyShard struct {
 // keyState is what the cache knows of one key. Its fields are guarded by
 // the shard's lock.
 type keyState struct {
-	until     int64 // local monotonic ns: the state is used before this (at most grows, and the staleness bound)
-	grows     int64 // local monotonic ns: the bound holds before this
-	resetAt   int64 // Redis clock, Unix µs, when more quota comes
-	remaining int   // upper bound on the key's remaining quota
-	inflight  int   // units of the counted calls now in flight
-	probing   bool  // a call is checking a lapsed rejection with Redis (see enter)
+	until     int64         // local monotonic ns: the state is used before this (at most grows, and the staleness bound)
+	grows     int64         // local monotonic ns: the bound holds before this
+	resetAt   int64         // Redis clock, Unix µs, when more quota comes
+	remaining int           // upper bound on the key's remaining quota
+	inflight  int           // units of the counted calls now in flight
+	strikes   *atomic.Int64 // refusals answered here since the key's last call, for a Ban; nil without one
+	probing   bool          // a call is checking a lapsed rejection with Redis (see enter)
 	wake      chan struct{}
 }
 
@@ -246,6 +249,9 @@ func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, g
 	if st == nil {
 		c.makeRoom(s, sent)
 		st = &keyState{}
+		if c.strikes {
+			st.strikes = new(atomic.Int64)
+		}
 		s.m[key] = st
 	}
 	if sent >= st.until { // the old state has lapsed: start afresh
@@ -321,4 +327,30 @@ func (c *denyCache) clear() {
 		clear(s.m)
 		s.mu.Unlock()
 	}
+}
+
+// strike records a refusal of key answered from the cache, for the rule's
+// [Ban]: the next call on the key reports it (drain).
+func (c *denyCache) strike(key string) {
+	s := c.shard(key)
+	s.mu.RLock()
+	if st := s.m[key]; st != nil && st.strikes != nil {
+		st.strikes.Add(1)
+	}
+	s.mu.RUnlock()
+}
+
+// drain returns the refusals of key answered from the cache since the last
+// drain, and forgets them; 0 for a cache that is off.
+func (c *denyCache) drain(key string) int64 {
+	if c == nil {
+		return 0
+	}
+	s := c.shard(key)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if st := s.m[key]; st != nil && st.strikes != nil {
+		return st.strikes.Swap(0)
+	}
+	return 0
 }

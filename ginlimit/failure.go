@@ -87,7 +87,7 @@ func LocalInstances(n int) Option {
 // FailLocal there. The error names the rule and the scope's route, never
 // the key, which holds the identity.
 func (p *Policy) failed(req *request, err error) (Decision, error) {
-	first := req.calls[0].rule
+	first := p.rules[0]
 	saturated := errors.Is(err, ErrSaturated)
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
 	if p.onFail == FailLocal || (saturated && p.onFail == FailOpen) {
@@ -102,13 +102,15 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 // and the rules, never the identity.
 func (p *Policy) describe(req *request) string {
 	where := req.scope.label()
-	if len(req.calls) == 1 {
-		r := req.calls[0].rule
+	if len(p.rules) == 1 {
+		r := p.rules[0]
 		return fmt.Sprintf("%s: rule %q (%v)", where, r.name, r.alg)
 	}
-	names := make([]string, len(req.calls))
-	for i, c := range req.calls {
-		names[i] = c.rule.name
+	names := make([]string, 0, len(req.calls))
+	for _, c := range req.calls {
+		if !c.rule.penalty {
+			names = append(names, c.rule.name)
+		}
 	}
 	return fmt.Sprintf("%s: rules %q", where, names)
 }
@@ -121,6 +123,9 @@ func (p *Policy) decideLocal(req *request) Decision {
 	res := make([]*rate.Reservation, len(req.calls))
 	var d Decision
 	for i, c := range req.calls {
+		if c.rule.penalty {
+			continue // a ban is Redis's: the fallback does not ban
+		}
 		local := c.rule.local
 		lim := local.limiter(c.key)
 		r := lim.ReserveN(now, c.cost)
@@ -134,7 +139,9 @@ func (p *Policy) decideLocal(req *request) Decision {
 			}
 			d.Reset = d.RetryAfter
 			for _, prev := range res[:i+1] {
-				prev.CancelAt(now)
+				if prev != nil {
+					prev.CancelAt(now)
+				}
 			}
 			return d
 		}

@@ -60,8 +60,9 @@ var ErrBadTarget = errors.New("ginlimit: bad target")
 // maxRouteText bounds Target.Route.
 const maxRouteText = 1024
 
-// target resolves t to its rule, the rules whose keys Reset clears (the
-// rule and its plans), and the key of each.
+// target resolves t to its rule and the keys Reset clears: the rule's and
+// its plans', each after its Ban's when it has one, those of the rule t
+// names first (its ban's, then its own).
 func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadTarget, fmt.Sprintf(format, args...))
@@ -118,11 +119,14 @@ func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 				return nil, nil, fmt.Errorf("%w: rule %q: %w", ErrBadTarget, x.name, err)
 			}
 		}
-		k := buildKey(x, p.named, s, &w)
+		own := []string{buildKey(x, p.named, s, &w)}
+		if x.ban != nil {
+			own = append([]string{buildKey(x.ban, p.named, s, &w)}, own...)
+		}
 		if x == r {
-			keys = append([]string{k}, keys...)
+			keys = append(own, keys...)
 		} else {
-			keys = append(keys, k)
+			keys = append(keys, own...)
 		}
 	}
 	return r, keys, nil
@@ -189,13 +193,17 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	}
 	req := &request{}
 	req.calls, req.keys = req.one[:], req.oneKey[:]
-	req.calls[0] = call{rule: r, key: keys[0], cost: max(r.cost, 1)}
-	req.keys[0] = keys[0]
+	if r.ban != nil { // its ban first, as a request's
+		req.calls, req.keys = []call{{rule: r.ban, key: keys[0], cost: 1}, {}}, keys[:2]
+		keys = keys[1:]
+	}
+	req.calls[len(req.calls)-1] = call{rule: r, key: keys[0], cost: max(r.cost, 1)}
+	req.keys[len(req.keys)-1] = keys[0]
 	reply, _, err := p.backend.run(ctx, p.queue, p.timeout, peekScript, req.keys, p.args(req))
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
 	}
-	d, err := p.parseFor(req, reply, false)
+	d, _, err := p.parseFor(req, reply, false)
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
 	}

@@ -23,6 +23,9 @@ const (
 	// OutcomeFallback: Redis could not decide and FailLocal's in-process
 	// limiter did.
 	OutcomeFallback Outcome = "fallback"
+	// OutcomeBanned: the request was refused with 429 because its identity
+	// is banned on the rule (see [Ban]).
+	OutcomeBanned Outcome = "banned"
 	// OutcomeReset is not a decision: [Policy.Reset] cleared a count of the
 	// rule. Its Event has By; its Decision has only Rule, Limit, Remaining
 	// (the limit) and Time.
@@ -38,6 +41,8 @@ func OutcomeOf(d Decision) Outcome {
 		return OutcomeError
 	case d.Shadow:
 		return OutcomeShadowLimited
+	case d.Banned:
+		return OutcomeBanned
 	case !d.Allowed:
 		return OutcomeLimited
 	}

@@ -124,6 +124,8 @@ type ruleConfig struct {
 	planPick   func(*gin.Context) string // LimitBy's
 	planClaim  string                    // Tiers' claim
 	plans      map[string]Plan
+	ban        *ban   // Ban's settings, or nil
+	banMessage string // BanMessage given before Ban
 	ips        *identity.IP
 	users      identity.User
 	hashKey    []byte

@@ -45,15 +45,33 @@ type request struct {
 	buf    [96]byte
 }
 
-// newRequest returns the memory of a decision on every rule of p.
+// newRequest returns the memory of a decision on every rule of p: one call
+// per rule, and one more before each rule with a [Ban], for its penalty.
 func (p *Policy) newRequest(s scope) *request {
 	req := &request{scope: s}
-	if len(p.rules) == 1 {
+	if p.calls == 1 {
 		req.calls, req.keys = req.one[:], req.oneKey[:]
 	} else {
-		req.calls, req.keys = make([]call, len(p.rules)), make([]string, len(p.rules))
+		req.calls, req.keys = make([]call, p.calls), make([]string, p.calls)
 	}
 	return req
+}
+
+// addBan puts the penalty of the rule whose call is req.calls[j+1] at
+// req.calls[j], on the same identity, and returns j+1; for a rule without a
+// Ban it returns j.
+func (p *Policy) addBan(req *request, j int, r *rule, w *who) int {
+	if r.ban == nil {
+		return j
+	}
+	pc := &req.calls[j]
+	pc.rule, pc.cost = r.ban, 1
+	pc.key = buildKey(r.ban, p.named, req.scope, w)
+	if w != nil {
+		pc.who = *w
+	}
+	req.keys[j] = pc.key
+	return j + 1
 }
 
 // serve is the gin handler of a compiled policy.
@@ -62,15 +80,19 @@ func (p *Policy) serve(c *gin.Context) {
 		return
 	}
 	req := p.newRequest(requestScope(c))
-	for i, r := range p.rules {
+	i := 0
+	for _, r := range p.rules {
 		if r.plans != nil {
 			r = r.planFor(c)
 		}
-		cl := &req.calls[i]
-		if err := r.identify(c, &cl.who); err != nil {
+		var w who
+		if err := r.identify(c, &w); err != nil {
 			p.identityFailed(c, r, err)
 			return
 		}
+		i = p.addBan(req, i, r, &w)
+		cl := &req.calls[i]
+		cl.who = w
 		cl.rule = r
 		cl.key = buildKey(r, p.named, req.scope, &cl.who)
 		req.keys[i] = cl.key
@@ -78,6 +100,7 @@ func (p *Policy) serve(c *gin.Context) {
 		if r.costFunc != nil {
 			cl.cost = r.costFunc(c)
 		}
+		i++
 	}
 	ctx := c.Request.Context()
 	var start time.Time
@@ -119,7 +142,9 @@ func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (De
 		start = time.Now()
 	}
 	req := p.newRequest(scope{route: key})
-	for i, r := range p.rules {
+	i := 0
+	for _, r := range p.rules {
+		i = p.addBan(req, i, r, nil)
 		cl := &req.calls[i]
 		cl.rule, cl.cost = r, n
 		if ownCost {
@@ -127,6 +152,7 @@ func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (De
 		}
 		cl.key = buildKey(r, p.named, req.scope, nil)
 		req.keys[i] = cl.key
+		i++
 	}
 	d, err := p.decide(ctx, req)
 	if len(p.observers) > 0 {
@@ -152,7 +178,11 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 	for {
 		v, i, snap := p.enter(req)
 		if v == rejected {
-			return req.calls[i].rule.cached(snap, req.calls[i].sent), nil // the cheap path
+			cl := &req.calls[i]
+			if cl.rule.ban != nil {
+				cl.rule.deny.strike(cl.key) // told to the ban with the next call
+			}
+			return cl.rule.cached(snap, cl.sent), nil // the cheap path
 		}
 		if v == callRedis {
 			break
@@ -169,12 +199,21 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 			return p.failed(req, fmt.Errorf("%w: %w", ErrSaturated, err))
 		}
 	}
+	for i := range req.calls {
+		if cl := &req.calls[i]; cl.rule.penalty {
+			// The refusals the rule's deny cache answered since its last
+			// call are strikes too.
+			owner := &req.calls[i+1]
+			cl.cost = int(min(1+owner.rule.deny.drain(owner.key), 1e9))
+		}
+	}
 	reply, brk, err := p.backend.run(ctx, p.queue, p.timeout, p.script, req.keys, p.args(req))
 	var d Decision
+	var each []Decision
 	if err == nil {
-		d, err = p.parse(req, reply)
+		d, each, err = p.parse(req, reply)
 	}
-	p.leave(req, &d, err == nil)
+	p.leave(req, &d, each, err == nil)
 	if err != nil {
 		d, err = p.failed(req, err)
 	}
@@ -213,17 +252,18 @@ func (p *Policy) release(cl *call) {
 	}
 }
 
-// leave tells each rule's deny cache what the call proved (ok is false when
-// Redis could not decide).
-func (p *Policy) leave(req *request, d *Decision, ok bool) {
+// leave tells each rule's deny cache what the call proved: d, or each
+// call's own decision when there are several (ok is false when Redis could
+// not decide).
+func (p *Policy) leave(req *request, d *Decision, each []Decision, ok bool) {
 	for i := range req.calls {
 		cl := &req.calls[i]
 		if cl.rule.deny == nil {
 			continue
 		}
 		rd := d
-		if ok && d.Rules != nil {
-			rd = &d.Rules[i]
+		if ok && each != nil {
+			rd = &each[i]
 		}
 		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, cl.gen, cl.probe, rd, ok)
 		cl.counted, cl.probe = nil, false
@@ -250,24 +290,27 @@ func (p *Policy) args(req *request) []any {
 }
 
 // parse checks and converts the script's reply {now_us, fired, then per
-// rule: ok, remaining, reset_us, retry_us}. The decision is the firing
-// rule's (with the longest retry among the rules that rejected) or, when
-// admitted, the rule with the least remaining. For a route declared with
+// call: ok, remaining, reset_us, retry_us} into the decision, and, when
+// there are several calls, each call's own decision (for the deny caches).
+// The decision is the firing call's (with the longest retry among the calls
+// that rejected) or, when admitted, the rule with the least remaining. A
+// penalty (a rule's Ban) is folded into its rule: a banned identity's
+// decision is the penalty's, with Banned set. For a route declared with
 // Rules, Rules holds every rule's decision.
-func (p *Policy) parse(req *request, reply []int64) (Decision, error) {
+func (p *Policy) parse(req *request, reply []int64) (Decision, []Decision, error) {
 	return p.parseFor(req, reply, p.named)
 }
 
 // parseFor is parse, with Rules filled when every is true.
-func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, error) {
+func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []Decision, error) {
 	n := len(req.calls)
 	if len(reply) != 2+4*n {
-		return Decision{}, fmt.Errorf("unexpected reply of %d elements", len(reply))
+		return Decision{}, nil, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}
 	at := func(i int) int64 { return reply[i] }
 	now, fired := time.UnixMicro(at(0)), int(at(1))
 	if fired < 0 || fired > n {
-		return Decision{}, fmt.Errorf("unexpected firing rule %d", fired)
+		return Decision{}, nil, fmt.Errorf("unexpected firing rule %d", fired)
 	}
 	one := func(i int) Decision {
 		r := req.calls[i].rule
@@ -283,31 +326,48 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, er
 			Time:      now,
 			decider:   r,
 		}
-		if at(2+4*i) == 0 {
+		// A penalty reports 0 remaining for a banned identity, from the
+		// request that made the ban on (lua/penalty.lua).
+		if at(2+4*i) == 0 || r.penalty && d.Remaining == 0 {
 			d.RetryAfter = time.Duration(at(2+4*i+3)) * time.Microsecond
+			d.Banned = r.penalty
 		}
 		return d
 	}
-	if !every {
-		return one(0), nil
+	if n == 1 && !every {
+		return one(0), nil, nil
 	}
-	rules := make([]Decision, n)
+	each := make([]Decision, n)
+	rules := make([]Decision, 0, len(p.rules))
 	var retry time.Duration
-	best := 0
-	for i := range rules {
-		rules[i] = one(i)
-		retry = max(retry, rules[i].RetryAfter)
-		if rules[i].Remaining < rules[best].Remaining {
-			best = i
+	best, firedRule := -1, -1
+	for i := range each {
+		each[i] = one(i)
+		retry = max(retry, each[i].RetryAfter)
+		if req.calls[i].rule.penalty {
+			continue // folded into the next call, its rule
 		}
+		d := each[i]
+		if i > 0 && each[i-1].Banned {
+			d = each[i-1]
+		}
+		if fired == i+1 || i > 0 && fired == i && req.calls[i-1].rule.penalty {
+			firedRule = len(rules)
+		}
+		if best < 0 || d.Remaining < rules[best].Remaining {
+			best = len(rules)
+		}
+		rules = append(rules, d)
 	}
-	if fired > 0 {
-		best = fired - 1
+	if firedRule >= 0 {
+		best = firedRule
 	}
 	d := rules[best]
 	d.RetryAfter = retry
-	d.Rules = rules
-	return d, nil
+	if every {
+		d.Rules = rules
+	}
+	return d, each, nil
 }
 
 // cached is the decision for a rejection the deny cache is certain of at now.
@@ -321,6 +381,7 @@ func (r *rule) cached(st keyState, now int64) Decision {
 		RetryAfter: reset,
 		Time:       time.UnixMicro(st.resetAt).Add(-reset),
 		Cached:     true,
+		Banned:     r.penalty,
 		decider:    r,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 // A Policy is immutable and safe for concurrent use.
 type Policy struct {
 	rules        []*rule
+	calls        int  // calls per decision: one per rule, and one per rule's Ban
 	named        bool // declared with Rule: keys and 429 bodies name the rule
 	tiered       bool // some rule has plans (LimitBy, Tiers): the policy header is per request
 	backend      *backend
@@ -67,6 +69,8 @@ type rule struct {
 	anonByIP    bool
 	pick        func(*gin.Context) string // the request's plan
 	plans       map[string]*rule          // by plan name; nil without LimitBy or Tiers
+	ban         *rule                     // the penalty deciding this rule's bans (ban.go), or nil
+	penalty     bool                      // this is a penalty, some rule's ban
 	deny        *denyCache                // nil when off
 	local       *localLimiter             // the FailLocal fallback, or nil
 
@@ -145,15 +149,24 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	}
 	p.backend = b
 	for _, r := range p.rules {
-		b.hub.track(r.deny, r.local)
-		for _, t := range r.plans {
-			b.hub.track(t.deny, t.local)
+		p.calls++
+		if r.ban != nil {
+			p.calls++
+		}
+		for _, x := range append([]*rule{r}, slices.Collect(maps.Values(r.plans))...) {
+			b.hub.track(x.deny, x.local)
+			if x.ban != nil {
+				b.hub.track(x.ban.deny, nil)
+			}
 		}
 	}
-	algs := make([]AlgorithmKind, len(p.rules))
+	algs := make([]AlgorithmKind, 0, p.calls)
 	items := make([]string, len(p.rules))
 	for i, r := range p.rules {
-		algs[i], items[i] = r.alg, r.policyHeader
+		if r.ban != nil {
+			algs = append(algs, penaltyAlg)
+		}
+		algs, items[i] = append(algs, r.alg), r.policyHeader
 		p.tiered = p.tiered || r.plans != nil
 	}
 	p.script = b.script(algs)
@@ -218,6 +231,13 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
 	if route.onFail != FailClosed { // the fallback of FailLocal, and of a saturated FailOpen
 		r.local = newLocalLimiter(rc.limit, route.localInstances, rc.window)
+	}
+	if rc.ban != nil {
+		if err := r.compileBan(rc, route, named); err != nil {
+			return nil, err
+		}
+	} else if rc.banMessage != "" {
+		return nil, errors.New("BanMessage: the rule has no Ban")
 	}
 	if rc.plans != nil {
 		if err := r.compilePlans(rc, route, named); err != nil {

@@ -191,8 +191,11 @@ func (p *Policy) policyFor(req *request) string {
 		return req.calls[0].rule.policyHeader
 	}
 	b := make([]byte, 0, len(p.policyHeader)+16)
-	for i, cl := range req.calls {
-		if i > 0 {
+	for _, cl := range req.calls {
+		if cl.rule.penalty {
+			continue // its rule's item says it
+		}
+		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
 		b = append(b, cl.rule.policyHeader...)
@@ -211,11 +214,17 @@ func (p *Policy) writeHeaders(h http.Header, req *request) {
 	d := &req.d
 	b := req.buf[:0]
 	if d.Rules != nil {
-		for i, rd := range d.Rules {
+		i := 0
+		for _, cl := range req.calls {
+			if cl.rule.penalty {
+				continue // a ban reads as its rule's decision
+			}
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = appendRateLimit(b, req.calls[i].rule, &rd)
+			rd := &d.Rules[i]
+			b = appendRateLimit(b, rd.decider, rd)
+			i++
 		}
 	} else {
 		b = appendRateLimit(b, d.decider, d)

@@ -14,8 +14,9 @@
 --   local algorithms = {[0] = {sliding_log_validate, sliding_log_check,
 --     sliding_log_commit, sliding_log_report}, [1] = {token_bucket_validate, ...}}
 --   local algorithm_numbers = '0 (sliding_log), 1 (token_bucket)'
---   local peek = false
 --
+-- (and, right after prologue.lua, local peek = false, which the algorithms
+-- can read too)
 -- then this file. With peek true (lua.Peek), nothing is recorded: every
 -- rule checks and reports, and fired says which rule would reject the
 -- request, so the reply is what a request would be told, without counting

@@ -40,12 +40,13 @@ var outcomes = [...]ginlimit.Outcome{
 	ginlimit.OutcomeShadowLimited,
 	ginlimit.OutcomeError,
 	ginlimit.OutcomeFallback,
+	ginlimit.OutcomeBanned,
 }
 
 // outcomeIndex returns the index in outcomes of e's outcome. An outcome this
 // package does not know (an Event made by hand, or a newer ginlimit) is
 // classified again from the decision, so that the decision label keeps its
-// five values.
+// six values.
 func outcomeIndex(e *ginlimit.Event) int {
 	if i := indexOf(e.Outcome); i >= 0 {
 		return i
@@ -132,7 +133,7 @@ func New(opts ...Option) *Collector {
 		maxSeries: int64(cfg.maxSeries),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ginlimit_decisions_total",
-			Help: "Rate limit decisions, by route template, rule and outcome (allowed, limited, shadow_limited, error, fallback).",
+			Help: "Rate limit decisions, by route template, rule and outcome (allowed, limited, shadow_limited, error, fallback, banned).",
 		}, []string{"route", "rule", "decision"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ginlimit_decision_seconds",

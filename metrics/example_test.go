@@ -69,6 +69,7 @@ func Example() {
 	// 429
 	// ginlimit_breaker_open{route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="allowed",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 2
+	// ginlimit_decisions_total{decision="banned",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="error",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="fallback",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="limited",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 2

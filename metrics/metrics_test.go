@@ -258,8 +258,8 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("decision=%q: %v, want %v", o, got, want)
 				}
 			}
-			if n := len(s[decisions].GetMetric()); n != 5 {
-				t.Errorf("%d decision series, want 5 (an unknown outcome must not add one)", n)
+			if n := len(s[decisions].GetMetric()); n != 6 {
+				t.Errorf("%d decision series, want 6 (an unknown outcome must not add one)", n)
 			}
 		})
 	}
@@ -429,8 +429,8 @@ func TestMaxSeries(t *testing.T) {
 			t.Errorf("%s: no route=%q, rule=%q series", name, metrics.Other, metrics.Other)
 		}
 	}
-	if n := len(s[decisions].GetMetric()); n != (metrics.DefaultMaxSeries+1)*5 {
-		t.Errorf("%s: %d series, want %d", decisions, n, (metrics.DefaultMaxSeries+1)*5)
+	if n := len(s[decisions].GetMetric()); n != (metrics.DefaultMaxSeries+1)*6 {
+		t.Errorf("%s: %d series, want %d", decisions, n, (metrics.DefaultMaxSeries+1)*6)
 	}
 	for _, tt := range []struct {
 		route, rule, decision string

@@ -1,0 +1,113 @@
+package ginlimit
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Bans: a rule with [Ban] gets a companion rule, the penalty (lua/penalty.lua),
+// compiled here beside it and decided in the same script call, before it,
+// on a key in the same slot. The penalty refuses while the identity is
+// banned and counts strikes when a request is refused; the pipeline folds
+// its decision into the rule's (pipeline.go: parse), so a ban reads as the
+// rule's refusal with Banned set and the ban's message.
+
+// penaltyAlg numbers the penalty in the several-rule scripts, after the
+// algorithms. It is not an algorithm a rule can choose.
+const penaltyAlg = TokenBucket + 1
+
+// DefaultBanMessage is the message of a ban's 429 when no [BanMessage] is
+// given.
+const DefaultBanMessage = "You are temporarily banned for sending too many requests, please try again later"
+
+// ban is what [Ban] and [BanMessage] configure.
+type ban struct {
+	after    int
+	within   time.Duration
+	duration time.Duration
+	message  string
+}
+
+// Ban bans an identity from the rule for duration once it has collected
+// after refusals within within: while banned, every request of that
+// identity on the rule is refused with 429, the ban's own message
+// ([BanMessage]) and a Retry-After of the time the ban has left,
+// [Decision.Banned] set and the outcome [OutcomeBanned] for observers.
+//
+// A refusal counts whatever refused the request on the route (this rule or
+// another of its [Rule]s). The strikes and the ban live in Redis, decided
+// atomically with the rule in the same call, so every instance shares them.
+// Refusals an instance answers from its deny cache count too: it reports
+// them with its next Redis call on the key, at most [MaxStaleness] later,
+// so a flood answered from the cache is banned as surely as one answered
+// by Redis. [Policy.Peek] shows a ban, [Policy.Reset] lifts it (and forgets
+// the strikes).
+//
+// after must be from 1 to 1e6, within and duration from 1 ms to about 31
+// years, as a Window. A route's rule may have one ban; with [LimitBy] or
+// [Tiers] every plan has its own strikes and bans.
+func Ban(after int, within, duration time.Duration) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		switch {
+		case after < 1 || after > 1e6:
+			return fmt.Errorf("Ban(%d, %v, %v): want 1 to 1e6 refusals", after, within, duration)
+		case within < time.Millisecond || within > maxWindow:
+			return fmt.Errorf("Ban(%d, %v, %v): the period must be from 1ms to %v", after, within, duration, maxWindow)
+		case duration < time.Millisecond || duration > maxWindow:
+			return fmt.Errorf("Ban(%d, %v, %v): the ban must last from 1ms to %v", after, within, duration, maxWindow)
+		}
+		msg := DefaultBanMessage
+		if r.ban != nil {
+			msg = r.ban.message
+		}
+		r.ban = &ban{after: after, within: within.Truncate(time.Microsecond), duration: duration.Truncate(time.Millisecond), message: msg}
+		return nil
+	})
+}
+
+// BanMessage sets the message of the 429 a banned identity gets; the
+// default is [DefaultBanMessage]. It applies to a rule with [Ban] (given
+// before or after it).
+func BanMessage(msg string) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		if msg == "" {
+			return errors.New("BanMessage(\"\"): the message must not be empty")
+		}
+		if r.ban == nil {
+			r.banMessage = msg
+			return nil
+		}
+		r.ban.message = msg
+		return nil
+	})
+}
+
+// compileBan compiles r's penalty from rc: the rule's name, dimensions and
+// identity, its own key prefix ("<prefix>ban:"), and the ban's settings as
+// its window, limit and param. It reports the rule's limit and policy, so
+// that a ban's headers read as the rule's.
+func (r *rule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
+	b := *rc.ban
+	if rc.banMessage != "" && b.message == DefaultBanMessage {
+		b.message = rc.banMessage
+	}
+	pc := rc
+	pc.ban, pc.banMessage, pc.plans, pc.planPick, pc.planClaim = nil, "", nil, nil, ""
+	pc.alg, pc.prefix, pc.name = penaltyAlg, r.prefix+"ban:", r.name
+	pc.window, pc.limit, pc.message, pc.cost, pc.costFunc = b.within, b.after, b.message, 1, nil
+	pr, err := compileRule(pc, route, named)
+	if err != nil {
+		return fmt.Errorf("Ban: %w", err)
+	}
+	pr.penalty = true
+	pr.maxCost = 1e9 // its cost is strikes, not units of a request
+	pr.args[4] = int(b.duration.Milliseconds())
+	pr.limit, pr.limitText, pr.policyHeader = r.limit, r.limitText, r.policyHeader
+	pr.local = nil // a ban is Redis's: the fallback does not ban
+	r.ban = pr
+	if r.deny != nil {
+		r.deny.strikes = true
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+-- Penalty: bans an identity from a rule after too many rejections.
+--
+-- It is never a rule alone: ginlimit puts it in the same call as the rule
+-- it guards, on a key in the same slot, before it. Its check refuses while
+-- the identity is banned; it records nothing when the request is admitted;
+-- its report counts strikes when the request was refused (by the rule it
+-- guards, or by another) and starts a ban once they reach the limit within
+-- the window. The request that makes the ban was refused by the other rule;
+-- the report says it is banned, and the ban refuses from the next one.
+--
+-- Key    a hash: b = the ban's end (µs), s = the strikes in the current
+--        strike window, t = that window's start (µs). The key expires when
+--        the ban ends, or when the strike window does.
+-- window the period strikes are counted over (µs): a window starts at the
+--        first strike after the last one ended.
+-- limit  the strikes that make a ban.
+-- param  the ban's length in ms (at least 1).
+-- cost   the strikes this call brings: 1 for the request when it is
+--        refused, plus the refusals the caller answered itself since its last
+--        call (its deny cache), so cost - 1 when the request is admitted.
+-- State  from check: for a banned identity (ok false), the ban's end;
+--        otherwise the strikes and the strike window's start (nil when
+--        none).
+--
+-- remaining is 1e9 while the identity is not banned (no quota: a ban is the
+-- only thing this rule refuses for, and a deny cache must not ration calls
+-- by strikes), 0 while it is, from the request that made the ban on; reset
+-- and retry are then the time the ban has left.
+--
+-- Its writes are in report, for a refused request, and go through pcall:
+-- when Redis is out of memory the strike is lost, never the decision (see
+-- lua.go about maxmemory). With peek (lua.Peek) nothing is written.
+
+local function penalty_validate(window, limit, param, cost)
+  if param < 1 then
+    return 'ban length (param) must be at least 1 ms'
+  end
+end
+
+local function penalty_check(key, window, limit, param, cost)
+  local st = redis.call('HMGET', key, 'b', 's', 't')
+  local b = tonumber(st[1])
+  if b and b > now then
+    return false, b, nil
+  end
+  return true, tonumber(st[2]) or 0, tonumber(st[3])
+end
+
+local function penalty_commit(key, window, limit, param, cost, a, b)
+  return a, b
+end
+
+local function penalty_report(key, window, limit, param, cost, ok, admitted, a, b)
+  if not ok then
+    return 0, a - now, a - now
+  end
+  local add = cost
+  if admitted then
+    add = cost - 1
+  end
+  if peek or add <= 0 then
+    return 1e9, 0, 0
+  end
+  local strikes, start = a, b
+  if not start or start > now or now - start >= window then
+    strikes, start = 0, now
+  end
+  strikes = strikes + add
+  if strikes >= limit then
+    pcall(redis.call, 'HSET', key, 'b', string.format('%d', now + param * 1000), 's', '0', 't', string.format('%d', now))
+    pcall(redis.call, 'PEXPIRE', key, param .. '')
+    return 0, param * 1000, param * 1000
+  end
+  pcall(redis.call, 'HSET', key, 's', strikes .. '', 't', string.format('%d', start))
+  pcall(redis.call, 'PEXPIRE', key, math.ceil((start + window - now) / 1000) .. '')
+  return 1e9, 0, 0
+end
