@@ -296,3 +296,37 @@ func ExamplePolicy_Reset() {
 	// false
 	// true
 }
+
+func ExampleBan() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	// 1 per minute; 2 refusals within a minute ban the caller for an hour.
+	// The deny cache is off here so that every refusal reaches Redis at
+	// once; with it, the refusals it answers reach Redis with the next call
+	// on the key, within MaxStaleness.
+	login, err := limiter.Policy(ginlimit.Key("login:"), ginlimit.Window(time.Minute), ginlimit.Limit(1),
+		ginlimit.Ban(2, time.Minute, time.Hour), ginlimit.DenyCache(0))
+	if err != nil {
+		panic(err)
+	}
+	for range 4 {
+		d, _ := login.Allow(context.Background(), "ip:192.0.2.7")
+		fmt.Println(d.Allowed, d.Banned, d.RetryAfter.Round(time.Minute))
+	}
+	// Output:
+	// true false 0s
+	// false false 1m0s
+	// false true 1h0m0s
+	// false true 1h0m0s
+}

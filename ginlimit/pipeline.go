@@ -327,8 +327,9 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 			decider:   r,
 		}
 		// A penalty reports 0 remaining for a banned identity, from the
-		// request that made the ban on (lua/penalty.lua).
-		if at(2+4*i) == 0 || r.penalty && d.Remaining == 0 {
+		// request that made the ban on (lua/penalty.lua); that request
+		// reads as banned when it was refused anyway.
+		if at(2+4*i) == 0 || r.penalty && d.Remaining == 0 && fired != 0 {
 			d.RetryAfter = time.Duration(at(2+4*i+3)) * time.Microsecond
 			d.Banned = r.penalty
 		}

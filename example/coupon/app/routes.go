@@ -80,7 +80,9 @@ const (
 )
 
 // The rate limits of GET /api/coupon/merchant: 5 requests per second for
-// each client IP ([ginlimit.IP]).
+// each client IP ([ginlimit.IP]), and a ban ([ginlimit.Ban]): an IP that
+// collects MerchantBanAfter refusals within MerchantBanWithin is refused for
+// MerchantBanFor, with MerchantBanMessage.
 const (
 	// MerchantKey is the Redis key prefix of GET /api/coupon/merchant.
 	MerchantKey = "coupon:merchant:"
@@ -91,6 +93,16 @@ const (
 	MerchantWindow = time.Second
 	// MerchantMessage is the 429 message of GET /api/coupon/merchant.
 	MerchantMessage = "Too many merchant queries, please try again later"
+	// MerchantBanAfter is how many refusals within MerchantBanWithin ban
+	// an IP from GET /api/coupon/merchant.
+	MerchantBanAfter = 20
+	// MerchantBanWithin is the period MerchantBanAfter refusals are counted
+	// over.
+	MerchantBanWithin = 10 * time.Second
+	// MerchantBanFor is how long a ban from GET /api/coupon/merchant lasts.
+	MerchantBanFor = 60 * time.Second
+	// MerchantBanMessage is the 429 message of a banned IP.
+	MerchantBanMessage = "You are temporarily banned from merchant queries for sending too many requests, please try again later"
 )
 
 // The rate limits of GET /voucher-order/seckill/:id: 5 requests per 10
@@ -174,7 +186,8 @@ func routes(r gin.IRoutes, h *handlers) {
 	r.GET("/api/coupon/merchant", ginlimit.RateLimit(
 		ginlimit.Key(MerchantKey), ginlimit.Window(MerchantWindow), ginlimit.Limit(MerchantLimit),
 		ginlimit.Message(MerchantMessage),
-		ginlimit.Type(ginlimit.IP)), h.merchant)
+		ginlimit.Type(ginlimit.IP),
+		ginlimit.Ban(MerchantBanAfter, MerchantBanWithin, MerchantBanFor), ginlimit.BanMessage(MerchantBanMessage)), h.merchant)
 
 	r.GET("/voucher-order/seckill/:id", ginlimit.RateLimit(
 		ginlimit.Key(VoucherSeckillKey), ginlimit.Window(VoucherSeckillWindow), ginlimit.Limit(VoucherSeckillLimit),
