@@ -330,3 +330,76 @@ func ExampleBan() {
 	// false true 1h0m0s
 	// false true 1h0m0s
 }
+
+func ExamplePer() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(identity.FromContext("user")))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	// One claim per user per voucher per day.
+	r.GET("/api/vouchers/:id/claim", func(c *gin.Context) { c.Set("user", c.Query("user")) },
+		limiter.RateLimit(ginlimit.Key("voucher:claim:"), ginlimit.Window(24*time.Hour), ginlimit.Limit(1),
+			ginlimit.Per(ginlimit.ByUser(), ginlimit.ByParam("id"))),
+		func(c *gin.Context) { c.String(http.StatusOK, "claimed") })
+	for _, path := range []string{"/api/vouchers/7/claim?user=alice", "/api/vouchers/7/claim?user=alice", "/api/vouchers/8/claim?user=alice"} {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Println(w.Code)
+	}
+	fmt.Println(mr.Keys())
+	// Output:
+	// 200
+	// 429
+	// 200
+	// [voucher:claim:{GET /api/vouchers/:id/claim user:alice p.id:7} voucher:claim:{GET /api/vouchers/:id/claim user:alice p.id:8}]
+}
+
+func ExampleLimitBy() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	// 1 per minute, or the limit of the plan the request names (here a
+	// header; in practice what your authentication set).
+	r.GET("/api/search", limiter.RateLimit(ginlimit.Key("search:"), ginlimit.Window(time.Minute), ginlimit.Limit(1),
+		ginlimit.Type(ginlimit.IP),
+		ginlimit.LimitBy(func(c *gin.Context) string { return c.GetHeader("X-Plan") },
+			map[string]ginlimit.Plan{"team": {Limit: 3}})),
+		func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	for _, plan := range []string{"", "", "team", "team", "team", "team"} {
+		req := httptest.NewRequest(http.MethodGet, "/api/search", nil)
+		req.Header.Set("X-Plan", plan)
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println(plan, w.Code, w.Header().Get("X-RateLimit-Limit"))
+	}
+	// Output:
+	//  200 1
+	//  429 1
+	// team 200 3
+	// team 200 3
+	// team 200 3
+	// team 429 3
+}
