@@ -284,7 +284,11 @@ var rawSlidingLog = redis.NewScript(lua.Single("sliding_log", int(ginlimit.Slidi
 func newRawSlidingLog(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
 	args := []any{"", int(ginlimit.SlidingLog), window.Microseconds(), limit, 64, 1}
 	return func(ctx context.Context, key string) (bool, error) {
-		reply, err := rawSlidingLog.Run(ctx, rdb, []string{"raw:{" + key + "}"}, args...).Int64Slice()
+		raw, err := rawSlidingLog.Run(ctx, rdb, []string{"raw:{" + key + "}"}, args...).Result()
+		if err != nil {
+			return false, err
+		}
+		reply, err := lua.Ints(raw) // the packed reply, decoded as ginlimit does
 		if err != nil {
 			return false, err
 		}
