@@ -104,6 +104,9 @@ func (p *Policy) describe(req *request) string {
 	where := req.scope.label()
 	if len(req.calls) == 1 {
 		r := req.calls[0].rule
+		if r.slots > 0 {
+			return fmt.Sprintf("%s: rule %q (in-flight)", where, r.name)
+		}
 		return fmt.Sprintf("%s: rule %q (%v)", where, r.name, r.alg)
 	}
 	names := make([]string, len(req.calls))

@@ -67,12 +67,12 @@ func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 		return fmt.Errorf("%w: %s", ErrBadTarget, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case t.Rule == "" && len(p.rules) == 1:
-		r = p.rules[0]
+	case t.Rule == "" && len(p.all) == 1:
+		r = p.all[0]
 	case t.Rule == "":
 		return nil, nil, bad("the route has rules %s: give Target.Rule", p.Name())
 	default:
-		for _, x := range p.rules {
+		for _, x := range p.all {
 			if x.name == t.Rule {
 				r = x
 			}
@@ -186,6 +186,9 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	r, keys, err := p.target(t)
 	if err != nil {
 		return Decision{}, err
+	}
+	if r.slots > 0 {
+		return p.peekSlots(ctx, r, keys[0])
 	}
 	req := &request{}
 	req.calls, req.keys = req.one[:], req.oneKey[:]

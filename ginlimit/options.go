@@ -128,6 +128,8 @@ type ruleConfig struct {
 	users      identity.User
 	hashKey    []byte
 	anonByIP   bool
+	slots      int           // InFlight's n: an in-flight rule when above 0
+	lease      time.Duration // InFlight's lease
 }
 
 func defaults() config {

@@ -23,7 +23,9 @@ import (
 //
 // A Policy is immutable and safe for concurrent use.
 type Policy struct {
-	rules        []*rule
+	all          []*rule // every rule, in the order declared
+	rules        []*rule // the rate rules, decided by one script call
+	slots        []*rule // the in-flight rules (inflight.go)
 	named        bool // declared with Rule: keys and 429 bodies name the rule
 	tiered       bool // some rule has plans (LimitBy, Tiers): the policy header is per request
 	backend      *backend
@@ -69,6 +71,9 @@ type rule struct {
 	plans       map[string]*rule          // by plan name; nil without LimitBy or Tiers
 	deny        *denyCache                // nil when off
 	local       *localLimiter             // the FailLocal fallback, or nil
+	slots       int                       // an in-flight rule's n (InFlight); 0 for a rate rule
+	lease       time.Duration             // an in-flight rule's lease
+	sem         *localSlots               // an in-flight rule's FailLocal fallback, or nil
 
 	args         []any // the script's arguments for this rule alone, at the fixed cost
 	quotedName   string
@@ -150,13 +155,23 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 			b.hub.track(t.deny, t.local)
 		}
 	}
-	algs := make([]AlgorithmKind, len(p.rules))
-	items := make([]string, len(p.rules))
-	for i, r := range p.rules {
-		algs[i], items[i] = r.alg, r.policyHeader
+	p.all = p.rules
+	p.rules, p.slots = nil, nil
+	algs := []AlgorithmKind{}
+	items := make([]string, len(p.all))
+	for i, r := range p.all {
+		items[i] = r.policyHeader
 		p.tiered = p.tiered || r.plans != nil
+		if r.slots > 0 {
+			p.slots = append(p.slots, r)
+			continue
+		}
+		p.rules = append(p.rules, r)
+		algs = append(algs, r.alg)
 	}
-	p.script = b.script(algs)
+	if len(algs) > 0 {
+		p.script = b.script(algs)
+	}
 	p.policyHeader = strings.Join(items, ", ")
 	return p, nil
 }
@@ -170,6 +185,9 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	if rc.ips == nil {
 		rc.ips = &identity.IP{}
 	}
+	if rc.slots > 0 {
+		return compileSlots(rc, route, named)
+	}
 	if err := rc.alg.validate(&rc); err != nil {
 		return nil, err
 	}
@@ -177,21 +195,10 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	if rc.costFunc == nil && rc.cost > maxCost {
 		return nil, fmt.Errorf("Cost(%d): more than the rule can ever admit (%d)", rc.cost, maxCost)
 	}
-	name := rc.name
-	if name == "" {
-		name = defaultName(rc.prefix)
-	}
-	body := struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-		Rule    string `json:"rule,omitempty"`
-	}{Code: 429, Message: rc.message}
-	if named {
-		body.Rule = name
-	}
-	body429, err := json.Marshal(body)
+	name := rc.ruleName()
+	body429, err := rc.body429(name, named)
 	if err != nil {
-		return nil, fmt.Errorf("Message(%q): %w", rc.message, err)
+		return nil, err
 	}
 	param := rc.alg.param(&rc)
 	r := &rule{
@@ -227,14 +234,40 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	return r, nil
 }
 
+// ruleName is the rule's name: its [Name], or one derived from its key
+// prefix.
+func (rc *ruleConfig) ruleName() string {
+	if rc.name == "" {
+		return defaultName(rc.prefix)
+	}
+	return rc.name
+}
+
+// body429 is the rule's 429 body; named says whether it names the rule.
+func (rc *ruleConfig) body429(name string, named bool) ([]byte, error) {
+	body := struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Rule    string `json:"rule,omitempty"`
+	}{Code: 429, Message: rc.message}
+	if named {
+		body.Rule = name
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("Message(%q): %w", rc.message, err)
+	}
+	return b, nil
+}
+
 // Name returns the name of the policy's rule, as in the RateLimit-Policy
 // header; for a route with several Rules, their names joined by commas.
 func (p *Policy) Name() string {
-	if len(p.rules) == 1 {
-		return p.rules[0].name
+	if len(p.all) == 1 {
+		return p.all[0].name
 	}
-	names := make([]string, len(p.rules))
-	for i, r := range p.rules {
+	names := make([]string, len(p.all))
+	for i, r := range p.all {
 		names[i] = r.name
 	}
 	return strings.Join(names, ",")
