@@ -298,7 +298,7 @@ type holding struct {
 	// uncertain: the acquire failed, so the lease is given back in the
 	// background, best effort.
 	uncertain bool
-	local  []*call         // the calls holding an in-process slot
+	local     []*call // the calls holding an in-process slot
 
 	mu      sync.Mutex
 	timer   *time.Timer

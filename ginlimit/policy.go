@@ -26,8 +26,8 @@ type Policy struct {
 	all          []*rule // every rule, in the order declared
 	rules        []*rule // the rate rules, decided by one script call
 	slots        []*rule // the in-flight rules (inflight.go)
-	named        bool // declared with Rule: keys and 429 bodies name the rule
-	tiered       bool // some rule has plans (LimitBy, Tiers): the policy header is per request
+	named        bool    // declared with Rule: keys and 429 bodies name the rule
+	tiered       bool    // some rule has plans (LimitBy, Tiers): the policy header is per request
 	backend      *backend
 	script       *redis.Script // the backend's script for these rules
 	policyHeader string        // RateLimit-Policy: every rule's, joined
