@@ -27,8 +27,8 @@
 --            every key, leased until now + lease; in_use_i is key i's live
 --            leases, the holder's included when admitted.
 --   peek     acquire's reply, recording nothing (in_use without the holder).
---   release  {removed}: the number of keys the holder's entry was removed
---            from.
+--   release  {ended}: the number of keys whose live lease of the holder it
+--            removed (a lapsed one is removed too, but not counted).
 --   renew    {renewed}: the number of keys whose lease of the holder was
 --            live and now ends at now + lease; a lapsed lease is removed,
 --            not renewed (its slot may already be someone else's).
@@ -50,14 +50,6 @@ if op ~= 'acquire' and op ~= 'release' and op ~= 'renew' and op ~= 'peek' then
 end
 if #holder < 1 or #holder > 64 then
   return redis.error_reply('ERR ginlimit: in-flight: the holder (ARGV[3]) must be 1 to 64 bytes')
-end
-
-if op == 'release' then
-  local removed = 0
-  for i = 1, n do
-    removed = removed + redis.call('ZREM', KEYS[i], holder)
-  end
-  return {removed}
 end
 
 local limits, leases = {}, {}
@@ -95,6 +87,20 @@ local function lease(i, flag)
   if redis.call('PTTL', key) < ms then
     redis.call('PEXPIRE', key, ms)
   end
+end
+
+if op == 'release' then
+  local ended = 0
+  for i = 1, n do
+    local score = redis.call('ZSCORE', KEYS[i], holder)
+    if score then
+      redis.call('ZREM', KEYS[i], holder)
+      if tonumber(score) > now then
+        ended = ended + 1
+      end
+    end
+  end
+  return {ended}
 end
 
 if op == 'renew' then
