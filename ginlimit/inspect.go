@@ -181,7 +181,9 @@ func (r *rule) targetWho(w *who, t Target) error {
 // RetryAfter, when it would not, how long until it would. It always asks
 // Redis (never the deny cache), through the route's breaker and Timeout,
 // and returns Redis's error, wrapped, when Redis cannot answer: there is
-// no fallback for a Peek.
+// no fallback for a Peek. For an in-flight rule ([InFlight]), Limit is
+// its n and Remaining the slots free now; Reset frees every slot of the
+// count (the requests holding them run on and give back nothing).
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	r, keys, err := p.target(t)
 	if err != nil {
