@@ -190,7 +190,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	engine.RedirectTrailingSlash = false
 	engine.Use(requestLog(logger), gin.Recovery(), a.limiter.Middleware())
 	engine.NoRoute(notFound)
-	routes(engine, &handlers{secret: secret, users: users, logger: logger, claimPolicy: claimPolicy})
+	writeOrder := cfg.WriteOrder
+	if writeOrder == nil {
+		writeOrder = sleepOrder
+	}
+	routes(engine, &handlers{secret: secret, users: users, logger: logger, claimPolicy: claimPolicy, writeOrder: writeOrder})
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	a.Handler = engine
 	return a, nil

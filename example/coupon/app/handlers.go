@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -32,6 +33,8 @@ type handlers struct {
 	// claimPolicy is the claim route's rule, which the admin API inspects
 	// and resets.
 	claimPolicy *ginlimit.Policy
+	// writeOrder stands for writing an order (Config.WriteOrder).
+	writeOrder func(ctx context.Context)
 }
 
 // response is the JSON body of every answer except login's token and
@@ -128,6 +131,25 @@ func (h *handlers) voucherSeckill(c *gin.Context) {
 		return
 	}
 	reply(c, http.StatusOK, "Voucher order accepted", withRemaining(c, gin.H{"voucher_id": id}))
+}
+
+// seckillOrder answers GET /api/coupon/seckill/order while it holds one
+// of the route's OrderInFlight slots: it writes the order (simulated,
+// about OrderWriteTime) and answers.
+func (h *handlers) seckillOrder(c *gin.Context) {
+	h.writeOrder(c.Request.Context())
+	reply(c, http.StatusOK, "Order placed", nil)
+}
+
+// sleepOrder is the demo's order writing: OrderWriteTime, or less if the
+// request ends first.
+func sleepOrder(ctx context.Context) {
+	t := time.NewTimer(OrderWriteTime)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // healthz answers GET /healthz, which is never limited.
