@@ -178,7 +178,18 @@ func (h *hub) close() {
 func (h *hub) loop(sub subscriber) {
 	defer close(h.stopped)
 	ctx := context.Background()
-	ps := sub.Subscribe(ctx, ResetChannel)
+	var ps *redis.PubSub
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		var err error
+		if ps, err = subscribe(ctx, sub); err == nil {
+			break
+		}
+		select {
+		case <-h.closing:
+			return
+		case <-time.After(backoff):
+		}
+	}
 	h.mu.Lock()
 	select {
 	case <-h.closing:
@@ -226,6 +237,19 @@ func (h *hub) loop(sub subscriber) {
 			h.handle(m.Payload)
 		}
 	}
+}
+
+// subscribe subscribes sub to ResetChannel. go-redis's Ring panics
+// ("all ring shards are down") instead of returning an error when no shard
+// is up, which would end the process from this background goroutine: the
+// panic is returned as an error, and loop tries again.
+func subscribe(ctx context.Context, sub subscriber) (ps *redis.PubSub, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("ginlimit: subscribing to %s: %v", ResetChannel, r)
+		}
+	}()
+	return sub.Subscribe(ctx, ResetChannel), nil
 }
 
 // confirm closes first, once.

@@ -528,3 +528,21 @@ func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
 		t.Fatalf("%d script calls: want more than the limit %d (the cache lapses) and at most %d", calls, limit, most)
 	}
 }
+
+// panickingSubscriber stands for a go-redis Ring with every shard down,
+// whose Subscribe panics.
+type panickingSubscriber struct{}
+
+func (panickingSubscriber) Subscribe(context.Context, ...string) *redis.PubSub {
+	panic("redis: all ring shards are down")
+}
+
+// TestSubscribePanicIsAnError: a client whose Subscribe panics (a Ring with
+// every shard down) gives the hub an error to retry on, not a panic that
+// ends the process from its goroutine.
+func TestSubscribePanicIsAnError(t *testing.T) {
+	t.Parallel()
+	if _, err := subscribe(context.Background(), panickingSubscriber{}); err == nil || !strings.Contains(err.Error(), "all ring shards are down") {
+		t.Fatalf("error %v, want the panic as an error", err)
+	}
+}
