@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -516,5 +517,45 @@ func TestInFlightOptions(t *testing.T) {
 	}
 	if _, err := p.Allow(context.Background(), "k"); err == nil {
 		t.Error("Allow on a policy with an in-flight rule: no error")
+	}
+}
+
+// TestInFlightOOMRefusedBeforeAnyWrite: on a redis-server at maxmemory with
+// noeviction, an acquire that would take a slot gets Redis's OOM error
+// before the script writes anything (not even the sweep of a lapsed lease),
+// so FailClosed answers 503; a refusal for want of a slot still answers
+// 429.
+func TestInFlightOOMRefusedBeforeAnyWrite(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	p, err := slotLimiter(t, c, OnFailure(FailClosed), Breaker(0, 0), Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))).
+		Policy(Key(prefix(t)), InFlight(1, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Minute).UnixMicro()
+	p.clock = func() int64 { return now }
+	die(t, p) // a slot held by an instance that died
+	e := slotEngine(p.Handler(), newGate())
+	before := dump(t, srv)
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.ConfigSet(ctx, "maxmemory", "0").Err() })
+	now++
+	if w := do(e, http.MethodGet, "/order?fast=1", nil); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("no slot free at maxmemory: %d, want 429", w.Code)
+	}
+	now += time.Hour.Microseconds() // the dead holder's lease has lapsed
+	if w := do(e, http.MethodGet, "/order?fast=1", nil); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("an acquire at maxmemory: %d, want FailClosed's 503 (Redis's OOM error)", w.Code)
+	}
+	if after := dump(t, srv); !maps.Equal(before, after) {
+		t.Fatalf("the script wrote at maxmemory:\nbefore %v\nafter  %v", before, after)
 	}
 }
