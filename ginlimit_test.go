@@ -321,3 +321,62 @@ func TestSeckillExactUnderConcurrency(t *testing.T) {
 		t.Fatalf("admitted %d of 256, want exactly %d", ok.Load(), app.SeckillLimit)
 	}
 }
+
+// TestSeckillOrderInFlight: the demo's GET /api/coupon/seckill/order, two
+// instances on one redis-server, 50 simultaneous requests while every
+// order being written waits for the test: exactly OrderInFlight (10) are
+// written and answered 200, the other 40 get 429 with the route's message;
+// once the orders are written, the slots are free again.
+func TestSeckillOrderInFlight(t *testing.T) {
+	t.Parallel()
+	url, _ := backends[1].start(t)
+	writing := make(chan struct{}, 100)
+	written := make(chan struct{})
+	var instances []http.Handler
+	for range 2 {
+		a, err := app.New(context.Background(), app.Config{
+			RedisURL: url, JWTSecret: secret, DecisionTimeout: 5 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			WriteOrder: func(context.Context) {
+				writing <- struct{}{}
+				<-written
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Close() })
+		instances = append(instances, a.Handler)
+	}
+	const total = 50
+	codes := make(chan *httptest.ResponseRecorder, total)
+	for i := range total {
+		go func() { codes <- (call{path: "/api/coupon/seckill/order"}).do(instances[i%2]) }()
+	}
+	in, refused := 0, 0
+	for deadline := time.After(time.Minute); in+refused < total; {
+		select {
+		case <-writing:
+			in++
+		case w := <-codes:
+			if w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), app.OrderMessage) {
+				t.Fatalf("a request without a slot got %d %s", w.Code, w.Body)
+			}
+			refused++
+		case <-deadline:
+			t.Fatalf("after a minute: %d writing, %d refused", in, refused)
+		}
+	}
+	close(written)
+	if in != app.OrderInFlight || refused != total-app.OrderInFlight {
+		t.Fatalf("%d orders written at once and %d refused, want exactly %d and %d", in, refused, app.OrderInFlight, total-app.OrderInFlight)
+	}
+	for range in {
+		if w := <-codes; w.Code != http.StatusOK {
+			t.Errorf("an order being written got %d, want 200", w.Code)
+		}
+	}
+	if w := (call{path: "/api/coupon/seckill/order"}).do(instances[0]); w.Code != http.StatusOK {
+		t.Errorf("after every order was written: %d, want 200", w.Code)
+	}
+}

@@ -102,7 +102,7 @@ func (b *backend) load() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
 	_, err := bounded(ctx, func() (struct{}, error) {
-		for _, s := range append(singleScripts[:], severalScript, peekScript, resetScript, publishScript) {
+		for _, s := range append(singleScripts[:], severalScript, peekScript, resetScript, publishScript, slotScript) {
 			if err := s.Load(ctx, b.client).Err(); err != nil {
 				return struct{}{}, err
 			}

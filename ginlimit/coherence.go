@@ -179,8 +179,9 @@ func (h *hub) loop(sub subscriber) {
 	defer close(h.stopped)
 	ctx := context.Background()
 	var ps *redis.PubSub
-	for backoff := 10 * time.Millisecond; ps == nil; backoff = min(2*backoff, time.Second) {
-		if ps = subscribe(ctx, sub); ps != nil {
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		var err error
+		if ps, err = subscribe(ctx, sub); err == nil {
 			break
 		}
 		select {
@@ -238,16 +239,17 @@ func (h *hub) loop(sub subscriber) {
 	}
 }
 
-// subscribe subscribes to ResetChannel, or returns nil when the client
-// cannot now: go-redis's Ring panics in Subscribe while all its shards are
-// down, rather than returning a PubSub that reconnects.
-func subscribe(ctx context.Context, sub subscriber) (ps *redis.PubSub) {
+// subscribe subscribes sub to ResetChannel. go-redis's Ring panics
+// ("all ring shards are down") instead of returning an error when no shard
+// is up, which would end the process from this background goroutine: the
+// panic is returned as an error, and loop tries again.
+func subscribe(ctx context.Context, sub subscriber) (ps *redis.PubSub, err error) {
 	defer func() {
-		if recover() != nil {
-			ps = nil
+		if r := recover(); r != nil {
+			err = fmt.Errorf("ginlimit: subscribing to %s: %v", ResetChannel, r)
 		}
 	}()
-	return sub.Subscribe(ctx, ResetChannel)
+	return sub.Subscribe(ctx, ResetChannel), nil
 }
 
 // confirm closes first, once.

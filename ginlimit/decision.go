@@ -13,15 +13,18 @@ type Decision struct {
 	Rule string
 	// Allowed reports whether the request was admitted.
 	Allowed bool
-	// Limit is the rule's limit per window.
+	// Limit is the rule's limit per window; for an in-flight rule
+	// ([InFlight]), its n.
 	Limit int
 	// Remaining is how many more requests the window admits now, after this
-	// one.
+	// one; for an in-flight rule, how many slots are free.
 	Remaining int
 	// Reset is the time until more quota becomes available: until the
 	// oldest request in the window leaves it (sliding log), the oldest
 	// counted sub-window leaves (sliding counter), the window ends (fixed
-	// window) or the next whole token accrues (token bucket).
+	// window) or the next whole token accrues (token bucket). An in-flight
+	// rule cannot know when a slot frees: 0 when it admitted the request,
+	// [InFlightRetryAfter] when it refused it.
 	Reset time.Duration
 	// RetryAfter is how long a rejected request should wait before trying
 	// again; it is zero when the request was allowed.
@@ -38,7 +41,10 @@ type Decision struct {
 	// longest RetryAfter of the rules that rejected) or, when admitted, the
 	// rule with the least remaining. It is nil for a single rule, and when
 	// only the rule that refused is known: a rejection from the deny cache
-	// or from the FailLocal fallback.
+	// or from the FailLocal fallback. On a route with rate and in-flight
+	// rules, the decision is the rate rules' when every in-flight rule
+	// gave the request a slot, and otherwise the in-flight rules' (whose
+	// Rules, when there are several, holds theirs).
 	Rules []Decision
 	// Local reports that Redis failed and the in-process fallback of
 	// [FailLocal] decided; Err holds the Redis error.

@@ -74,6 +74,10 @@ func DenyCache(size int) Option {
 // the window ending (fixed), the next whole token (bucket), the oldest
 // counted sub-window leaving (counter).
 //
+// In-flight rules ([InFlight]) have no deny cache: their slots free when
+// a request ends, not only with time, so no refusal of theirs is certain
+// for any time, and no script of theirs reports a reset.
+//
 // What the cache cannot prove is that nobody changed the key behind
 // ginlimit's back (DEL, FLUSHALL, an eviction, a failover that lost
 // writes): so it keeps nothing longer than the staleness bound

@@ -62,6 +62,9 @@
 //   - denycache.go, failure.go, plans.go: the deny cache, the failure
 //     policies with the FailLocal fallback, and limits chosen per request
 //     ([LimitBy], [Tiers]);
+//   - inflight.go: in-flight limits ([InFlight]): the option, taking,
+//     renewing and giving back slots, and their FailLocal fallback (the
+//     Lua is lua/inflight.lua);
 //   - inspect.go, coherence.go: [Target], [Policy.Peek] and [Policy.Reset];
 //     how every instance's in-process state follows Redis (the staleness
 //     bound, and the reset announcements on [ResetChannel]);
@@ -117,6 +120,36 @@
 // [Rule] puts several rules on one route; one script call decides all of
 // them, atomically and all or nothing, and a request rejected by one rule
 // consumes nothing from the others.
+//
+// # In-flight limits
+//
+// A rule made with [InFlight](n, lease) caps how many requests are being
+// served at once instead of how many arrive per window: at most n requests
+// of the rule, per combination of its dimensions, over every instance.
+//
+//	r.GET("/api/coupon/seckill/order", limiter.RateLimit(ginlimit.Key("coupon:order:"),
+//		ginlimit.Rule(ginlimit.Name("rate"), ginlimit.Window(time.Second), ginlimit.Limit(100)),
+//		ginlimit.Rule(ginlimit.Name("orders"), ginlimit.InFlight(10, 30*time.Second))), order)
+//
+// A request takes a slot before the rest of the chain runs and gives it
+// back when the chain returns, a panic included (the panic goes on to
+// gin's recovery). A slot is a lease in a sorted set on the Redis clock:
+// the slots of an instance that died free themselves when their leases
+// end, and a request still running renews its lease every lease/3, so a
+// handler longer than the lease keeps its slot (a lease that lapses all
+// the same is logged). The rate rules are decided first; only a request
+// they admit asks for slots, in one more script call for all the route's
+// in-flight rules, all or nothing. A request refused for want of a slot
+// has been counted by the rate rules. It is answered 429 with Retry-After:
+// 1 through the same path as a rate refusal (503 stays the answer of a
+// limiter that cannot decide). An in-flight rule costs two Redis calls per
+// request (acquire and release) and one per lease/3 of handler time; it
+// has no deny cache, since its slots free on release, not with time. The
+// keys are the rule's as for any rule, with "if:" after the prefix; its
+// RateLimit-Policy item has no w (a count in flight has no window). When
+// Redis fails, [FailLocal] counts n/[LocalInstances] slots per key in
+// process, [FailOpen] lets the request through without a slot (never for
+// [ErrSaturated]), and [FailClosed] answers 503.
 //
 // # The deny cache
 //

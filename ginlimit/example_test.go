@@ -403,3 +403,44 @@ func ExampleLimitBy() {
 	// team 200 3
 	// team 429 3
 }
+
+func ExampleInFlight() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	get := func(path string) {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Println(path, w.Code, w.Header().Get("Retry-After"), w.Body.String())
+	}
+	// At most 100 orders per second, and at most 1 being written at once
+	// over every instance.
+	r.GET("/order", limiter.RateLimit(ginlimit.Key("coupon:order:"),
+		ginlimit.Rule(ginlimit.Name("rate"), ginlimit.Window(time.Second), ginlimit.Limit(100)),
+		ginlimit.Rule(ginlimit.Name("orders"), ginlimit.InFlight(1, 30*time.Second))),
+		func(c *gin.Context) {
+			if c.Query("from") == "" {
+				get("/order?from=inside") // another order while this one holds the slot
+			}
+			c.String(http.StatusOK, "ordered")
+		})
+
+	get("/order")
+	get("/order?from=outside") // the slot was given back when the first returned
+	// Output:
+	// /order?from=inside 429 1 {"code":429,"message":"Too many requests, please try again later","rule":"orders"}
+	// /order 200  ordered
+	// /order?from=outside 200  ordered
+}

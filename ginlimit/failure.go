@@ -87,7 +87,10 @@ func LocalInstances(n int) Option {
 // FailLocal there. The error names the rule and the scope's route, never
 // the key, which holds the identity.
 func (p *Policy) failed(req *request, err error) (Decision, error) {
-	first := p.rules[0]
+	first := req.calls[0].rule
+	if first.penalty {
+		first = req.calls[1].rule // a ban's call comes before its rule's
+	}
 	saturated := errors.Is(err, ErrSaturated)
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
 	if p.onFail == FailLocal || (saturated && p.onFail == FailOpen) {
@@ -102,8 +105,11 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 // and the rules, never the identity.
 func (p *Policy) describe(req *request) string {
 	where := req.scope.label()
-	if len(p.rules) == 1 {
-		r := p.rules[0]
+	if len(p.all) == 1 {
+		r := p.all[0]
+		if r.slots > 0 {
+			return fmt.Sprintf("%s: rule %q (in-flight)", where, r.name)
+		}
 		return fmt.Sprintf("%s: rule %q (%v)", where, r.name, r.alg)
 	}
 	names := make([]string, 0, len(req.calls))

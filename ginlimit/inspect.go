@@ -68,12 +68,12 @@ func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 		return fmt.Errorf("%w: %s", ErrBadTarget, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case t.Rule == "" && len(p.rules) == 1:
-		r = p.rules[0]
+	case t.Rule == "" && len(p.all) == 1:
+		r = p.all[0]
 	case t.Rule == "":
 		return nil, nil, bad("the route has rules %s: give Target.Rule", p.Name())
 	default:
-		for _, x := range p.rules {
+		for _, x := range p.all {
 			if x.name == t.Rule {
 				r = x
 			}
@@ -185,11 +185,16 @@ func (r *rule) targetWho(w *who, t Target) error {
 // RetryAfter, when it would not, how long until it would. It always asks
 // Redis (never the deny cache), through the route's breaker and Timeout,
 // and returns Redis's error, wrapped, when Redis cannot answer: there is
-// no fallback for a Peek.
+// no fallback for a Peek. For an in-flight rule ([InFlight]), Limit is
+// its n and Remaining the slots free now; Reset frees every slot of the
+// count (the requests holding them run on and give back nothing).
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	r, keys, err := p.target(t)
 	if err != nil {
 		return Decision{}, err
+	}
+	if r.slots > 0 {
+		return p.peekSlots(ctx, r, keys[0])
 	}
 	req := &request{}
 	req.calls, req.keys = req.one[:], req.oneKey[:]

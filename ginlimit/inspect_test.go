@@ -539,20 +539,20 @@ func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
 	}
 }
 
-// panickySubscriber is a client whose Subscribe panics, as go-redis's Ring
-// does while all its shards are down.
-type panickySubscriber struct{}
+// panickingSubscriber stands for a go-redis Ring with every shard down,
+// whose Subscribe panics.
+type panickingSubscriber struct{}
 
-func (panickySubscriber) Subscribe(context.Context, ...string) *redis.PubSub {
+func (panickingSubscriber) Subscribe(context.Context, ...string) *redis.PubSub {
 	panic("redis: all ring shards are down")
 }
 
-// TestSubscribeSurvivesAPanickingClient: the reset subscription does not
-// take the process down with a client that panics in Subscribe; it gets
-// nothing, and the hub tries again later.
-func TestSubscribeSurvivesAPanickingClient(t *testing.T) {
+// TestSubscribePanicIsAnError: a client whose Subscribe panics (a Ring with
+// every shard down) gives the hub an error to retry on, not a panic that
+// ends the process from its goroutine.
+func TestSubscribePanicIsAnError(t *testing.T) {
 	t.Parallel()
-	if ps := subscribe(context.Background(), panickySubscriber{}); ps != nil {
-		t.Fatal("subscribe returned a subscription from a client that panicked")
+	if _, err := subscribe(context.Background(), panickingSubscriber{}); err == nil || !strings.Contains(err.Error(), "all ring shards are down") {
+		t.Fatalf("error %v, want the panic as an error", err)
 	}
 }

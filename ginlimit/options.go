@@ -45,7 +45,7 @@ const (
 //     [Respond], [Observe] and [Rule] itself. They are plain Options.
 //   - Rule options concern one count: [Key], [Name], [Window], [Limit],
 //     [Message], [Type], [Algorithm], [SubWindows], [Burst], [Cost],
-//     [CostFunc], [Tiers], and how the count's identity is found:
+//     [CostFunc], [Tiers], [InFlight], and how the count's identity is found:
 //     [IPIdentity], [UserIdentity], [HashIdentities], [AnonymousByIP]. They
 //     are [RuleOption]s, which are Options too: outside a [Rule] they apply
 //     to every rule of the route.
@@ -130,6 +130,8 @@ type ruleConfig struct {
 	users      identity.User
 	hashKey    []byte
 	anonByIP   bool
+	slots      int           // InFlight's n: an in-flight rule when above 0
+	lease      time.Duration // InFlight's lease
 }
 
 func defaults() config {

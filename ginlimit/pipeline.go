@@ -74,21 +74,69 @@ func (p *Policy) addBan(req *request, j int, r *rule, w *who) int {
 	return j + 1
 }
 
-// serve is the gin handler of a compiled policy.
+// serve is the gin handler of a compiled policy. The rate rules are
+// decided first; a request they admit then takes its slots of the
+// in-flight rules (inflight.go), holds them while the rest of the chain
+// runs, and gives them back when it returns.
 func (p *Policy) serve(c *gin.Context) {
 	if p.skip != nil && p.skip(c) {
 		return
 	}
 	req := p.newRequest(requestScope(c))
+	if !p.prepare(c, req, p.rules) {
+		return
+	}
+	var slots *request
+	if len(p.slots) > 0 {
+		slots = p.newSlotRequest(req.scope)
+		if !p.prepare(c, slots, p.slots) {
+			return
+		}
+	}
+	ctx := c.Request.Context()
+	var start time.Time
+	if len(p.observers) > 0 {
+		start = time.Now()
+	}
+	final := req
+	if len(p.rules) > 0 {
+		var err error
+		req.d, err = p.decide(ctx, req)
+		c.Set(decisionKey{}, &req.d)
+		p.answer(c, req, err)
+	}
+	var held *holding
+	if slots != nil && !c.IsAborted() {
+		var err error
+		held, err = p.takeSlots(ctx, slots)
+		// An admission by every in-flight rule leaves the rate rules'
+		// decision and headers as they are; anything else is the answer.
+		if len(p.rules) == 0 || !slots.d.Allowed || err != nil {
+			final = slots
+			c.Set(decisionKey{}, &slots.d)
+			p.answer(c, slots, err)
+		}
+	}
+	if len(p.observers) > 0 {
+		p.observe(ctx, req.scope.label(), &final.d, time.Since(start))
+	}
+	if held != nil {
+		serveHeld(c, held)
+	}
+}
+
+// prepare finds each rule's identity, key and cost for req, or answers the
+// request (401, 400 or 500) and returns false.
+func (p *Policy) prepare(c *gin.Context, req *request, rules []*rule) bool {
 	i := 0
-	for _, r := range p.rules {
+	for _, r := range rules {
 		if r.plans != nil {
 			r = r.planFor(c)
 		}
 		var w who
 		if err := r.identify(c, &w); err != nil {
 			p.identityFailed(c, r, err)
-			return
+			return false
 		}
 		i = p.addBan(req, i, r, &w)
 		cl := &req.calls[i]
@@ -102,18 +150,7 @@ func (p *Policy) serve(c *gin.Context) {
 		}
 		i++
 	}
-	ctx := c.Request.Context()
-	var start time.Time
-	if len(p.observers) > 0 {
-		start = time.Now()
-	}
-	var err error
-	req.d, err = p.decide(ctx, req)
-	c.Set(decisionKey{}, &req.d)
-	p.answer(c, req, err)
-	if len(p.observers) > 0 {
-		p.observe(ctx, req.scope.label(), &req.d, time.Since(start))
-	}
+	return true
 }
 
 // Allow decides one request for key, an identity of the caller's choosing
@@ -137,6 +174,9 @@ func (p *Policy) AllowN(ctx context.Context, key string, n int) (Decision, error
 }
 
 func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (Decision, error) {
+	if len(p.slots) > 0 {
+		return Decision{}, errAllowInFlight
+	}
 	var start time.Time
 	if len(p.observers) > 0 {
 		start = time.Now()

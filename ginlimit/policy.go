@@ -24,10 +24,12 @@ import (
 //
 // A Policy is immutable and safe for concurrent use.
 type Policy struct {
-	rules        []*rule
-	calls        int  // calls per decision: one per rule, and one per rule's Ban
-	named        bool // declared with Rule: keys and 429 bodies name the rule
-	tiered       bool // some rule has plans (LimitBy, Tiers): the policy header is per request
+	all          []*rule // every rule, in the order declared
+	rules        []*rule // the rate rules, decided by one script call
+	slots        []*rule // the in-flight rules (inflight.go)
+	calls        int     // calls per decision of the rate rules: one per rule, and one per rule's Ban
+	named        bool    // declared with Rule: keys and 429 bodies name the rule
+	tiered       bool    // some rule has plans (LimitBy, Tiers): the policy header is per request
 	backend      *backend
 	script       *redis.Script // the backend's script for these rules
 	policyHeader string        // RateLimit-Policy: every rule's, joined
@@ -73,6 +75,9 @@ type rule struct {
 	penalty     bool                      // this is a penalty, some rule's ban
 	deny        *denyCache                // nil when off
 	local       *localLimiter             // the FailLocal fallback, or nil
+	slots       int                       // an in-flight rule's n (InFlight); 0 for a rate rule
+	lease       time.Duration             // an in-flight rule's lease
+	sem         *localSlots               // an in-flight rule's FailLocal fallback, or nil
 
 	args         []any // the script's arguments for this rule alone, at the fixed cost
 	quotedName   string
@@ -149,10 +154,6 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	}
 	p.backend = b
 	for _, r := range p.rules {
-		p.calls++
-		if r.ban != nil {
-			p.calls++
-		}
 		for _, x := range append([]*rule{r}, slices.Collect(maps.Values(r.plans))...) {
 			b.hub.track(x.deny, x.local)
 			if x.ban != nil {
@@ -160,16 +161,27 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 			}
 		}
 	}
-	algs := make([]AlgorithmKind, 0, p.calls)
-	items := make([]string, len(p.rules))
-	for i, r := range p.rules {
+	p.all = p.rules
+	p.rules, p.slots = nil, nil
+	algs := []AlgorithmKind{}
+	items := make([]string, len(p.all))
+	for i, r := range p.all {
+		items[i] = r.policyHeader
+		p.tiered = p.tiered || r.plans != nil
+		if r.slots > 0 {
+			p.slots = append(p.slots, r)
+			continue
+		}
+		p.rules = append(p.rules, r)
 		if r.ban != nil {
 			algs = append(algs, penaltyAlg)
 		}
-		algs, items[i] = append(algs, r.alg), r.policyHeader
-		p.tiered = p.tiered || r.plans != nil
+		algs = append(algs, r.alg)
 	}
-	p.script = b.script(algs)
+	p.calls = len(algs)
+	if len(algs) > 0 {
+		p.script = b.script(algs)
+	}
 	p.policyHeader = strings.Join(items, ", ")
 	return p, nil
 }
@@ -183,6 +195,9 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	if rc.ips == nil {
 		rc.ips = &identity.IP{}
 	}
+	if rc.slots > 0 {
+		return compileSlots(rc, route, named)
+	}
 	if err := rc.alg.validate(&rc); err != nil {
 		return nil, err
 	}
@@ -190,21 +205,10 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	if rc.costFunc == nil && rc.cost > maxCost {
 		return nil, fmt.Errorf("Cost(%d): more than the rule can ever admit (%d)", rc.cost, maxCost)
 	}
-	name := rc.name
-	if name == "" {
-		name = defaultName(rc.prefix)
-	}
-	body := struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-		Rule    string `json:"rule,omitempty"`
-	}{Code: 429, Message: rc.message}
-	if named {
-		body.Rule = name
-	}
-	body429, err := json.Marshal(body)
+	name := rc.ruleName()
+	body429, err := rc.body429(name, named)
 	if err != nil {
-		return nil, fmt.Errorf("Message(%q): %w", rc.message, err)
+		return nil, err
 	}
 	param := rc.alg.param(&rc)
 	r := &rule{
@@ -247,14 +251,40 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	return r, nil
 }
 
+// ruleName is the rule's name: its [Name], or one derived from its key
+// prefix.
+func (rc *ruleConfig) ruleName() string {
+	if rc.name == "" {
+		return defaultName(rc.prefix)
+	}
+	return rc.name
+}
+
+// body429 is the rule's 429 body; named says whether it names the rule.
+func (rc *ruleConfig) body429(name string, named bool) ([]byte, error) {
+	body := struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Rule    string `json:"rule,omitempty"`
+	}{Code: 429, Message: rc.message}
+	if named {
+		body.Rule = name
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("Message(%q): %w", rc.message, err)
+	}
+	return b, nil
+}
+
 // Name returns the name of the policy's rule, as in the RateLimit-Policy
 // header; for a route with several Rules, their names joined by commas.
 func (p *Policy) Name() string {
-	if len(p.rules) == 1 {
-		return p.rules[0].name
+	if len(p.all) == 1 {
+		return p.all[0].name
 	}
-	names := make([]string, len(p.rules))
-	for i, r := range p.rules {
+	names := make([]string, len(p.all))
+	for i, r := range p.all {
 		names[i] = r.name
 	}
 	return strings.Join(names, ",")

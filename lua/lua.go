@@ -141,7 +141,15 @@ var (
 	tokenBucket string
 	//go:embed penalty.lua
 	penalty string
+	//go:embed inflight.lua
+	inflight string
 )
+
+// InFlight returns the script of in-flight limits (inflight.lua, which
+// documents its arguments and replies): it acquires, releases, renews and
+// peeks slots leased on the Redis clock. It stands alone: no prologue, no
+// driver.
+func InFlight() string { return inflight }
 
 // algorithms lists each algorithm's name, which also starts the names of
 // the functions its file defines, and its file.

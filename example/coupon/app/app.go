@@ -217,8 +217,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	engine.RedirectTrailingSlash = false
 	engine.Use(requestLog(logger), gin.Recovery(), a.limiter.Middleware())
 	engine.NoRoute(notFound)
+	writeOrder := cfg.WriteOrder
+	if writeOrder == nil {
+		writeOrder = sleepOrder
+	}
 	routes(engine, &handlers{secret: secret, users: a.users, logger: logger, claimPolicy: claimPolicy,
-		remoteJWKS: cfg.JWKSURL != ""})
+		remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder})
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	a.Handler = engine
 	return a, nil

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,6 +73,11 @@ type Config struct {
 	// is zero, ginlimit.DefaultTimeout (1 s) is used. Tests raise it so
 	// that a loaded machine never turns a slow answer into a fail-open.
 	DecisionTimeout time.Duration
+	// WriteOrder stands for writing an order to the database in GET
+	// /api/coupon/seckill/order. When it is nil, it waits OrderWriteTime
+	// (or until the request ends). Tests give one that waits for them, so
+	// that they know which requests hold a slot without timing anything.
+	WriteOrder func(ctx context.Context)
 }
 
 // ConfigFromEnv reads a Config from the environment through getenv (pass

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -35,6 +36,8 @@ type handlers struct {
 	// remoteJWKS says whether users also verifies tokens with the keys at
 	// Config.JWKSURL; /healthz then reports whether they have arrived.
 	remoteJWKS bool
+	// writeOrder stands for writing an order (Config.WriteOrder).
+	writeOrder func(ctx context.Context)
 }
 
 // response is the JSON body of every answer except login's token and
@@ -158,6 +161,25 @@ func (h *handlers) voucherSeckill(c *gin.Context) {
 		return
 	}
 	reply(c, http.StatusOK, "Voucher order accepted", withRemaining(c, gin.H{"voucher_id": id}))
+}
+
+// seckillOrder answers GET /api/coupon/seckill/order while it holds one
+// of the route's OrderInFlight slots: it writes the order (simulated,
+// about OrderWriteTime) and answers.
+func (h *handlers) seckillOrder(c *gin.Context) {
+	h.writeOrder(c.Request.Context())
+	reply(c, http.StatusOK, "Order placed", nil)
+}
+
+// sleepOrder is the demo's order writing: OrderWriteTime, or less if the
+// request ends first.
+func sleepOrder(ctx context.Context) {
+	t := time.NewTimer(OrderWriteTime)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // healthz answers GET /healthz, which is never limited: 200

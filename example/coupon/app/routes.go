@@ -24,6 +24,25 @@ const (
 	SeckillMessage = "Seckill is too popular, please try again later"
 )
 
+// The in-flight limit of GET /api/coupon/seckill/order: at most
+// OrderInFlight orders are being written at once, over every instance
+// ([ginlimit.InFlight], counted over all clients together). A request that
+// finds no slot free gets 429 with OrderMessage.
+const (
+	// OrderKey is the Redis key prefix of GET /api/coupon/seckill/order.
+	OrderKey = "coupon:order:"
+	// OrderInFlight is how many requests of GET /api/coupon/seckill/order
+	// are served at once, over every instance.
+	OrderInFlight = 10
+	// OrderLease is how long a slot of an instance that died stays taken.
+	// A request that runs longer keeps its slot: its lease is renewed.
+	OrderLease = 30 * time.Second
+	// OrderWriteTime is how long the demo takes to write an order.
+	OrderWriteTime = 300 * time.Millisecond
+	// OrderMessage is the 429 message of GET /api/coupon/seckill/order.
+	OrderMessage = "Too many orders are being placed, please try again later"
+)
+
 // The rate limits of GET /api/coupon/claim: 3 requests per 60 seconds for
 // each user of a valid bearer token ([ginlimit.User]), or 10 per 60 seconds
 // for a user whose token's "plan" claim is "vip" ([ginlimit.Tiers]). The
@@ -173,6 +192,10 @@ func routes(r gin.IRoutes, h *handlers) {
 		ginlimit.Key(SeckillKey), ginlimit.Window(SeckillWindow), ginlimit.Limit(SeckillLimit),
 		ginlimit.Message(SeckillMessage),
 		ginlimit.Type(ginlimit.Method)), h.seckill)
+
+	r.GET("/api/coupon/seckill/order", ginlimit.RateLimit(
+		ginlimit.Key(OrderKey), ginlimit.InFlight(OrderInFlight, OrderLease),
+		ginlimit.Message(OrderMessage)), h.seckillOrder)
 
 	r.GET(ClaimPath, h.claimPolicy.Handler(), h.claim)
 

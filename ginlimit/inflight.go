@@ -1,0 +1,464 @@
+package ginlimit
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/lua"
+)
+
+// In-flight limits: a rule made with InFlight caps how many requests are
+// being served at once, over every instance, instead of how many arrive per
+// window. A request takes a slot before the rest of the chain runs and
+// gives it back when the chain returns, panics included; a slot is leased
+// on the Redis clock, so the slots of an instance that died free
+// themselves, and the lease of a request still running is renewed every
+// third of the lease. The script is lua/inflight.lua.
+
+// Bounds of [InFlight].
+const (
+	// MaxInFlight is the largest n [InFlight] accepts.
+	MaxInFlight = 1_000_000
+	// MinLease and MaxLease bound the lease [InFlight] accepts.
+	MinLease = time.Millisecond
+	MaxLease = time.Hour
+)
+
+// InFlightRetryAfter is the Retry-After of a request refused by an
+// in-flight rule, and its [Decision.RetryAfter] and Reset: a slot frees
+// when a request being served ends, which nobody can predict, so it is the
+// shortest Retry-After there is, one second.
+const InFlightRetryAfter = time.Second
+
+// InFlight makes the rule an in-flight limit: at most n requests of the
+// rule, per each combination of its dimensions ([Type], [Per]), are being
+// served at once over every instance sharing the Redis. A request takes a
+// slot before the rest of the chain runs and gives it back when the chain
+// returns, a panic included (the panic then goes on to gin's recovery).
+//
+// A slot is a lease on the Redis clock: the slot of an instance that died
+// frees itself lease after it was last renewed. While the handler runs, its
+// lease is renewed every lease/3 (one small script call), so a handler
+// that runs longer than the lease keeps its slot, and one lost renewal
+// does not lose it; if the lease lapses all the same (Redis unreachable
+// for a whole lease), the handler goes on, the slot may go to another
+// request, and a warning is logged. Choose a lease a few times the Timeout
+// and short enough for a dead instance's slots to come back in good time;
+// 30 s is a reasonable default.
+//
+// When no slot is free the request gets 429 with the rule's [Message] and
+// Retry-After: 1 (see [InFlightRetryAfter]), through the same answer path
+// as a rate refusal: headers, [OnLimited], [Respond], observers and shadow
+// mode. 429, not 503, because the limit is working as configured, and 503
+// is what ginlimit answers when it cannot decide ([FailClosed]): operators
+// and clients can tell a busy endpoint from a broken limiter.
+//
+// On a route, the rate rules are decided first, in one script call, and
+// the in-flight rules only for a request the rate rules admitted, in one
+// more call (all the in-flight rules together, all or nothing). A request
+// refused for want of a slot has been counted by the rate rules: the safe
+// direction, which a client retrying at once pays for. Each request costs
+// two Redis calls for its in-flight rules (acquire and release), plus one
+// per lease/3 of handler time. Window, Limit, Algorithm and its parameters
+// do not apply to an in-flight rule; it holds one slot per request, so it
+// refuses [Cost] and [CostFunc] other than the default, [LimitBy],
+// [Tiers] and [Ban]. It has no deny cache: its slots free when requests end, not
+// with time, so no refusal is certain for any time.
+//
+// When Redis fails, the failure policy applies: under [FailLocal] each
+// instance allows n/[LocalInstances] (at least 1) requests in flight per
+// key, counted in process; under [FailOpen] the request runs without a
+// slot (a saturated process, [ErrSaturated], gets the in-process count
+// instead); under [FailClosed] it gets 503.
+//
+// n must be from 1 to [MaxInFlight], lease from [MinLease] to [MaxLease].
+// [Policy.Peek] reads how many slots are held; [Policy.Reset] frees them
+// all. [Policy.Allow] cannot hold a slot across a handler and refuses a
+// policy with in-flight rules.
+func InFlight(n int, lease time.Duration) RuleOption {
+	return ruleOption(func(r *ruleConfig) error {
+		switch {
+		case n < 1 || n > MaxInFlight:
+			return fmt.Errorf("InFlight(%d, %v): n must be from 1 to %d", n, lease, MaxInFlight)
+		case lease < MinLease || lease > MaxLease:
+			return fmt.Errorf("InFlight(%d, %v): the lease must be from %v to %v", n, lease, MinLease, MaxLease)
+		}
+		r.slots, r.lease = n, lease.Truncate(time.Microsecond)
+		return nil
+	})
+}
+
+// slotScript is lua/inflight.lua.
+var slotScript = redis.NewScript(lua.InFlight())
+
+// slotTag is what an in-flight rule adds to its key prefix, so that its
+// keys never meet a rate rule's (see keyTag).
+const slotTag = "if:"
+
+// compileSlots compiles an in-flight rule.
+func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
+	switch {
+	case rc.cost != 1 || rc.costFunc != nil:
+		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule holds one slot per request: give Cost or CostFunc to the rate rules' own Rule", rc.slots, rc.lease)
+	case rc.plans != nil:
+		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule has no limits per request: give LimitBy or Tiers to the rate rules' own Rule", rc.slots, rc.lease)
+	case rc.ban != nil || rc.banMessage != "":
+		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule does not ban: give Ban to a rate rule of the route", rc.slots, rc.lease)
+	}
+	name := rc.ruleName()
+	body429, err := rc.body429(name, named)
+	if err != nil {
+		return nil, err
+	}
+	r := &rule{
+		name:        name,
+		escapedName: escape(name, idSafe),
+		prefix:      rc.prefix + slotTag,
+		limit:       rc.slots,
+		maxCost:     1,
+		cost:        1,
+		dims:        rc.dims,
+		ips:         rc.ips,
+		users:       rc.users,
+		hashKey:     rc.hashKey,
+		anonByIP:    rc.anonByIP,
+		slots:       rc.slots,
+		lease:       rc.lease,
+		quotedName:  sfString(name),
+		limitText:   strconv.Itoa(rc.slots),
+		body429:     body429,
+	}
+	// No window: the IETF draft's w is optional, and a count of requests
+	// in flight has none.
+	r.policyHeader = r.quotedName + ";q=" + r.limitText
+	if route.onFail != FailClosed { // the fallback of FailLocal, and of a saturated FailOpen
+		r.sem = newLocalSlots(max(1, rc.slots/route.localInstances))
+	}
+	return r, nil
+}
+
+// newSlotRequest returns the memory of the in-flight step of a request.
+func (p *Policy) newSlotRequest(s scope) *request {
+	return &request{scope: s, calls: make([]call, len(p.slots)), keys: make([]string, len(p.slots))}
+}
+
+// slotArgs returns the script's arguments for op on req's slots.
+func (p *Policy) slotArgs(req *request, op, holder string) []any {
+	args := make([]any, 3, 3+2*len(req.calls))
+	if p.clock != nil {
+		args[0] = p.clock()
+	} else {
+		args[0] = ""
+	}
+	args[1], args[2] = op, holder
+	for _, cl := range req.calls {
+		args = append(args, cl.rule.slots, cl.rule.lease.Microseconds())
+	}
+	return args
+}
+
+// newHolder returns a holder id: 16 random bytes, unique in practice.
+func newHolder() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return string(b[:])
+}
+
+// takeSlots is the in-flight step of a request: it takes a slot of every
+// in-flight rule for req's keys, all or none, and leaves the decision in
+// req.d. It returns what the request holds, to give back once the chain
+// returns, or nil when it holds nothing (refused, or let through without a
+// slot); and the error when Redis could not decide, whose answer the
+// failure policy gave.
+func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) {
+	h := &holding{p: p, req: req, holder: newHolder(), ctx: context.WithoutCancel(ctx)}
+	reply, brk, err := p.backend.run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(req, "acquire", h.holder))
+	if err == nil {
+		if req.d, err = p.parseSlots(req, reply); err == nil {
+			req.d.brk = brk
+			if !req.d.Allowed {
+				return nil, nil
+			}
+			h.redis = true
+			h.renewLater()
+			return h, nil
+		}
+	}
+	// Redis could not decide. Unless the call never left this process,
+	// the script may have run and leased a slot: give it back as well, in
+	// the background (Redis is failing: the request need not wait for it).
+	saturated := errors.Is(err, ErrSaturated)
+	h.redis = !saturated && !errors.Is(err, ErrCircuitOpen)
+	h.uncertain = true
+	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
+	first := req.calls[0].rule
+	switch {
+	case p.onFail == FailLocal || saturated && p.onFail == FailOpen:
+		req.d = p.takeLocal(req, h)
+	default:
+		req.d = Decision{Rule: first.name, Allowed: p.onFail == FailOpen, Limit: first.limit, decider: first}
+	}
+	req.d.Err = err
+	if !req.d.Allowed {
+		h.release()
+		return nil, err
+	}
+	return h, err
+}
+
+// parseSlots checks and converts the acquire reply {now_us, fired, in_use
+// per rule}. The decision is the firing rule's or, when admitted, the
+// rule with the fewest slots left; with several in-flight rules, Rules
+// holds each one's.
+func (p *Policy) parseSlots(req *request, reply []int64) (Decision, error) {
+	n := len(req.calls)
+	if len(reply) != 2+n {
+		return Decision{}, fmt.Errorf("unexpected reply of %d elements", len(reply))
+	}
+	at := func(i int) int64 { return reply[i] }
+	now, fired := time.UnixMicro(at(0)), int(at(1))
+	if fired < 0 || fired > n {
+		return Decision{}, fmt.Errorf("unexpected firing rule %d", fired)
+	}
+	rules := make([]Decision, n)
+	best := 0
+	for i := range rules {
+		r := req.calls[i].rule
+		rules[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.slots, Remaining: max(r.slots-int(at(2+i)), 0), Time: now, decider: r}
+		if fired == 0 && rules[i].Remaining < rules[best].Remaining {
+			best = i
+		}
+	}
+	if fired > 0 {
+		best = fired - 1
+		rules[best].RetryAfter, rules[best].Reset = InFlightRetryAfter, InFlightRetryAfter
+	}
+	d := rules[best]
+	if n > 1 {
+		d.Rules = rules
+	}
+	return d, nil
+}
+
+// takeLocal takes a slot of every rule's in-process count, all or none:
+// the FailLocal fallback of the in-flight step.
+func (p *Policy) takeLocal(req *request, h *holding) Decision {
+	now := time.Now()
+	var d Decision
+	for i := range req.calls {
+		cl := &req.calls[i]
+		left, ok := cl.rule.sem.take(cl.key)
+		d = Decision{Rule: cl.rule.name, Allowed: ok, Limit: cl.rule.slots, Remaining: left, Time: now, Local: true, decider: cl.rule}
+		if !ok {
+			d.RetryAfter, d.Reset = InFlightRetryAfter, InFlightRetryAfter
+			h.giveLocal()
+			return d
+		}
+		h.local = append(h.local, cl)
+	}
+	return d
+}
+
+// peekSlots is [Policy.Peek] for an in-flight rule: Limit is n, Remaining
+// the slots free now, and Allowed whether a request would get one.
+func (p *Policy) peekSlots(ctx context.Context, r *rule, key string) (Decision, error) {
+	req := &request{calls: []call{{rule: r, key: key, cost: 1}}, keys: []string{key}}
+	reply, _, err := p.backend.run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(req, "peek", "peek"))
+	if err == nil {
+		var d Decision
+		if d, err = p.parseSlots(req, reply); err == nil {
+			return d, nil
+		}
+	}
+	return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
+}
+
+// holding is what one request holds while its chain runs: a lease in
+// Redis on each in-flight rule's key (renewed every lease/3), or slots of
+// the in-process counts. It gives them back once, on release.
+type holding struct {
+	p      *Policy
+	req    *request
+	holder string
+	ctx    context.Context // the request's values, never cancelled
+	redis  bool            // holds (or may hold) a lease in Redis
+	// uncertain: the acquire failed, so the lease is given back in the
+	// background, best effort.
+	uncertain bool
+	local     []*call // the calls holding an in-process slot
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+}
+
+// renewEvery is how often a lease is renewed: three times per lease, so
+// that one failed renewal does not lose the slot.
+func (h *holding) renewEvery() time.Duration {
+	lease := h.req.calls[0].rule.lease
+	for _, cl := range h.req.calls[1:] {
+		lease = min(lease, cl.rule.lease)
+	}
+	return max(lease/3, time.Millisecond)
+}
+
+// renewLater schedules the next renewal, unless the holding was released.
+func (h *holding) renewLater() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	if h.timer == nil {
+		h.timer = time.AfterFunc(h.renewEvery(), h.renew)
+		return
+	}
+	h.timer.Reset(h.renewEvery())
+}
+
+// renew extends the leases to now + lease. A lease that had already
+// lapsed is not renewed (its slot may be someone else's by now): that, and
+// a failed renewal, is logged. The renewal after a release does nothing
+// (the script renews only a lease that is there).
+func (h *holding) renew() {
+	p := h.p
+	reply, _, err := p.backend.run(h.ctx, p.queue, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "renew", h.holder))
+	if err == nil {
+		if n, ok := one(reply); !ok {
+			err = fmt.Errorf("unexpected reply %v", reply)
+		} else if int(n) < len(h.req.keys) && !h.released() {
+			err = errors.New("the lease lapsed while the handler ran: the slot may be serving another request")
+		}
+	}
+	if err != nil {
+		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not renew an in-flight slot",
+			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.calls[0].rule.name), errAttr(err))
+	}
+	h.renewLater()
+}
+
+// one returns the one integer of a reply {n}.
+func one(reply []int64) (int64, bool) {
+	if len(reply) != 1 {
+		return 0, false
+	}
+	return reply[0], true
+}
+
+// released reports whether the holding was released.
+func (h *holding) released() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stopped
+}
+
+// release gives back what the request holds: it stops the renewals, removes
+// the leases from Redis (bounded by the Timeout; if that fails, the lease
+// frees the slot, and a warning is logged) and gives back the in-process
+// slots.
+func (h *holding) release() {
+	h.mu.Lock()
+	h.stopped = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.mu.Unlock()
+	h.giveLocal()
+	if !h.redis {
+		return
+	}
+	p := h.p
+	if h.uncertain {
+		go func() {
+			_, _, _ = p.backend.run(h.ctx, p.queue, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
+		}()
+		return
+	}
+	_, _, err := p.backend.run(h.ctx, p.queue, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
+	if err != nil {
+		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not release an in-flight slot; its lease will free it",
+			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.calls[0].rule.name), errAttr(err))
+	}
+}
+
+// giveLocal gives back the in-process slots held.
+func (h *holding) giveLocal() {
+	for _, cl := range h.local {
+		cl.rule.sem.give(cl.key)
+	}
+	h.local = nil
+}
+
+// serveHeld runs the rest of the chain while h is held, and releases it
+// when the chain returns or panics; the panic goes on.
+func serveHeld(c *gin.Context, h *holding) {
+	defer h.release()
+	c.Next()
+}
+
+// localSlots is an in-flight rule's in-process count of slots per key, the
+// FailLocal fallback: at most n per key in this process. A key is kept
+// only while a slot of it is held, so it needs no bound of its own: it
+// holds at most as many keys as requests are in flight. It is safe for
+// concurrent use.
+type localSlots struct {
+	n      int
+	seed   maphash.Seed
+	shards [denyShards]localSlotShard
+}
+
+type localSlotShard struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func newLocalSlots(n int) *localSlots {
+	l := &localSlots{n: n, seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]int)
+	}
+	return l
+}
+
+func (l *localSlots) shard(key string) *localSlotShard {
+	return &l.shards[maphash.String(l.seed, key)%denyShards]
+}
+
+// take takes a slot of key if one is free, and returns how many are left.
+func (l *localSlots) take(key string) (int, bool) {
+	s := l.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held := s.m[key]
+	if held >= l.n {
+		return 0, false
+	}
+	s.m[key] = held + 1
+	return l.n - held - 1, true
+}
+
+// give gives back a slot of key.
+func (l *localSlots) give(key string) {
+	s := l.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held := s.m[key]; held > 1 {
+		s.m[key] = held - 1
+	} else {
+		delete(s.m, key)
+	}
+}
+
+// errAllowInFlight is the error of Policy.Allow on a policy with in-flight
+// rules.
+var errAllowInFlight = errors.New("ginlimit: Policy.Allow: the policy has in-flight rules (InFlight), which hold a slot while a handler runs: serve it with Policy.Handler")
