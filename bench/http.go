@@ -36,8 +36,8 @@ type httpResult struct {
 	// OnError hook marked them, see hdrNonDecision); there should be none.
 	NonDecisions int64
 	// Reply is the script reply that the canned-reply hook answers with
-	// (nil against real Redis).
-	Reply []interface{}
+	// (nil against real Redis): the packed string ginlimit's scripts reply.
+	Reply interface{}
 }
 
 // httpClients is the number of client addresses the requests cycle through:
@@ -49,10 +49,11 @@ const httpClients = 1000
 // a real reply of ginlimit's script captured from the harness's Redis (see
 // captureReply), without touching the network, so that only the middleware
 // and go-redis's client-side code run. The reply's integers are boxed anew
-// on every call, standing in for go-redis parsing a real reply. It answers
+// on every call (a packed string reply is copied), standing in for go-redis
+// parsing a real reply. It answers
 // anything else with an error, so a command it does not expect shows up (as
 // a non-decision).
-type cannedReply struct{ reply []interface{} }
+type cannedReply struct{ reply interface{} }
 
 var errNotScript = errors.New("canned reply: not a script call")
 
@@ -79,14 +80,22 @@ func (h cannedReply) fill(cmd redis.Cmder) error {
 		cmd.SetErr(errNotScript)
 		return errNotScript
 	}
-	v := make([]interface{}, len(h.reply))
-	for i, x := range h.reply {
-		if n, ok := x.(int64); ok {
-			x = n // boxed anew
+	switch r := h.reply.(type) {
+	case string:
+		c.SetVal(string([]byte(r))) // a new string, as go-redis reads one
+	case []interface{}:
+		v := make([]interface{}, len(r))
+		for i, x := range r {
+			if n, ok := x.(int64); ok {
+				x = n // boxed anew
+			}
+			v[i] = x
 		}
-		v[i] = x
+		c.SetVal(v)
+	default:
+		cmd.SetErr(errNotScript)
+		return errNotScript
 	}
-	c.SetVal(v)
 	return nil
 }
 
@@ -94,7 +103,7 @@ func (h cannedReply) fill(cmd redis.Cmder) error {
 // call (an EVALSHA or EVAL answered without an error).
 type captureReply struct {
 	mu    sync.Mutex
-	reply []interface{}
+	reply interface{}
 }
 
 func (*captureReply) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -103,7 +112,8 @@ func (h *captureReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if c, ok := cmd.(*redis.Cmd); ok && err == nil {
-			if v, ok := c.Val().([]interface{}); ok {
+			switch v := c.Val().(type) {
+			case string, []interface{}:
 				h.mu.Lock()
 				h.reply = v
 				h.mu.Unlock()
@@ -119,7 +129,7 @@ func (*captureReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // realReply returns the reply of ginlimit's script to the first request of
 // the limited engine, from the harness's Redis.
-func (e *env) realReply(ctx context.Context) ([]interface{}, error) {
+func (e *env) realReply(ctx context.Context) (interface{}, error) {
 	rdb := ctxTimeoutClient.newClient(e.srv.Addr)
 	defer rdb.Close()
 	h := &captureReply{}

@@ -338,7 +338,7 @@ func renderHTTP(w writer, hs []httpResult, cfg config) {
 		"One caller, testing.Benchmark (%v each). Overhead = limited − bare.\n\n", httpClients, httpClients, cfg.window, cfg.limit, ctxTimeoutClient.Short(), cfg.httpBenchtime)
 	w("| decisions from | bare ns/op | bare allocs/op | bare B/op | limited ns/op | limited allocs/op | limited B/op | overhead µs/request | overhead allocs/request | overhead B/request | non-200 | non-decisions |\n")
 	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	var reply []interface{}
+	var reply interface{}
 	for _, h := range hs {
 		if h.Reply != nil {
 			reply = h.Reply
@@ -350,9 +350,9 @@ func renderHTTP(w writer, hs []httpResult, cfg config) {
 			h.Limited.AllocsPerOp()-h.Bare.AllocsPerOp(), h.Limited.AllocedBytesPerOp()-h.Bare.AllocedBytesPerOp(), h.Non200, h.NonDecisions)
 	}
 	if reply != nil {
-		w("\nThe canned reply is a real reply of the script to the route's first request, captured from the harness's Redis (`%v`), "+
-			"rebuilt on every call (a fresh slice, the integers boxed anew), "+
-			"so \"excluding Redis\" still includes its few allocations, which stand in for go-redis parsing a real reply.\n", reply)
+		w("\nThe canned reply is a real reply of the script to the route's first request, captured from the harness's Redis (`%q`: "+
+			"the scripts reply one string of packed integers), copied on every call, "+
+			"so \"excluding Redis\" still includes its allocation, which stands in for go-redis reading a real reply.\n", reply)
 	}
 	w("\n")
 }
