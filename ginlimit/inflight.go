@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/lua"
@@ -397,13 +396,6 @@ func (h *holding) giveLocal() {
 		cl.rule.sem.give(cl.key)
 	}
 	h.local = nil
-}
-
-// serveHeld runs the rest of the chain while h is held, and releases it
-// when the chain returns or panics; the panic goes on.
-func serveHeld(c *gin.Context, h *holding) {
-	defer h.release()
-	c.Next()
 }
 
 // localSlots is an in-flight rule's in-process count of slots per key, the

@@ -109,6 +109,12 @@ func (p *Policy) serve(c *gin.Context) {
 	if slots != nil && !c.IsAborted() {
 		var err error
 		held, err = p.takeSlots(ctx, slots)
+		if held != nil {
+			// Released however serve ends: a panic in a hook or an
+			// observer below would otherwise leave the slot renewed for
+			// ever.
+			defer held.release()
+		}
 		// An admission by every in-flight rule leaves the rate rules'
 		// decision and headers as they are; anything else is the answer.
 		if len(p.rules) == 0 || !slots.d.Allowed || err != nil {
@@ -121,7 +127,7 @@ func (p *Policy) serve(c *gin.Context) {
 		p.observe(ctx, req.scope.label(), &final.d, time.Since(start))
 	}
 	if held != nil {
-		serveHeld(c, held)
+		c.Next() // the rest of the chain runs while the slots are held
 	}
 }
 
