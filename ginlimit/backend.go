@@ -276,7 +276,8 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	case err == nil:
 	case ctx.Err() != nil:
 		// The request's own context ended: that says nothing about Redis.
-		err = fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))
+		// The call may have reached Redis all the same (mayHaveRun).
+		err = mayHaveRun{fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))}
 	case errors.Is(err, errTimedOut) || isNetTimeout(err):
 		failed = true // on the wire, and Redis did not answer in time
 	case errors.Is(err, context.DeadlineExceeded) && b.poolBusy():
@@ -291,6 +292,13 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	n.brk.done(probe, failed)
 	return reply, n.brk, err
 }
+
+// mayHaveRun marks an ErrSaturated whose call was handed to go-redis, so
+// the script may have run in Redis: an in-flight acquire must then be
+// released all the same.
+type mayHaveRun struct{ error }
+
+func (e mayHaveRun) Unwrap() error { return e.error }
 
 // poolBusy reports whether every connection of a plain client's pool is in
 // use. A bare deadline error can mean a wait for a connection or go-redis

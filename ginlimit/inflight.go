@@ -197,7 +197,8 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 	// the script may have run and leased a slot: give it back as well, in
 	// the background (Redis is failing: the request need not wait for it).
 	saturated := errors.Is(err, ErrSaturated)
-	h.redis = !saturated && !errors.Is(err, ErrCircuitOpen)
+	var ran mayHaveRun
+	h.redis = (!saturated || errors.As(err, &ran)) && !errors.Is(err, ErrCircuitOpen)
 	h.uncertain = true
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
 	first := req.calls[0].rule
