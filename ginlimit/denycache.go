@@ -334,14 +334,31 @@ func (c *denyCache) clear() {
 }
 
 // strike records a refusal of key answered from the cache, for the rule's
-// [Ban]: the next call on the key reports it (drain).
+// [Ban]: the next call on the key reports it (drain). The refusal may be
+// another rule's, so the key may be unknown here: it is then kept with
+// nothing known about its quota (a state that sends every request to
+// Redis), only to carry the strikes.
 func (c *denyCache) strike(key string) {
 	s := c.shard(key)
 	s.mu.RLock()
 	if st := s.m[key]; st != nil && st.strikes != nil {
 		st.strikes.Add(1)
+		s.mu.RUnlock()
+		return
 	}
 	s.mu.RUnlock()
+	if !c.strikes {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.m[key]
+	if st == nil {
+		c.makeRoom(s, c.now())
+		st = &keyState{strikes: new(atomic.Int64)}
+		s.m[key] = st
+	}
+	st.strikes.Add(1)
 }
 
 // drain returns the refusals of key answered from the cache since the last

@@ -224,10 +224,15 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 	for {
 		v, i, snap := p.enter(req)
 		if v == rejected {
-			cl := &req.calls[i]
-			if cl.rule.ban != nil {
-				cl.rule.deny.strike(cl.key) // told to the ban with the next call
+			// A refusal by any rule is a strike for every Ban of the
+			// route, as in Redis (lua/penalty.lua): each is told with the
+			// next call on its rule's key.
+			for j := range req.calls {
+				if o := &req.calls[j]; o.rule.ban != nil {
+					o.rule.deny.strike(o.key)
+				}
 			}
+			cl := &req.calls[i]
 			return cl.rule.cached(snap, cl.sent), nil // the cheap path
 		}
 		if v == callRedis {
