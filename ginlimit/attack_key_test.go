@@ -11,12 +11,11 @@ import (
 )
 
 // TestAttackShortValueSpellsLongValuesHash: a value longer than maxKeyText
-// goes into the key as "~" and 32 hex digits of its SHA-256 (boundText),
-// but '~' and hex digits stand for themselves in a key (idSafe), so the
-// short value "~<those digits>" gets the very same key: two different
-// identities share one count. (Whoever knows the long value can spell its
-// bucket; a collision-free form would use a byte that escaping never
-// leaves bare, such as a bare '%'.)
+// goes into the key hashed. It once went in as "~" and 32 hex digits, which
+// a short value could spell ('~' and hex digits stand for themselves in a
+// key), sharing the long value's count; the hashed form now starts with a
+// bare '%', which no escaped value contains, and this short value keeps a
+// count of its own.
 func TestAttackShortValueSpellsLongValuesHash(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
@@ -34,10 +33,10 @@ func TestAttackShortValueSpellsLongValuesHash(t *testing.T) {
 }
 
 // TestAttackHashedPartsAreNotInjective: with HashIdentities, several
-// dimensions are sealed into one HMAC of " <label>:<value>" per part,
-// values unescaped, so the boundaries between values are lost: A="x h.b:y",
-// B="z" and A="x", B="y h.b:z" hash alike and share one count (without
-// HashIdentities the two keys differ: spaces are escaped).
+// dimensions are sealed into one HMAC. Of " <label>:<value>" per part, with
+// the values unescaped, A="x h.b:y", B="z" and A="x", B="y h.b:z" hashed
+// alike and shared one count; each value's length now goes before it, and
+// they stay apart.
 func TestAttackHashedPartsAreNotInjective(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -356,11 +357,18 @@ func (r *rule) seal(w *who) {
 }
 
 // hash returns the hex HMAC of w's parts, cut to 128 bits. For one part it
-// is the HMAC of " <label>:" and the value, as ginlimit has always keyed it.
+// is the HMAC of " <label>:" and the value, as ginlimit has always keyed it;
+// several parts each write their value's length before it, so that no
+// value can move the boundary between two (A="x h.b:y", B="z" and A="x",
+// B="y h.b:z" stay apart).
 func (w *who) hash(secret []byte) string {
 	m := hmac.New(sha256.New, secret)
 	for _, p := range w.parts[:w.n] {
 		m.Write([]byte(" " + p.label + ":"))
+		if w.n > 1 {
+			m.Write(strconv.AppendInt(nil, int64(len(p.value)), 10))
+			m.Write([]byte{':'})
+		}
 		m.Write([]byte(p.value))
 	}
 	var sum [sha256.Size]byte

@@ -86,19 +86,32 @@ func (s scope) label() string {
 }
 
 // maxKeyText is the longest identity, or Policy.Allow key, that goes into a
-// key as it is; a longer one goes in as a hash (see bounded), so that no
+// key as it is; a longer one goes in as a hash (see writeBounded), so that no
 // input makes a key longer than its configuration and this.
 const maxKeyText = 256
 
-// boundText returns s, or "~" and 32 hex digits of its SHA-256 when s is
-// longer than maxKeyText: a long identity keeps a bucket of its own, and
-// its key a bounded length.
-func boundText(s string) string {
+// writeBounded writes s escaped with safe or, when s is longer than
+// maxKeyText, "%~" and 32 hex digits of its SHA-256: a long value keeps a
+// bucket of its own, and its key a bounded length. No escaped text can
+// spell that form, since escaping leaves a '%' only before two hex digits.
+func writeBounded(b *strings.Builder, s string, safe func(byte) bool) {
 	if len(s) <= maxKeyText {
-		return s
+		writeEscaped(b, s, safe)
+		return
 	}
 	sum := sha256.Sum256([]byte(s))
-	return "~" + hex.EncodeToString(sum[:16])
+	b.WriteString("%~")
+	var h [32]byte
+	hex.Encode(h[:], sum[:16])
+	b.Write(h[:])
+}
+
+// boundedLen is the length writeBounded writes for s.
+func boundedLen(s string, safe func(byte) bool) int {
+	if len(s) > maxKeyText {
+		return 34
+	}
+	return escapedLen(s, safe)
 }
 
 // buildKey returns rule r's Redis key for scope s and identity w (nil for
@@ -109,13 +122,9 @@ func buildKey(r *rule, named bool, s scope, w *who) string {
 	if w != nil {
 		parts = w.parts[:w.n]
 	}
-	if s.method == "" {
-		s.route = boundText(s.route)
-	}
-	n := len(r.prefix) + len(s.method) + escapedLen(s.route, routeSafe) + 3
-	for i := range parts {
-		parts[i].value = boundText(parts[i].value)
-		n += 2 + len(parts[i].label) + escapedLen(parts[i].value, parts[i].safe)
+	n := len(r.prefix) + len(s.method) + boundedLen(s.route, routeSafe) + 3
+	for _, p := range parts {
+		n += 2 + len(p.label) + boundedLen(p.value, p.safe)
 	}
 	if named {
 		n += len(" rule:") + len(r.escapedName)
@@ -128,7 +137,11 @@ func buildKey(r *rule, named bool, s scope, w *who) string {
 		writeEscaped(&b, s.method, routeSafe)
 		b.WriteByte(' ')
 	}
-	writeEscaped(&b, s.route, routeSafe)
+	if s.method == "" { // Policy.Allow's key
+		writeBounded(&b, s.route, routeSafe)
+	} else {
+		writeEscaped(&b, s.route, routeSafe)
+	}
 	if named {
 		b.WriteString("} rule:")
 		b.WriteString(r.escapedName)
@@ -137,7 +150,7 @@ func buildKey(r *rule, named bool, s scope, w *who) string {
 		b.WriteByte(' ')
 		b.WriteString(p.label)
 		b.WriteByte(':')
-		writeEscaped(&b, p.value, p.safe)
+		writeBounded(&b, p.value, p.safe)
 	}
 	if !named {
 		b.WriteByte('}')
