@@ -116,7 +116,7 @@ func (p *IP) Resolve(r *http.Request) (netip.Addr, error) {
 	}
 	peer, ok := parsePeer(r.RemoteAddr)
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("%w: remote address %q", ErrNoClientIP, r.RemoteAddr)
+		return netip.Addr{}, fmt.Errorf("%w: the remote address is not an IP address", ErrNoClientIP)
 	}
 	if p == nil || !p.trusts(peer) {
 		return peer, nil

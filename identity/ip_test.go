@@ -434,8 +434,10 @@ func TestIPResolveNoClientIP(t *testing.T) {
 					if got.IsValid() {
 						t.Fatalf("Resolve(RemoteAddr=%q) = %v with an error, want the zero Addr", tc.remoteAddr, got)
 					}
-					if !strings.Contains(err.Error(), strconv.Quote(tc.remoteAddr)) {
-						t.Errorf("error %q does not name the remote address %q", err, tc.remoteAddr)
+					// No identity in error texts: the address, however
+					// malformed, may be one.
+					if tc.remoteAddr != "" && strings.Contains(err.Error(), tc.remoteAddr) {
+						t.Errorf("error %q repeats the remote address %q", err, tc.remoteAddr)
 					}
 				})
 			}

@@ -368,7 +368,7 @@ func (j *JWT) keyFor(t *jwt.Token) (any, error) {
 	}
 	if j.keys.algorithms() == nil {
 		if named {
-			return nil, fmt.Errorf("no key with kid %q", kid)
+			return nil, errors.New("no key with the token's kid")
 		}
 		return set.keyFor(t, "")
 	}
