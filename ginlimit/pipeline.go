@@ -139,14 +139,16 @@ func (p *Policy) prepare(c *gin.Context, req *request, rules []*rule) bool {
 		if r.plans != nil {
 			r = r.planFor(c)
 		}
-		var w who
-		if err := r.identify(c, &w); err != nil {
+		j := i // the rule's call, after its ban's
+		if r.ban != nil {
+			j++
+		}
+		cl := &req.calls[j]
+		if err := r.identify(c, &cl.who); err != nil {
 			p.identityFailed(c, r, err)
 			return false
 		}
-		i = p.addBan(req, i, r, &w)
-		cl := &req.calls[i]
-		cl.who = w
+		i = p.addBan(req, i, r, &cl.who)
 		cl.rule = r
 		cl.key = buildKey(r, p.named, req.scope, &cl.who)
 		req.keys[i] = cl.key
