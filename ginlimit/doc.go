@@ -53,8 +53,8 @@
 //   - policy.go: compiling the options into a [Policy] and its rules;
 //   - pipeline.go: the decision pipeline;
 //   - key.go: every Redis key, built by one function;
-//   - dimension.go: what a rule counts per ([LimitType]) and how the
-//     identity is found;
+//   - dimension.go: what a rule counts per ([LimitType], [Per] and its
+//     [Dimension]s) and how the identity is found;
 //   - algorithm.go: the algorithms and their scripts (the Lua is in package
 //     lua, one file per algorithm);
 //   - backend.go, nodes.go, breaker.go: the Redis call path; each node's
@@ -62,6 +62,9 @@
 //   - denycache.go, failure.go, plans.go: the deny cache, the failure
 //     policies with the FailLocal fallback, and limits chosen per request
 //     ([LimitBy], [Tiers]);
+//   - ban.go: bans ([Ban]): a rule's penalty, decided with it in one call
+//     (the Lua is lua/penalty.lua), and folded into its decision by
+//     pipeline.go;
 //   - inflight.go: in-flight limits ([InFlight]): the option, taking,
 //     renewing and giving back slots, and their FailLocal fallback (the
 //     Lua is lua/inflight.lua);
@@ -76,8 +79,9 @@
 // To add an algorithm: a constant in algorithm.go (its number is the
 // constant's value) with its param and maxCost, a lua/<name>.lua file with
 // its validate, check, commit and report functions, and its entry in the
-// package doc and the README. To add an identity dimension: a [LimitType]
-// and its case in identify, both in dimension.go. To change the 429 body:
+// package doc and the README. To add an identity dimension: a [Dimension]
+// constructor and its case in identify (and targetWho in inspect.go for
+// Peek and Reset), all in dimension.go but the last. To change the 429 body:
 // the rule's precomputed body in compileRule (policy.go); response.go
 // writes it.
 //
@@ -214,11 +218,15 @@
 // /voucher-order/seckill/2 share one bucket; a request that matched no
 // route has the fixed scope "* unmatched" instead, so the client never
 // chooses key text. The dimension is empty for [Method], "ip:<addr>" for
-// [IP] and "user:<id>" for [User]. Route templates and user ids are
-// percent-escaped ('%', '{', '}', spaces and non-printable bytes; user ids
+// [IP] and "user:<id>" for [User], and one " <label>:<value>" per
+// dimension of a [Per] rule ("p.id:7", "h.x-api-key:...", "f.<name>:...").
+// Route templates and values are percent-escaped ('%', '{', '}', spaces and
+// non-printable bytes; user ids and the other values taken from the request
 // keep only letters, digits and -._~@:+=), so no identity can forge another
-// identity's key or close the hash tag; an identity longer than 256 bytes
-// goes in as a hash, so no key is longer than its configuration allows. The
+// identity's key, add a dimension or close the hash tag; a value longer
+// than 256 bytes goes in as "%~" and a hash (a form escaping never writes),
+// so no key is longer than its configuration allows. A [Ban]'s key is the
+// rule's with "ban:" after the prefix, an [InFlight] rule's with "if:". The
 // braces are a Redis Cluster hash tag: the key of one route and identity
 // always maps to one slot, and different routes and identities spread over
 // the cluster; the keys of a route's Rules share the route's slot, as one
