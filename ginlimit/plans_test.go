@@ -11,6 +11,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
 func TestTiers(t *testing.T) {
@@ -113,12 +114,12 @@ func TestTiers(t *testing.T) {
 	}
 }
 
-// TestLimitBy: each request gets the plan its function picks, with the
+// TestLimitBy (on a real redis-server): each request gets the plan its function picks, with the
 // plan's limit and window, its own counts and its limit in the headers; an
 // unknown or empty plan gets the rule's own; Peek and Reset name a plan.
 func TestLimitBy(t *testing.T) {
 	t.Parallel()
-	m, c := newMini(t)
+	c := redistest.Start(t).Client()
 	pre := prefix(t)
 	in := newInstance(t, c, Key(pre), Type(User), Limit(1), Window(time.Minute),
 		LimitBy(func(c *gin.Context) string { return c.GetHeader("X-Plan") }, map[string]Plan{
@@ -161,7 +162,11 @@ func TestLimitBy(t *testing.T) {
 	if err := in.policy.Reset(context.Background(), Target{Route: claimRoute, User: "alice"}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range m.Keys() {
+	keys, err := c.Keys(context.Background(), pre+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
 		if strings.Contains(k, "user:alice}") {
 			t.Errorf("Reset left %q: it must clear every plan", k)
 		}
