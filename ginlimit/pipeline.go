@@ -228,9 +228,10 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 		if v == rejected {
 			// A refusal by any rule is a strike for every Ban of the
 			// route, as in Redis (lua/penalty.lua): each is told with the
-			// next call on its rule's key.
+			// next call on its rule's key. A ban's own refusal is no strike
+			// for that ban (its report counts nothing while it holds).
 			for j := range req.calls {
-				if o := &req.calls[j]; o.rule.ban != nil {
+				if o := &req.calls[j]; o.rule.ban != nil && !(j == i+1 && req.calls[i].rule.penalty) {
 					o.rule.deny.strike(o.key)
 				}
 			}
