@@ -231,7 +231,11 @@ func (h *hub) loop(sub subscriber) {
 		// silent spell nothing was lost, only late (TCP keeps the order),
 		// and everything sent before this message has been applied.
 		pinged, backoff = false, 0
-		h.live.Store(true)
+		if !h.live.Swap(true) {
+			// Back up: no call that was out while it was down may keep
+			// what it saw.
+			h.gen.Add(1)
+		}
 		h.confirm()
 		if m, ok := msg.(*redis.Message); ok {
 			h.handle(m.Payload)

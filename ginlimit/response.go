@@ -102,8 +102,15 @@ func (p *Policy) answer(c *gin.Context, req *request, err error) {
 		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
 			slog.String("rule", d.Rule), slog.String("policy", p.onFail.String()), errAttr(err))
 		if !d.Local {
+			// No counters: a route's rate rules may have set them before
+			// its in-flight step failed.
+			h := c.Writer.Header()
+			delete(h, hdrRateLimit)
+			delete(h, hdrLimit)
+			delete(h, hdrRemaining)
+			delete(h, hdrReset)
 			if p.headers.ietf() {
-				c.Writer.Header()[hdrRateLimitPolicy] = []string{p.policyFor(req)}
+				h[hdrRateLimitPolicy] = []string{p.policyFor(req)}
 			}
 			if !d.Allowed {
 				p.refuse(c, req, http.StatusServiceUnavailable, []byte(bodyUnavailable))
