@@ -281,28 +281,14 @@ func TestClusterRules(t *testing.T) {
 				Rule(Name("a"), Window(time.Hour), Limit(300)),
 				Rule(Name("b"), Window(24*time.Hour), Limit(400), Algorithm(TokenBucket)))
 		}
-		var allowed atomic.Int64
-		var wg sync.WaitGroup
-		for g := range 64 {
-			wg.Go(func() {
-				for range 10 { // 640 attempts in all
-					d, err := policies[g%len(policies)].Allow(ctx, "hot")
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.Allowed {
-						allowed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
+		allowed := allowConcurrently(t, 64, 10, func(g int) (Decision, error) { // 640 attempts in all
+			return policies[g%len(policies)].Allow(ctx, "hot")
+		})
 		if t.Failed() {
 			return
 		}
-		if allowed.Load() != 300 {
-			t.Fatalf("admitted %d of 640, want exactly 300 (rule a's limit)", allowed.Load())
+		if allowed != 300 {
+			t.Fatalf("admitted %d of 640, want exactly 300 (rule a's limit)", allowed)
 		}
 		if n, err := clients[0].ZCard(ctx, pre+"{hot} rule:a").Result(); err != nil || n != 300 {
 			t.Fatalf("rule a holds %d, %v; want 300", n, err)

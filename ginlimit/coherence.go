@@ -366,7 +366,7 @@ func (h *hub) handle(payload string) {
 		h.forget(keys)
 		ctx, cancel := context.WithTimeout(context.Background(), hubTimeout)
 		defer cancel()
-		_, _ = h.publish(ctx, ackPrefix+id)
+		_, _ = publish(ctx, h.b, ackPrefix+id)
 	}
 }
 
@@ -395,12 +395,8 @@ func (h *hub) forget(keys []string) {
 	}
 }
 
-// publish sends payload on ResetChannel and returns how many subscribers
-// received it.
-func (h *hub) publish(ctx context.Context, payload string) (int64, error) {
-	return publish(ctx, h.b, payload)
-}
-
+// publish sends payload on ResetChannel through b and returns how many
+// subscribers received it.
 func publish(ctx context.Context, b *backend, payload string) (int64, error) {
 	reply, _, err := b.run(ctx, hubTimeout, hubTimeout, publishScript, []string{ResetChannel}, []any{ResetChannel, payload})
 	if err != nil {

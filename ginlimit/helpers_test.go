@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,4 +81,29 @@ func testLimit(opts ...Option) gin.HandlerFunc {
 // ruleKey is the Redis key of rule i of p for Policy.Allow(ctx, key).
 func ruleKey(p *Policy, i int, key string) string {
 	return buildKey(p.rules[i], p.named, scope{route: key}, nil)
+}
+
+// allowConcurrently calls allow from goroutines goroutines at once, times
+// times each (g is the goroutine's number), and returns how many decisions
+// admitted the request. An error fails t and ends that goroutine.
+func allowConcurrently(t testing.TB, goroutines, times int, allow func(g int) (Decision, error)) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for range times {
+				d, err := allow(g)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return admitted.Load()
 }

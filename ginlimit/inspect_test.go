@@ -501,28 +501,13 @@ func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
 	var clock atomic.Int64
 	p.rules[0].deny.clock = clock.Load
 	ctx := context.Background()
-	var admitted atomic.Int64
+	var admitted int64
 	flood := func(n int) {
-		var wg sync.WaitGroup
-		for range flooders {
-			wg.Go(func() {
-				for range n {
-					d, err := p.Allow(ctx, "flooded")
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.Allowed {
-						admitted.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
+		admitted += allowConcurrently(t, flooders, n, func(int) (Decision, error) { return p.Allow(ctx, "flooded") })
 	}
 	flood(limit) // uses the limit up, and the cache learns the refusal
-	if admitted.Load() != limit {
-		t.Fatalf("%d admitted, want exactly %d", admitted.Load(), limit)
+	if admitted != limit {
+		t.Fatalf("%d admitted, want exactly %d", admitted, limit)
 	}
 	before := scriptCalls(t, srv.Client())
 	for phase := 1; phase <= phases; phase++ {
@@ -531,8 +516,8 @@ func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
 	}
 	calls := scriptCalls(t, srv.Client()) - before
 	t.Logf("%d script calls over %d lapses of the cached refusal, %d requests each", calls, phases, flooders*20)
-	if admitted.Load() != limit {
-		t.Fatalf("%d admitted, want exactly %d", admitted.Load(), limit)
+	if admitted != limit {
+		t.Fatalf("%d admitted, want exactly %d", admitted, limit)
 	}
 	if calls != phases {
 		t.Fatalf("%d script calls over %d lapses: want one probe per lapse", calls, phases)

@@ -419,25 +419,9 @@ func TestAutoPipelineBatchesConcurrentDecisions(t *testing.T) {
 	hook := &pipelineCounter{}
 	c.AddHook(hook)
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(300), AutoPipeline(true), DenyCache(0))
-	var allowed atomic.Int64
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for range 20 {
-				d, err := p.Allow(context.Background(), "k")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					allowed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if allowed.Load() != 300 {
-		t.Fatalf("admitted %d of 640, want exactly 300", allowed.Load())
+	allowed := allowConcurrently(t, 32, 20, func(int) (Decision, error) { return p.Allow(context.Background(), "k") })
+	if allowed != 300 {
+		t.Fatalf("admitted %d of 640, want exactly 300", allowed)
 	}
 	if hook.n.Load() == 0 {
 		t.Fatal("no decision went through a pipeline")
