@@ -273,18 +273,16 @@ func selectCases(filter string) ([]*benchCase, bool, error) {
 	return out, http, nil
 }
 
-// rawSlidingLog is ginlimit's single-rule sliding-log script (algorithm
-// number 0, ginlimit.SlidingLog).
-var rawSlidingLog = redis.NewScript(lua.Single("sliding_log", int(ginlimit.SlidingLog)))
-
-// newRawSlidingLog runs ginlimit's sliding-log script directly, with the
-// arguments a policy of limit per window sends (see package lua): the Redis
-// clock, the algorithm, the window in µs, the limit, the remaining count
-// below which the script answers exactly (ginlimit's 64) and a cost of 1.
+// newRawSlidingLog runs ginlimit's single-rule sliding-log script directly,
+// as a policy of limit per window builds it (see package lua): with the
+// window in µs, the limit and the remaining count below which the script
+// answers exactly (ginlimit's 64) written into it, and called with the
+// arguments such a policy sends: the Redis clock ("") and a cost of 1.
 func newRawSlidingLog(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
-	args := []any{"", int(ginlimit.SlidingLog), window.Microseconds(), limit, 64, 1}
+	script := redis.NewScript(lua.Single(ginlimit.SlidingLog.String(), window.Microseconds(), int64(limit), 64))
+	args := []any{"", 1}
 	return func(ctx context.Context, key string) (bool, error) {
-		raw, err := rawSlidingLog.Run(ctx, rdb, []string{"raw:{" + key + "}"}, args...).Result()
+		raw, err := script.Run(ctx, rdb, []string{"raw:{" + key + "}"}, args...).Result()
 		if err != nil {
 			return false, err
 		}

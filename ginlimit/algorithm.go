@@ -63,18 +63,13 @@ const DefaultSubWindows = 10
 // algorithms is the number of algorithms: the kinds are 0 to algorithms-1.
 const algorithms = int(TokenBucket) + 1
 
-// The scripts are immutable: redis.Script holds only the source and its
-// SHA1, and Run sends EVALSHA and falls back to EVAL on NOSCRIPT. The
-// numbering of the algorithms in their arguments is AlgorithmKind's: the
-// several-rule script is built from this enum, so Lua never depends on the
-// order of these constants by hand.
+// The several-rule scripts are immutable: redis.Script holds only the
+// source and its SHA1, and Run sends EVALSHA and falls back to EVAL on
+// NOSCRIPT. The numbering of the algorithms in their arguments is
+// AlgorithmKind's: the scripts are built from this enum, so Lua never
+// depends on the order of these constants by hand. Each rule's single-rule
+// script has its settings written into it (backend.single).
 var (
-	singleScripts = func() (s [algorithms]*redis.Script) {
-		for a := range s {
-			s[a] = redis.NewScript(lua.Single(AlgorithmKind(a).String(), a))
-		}
-		return s
-	}()
 	severalScript = redis.NewScript(lua.Several(algorithmNames()...))
 	// peekScript is severalScript recording nothing: Policy.Peek.
 	peekScript = redis.NewScript(lua.Peek(algorithmNames()...))

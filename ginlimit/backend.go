@@ -31,6 +31,9 @@ type backend struct {
 	nodes     *nodes               // the breaker and the slots of each node
 	hub       *hub                 // the reset subscription (coherence.go), or nil
 	bounds    sync.Map             // Timeout -> *deadlines
+	loaded    bool                 // the scripts loaded at start-up: Redis answered
+	mu        sync.Mutex           // guards singles
+	singles   map[string]*redis.Script
 }
 
 // backendKey tells the backends of a limiter apart.
@@ -80,7 +83,7 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 	}
 	b.nodes = newNodes(k.client, k.breakFailures, k.breakOpen, slots)
 	wait := time.Duration(0)
-	if b.load() {
+	if b.loaded = b.load(allScripts...); b.loaded {
 		wait = subscribeWait // Redis answers: the subscription will not be long
 	}
 	if subscribe {
@@ -94,15 +97,19 @@ func (b *backend) close() {
 	b.hub.close()
 }
 
-// load loads every script now, best effort, so that the first burst of
+// allScripts are the scripts every backend loads at start-up; each rule's
+// single-rule script is loaded when its route is compiled (single).
+var allScripts = []*redis.Script{severalScript, peekScript, resetScript, publishScript, slotScript}
+
+// load loads scripts now, best effort, so that the first burst of
 // decisions does not meet NOSCRIPT and send each script twice. Run handles
 // NOSCRIPT anyway, so a failure here costs nothing, and a dead Redis delays
 // start-up by loadTimeout at most. It reports whether every script loaded.
-func (b *backend) load() bool {
+func (b *backend) load(scripts ...*redis.Script) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
 	_, err := bounded(ctx, func() (struct{}, error) {
-		for _, s := range append(singleScripts[:], severalScript, peekScript, resetScript, publishScript, slotScript) {
+		for _, s := range scripts {
 			if err := s.Load(ctx, b.client).Err(); err != nil {
 				return struct{}{}, err
 			}
@@ -112,15 +119,29 @@ func (b *backend) load() bool {
 	return err == nil
 }
 
-// script returns the script that decides rules of the given algorithms
-// together: an algorithm's own single-rule script, the fast path, for one
-// rule, and the several-rule script otherwise. Both take the same
-// arguments and give the same reply.
-func (b *backend) script(algs []AlgorithmKind) *redis.Script {
-	if len(algs) == 1 {
-		return singleScripts[algs[0]]
+// single returns the single-rule script of a rule with the given settings
+// (algorithm, window µs, limit, param: its arguments to the several-rule
+// script), which lua.Single writes into the script. Rules with the same
+// settings share one. A new script is loaded at once when Redis answered
+// at start-up (see load); otherwise its first call loads it.
+func (b *backend) single(settings []any) *redis.Script {
+	alg := AlgorithmKind(settings[0].(int))
+	window, limit, param := settings[1].(int64), settings[2].(int), settings[3].(int)
+	src := lua.Single(alg.String(), window, int64(limit), int64(param))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.singles[src]; ok {
+		return s
 	}
-	return severalScript
+	s := redis.NewScript(src)
+	if b.singles == nil {
+		b.singles = map[string]*redis.Script{}
+	}
+	b.singles[src] = s
+	if b.loaded {
+		b.load(s)
+	}
+	return s
 }
 
 // loadTimeout bounds loading the scripts at start-up.

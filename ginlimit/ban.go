@@ -102,7 +102,7 @@ func (r *rule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
 	}
 	pr.penalty = true
 	pr.maxCost = 1e9 // its cost is strikes, not units of a request
-	pr.args[4] = int(b.duration.Milliseconds())
+	pr.settings[3] = int(b.duration.Milliseconds())
 	pr.limit, pr.limitText, pr.policyHeader = r.limit, r.limitText, r.policyHeader
 	pr.local = nil // a ban is Redis's: the fallback does not ban
 	r.ban = pr

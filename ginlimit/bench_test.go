@@ -15,6 +15,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/lua"
+
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
@@ -200,8 +202,8 @@ func BenchmarkMiddlewareRealRedis(b *testing.B) {
 	b.Run("go-redis EVALSHA", func(b *testing.B) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 		b.Cleanup(func() { _ = c.Close() })
-		s := singleScripts[SlidingLog]
-		args := []any{"", int(SlidingLog), time.Hour.Microseconds(), 1_000_000_000, exactBelow, 1}
+		s := redis.NewScript(lua.Single(SlidingLog.String(), time.Hour.Microseconds(), 1_000_000_000, exactBelow))
+		args := []any{"", 1}
 		b.ReportAllocs()
 		b.SetParallelism(16)
 		b.ResetTimer()

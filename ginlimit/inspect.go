@@ -204,7 +204,7 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	}
 	req.calls[len(req.calls)-1] = call{rule: r, key: keys[0], cost: max(r.cost, 1)}
 	req.keys[len(req.keys)-1] = keys[0]
-	reply, _, err := p.backend.run(ctx, p.queue, p.timeout, peekScript, req.keys, p.args(req))
+	reply, _, err := p.backend.run(ctx, p.queue, p.timeout, peekScript, req.keys, p.severalArgs(req))
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
 	}

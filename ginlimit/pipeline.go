@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 )
 
 // The decision pipeline, the one path every decision takes, for one rule or
@@ -261,7 +262,8 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 			cl.cost = int(min(1+owner.rule.deny.drain(owner.key), 1e9))
 		}
 	}
-	reply, brk, err := p.backend.run(ctx, p.queue, p.timeout, p.script, req.keys, p.args(req))
+	script, args := p.call(req)
+	reply, brk, err := p.backend.run(ctx, p.queue, p.timeout, script, req.keys, args)
 	var d Decision
 	var each []Decision
 	if err == nil {
@@ -324,20 +326,36 @@ func (p *Policy) leave(req *request, d *Decision, each []Decision, ok bool) {
 	}
 }
 
-// args returns the script's arguments for req: the test clock ("" for
-// Redis TIME), then algorithm, window µs, limit, parameter and cost per
-// rule (see package lua).
-func (p *Policy) args(req *request) []any {
-	if len(req.calls) == 1 && p.clock == nil && req.calls[0].cost == req.calls[0].rule.cost {
-		return req.calls[0].rule.args
+// call returns the script that decides req and its arguments: for one
+// call, its rule's single-rule script, which has the rule's settings
+// written in, with the test clock ("" for Redis TIME) and the cost; for
+// several, the several-rule script (see package lua).
+func (p *Policy) call(req *request) (*redis.Script, []any) {
+	if len(req.calls) != 1 {
+		return severalScript, p.severalArgs(req)
 	}
+	cl := req.calls[0]
+	if p.clock == nil && cl.cost == cl.rule.cost {
+		return cl.rule.script, cl.rule.args
+	}
+	clock := any("")
+	if p.clock != nil {
+		clock = p.clock()
+	}
+	return cl.rule.script, []any{clock, cl.cost}
+}
+
+// severalArgs returns the several-rule script's arguments for req: the
+// test clock ("" for Redis TIME), then algorithm, window µs, limit,
+// parameter and cost per call.
+func (p *Policy) severalArgs(req *request) []any {
 	args := make([]any, 1, 1+5*len(req.calls))
 	args[0] = ""
 	if p.clock != nil {
 		args[0] = p.clock()
 	}
 	for _, cl := range req.calls {
-		args = append(args, cl.rule.args[1:5]...)
+		args = append(args, cl.rule.settings...)
 		args = append(args, cl.cost)
 	}
 	return args

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // TestEveryRefusalGoesThroughTheHooks: OnLimited and Respond see every 429
@@ -67,21 +69,38 @@ func TestEveryRefusalGoesThroughTheHooks(t *testing.T) {
 	}
 }
 
-// TestNewLoadsEveryScript: New loads every script on its Redis, the
-// several-rule one included, so the first burst of decisions does not meet
-// NOSCRIPT.
+// TestNewLoadsEveryScript: New loads the shared scripts on its Redis, the
+// several-rule one included, and compiling a route loads its rules'
+// single-rule scripts (each with its settings written in), so the first
+// burst of decisions does not meet NOSCRIPT.
 func TestNewLoadsEveryScript(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	ctx := context.Background()
-	shas := []string{severalScript.Hash()}
-	for _, s := range singleScripts {
+	var shas []string
+	for _, s := range allScripts {
 		shas = append(shas, s.Hash())
 	}
-	if got, err := c.ScriptExists(ctx, shas...).Result(); err != nil || len(got) != len(shas) || got[0] {
+	singles := []string{
+		redis.NewScript(lua.Single(SlidingLog.String(), time.Minute.Microseconds(), 5, exactBelow)).Hash(),
+		redis.NewScript(lua.Single(TokenBucket.String(), time.Second.Microseconds(), 7, 7)).Hash(),
+	}
+	shas = append(shas, singles...)
+	if got, err := c.ScriptExists(ctx, shas...).Result(); err != nil || len(got) != len(shas) || slices.Contains(got, true) {
 		t.Fatalf("before New: %v, %v; want none loaded", got, err)
 	}
-	if _, err := New(Redis(c)); err != nil {
+	l, err := New(Redis(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	if got, err := c.ScriptExists(ctx, singles...).Result(); err != nil || slices.Contains(got, true) {
+		t.Fatalf("after New, before any route: %v, %v; want no single-rule script loaded", got, err)
+	}
+	if _, err := l.Policy(Key(prefix(t)), Window(time.Minute), Limit(5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Policy(Key(prefix(t)), Window(time.Second), Limit(7), Algorithm(TokenBucket)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := c.ScriptExists(ctx, shas...).Result()

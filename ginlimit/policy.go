@@ -31,8 +31,7 @@ type Policy struct {
 	named        bool    // declared with Rule: keys and 429 bodies name the rule
 	tiered       bool    // some rule has plans (LimitBy, Tiers): the policy header is per request
 	backend      *backend
-	script       *redis.Script // the backend's script for these rules
-	policyHeader string        // RateLimit-Policy: every rule's, joined
+	policyHeader string // RateLimit-Policy: every rule's, joined
 
 	timeout   time.Duration
 	queue     time.Duration // QueueTimeout
@@ -79,7 +78,9 @@ type rule struct {
 	lease       time.Duration             // an in-flight rule's lease
 	sem         *localSlots               // an in-flight rule's FailLocal fallback, or nil
 
-	args         []any // the script's arguments for this rule alone, at the fixed cost
+	script       *redis.Script // the single-rule script with this rule's settings (nil for a penalty)
+	args         []any         // that script's arguments at the fixed cost: the clock (""), the cost
+	settings     []any         // this rule in the several-rule script: algorithm, window µs, limit, param
 	quotedName   string
 	limitText    string
 	policyHeader string // this rule's RateLimit-Policy item
@@ -155,6 +156,9 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	p.backend = b
 	for _, r := range p.rules {
 		for _, x := range append([]*rule{r}, slices.Collect(maps.Values(r.plans))...) {
+			if x.slots == 0 {
+				x.script = b.single(x.settings)
+			}
 			b.hub.track(x.deny, x.local)
 			if x.ban != nil {
 				b.hub.track(x.ban.deny, nil)
@@ -163,7 +167,6 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	}
 	p.all = p.rules
 	p.rules, p.slots = nil, nil
-	algs := []AlgorithmKind{}
 	items := make([]string, len(p.all))
 	for i, r := range p.all {
 		items[i] = r.policyHeader
@@ -173,14 +176,10 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 			continue
 		}
 		p.rules = append(p.rules, r)
+		p.calls++
 		if r.ban != nil {
-			algs = append(algs, penaltyAlg)
+			p.calls++
 		}
-		algs = append(algs, r.alg)
-	}
-	p.calls = len(algs)
-	if len(algs) > 0 {
-		p.script = b.script(algs)
 	}
 	p.policyHeader = strings.Join(items, ", ")
 	return p, nil
@@ -227,7 +226,8 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		hashKey:     rc.hashKey,
 		anonByIP:    rc.anonByIP,
 		deny:        newDenyCache(route.deny, route.staleness),
-		args:        []any{"", int(rc.alg), rc.window.Microseconds(), rc.limit, param, rc.cost},
+		args:        []any{"", rc.cost},
+		settings:    []any{int(rc.alg), rc.window.Microseconds(), rc.limit, param},
 		quotedName:  sfString(name),
 		limitText:   strconv.Itoa(rc.limit),
 		body429:     body429,

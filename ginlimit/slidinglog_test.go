@@ -176,7 +176,7 @@ func TestSlidingLogRejectsBadArguments(t *testing.T) {
 		{"", 0, 1000, "y", 0, 1}, {"", 0, 1000, 1, -1, 1}, {"", 0, 1000, 1, "z", 1}, {"", 0, 1000, 1, 0},
 		{"", 0, 1000, 1, 0, 2}, {"", 0, 1000, 1, 0, 0}, {"", 1, 1000, 1, 0, 1}, {"x", 0, 1000, 1, 0, 1},
 	} {
-		err := singleScripts[SlidingLog].Run(ctx, c, []string{"k"}, args...).Err()
+		err := severalScript.Run(ctx, c, []string{"k"}, args...).Err()
 		if err == nil {
 			t.Errorf("script accepted ARGV %v", args)
 		}

@@ -4,13 +4,13 @@
 //
 // A script is assembled from these files:
 //
-//   - prologue.lua, the start of every script: it checks the number of
-//     arguments, reads the clock (a test clock or Redis TIME) into now, and
-//     provides pack and unpack_ints (Redis's struct library, or its stand-in
-//     on miniredis). rule.lua defines int, an integer check, and rule, which
-//     reads and checks one rule's window, limit, param and cost, naming what
-//     is wrong: [Several] runs it for every rule, [Single] only in its error
-//     branch.
+//   - prologue.lua, the start of every script, after its driver's check of
+//     the argument counts: it reads the clock (a test clock or Redis TIME)
+//     into now, and provides pack and unpack_ints (Redis's struct library,
+//     or its stand-in on miniredis). rule.lua defines int, an integer
+//     check, and bad, which checks a rule's window, limit, param and cost
+//     against the ranges below and names the first that is wrong:
+//     [Several] runs it for every rule, [Single] only in its error branch.
 //
 //   - One file per algorithm (sliding_log.lua, sliding_counter.lua,
 //     fixed_window.lua, token_bucket.lua), each defining four local
@@ -44,22 +44,21 @@
 //     define peek (false, or true for [Peek]) before the algorithms, so
 //     that it records no strike on a Peek. [Algorithms] does not list it.
 //
-//   - Two drivers, which run those functions: single.lua decides one rule
-//     of the one algorithm it was built with ([Single]), with no loops, for
-//     the hot path; several.lua decides n rules of any of the algorithms it
+//   - Two drivers, which run those functions: single.lua decides one rule,
+//     of the algorithm and with the settings it was built with ([Single]),
+//     with no loops, for the hot path; several.lua decides n rules of any of the algorithms it
 //     was built with ([Several]) atomically and all or nothing: it checks
 //     every rule, commits every rule only if every one admits, then reports
 //     every rule. lua.go generates the lines that tie a driver to its
 //     algorithms' functions and numbers. [Peek] is several.lua built to
 //     record nothing: what a request would be told, without counting it.
 //
-// Both drivers take one argument layout, for n rules (n = 1 for [Single]):
+// [Several] takes, for n rules:
 //
-//	KEYS[i]            rule i's key (for [Several], all in one cluster slot)
+//	KEYS[i]            rule i's key (all in one cluster slot)
 //	ARGV[1]            a test clock in µs (an integer, 0 to 2^53), or ""
 //	                   for Redis TIME
-//	ARGV[2 + 5*(i-1)]  rule i's algorithm number (for [Single], exactly the
-//	                   decimal it was built with)
+//	ARGV[2 + 5*(i-1)]  rule i's algorithm number
 //	ARGV[3 + 5*(i-1)]  its window in µs (an integer, 1000 to 1e15)
 //	ARGV[4 + 5*(i-1)]  its limit (an integer, 1 to 1e9)
 //	ARGV[5 + 5*(i-1)]  its param (an integer, 0 to 1e9): exact-below for
@@ -70,7 +69,10 @@
 //	ARGV[6 + 5*(i-1)]  the request's cost (an integer, 1 to 1e9, and at most
 //	                   the limit, or the burst for token_bucket)
 //
-// so #ARGV is 1 + 5*#KEYS. Both return one reply layout, 2 + 4n integers,
+// so #ARGV is 1 + 5*#KEYS. [Single] has its rule's window, limit and param
+// written into it, in the same ranges, and takes only KEYS[1], ARGV[1] (the
+// clock, as above) and ARGV[2] (the cost). Both return one reply layout,
+// 2 + 4n integers (n = 1 for [Single]),
 //
 //	{now_us, fired, then per rule: ok, remaining, reset_us, retry_us}
 //
@@ -84,10 +86,10 @@
 // microsecond, which a string does not pay.
 //
 // Bad arguments give an error reply "ERR ginlimit: ..." that names the
-// argument (and, from [Several], the rule). [Single] tests its arguments
-// with one cheap expression, and names what is wrong only once that has
-// failed; ginlimit checks every rule once, at start-up, and never sends
-// what the scripts refuse.
+// argument or setting (and, from [Several], the rule). [Single] tests its
+// settings and cost with one cheap expression, and names what is wrong
+// only once that has failed; ginlimit checks every rule once, at start-up,
+// and never sends what the scripts refuse.
 //
 // # Costs
 //
@@ -188,30 +190,40 @@ func Algorithms() []string {
 	return names
 }
 
-// Single returns the script that decides one rule of the algorithm named
-// name ("sliding_log", "sliding_counter", "fixed_window" or "token_bucket"),
-// whose number in ARGV is number. It panics if name is unknown or number is
-// negative.
-func Single(name string, number int) string {
+// Single returns the script that decides one rule of the algorithm named name
+// ("sliding_log", "sliding_counter", "fixed_window" or "token_bucket") with
+// the given window (µs), limit and param, which are written into the script
+// (see single.lua): a call sends only the clock and the cost. The script
+// checks the settings on every call, with one cheap expression, and
+// replies with an error naming the setting when they are out of range; so
+// a caller checks them first (ginlimit does, at start-up). It panics if
+// name is unknown.
+func Single(name string, window, limit, param int64) string {
 	src := algorithm(name)
-	if number < 0 {
-		panic(fmt.Sprintf("lua: Single(%q, %d): the algorithm number must be at least 0", name, number))
-	}
+	head, tail := cut(single, "-- prologue.lua")
 	var b strings.Builder
+	b.WriteString(head)
 	b.WriteString(prologue)
 	b.WriteString("local peek = false -- generated by lua.Single: a decision\n")
 	b.WriteString(src)
-	fmt.Fprintf(&b, "\n-- Generated by lua.Single.\nlocal validate, check, commit, report = %[1]s_validate, %[1]s_check, %[1]s_commit, %[1]s_report\nlocal alg_number, alg_name = '%[2]d', '%[1]s'\n\n", name, number)
+	fmt.Fprintf(&b, "\n-- Generated by lua.Single.\nlocal validate, check, commit, report = %[1]s_validate, %[1]s_check, %[1]s_commit, %[1]s_report\nlocal alg_name = '%[1]s'\nlocal window, limit, param = %[2]d, %[3]d, %[4]d\n", name, window, limit, param)
 	// rule.lua goes inside the error branch, where its marker is, so that
 	// the hot path does not make its functions.
-	before, after, ok := strings.Cut(single, "  -- rule.lua\n")
-	if !ok {
-		panic("lua: single.lua has no rule.lua marker")
-	}
+	before, after := cut(tail, "  -- rule.lua")
 	b.WriteString(before)
 	b.WriteString(ruleChecks)
 	b.WriteString(after)
 	return b.String()
+}
+
+// cut splits a driver at its marker line, which it drops, and panics if
+// there is none.
+func cut(driver, marker string) (before, after string) {
+	before, after, ok := strings.Cut(driver, "\n"+marker+"\n")
+	if !ok {
+		panic(fmt.Sprintf("lua: a driver has no %q line", marker))
+	}
+	return before + "\n", after
 }
 
 // Several returns the script that decides several rules at once; names[i] is
@@ -235,7 +247,9 @@ func several(peek bool, names []string) string {
 	if len(names) == 0 {
 		panic("lua: Several needs at least one algorithm")
 	}
+	head, tail := cut(severalDriver, "-- prologue.lua")
 	var b strings.Builder
+	b.WriteString(head)
 	b.WriteString(prologue)
 	fmt.Fprintf(&b, "local peek = %t -- generated by lua.Several or lua.Peek\n", peek)
 	b.WriteString(ruleChecks)
@@ -255,7 +269,7 @@ func several(peek bool, names []string) string {
 		numbers[i] = fmt.Sprintf("%d (%s)", i, name)
 	}
 	fmt.Fprintf(&b, "}\nlocal algorithm_numbers = '%s'\n\n", strings.Join(numbers, ", "))
-	b.WriteString(severalDriver)
+	b.WriteString(tail)
 	return b.String()
 }
 

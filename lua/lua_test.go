@@ -73,6 +73,21 @@ func args(clock int64, rules ...rule) []any {
 	return a
 }
 
+// singleFor returns the single-rule script of r's algorithm (numbered as in
+// Algorithms) and settings; its cost is an argument (singleArgs).
+func singleFor(r rule) *redis.Script {
+	return redis.NewScript(Single(Algorithms()[r.alg], r.window, r.limit, r.param))
+}
+
+// singleArgs returns a single-rule script's ARGV: the clock (empty, for
+// Redis TIME, when clock is negative), then the cost.
+func singleArgs(clock, cost int64) []any {
+	if clock < 0 {
+		return []any{"", cost}
+	}
+	return []any{clock, cost}
+}
+
 // ints decodes a script reply (see Ints), and fails t if it is anything
 // else: it must be the packed string, not an array.
 func ints(t *testing.T, reply any) []int64 {
@@ -164,7 +179,7 @@ func TestAlgorithms(t *testing.T) {
 		t.Fatalf("Algorithms() after changing a returned slice = %v, want %v", got, want)
 	}
 	for _, name := range want {
-		src := Single(name, 0)
+		src := Single(name, 1e6, 10, 1)
 		if !strings.Contains(src, "local function "+name+"_check(") {
 			t.Errorf("Single(%q) does not define %s_check", name, name)
 		}
@@ -182,13 +197,12 @@ func TestAlgorithms(t *testing.T) {
 func TestUnknownNamesPanic(t *testing.T) {
 	t.Parallel()
 	for name, f := range map[string]func(){
-		"Single unknown":   func() { Single("leaky_bucket", 0) },
-		"Single empty":     func() { Single("", 0) },
-		"Single negative":  func() { Single("fixed_window", -1) },
+		"Single unknown":   func() { Single("leaky_bucket", 1e6, 10, 0) },
+		"Single empty":     func() { Single("", 1e6, 10, 0) },
 		"Several none":     func() { Several() },
 		"Several unknown":  func() { Several("fixed_window", "Sliding_Log") },
 		"Several driver":   func() { Several("single") },
-		"Single prologue":  func() { Single("prologue", 0) },
+		"Single prologue":  func() { Single("prologue", 1e6, 10, 0) },
 		"Several prologue": func() { Several("prologue") },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -244,7 +258,7 @@ func TestSingleMatchesSeveral(t *testing.T) {
 			}
 		}
 		for ci, cfg := range equivConfigs {
-			single := redis.NewScript(Single(cfg.name, 40+ci))
+			single := redis.NewScript(Single(cfg.name, cfg.window, cfg.limit, cfg.param))
 			if err := single.Load(ctx, c).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -274,16 +288,16 @@ func TestSingleMatchesSeveral(t *testing.T) {
 					cost = 1 + rng.Int64N(min(maxCost, 4))
 				}
 				r := rule{window: cfg.window, limit: cfg.limit, param: cfg.param, cost: cost}
-				ra, rb, rs := r, r, r
-				rs.alg, ra.alg, rb.alg = 40+ci, numA, numB
+				ra, rb := r, r
+				ra.alg, rb.alg = numA, numB
 				var cmds [3]*redis.Cmd
 				var ttls [3]*redis.DurationCmd
 				_, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 					for i, run := range []struct {
-						s *redis.Script
-						r rule
-					}{{single, rs}, {severalA, ra}, {severalB, rb}} {
-						cmds[i] = run.s.EvalSha(ctx, pipe, keys[i:i+1], args(clock, run.r)...)
+						s    *redis.Script
+						argv []any
+					}{{single, singleArgs(clock, cost)}, {severalA, args(clock, ra)}, {severalB, args(clock, rb)}} {
+						cmds[i] = run.s.EvalSha(ctx, pipe, keys[i:i+1], run.argv...)
 						ttls[i] = pipe.PTTL(ctx, keys[i])
 						pipe.Persist(ctx, keys[i])
 					}
@@ -489,8 +503,7 @@ func TestReplyLayout(t *testing.T) {
 		for i, name := range all {
 			p := prefix(t)
 			r := rules[i]
-			r.alg = 7
-			got := ints(t, redis.NewScript(Single(name, 7)).Run(ctx, c, []string{p + name}, args(-1, r)...).Val())
+			got := ints(t, redis.NewScript(Single(name, r.window, r.limit, r.param)).Run(ctx, c, []string{p + name}, singleArgs(-1, r.cost)...).Val())
 			if len(got) != 6 || got[1] != 0 || got[2] != 1 || got[3] != r.limit-r.cost || got[5] != 0 {
 				t.Fatalf("Single(%s): reply %v, want 6 integers: now, fired 0, ok 1, remaining %d, reset, retry 0", name, got, r.limit-r.cost)
 			}
@@ -516,7 +529,8 @@ func TestArgumentErrors(t *testing.T) {
 	}
 	type tc struct {
 		what string
-		alg  string // for Single; "" means Several(Algorithms()...)
+		alg  string // for Single, built with r's settings; "" means Several(Algorithms()...)
+		r    rule
 		keys int
 		argv []any
 		want string // a part of the error message
@@ -524,53 +538,59 @@ func TestArgumentErrors(t *testing.T) {
 	clock := startClock()
 	var cases []tc
 	for name, r := range good {
-		a := args(clock, r)
+		one := func(what string, keys int, argv []any, want string) tc {
+			return tc{name + " " + what, name, r, keys, argv, want}
+		}
+		built := func(what string, f func(*rule), want string) tc {
+			return tc{name + " " + what, name, with(name, f), 1, singleArgs(clock, 1), want}
+		}
 		cases = append(cases,
-			tc{name + " no arguments", name, 1, nil, "want 1 + 5*#KEYS arguments"},
-			tc{name + " one argument short", name, 1, a[:5], "want 1 + 5*#KEYS arguments"},
-			tc{name + " one argument over", name, 1, append(slices.Clone(a), 1), "want 1 + 5*#KEYS arguments"},
-			tc{name + " two keys", name, 2, args(clock, r, r), "want 1 key, got 2"},
-			tc{name + " no keys", name, 0, []any{clock}, "want 1 + 5*#KEYS arguments"},
-			tc{name + " wrong algorithm", name, 1, args(clock, with(name, func(r *rule) { r.alg = (r.alg + 1) % 4 })), "algorithm (ARGV[2]) must be"},
-			tc{name + " bad clock", name, 1, append([]any{"soon"}, a[1:]...), "test clock (ARGV[1])"},
-			tc{name + " negative clock", name, 1, append([]any{-1}, a[1:]...), "test clock (ARGV[1])"},
-			tc{name + " fractional clock", name, 1, append([]any{"1.5"}, a[1:]...), "test clock (ARGV[1])"},
-			tc{name + " window too short", name, 1, args(clock, with(name, func(r *rule) { r.window = 999 })), "window (ARGV[3])"},
-			tc{name + " window too long", name, 1, args(clock, with(name, func(r *rule) { r.window = 1e15 + 1 })), "window (ARGV[3])"},
-			tc{name + " window not a number", name, 1, append(slices.Clone(a[:2]), "1s", 10, r.param, 1), "window (ARGV[3])"},
-			tc{name + " fractional window", name, 1, append(slices.Clone(a[:2]), "1000.5", 10, r.param, 1), "window (ARGV[3])"},
-			tc{name + " limit 0", name, 1, args(clock, with(name, func(r *rule) { r.limit = 0 })), "limit (ARGV[4])"},
-			tc{name + " limit too high", name, 1, args(clock, with(name, func(r *rule) { r.limit = 1e9 + 1 })), "limit (ARGV[4])"},
-			tc{name + " negative param", name, 1, args(clock, with(name, func(r *rule) { r.param = -1 })), "param (ARGV[5])"},
-			tc{name + " cost 0", name, 1, args(clock, with(name, func(r *rule) { r.cost = 0 })), "cost (ARGV[6])"},
-			tc{name + " empty cost", name, 1, append(slices.Clone(a[:5]), ""), "cost (ARGV[6])"},
+			one("no arguments", 1, nil, "takes 1 key and 2 arguments"),
+			one("one argument short", 1, []any{clock}, "takes 1 key and 2 arguments"),
+			one("one argument over", 1, []any{clock, 1, 1}, "takes 1 key and 2 arguments"),
+			one("the several-rule layout", 1, args(clock, r), "takes 1 key and 2 arguments"),
+			one("two keys", 2, singleArgs(clock, 1), "takes 1 key and 2 arguments"),
+			one("no keys", 0, singleArgs(clock, 1), "takes 1 key and 2 arguments"),
+			one("bad clock", 1, []any{"soon", 1}, "test clock (ARGV[1])"),
+			one("negative clock", 1, []any{-1, 1}, "test clock (ARGV[1])"),
+			one("fractional clock", 1, []any{"1.5", 1}, "test clock (ARGV[1])"),
+			one("cost 0", 1, singleArgs(clock, 0), "cost (ARGV[2]) must be an integer from 1 to 1e9"),
+			one("empty cost", 1, []any{clock, ""}, "cost (ARGV[2])"),
+			one("fractional cost", 1, []any{clock, "1.5"}, "cost (ARGV[2])"),
+			one("cost not a number", 1, []any{clock, "one"}, "cost (ARGV[2])"),
+			built("window too short", func(r *rule) { r.window = 999 }, "script's window (999) must be an integer number of microseconds"),
+			built("window too long", func(r *rule) { r.window = 1e15 + 1 }, "script's window (1000000000000001) must be"),
+			built("limit 0", func(r *rule) { r.limit = 0 }, "script's limit (0) must be"),
+			built("limit too high", func(r *rule) { r.limit = 1e9 + 1 }, "script's limit (1000000001) must be"),
+			built("negative param", func(r *rule) { r.param = -1 }, "script's param (-1) must be"),
 		)
 	}
+	over := func(name string, f func(*rule)) []any { return singleArgs(clock, with(name, f).cost) }
 	cases = append(cases,
-		tc{"log cost over the limit", "sliding_log", 1, args(clock, with("sliding_log", func(r *rule) { r.cost = 11 })), "cost must be at most the limit"},
-		tc{"counter cost over the limit", "sliding_counter", 1, args(clock, with("sliding_counter", func(r *rule) { r.cost = 11 })), "cost must be at most the limit"},
-		tc{"fixed cost over the limit", "fixed_window", 1, args(clock, with("fixed_window", func(r *rule) { r.cost = 11 })), "cost must be at most the limit"},
-		tc{"bucket cost over the burst", "token_bucket", 1, args(clock, with("token_bucket", func(r *rule) { r.cost = 6 })), "cost must be at most the burst"},
-		tc{"counter sub-windows 0", "sliding_counter", 1, args(clock, with("sliding_counter", func(r *rule) { r.param = 0 })), "sub-windows (param)"},
-		tc{"counter sub-windows over 1000", "sliding_counter", 1, args(clock, with("sliding_counter", func(r *rule) { r.window, r.param = 2002000, 1001 })), "sub-windows (param)"},
-		tc{"counter sub-windows not dividing", "sliding_counter", 1, args(clock, with("sliding_counter", func(r *rule) { r.param = 7 })), "sub-windows (param)"},
-		tc{"bucket burst 0", "token_bucket", 1, args(clock, with("token_bucket", func(r *rule) { r.param, r.cost = 0, 1 })), "burst (param) must be at least 1"},
-		tc{"bucket burst * window over 2^53", "token_bucket", 1, args(clock, with("token_bucket", func(r *rule) { r.param, r.window = 1e6, 1e10 })), "2^53"},
+		tc{"log cost over the limit", "sliding_log", good["sliding_log"], 1, over("sliding_log", func(r *rule) { r.cost = 11 }), "cost must be at most the limit"},
+		tc{"counter cost over the limit", "sliding_counter", good["sliding_counter"], 1, over("sliding_counter", func(r *rule) { r.cost = 11 }), "cost must be at most the limit"},
+		tc{"fixed cost over the limit", "fixed_window", good["fixed_window"], 1, over("fixed_window", func(r *rule) { r.cost = 11 }), "cost must be at most the limit"},
+		tc{"bucket cost over the burst", "token_bucket", good["token_bucket"], 1, over("token_bucket", func(r *rule) { r.cost = 6 }), "cost must be at most the burst"},
+		tc{"counter sub-windows 0", "sliding_counter", with("sliding_counter", func(r *rule) { r.param = 0 }), 1, singleArgs(clock, 1), "sub-windows (param)"},
+		tc{"counter sub-windows over 1000", "sliding_counter", with("sliding_counter", func(r *rule) { r.window, r.param = 2002000, 1001 }), 1, singleArgs(clock, 1), "sub-windows (param)"},
+		tc{"counter sub-windows not dividing", "sliding_counter", with("sliding_counter", func(r *rule) { r.param = 7 }), 1, singleArgs(clock, 1), "sub-windows (param)"},
+		tc{"bucket burst 0", "token_bucket", with("token_bucket", func(r *rule) { r.param = 0 }), 1, singleArgs(clock, 1), "burst (param) must be at least 1"},
+		tc{"bucket burst * window over 2^53", "token_bucket", with("token_bucket", func(r *rule) { r.param, r.window = 1e6, 1e10 }), 1, singleArgs(clock, 1), "2^53"},
 		// Several: the same checks, naming the rule.
-		tc{"several no keys", "", 0, []any{clock}, "want 1 + 5*#KEYS arguments"},
-		tc{"several short", "", 2, args(clock, good["sliding_log"], good["fixed_window"])[:10], "want 1 + 5*#KEYS arguments"},
-		tc{"several keys without arguments", "", 2, args(clock, good["sliding_log"]), "want 1 + 5*#KEYS arguments"},
-		tc{"several unknown algorithm", "", 2, args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.alg = 4 })), "rule 2: algorithm (ARGV[7]) must be one of 0 (sliding_log), 1 (sliding_counter), 2 (fixed_window), 3 (token_bucket)"},
-		tc{"several negative algorithm", "", 1, args(clock, with("fixed_window", func(r *rule) { r.alg = -1 })), "rule 1: algorithm (ARGV[2])"},
-		tc{"several bad window", "", 2, args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.window = 10 })), "rule 2: window (ARGV[8])"},
-		tc{"several bad limit", "", 2, args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.limit = 0 })), "rule 2: limit (ARGV[9])"},
-		tc{"several bad param", "", 2, args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.param = 2e9 })), "rule 2: param (ARGV[10])"},
-		tc{"several bad cost", "", 2, args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.cost = 0 })), "rule 2: cost (ARGV[11])"},
-		tc{"several cost over the limit", "", 2, args(clock, with("sliding_log", func(r *rule) { r.cost = 11 }), good["fixed_window"]), "rule 1: cost must be at most the limit"},
-		tc{"several cost over the burst", "", 2, args(clock, good["fixed_window"], with("token_bucket", func(r *rule) { r.cost = 6 })), "rule 2: cost must be at most the burst"},
-		tc{"several sub-windows", "", 2, args(clock, good["fixed_window"], with("sliding_counter", func(r *rule) { r.param = 3 })), "rule 2: sub-windows (param)"},
-		tc{"several burst", "", 1, args(clock, with("token_bucket", func(r *rule) { r.param = 0 })), "rule 1: burst (param)"},
-		tc{"several bad clock", "", 1, append([]any{"x"}, args(clock, good["fixed_window"])[1:]...), "test clock (ARGV[1])"},
+		tc{what: "several no keys", keys: 0, argv: []any{clock}, want: "want 1 + 5*#KEYS arguments"},
+		tc{what: "several short", keys: 2, argv: args(clock, good["sliding_log"], good["fixed_window"])[:10], want: "want 1 + 5*#KEYS arguments"},
+		tc{what: "several keys without arguments", keys: 2, argv: args(clock, good["sliding_log"]), want: "want 1 + 5*#KEYS arguments"},
+		tc{what: "several unknown algorithm", keys: 2, argv: args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.alg = 4 })), want: "rule 2: algorithm (ARGV[7]) must be one of 0 (sliding_log), 1 (sliding_counter), 2 (fixed_window), 3 (token_bucket)"},
+		tc{what: "several negative algorithm", keys: 1, argv: args(clock, with("fixed_window", func(r *rule) { r.alg = -1 })), want: "rule 1: algorithm (ARGV[2])"},
+		tc{what: "several bad window", keys: 2, argv: args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.window = 10 })), want: "rule 2: window (ARGV[8])"},
+		tc{what: "several bad limit", keys: 2, argv: args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.limit = 0 })), want: "rule 2: limit (ARGV[9])"},
+		tc{what: "several bad param", keys: 2, argv: args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.param = 2e9 })), want: "rule 2: param (ARGV[10])"},
+		tc{what: "several bad cost", keys: 2, argv: args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.cost = 0 })), want: "rule 2: cost (ARGV[11])"},
+		tc{what: "several cost over the limit", keys: 2, argv: args(clock, with("sliding_log", func(r *rule) { r.cost = 11 }), good["fixed_window"]), want: "rule 1: cost must be at most the limit"},
+		tc{what: "several cost over the burst", keys: 2, argv: args(clock, good["fixed_window"], with("token_bucket", func(r *rule) { r.cost = 6 })), want: "rule 2: cost must be at most the burst"},
+		tc{what: "several sub-windows", keys: 2, argv: args(clock, good["fixed_window"], with("sliding_counter", func(r *rule) { r.param = 3 })), want: "rule 2: sub-windows (param)"},
+		tc{what: "several burst", keys: 1, argv: args(clock, with("token_bucket", func(r *rule) { r.param = 0 })), want: "rule 1: burst (param)"},
+		tc{what: "several bad clock", keys: 1, argv: append([]any{"x"}, args(clock, good["fixed_window"])[1:]...), want: "test clock (ARGV[1])"},
 	)
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -578,7 +598,7 @@ func TestArgumentErrors(t *testing.T) {
 		for _, tc := range cases {
 			src := several
 			if tc.alg != "" {
-				src = Single(tc.alg, num(tc.alg))
+				src = Single(tc.alg, tc.r.window, tc.r.limit, tc.r.param)
 			}
 			p := prefix(t)
 			keys := make([]string, tc.keys)

@@ -1,17 +1,9 @@
--- The start of every script (lua.go puts it in front of each): it checks the
--- number of arguments and reads the clock.
+-- The start of every decision script (lua.go puts it after the driver's
+-- check of its argument counts): it reads the clock.
 --
--- Every script takes the same layout, n >= 1 rules (single.lua: exactly 1):
---
--- KEYS[i]            rule i's key.
--- ARGV[1]            the time in microseconds, for tests (an integer from 0
---                    to 2^53); empty means the Redis clock (TIME).
--- ARGV[2 + 5*(i-1)]  rule i's algorithm number (see lua.go).
--- ARGV[3 + 5*(i-1)]  its window in microseconds (an integer, 1000 to 1e15).
--- ARGV[4 + 5*(i-1)]  its limit (an integer, 1 to 1e9).
--- ARGV[5 + 5*(i-1)]  its param (an integer, 0 to 1e9; what it means is the
---                    algorithm's: see each algorithm's file).
--- ARGV[6 + 5*(i-1)]  the request's cost under it (an integer, 1 to 1e9).
+-- ARGV[1] is the time in microseconds, for tests (an integer from 0 to
+-- 2^53); empty means the Redis clock (TIME). The other arguments are the
+-- driver's: see single.lua and several.lua.
 --
 -- It leaves now, the time in µs (a number, exact below 2^53), and pack and
 -- unpack_ints, which turn integers into big-endian bytes and back: Redis's
@@ -20,12 +12,7 @@
 -- there is no struct library (miniredis), they are written out here, for
 -- those formats only, and made only there: Redis runs a script's whole text
 -- on every call, so each function a script defines is made again on every
--- call. The checks that name a bad argument are rule.lua's.
-
-if #KEYS < 1 or #ARGV ~= 1 + 5 * #KEYS then
-  return redis.error_reply('ERR ginlimit: want 1 + 5*#KEYS arguments (the clock, then algorithm, window, limit, param and cost per key) and at least 1 key; got '
-    .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
-end
+-- call. The checks that name a bad setting are rule.lua's.
 
 local now = ARGV[1]
 if now == '' then

@@ -50,14 +50,18 @@ func TestOOMRefusedBeforeAnyWrite(t *testing.T) {
 	several := redis.NewScript(Several(names...))
 	singles := map[string]*redis.Script{}
 	for _, name := range names {
-		singles[name] = redis.NewScript(Single(name, number(t, name)))
+		singles[name] = singleFor(robustRule(t, name, window, limit))
 	}
 	p := prefix(t)
 	key := func(what, name string) string { return p + what + ":" + name }
 	clock := startClock() + 60e6
 	now := clock + window + 1e6 // what clock admitted has left the window
 	run := func(s *redis.Script, keys []string, at int64, rules ...rule) ([]int64, error) {
-		reply, err := s.Run(ctx, c, keys, args(at, rules...)...).Result()
+		argv := args(at, rules...)
+		if s != several {
+			argv = singleArgs(at, rules[0].cost) // a single-rule script: its settings are in it
+		}
+		reply, err := s.Run(ctx, c, keys, argv...).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -177,14 +181,12 @@ func TestClockStepsBack(t *testing.T) {
 		c0 += 10e6 - c0%window
 		for _, name := range Algorithms() {
 			t.Run(name, func(t *testing.T) {
-				script := redis.NewScript(Single(name, number(t, name)))
 				r := robustRule(t, name, window, limit)
+				script := singleFor(r)
 				key := prefix(t) + name
 				run := func(at, cost int64) []int64 {
 					t.Helper()
-					rr := r
-					rr.cost = cost
-					return ints(t, script.Run(ctx, c, []string{key}, args(at, rr)...).Val())
+					return ints(t, script.Run(ctx, c, []string{key}, singleArgs(at, cost)...).Val())
 				}
 				for i := range limit {
 					if got := run(c0, 1); got[1] != 0 {

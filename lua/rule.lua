@@ -1,13 +1,14 @@
--- rule.lua: int and rule, the checks of one rule's arguments that name
--- what is wrong. lua.go puts this file after prologue.lua in the
--- several-rule script, which runs rule for every rule, and inside the
--- single-rule script's error branch, so that the hot path does not make
--- these functions.
+-- rule.lua: int and bad, the checks of one rule's settings that name what
+-- is wrong. lua.go puts this file after prologue.lua in the several-rule
+-- script, which checks every rule with it, and inside the single-rule
+-- script's error branch, so that the hot path does not make these
+-- functions.
 --
--- int(v, lo, hi) is v as an integer from lo to hi, or nil; rule(i) returns
--- rule i's window, limit, param and cost, checked against the ranges of
--- prologue.lua, or nil and what is wrong with its arguments. The algorithm
--- number, ARGV[5*i - 3], is the driver's to read.
+-- int(v, lo, hi) is v (a number, or a string of one) as an integer from lo
+-- to hi, or nil. bad(window, limit, param, cost) returns nil when the four
+-- are in the ranges every algorithm takes, or the position of the first
+-- that is not (1 to 4, in that order) and what it must be. An algorithm's
+-- own checks are its validate.
 
 local function int(v, lo, hi)
   v = tonumber(v)
@@ -17,23 +18,17 @@ local function int(v, lo, hi)
   return v
 end
 
-local function rule(i)
-  local a = 5 * i - 3
-  local window = int(ARGV[a + 1], 1000, 1e15)
-  if not window then
-    return nil, 'window (ARGV[' .. (a + 1) .. ']) must be an integer number of microseconds from 1000 to 1e15'
+local function bad(window, limit, param, cost)
+  if not int(window, 1000, 1e15) then
+    return 1, 'window', 'an integer number of microseconds from 1000 to 1e15'
   end
-  local limit = int(ARGV[a + 2], 1, 1e9)
-  if not limit then
-    return nil, 'limit (ARGV[' .. (a + 2) .. ']) must be an integer from 1 to 1e9'
+  if not int(limit, 1, 1e9) then
+    return 2, 'limit', 'an integer from 1 to 1e9'
   end
-  local param = int(ARGV[a + 3], 0, 1e9)
-  if not param then
-    return nil, 'param (ARGV[' .. (a + 3) .. ']) must be an integer from 0 to 1e9'
+  if not int(param, 0, 1e9) then
+    return 3, 'param', 'an integer from 0 to 1e9'
   end
-  local cost = int(ARGV[a + 4], 1, 1e9)
-  if not cost then
-    return nil, 'cost (ARGV[' .. (a + 4) .. ']) must be an integer from 1 to 1e9'
+  if not int(cost, 1, 1e9) then
+    return 4, 'cost', 'an integer from 1 to 1e9'
   end
-  return window, limit, param, cost
 end

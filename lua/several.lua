@@ -6,10 +6,10 @@
 -- check only reads, so the first write of an admission is the first rule's
 -- commit: see lua.go about maxmemory.
 --
--- lua.go builds the script as prologue.lua, rule.lua, the files of the
--- algorithms it is given, then generated lines that map each algorithm
--- number in ARGV to its four functions and list the numbers for error
--- messages,
+-- lua.go builds the script as this file down to the line "-- prologue.lua",
+-- then prologue.lua, rule.lua, the files of the algorithms it is given, then
+-- generated lines that map each algorithm number in ARGV to its four
+-- functions and list the numbers for error messages,
 --
 --   local algorithms = {[0] = {sliding_log_validate, sliding_log_check,
 --     sliding_log_commit, sliding_log_report}, [1] = {token_bucket_validate, ...}}
@@ -17,18 +17,24 @@
 --
 -- (and, right after prologue.lua, local peek = false, which the algorithms
 -- can read too)
--- then this file. With peek true (lua.Peek), nothing is recorded: every
+-- then the rest of this file. With peek true (lua.Peek), nothing is recorded: every
 -- rule checks and reports, and fired says which rule would reject the
 -- request, so the reply is what a request would be told, without counting
--- it. The arguments are prologue.lua's: KEYS[i] rule i's key
--- (all in one Redis Cluster slot: the caller's job), ARGV[1] the test clock
--- or '', ARGV[2 + 5*(i-1) ...] rule i's algorithm number, window, limit,
--- param and cost.
+-- it. The arguments: KEYS[i] rule i's key (all in one Redis Cluster slot:
+-- the caller's job), ARGV[1] the test clock or '' (prologue.lua),
+-- ARGV[2 + 5*(i-1) ...] rule i's algorithm number, window, limit, param and
+-- cost, each checked with rule.lua's bad and the algorithm's validate.
 --
 -- Returns {now_us, fired, then per rule: ok, remaining, reset_us,
 -- retry_us}, packed as lua.go says: fired is the index of the first rule
 -- that rejected the request, 0 when it was admitted and recorded; ok is 1
 -- when that rule alone would admit it; retry_us is 0 for a rule that would.
+
+if #KEYS < 1 or #ARGV ~= 1 + 5 * #KEYS then
+  return redis.error_reply('ERR ginlimit: want 1 + 5*#KEYS arguments (the clock, then algorithm, window, limit, param and cost per key) and at least 1 key; got '
+    .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
+end
+-- prologue.lua
 
 local n = #KEYS
 local algs, keys, windows, limits, params, costs = {}, {}, {}, {}, {}, {}
@@ -40,11 +46,12 @@ for i = 1, n do
     return redis.error_reply('ERR ginlimit: rule ' .. i .. ': algorithm (ARGV[' .. a .. ']) must be one of '
       .. algorithm_numbers .. ', got ' .. tostring(ARGV[a]))
   end
-  local window, limit, param, cost = rule(i)
-  local err = limit
-  if window then
-    err = alg[1](window, limit, param, cost)
+  local window, limit, param, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local at, name, must = bad(window, limit, param, cost)
+  if at then
+    return redis.error_reply('ERR ginlimit: rule ' .. i .. ': ' .. name .. ' (ARGV[' .. (a + at) .. ']) must be ' .. must)
   end
+  local err = alg[1](window, limit, param, cost)
   if err then
     return redis.error_reply('ERR ginlimit: rule ' .. i .. ': ' .. err)
   end

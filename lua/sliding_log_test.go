@@ -87,12 +87,12 @@ func logEntries(ctx context.Context, t *testing.T, c *redis.Client, key string) 
 	return out
 }
 
-// logDecide runs one decision of the single-rule sliding-log script and
-// returns its reply (now, fired, ok, remaining, reset, retry).
-func logDecide(ctx context.Context, t *testing.T, c *redis.Client, script *redis.Script, key string, now, window, limit, param, cost int64) []int64 {
+// logDecide runs one decision of the single-rule sliding-log script with
+// the given settings and returns its reply (now, fired, ok, remaining,
+// reset, retry).
+func logDecide(ctx context.Context, t *testing.T, c *redis.Client, key string, now, window, limit, param, cost int64) []int64 {
 	t.Helper()
-	r := rule{alg: 0, window: window, limit: limit, param: param, cost: cost}
-	reply, err := script.Run(ctx, c, []string{key}, args(now, r)...).Result()
+	reply, err := logScript(window, limit, param).Run(ctx, c, []string{key}, singleArgs(now, cost)...).Result()
 	if err != nil {
 		t.Fatalf("cost %d at %d: %v", cost, now, err)
 	}
@@ -101,6 +101,12 @@ func logDecide(ctx context.Context, t *testing.T, c *redis.Client, script *redis
 		t.Fatalf("reply %v", got)
 	}
 	return got
+}
+
+// logScript returns the single-rule sliding-log script with the given
+// settings.
+func logScript(window, limit, param int64) *redis.Script {
+	return singleFor(rule{alg: 0, window: window, limit: limit, param: param})
 }
 
 // TestSlidingLogEntries: an admitted request is one entry, whatever its
@@ -112,7 +118,6 @@ func TestSlidingLogEntries(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Single("sliding_log", 0))
 		key := prefix(t) + "log"
 		const window, limit = 10e6, 100_000
 		clock := startClock()
@@ -140,7 +145,7 @@ func TestSlidingLogEntries(t *testing.T) {
 		var cum int64
 		for i, s := range steps {
 			before := state(ctx, t, c, key)
-			got := logDecide(ctx, t, c, script, key, s.at, window, limit, 64, s.cost)
+			got := logDecide(ctx, t, c, key, s.at, window, limit, 64, s.cost)
 			if (got[1] == 0) != s.admit {
 				t.Fatalf("step %d (cost %d): reply %v, want admitted %v", i, s.cost, got, s.admit)
 			}
@@ -184,7 +189,8 @@ func TestSlidingLogHeavyCost(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	ctx := context.Background()
-	script := redis.NewScript(Single("sliding_log", 0))
+	const window, limit = 60e6, 1e9
+	script := logScript(window, limit, 64)
 	if err := script.Load(ctx, c).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +221,6 @@ func TestSlidingLogHeavyCost(t *testing.T) {
 		t.Fatalf("no cmdstat_evalsha in %q", info)
 		return 0
 	}
-	const window, limit = 60e6, 1e9
 	best := func(what string, f func(try int)) {
 		t.Helper()
 		var took []int64
@@ -231,7 +236,7 @@ func TestSlidingLogHeavyCost(t *testing.T) {
 	p := prefix(t)
 	best("one decision of cost 1e6", func(try int) {
 		key := p + "heavy" + strconv.Itoa(try)
-		if got := logDecide(ctx, t, c, script, key, clock, window, limit, 64, 1e6); got[1] != 0 || got[3] != limit-1e6 {
+		if got := logDecide(ctx, t, c, key, clock, window, limit, 64, 1e6); got[1] != 0 || got[3] != limit-1e6 {
 			t.Fatalf("reply %v, want admitted with %d remaining", got, int64(limit-1e6))
 		}
 		if n := c.ZCard(ctx, key).Val(); n != 1 {
@@ -240,7 +245,7 @@ func TestSlidingLogHeavyCost(t *testing.T) {
 	})
 	best("one decision of cost 1e9", func(try int) {
 		key := p + "whole" + strconv.Itoa(try)
-		if got := logDecide(ctx, t, c, script, key, clock, window, limit, 64, 1e9); got[1] != 0 || got[3] != 0 {
+		if got := logDecide(ctx, t, c, key, clock, window, limit, 64, 1e9); got[1] != 0 || got[3] != 0 {
 			t.Fatalf("reply %v, want admitted with 0 remaining", got)
 		}
 	})
@@ -250,7 +255,7 @@ func TestSlidingLogHeavyCost(t *testing.T) {
 	key := p + "full"
 	pipe := c.Pipeline()
 	for i := range int64(10_000) {
-		script.EvalSha(ctx, pipe, []string{key}, args(clock+i, rule{alg: 0, window: window, limit: limit, param: 64, cost: 1e5})...)
+		script.EvalSha(ctx, pipe, []string{key}, singleArgs(clock+i, 1e5)...)
 	}
 	cmds, err := pipe.Exec(ctx)
 	if err != nil {
@@ -263,7 +268,7 @@ func TestSlidingLogHeavyCost(t *testing.T) {
 	}
 	now := clock + 20_000
 	best("a rejection searching 10,000 entries", func(int) {
-		got := logDecide(ctx, t, c, script, key, now, window, limit, 64, 5e8+1)
+		got := logDecide(ctx, t, c, key, now, window, limit, 64, 5e8+1)
 		if want := []int64{1, 0, 0, clock + window - now, clock + 5000 + window - now}; !slices.Equal(got[1:], want) {
 			t.Fatalf("reply %v, want fired, not ok, remaining, reset, retry %v", got[1:], want)
 		}
@@ -277,7 +282,6 @@ func TestSlidingLogCumWraps(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Single("sliding_log", 0))
 		key := prefix(t) + "log"
 		const window, limit = 1e6, 10
 		const top = int64(1) << 52
@@ -306,7 +310,7 @@ func TestSlidingLogCumWraps(t *testing.T) {
 			{clock + window, 1, []int64{1, 0, 0, 1, 1}},
 			{clock + window + 1, 2, []int64{0, 1, 0, 1e6, 0}}, // 8 units
 		} {
-			got := logDecide(ctx, t, c, script, key, s.at, window, limit, 0, s.cost)
+			got := logDecide(ctx, t, c, key, s.at, window, limit, 0, s.cost)
 			if !slices.Equal(got[1:], s.want) {
 				t.Fatalf("step %d (at +%d, cost %d): reply %v, want %v", i, s.at-clock, s.cost, got[1:], s.want)
 			}
@@ -332,7 +336,6 @@ func TestSlidingLogOlderFormat(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Single("sliding_log", 0))
 		key := prefix(t) + "log"
 		const window, limit = 1e6, 10
 		clock := startClock()
@@ -364,7 +367,7 @@ func TestSlidingLogOlderFormat(t *testing.T) {
 			{clock + window + 1, 4, []int64{0, 1, 0, 1, 0}},
 			{clock + window + 2, 2, []int64{1, 0, 1, 1, 1}},
 		} {
-			got := logDecide(ctx, t, c, script, key, s.at, window, limit, 64, s.cost)
+			got := logDecide(ctx, t, c, key, s.at, window, limit, 64, s.cost)
 			if !slices.Equal(got[1:], s.want) {
 				t.Fatalf("step %d (at +%d, cost %d): reply %v, want %v", i, s.at-clock, s.cost, got[1:], s.want)
 			}
@@ -380,19 +383,18 @@ func TestSlidingLogClockBack(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Single("sliding_log", 0))
 		key := prefix(t) + "log"
 		const window, limit = 60e6, 10
 		clock := startClock() + 60e6
 		clock += 16 - clock%16 + 1
 		for range 5 {
-			if got := logDecide(ctx, t, c, script, key, clock, window, limit, 64, 1); got[1] != 0 {
+			if got := logDecide(ctx, t, c, key, clock, window, limit, 64, 1); got[1] != 0 {
 				t.Fatalf("%v", got)
 			}
 		}
 		back := clock - 30e6
 		for i := range 5 {
-			got := logDecide(ctx, t, c, script, key, back+int64(i), window, limit, 64, 1)
+			got := logDecide(ctx, t, c, key, back+int64(i), window, limit, 64, 1)
 			if want := []int64{0, 1, 4 - int64(i), clock + window - back - int64(i), 0}; !slices.Equal(got[1:], want) {
 				t.Fatalf("after the step, request %d: %v, want %v", i, got[1:], want)
 			}
@@ -404,12 +406,12 @@ func TestSlidingLogClockBack(t *testing.T) {
 		}
 		// Full until the entries of clock leave, a window after clock.
 		for _, at := range []int64{back + 10, clock - 1, clock, clock + window - 1} {
-			got := logDecide(ctx, t, c, script, key, at, window, limit, 64, 1)
+			got := logDecide(ctx, t, c, key, at, window, limit, 64, 1)
 			if want := []int64{1, 0, 0, clock + window - at, clock + window - at}; !slices.Equal(got[1:], want) {
 				t.Fatalf("at clock%+d: %v, want %v", at-clock, got[1:], want)
 			}
 		}
-		if got := logDecide(ctx, t, c, script, key, clock+window, window, limit, 64, limit); got[1] != 0 {
+		if got := logDecide(ctx, t, c, key, clock+window, window, limit, 64, limit); got[1] != 0 {
 			t.Fatalf("a window after the entries: %v, want the whole limit admitted", got)
 		}
 	})
@@ -423,7 +425,7 @@ func TestSlidingLogMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	ctx := context.Background()
-	script := redis.NewScript(Single("sliding_log", 0))
+	script := logScript(3600e6, 1e9, 64)
 	if err := script.Load(ctx, c).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +435,7 @@ func TestSlidingLogMemory(t *testing.T) {
 			key := fmt.Sprintf("%smem-%d-%d", prefix(t), n, cost)
 			pipe := c.Pipeline()
 			for i := range n {
-				script.EvalSha(ctx, pipe, []string{key}, args(clock+i*997, rule{alg: 0, window: 3600e6, limit: 1e9, param: 64, cost: cost})...)
+				script.EvalSha(ctx, pipe, []string{key}, singleArgs(clock+i*997, cost)...)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)
@@ -458,13 +460,13 @@ func TestSlidingLogRealTimeSafety(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Single("sliding_log", 0))
-		if err := script.Load(ctx, c).Err(); err != nil {
-			t.Fatal(err)
-		}
 		for ci, cfg := range []struct{ window, limit, param int64 }{
 			{1e6, 10, 64}, {7300, 100, 64}, {1e6, 1000, 64}, {1e6, 1000, 0},
 		} {
+			script := logScript(cfg.window, cfg.limit, cfg.param)
+			if err := script.Load(ctx, c).Err(); err != nil {
+				t.Fatal(err)
+			}
 			rng := rand.New(rand.NewPCG(uint64(ci), 7))
 			key := prefix(t) + "log"
 			start := startClock() + 10*cfg.window   // room to step back
@@ -490,7 +492,7 @@ func TestSlidingLogRealTimeSafety(t *testing.T) {
 				clock := start + elapsed - offset
 				var cmd *redis.Cmd
 				if _, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-					cmd = script.EvalSha(ctx, pipe, []string{key}, args(clock, rule{alg: 0, window: cfg.window, limit: cfg.limit, param: cfg.param, cost: cost})...)
+					cmd = script.EvalSha(ctx, pipe, []string{key}, singleArgs(clock, cost)...)
 					pipe.Persist(ctx, key)
 					return nil
 				}); err != nil {
