@@ -11,8 +11,9 @@
 --        admission time in µs, at = max(now, the newest entry's at), so
 --        that scores never decrease, even when the clock steps back (an
 --        entry is then recorded later than now and stays longer, which only
---        rejects more). The member is 18 bytes, or 22 for a cost other than
---        1: unsigned big-endian integers
+--        rejects more). The member is 18 bytes, 25 when its units are exact
+--        (for a cost of 1), or 22 for a cost other than 1: unsigned
+--        big-endian integers
 --          at     (7 bytes) the score again: the common path reads the newest
 --                 member only, and a score read costs Redis a conversion of
 --                 a double to text;
@@ -23,6 +24,15 @@
 --                 are in admission order;
 --          units  (4 bytes) the units in the window ending at this admission,
 --                 this request's included, or more (a bound: see param);
+--          first  (7 bytes) only when units is exact (counted, or known
+--                 from an exact newest entry): the at of the oldest entry
+--                 in that window. While it has not left the window, nothing
+--                 has, so units is still the units in the window: the
+--                 newest entry alone decides, with one read, both an
+--                 admission (whose entry is exact in turn) and a rejection
+--                 that needs one unit to leave (the oldest entry's leaving
+--                 frees one); an older instance reads the member's first 18
+--                 bytes, as before;
 --          cost   (4 bytes) only when it is not 1.
 --        The units in the window are cum(newest) - cum(oldest in the
 --        window) + cost(oldest in the window), from two reads. cum goes back
@@ -48,16 +58,18 @@
 --        units after the request, it is admitted on the newest entry alone,
 --        with one read. Otherwise, and on a 16th of the calls
 --        (now % 16 == 0) to keep the bound close, the units are counted
---        exactly.
+--        exactly, unless the newest entry's are exact (first).
 -- cost   1 to the limit.
 -- State  from check: a = cum + 1 (negated when the key's TTL already covers
 --        the request; nil for an empty key) and b = the bound (a number), or
 --        0 when the window is empty, or, counted exactly, the reply with the
 --        oldest entry in the window rewritten as {the units in the window,
---        its at, the newest entry's at when commit needs it}; for a
---        rejection, a = the time its retry ends. From commit: the units in
---        the window with the request, and the oldest entry's at when counted
---        exactly.
+--        its at, the newest entry's at when commit needs it}, or, from an
+--        exact newest entry, {its units, its first, nil, true}; for a
+--        rejection, a = the time its retry ends, and b as above or, decided
+--        on the newest entry alone, its units (a number). From commit: the
+--        units in the window with the request, and the oldest entry's at
+--        when they are exact.
 --
 -- remaining is the limit minus the units in the window (at least 0: after
 -- the clock stepped back, entries newer than now count too, and can
@@ -180,9 +192,13 @@ local function sliding_log_check(key, window, limit, param, cost)
   if not m then
     return true, nil, 0
   end
-  local last, cum, units
+  local last, cum, units, first
   if string.byte(m) < 48 then
-    last, cum, units = unpack_ints('>I7I7I4', m)
+    if #m == 25 then
+      last, cum, units, first = unpack_ints('>I7I7I4I7', m)
+    else
+      last, cum, units = unpack_ints('>I7I7I4', m)
+    end
   else
     -- The older format.
     last = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
@@ -205,30 +221,40 @@ local function sliding_log_check(key, window, limit, param, cost)
     end
   end
   if last <= now and cum < 4503599627370496 - cost then
-    if last <= now - window then
+    if first and first > now - window then
+      -- The newest entry's units are exact and nothing has left the window
+      -- since (its oldest entry, at first, is still in it): they are the
+      -- units in the window now.
+      if units + cost <= limit then
+        return true, a, {units, first, nil, true}
+      end
+      if units + cost - limit == 1 then
+        -- One unit must leave: the oldest entry's leaving frees it.
+        return false, first + window, units
+      end
+    elseif last <= now - window then
       -- Everything has left the window.
       return true, a, 0
-    end
-    if units + cost <= limit - param and now % 16 ~= 0 then
+    elseif units + cost <= limit - param and now % 16 ~= 0 then
       -- The common path.
       return true, a, units
     end
   end
-  local first, retry = sliding_log_exact(key, window, cum, limit - cost)
-  if first == 0 then
+  local found, retry = sliding_log_exact(key, window, cum, limit - cost)
+  if found == 0 then
     return true, a, 0
   end
-  if first[1] + cost > limit then
-    return false, retry, first
+  if found[1] + cost > limit then
+    return false, retry, found
   end
   if last > now or cum >= 4503599627370496 - cost then
-    first[3] = last
+    found[3] = last
   end
-  return true, a, first
+  return true, a, found
 end
 
 local function sliding_log_commit(key, window, limit, param, cost, a, b)
-  local cum, units, at, last = 0, b, now, nil
+  local cum, units, at, last, first = 0, b, now, nil, nil
   if a then
     cum = a - 1
     if a < 0 then
@@ -237,27 +263,34 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
   end
   local exact = type(b) == 'table'
   if exact then
-    units, last = b[1], b[3]
+    units, first, last = b[1], b[2], b[3]
     if last and last > now then
       at = last
     end
+  elseif b == 0 then
+    -- The window is empty: this entry is its oldest.
+    first = at
   end
   units, cum = units + cost, cum + cost
   if cum >= 4503599627370496 and (b == 0 or last and at > last) then
     cum = cum - 2251799813685248
   end
-  -- The member, as bytes: at (7), cum (7), units (4) and cost (4).
+  -- The member, as bytes: at (7), cum (7), units (4), then first (7) when
+  -- the units are exact, or cost (4) when it is not 1.
   local m
-  if cost == 1 then
-    m = pack('>I7I7I4', at, cum, units)
-  else
+  if cost ~= 1 then
     m = pack('>I7I7I4I4', at, cum, units, cost)
+  elseif first then
+    m = pack('>I7I7I4I7', at, cum, units, first)
+  else
+    m = pack('>I7I7I4', at, cum, units)
   end
   redis.call('ZADD', key, at, m)
   -- Sweep when the units were counted exactly (so at least once per
   -- limit - exact-below units admitted) or all had left the window, and on
-  -- a 16th of the admissions.
-  if exact or (a and b == 0) or now % 16 == 0 then
+  -- a 16th of the admissions; not when the newest entry showed that
+  -- nothing has left (b[4]).
+  if exact and not b[4] or (a and b == 0) or now % 16 == 0 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   end
   if not a then
@@ -267,7 +300,7 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
     redis.call('PEXPIRE', key, math.ceil((at - at % q + q + window - now) / 1000) .. '')
   end
   if exact then
-    return units, b[2]
+    return units, first
   end
   return units, nil
 end
@@ -287,6 +320,11 @@ local function sliding_log_report(key, window, limit, param, cost, ok, admitted,
   end
   if b == 0 then
     return limit, window, 0
+  end
+  if not ok and type(b) ~= 'table' then
+    -- Rejected on the newest entry alone: b is the units in the window,
+    -- and a, when its oldest entry leaves.
+    return math.max(0, limit - b), a - now, a - now
   end
   if type(b) ~= 'table' then
     -- Another rule rejected a request that this one admits on the bound:

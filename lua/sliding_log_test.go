@@ -20,9 +20,9 @@ import (
 )
 
 // logEntry is one entry of a sliding-log key: its score and what its member
-// says.
+// says (first is 0 when the member does not carry it).
 type logEntry struct {
-	score, at, cum, units, cost int64
+	score, at, cum, units, cost, first int64
 }
 
 // bigEndian reads b as an unsigned big-endian integer.
@@ -35,12 +35,19 @@ func bigEndian(b string) int64 {
 }
 
 // decodeMember reads a member of sliding_log.lua: at (7 bytes), cum (7),
-// units (4), and cost (4) unless it is 1.
+// units (4), then first (7) when its units are exact, or cost (4) unless it
+// is 1.
 func decodeMember(m string) (logEntry, error) {
-	if len(m) != 18 && len(m) != 22 {
-		return logEntry{}, fmt.Errorf("member %q: %d bytes, want 18 or 22", m, len(m))
+	if len(m) != 18 && len(m) != 22 && len(m) != 25 {
+		return logEntry{}, fmt.Errorf("member %q: %d bytes, want 18, 22 or 25", m, len(m))
 	}
 	e := logEntry{at: bigEndian(m[0:7]), cum: bigEndian(m[7:14]), units: bigEndian(m[14:18]), cost: 1}
+	if len(m) == 25 {
+		e.first = bigEndian(m[18:25])
+		if e.first == 0 || e.first > e.at {
+			return e, fmt.Errorf("member %q: first %d is not an entry's time at or before its own %d", m, e.first, e.at)
+		}
+	}
 	if len(m) == 22 {
 		e.cost = bigEndian(m[18:22])
 		if e.cost == 1 {
@@ -64,6 +71,8 @@ func encodeMember(e logEntry) string {
 	m = append(m, put(make([]byte, 4), e.units)...)
 	if e.cost != 1 {
 		m = append(m, put(make([]byte, 4), e.cost)...)
+	} else if e.first != 0 {
+		m = append(m, put(make([]byte, 7), e.first)...)
 	}
 	return string(m)
 }
@@ -172,6 +181,11 @@ func TestSlidingLogEntries(t *testing.T) {
 			}
 			if e.units < e.cum || e.units > limit {
 				t.Fatalf("entry %d: units %d, want from the true %d (nothing has left) to the limit", i, e.units, e.cum)
+			}
+			// An entry that says its units are exact has the true count,
+			// and the first entry's time: nothing has left the window.
+			if e.first != 0 && (e.units != e.cum || e.first != got[0].at) {
+				t.Fatalf("entry %d: exact units %d since %d, want %d since %d", i, e.units, e.first, e.cum, got[0].at)
 			}
 		}
 	})
