@@ -536,3 +536,67 @@ func TestSlidingLogRealTimeSafety(t *testing.T) {
 		}
 	})
 }
+
+// TestSlidingLogDecidesOnTheNewestEntry: once a key's newest entry holds
+// exact units (its admission was counted, or found the window empty, or
+// followed such an entry), requests are decided on that entry alone, one
+// read each, until its oldest entry leaves the window: admissions up to the
+// limit, and rejections. The reads are Redis's own count of ZREVRANGE and
+// ZRANGE calls (INFO commandstats); the decisions are checked against the
+// count too. Then the oldest entry leaves and the next request is counted
+// exactly (one more read) and admitted, with the exact retry of the next.
+func TestSlidingLogDecidesOnTheNewestEntry(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client()
+	ctx := context.Background()
+	const window, limit = 60e6, 20
+	key := prefix(t) + "log"
+	clock := startClock()
+	clock += 16 - clock%16 + 1 // no call below falls on a 16th (now % 16 == 0)
+	calls := func() map[string]int64 {
+		t.Helper()
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.ParseInt(strings.TrimPrefix(strings.Split(rest, ",")[0], "calls="), 10, 64)
+			out[name] = n
+		}
+		return out
+	}
+	logScript(window, limit, 64).Load(ctx, c)
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	at := func(i int64) int64 { return clock + i*17 } // never a multiple of 16 apart
+	for i := range int64(limit) {
+		if got := logDecide(ctx, t, c, key, at(i), window, limit, 64, 1); got[1] != 0 || got[3] != limit-1-i {
+			t.Fatalf("request %d: %v, want admitted with %d remaining", i, got, limit-1-i)
+		}
+	}
+	for i := int64(limit); i < limit+30; i++ {
+		got := logDecide(ctx, t, c, key, at(i), window, limit, 64, 1)
+		if got[1] != 1 || got[3] != 0 || got[4] != clock+window-at(i) || got[5] != clock+window-at(i) {
+			t.Fatalf("request %d: %v, want rejected, 0 remaining, reset and retry %d (the first entry leaves)", i, got, clock+window-at(i))
+		}
+	}
+	n := calls()
+	if n["zrevrange"] != limit+30 || n["zrange"] != 0 || n["zrangebyscore"] != 0 || n["zcount"] != 0 {
+		t.Fatalf("%d decisions made %d ZREVRANGE, %d ZRANGE, %d ZRANGEBYSCORE and %d ZCOUNT calls; want one ZREVRANGE each and nothing else read", limit+30, n["zrevrange"], n["zrange"], n["zrangebyscore"], n["zcount"])
+	}
+	// The first entry leaves: the next request is counted exactly, and
+	// admitted; the one after it is rejected until the second entry leaves.
+	leave := clock + window
+	if got := logDecide(ctx, t, c, key, leave, window, limit, 64, 1); got[1] != 0 || got[3] != 0 {
+		t.Fatalf("when the first entry has left: %v, want admitted with 0 remaining", got)
+	}
+	if got := logDecide(ctx, t, c, key, leave+1, window, limit, 64, 1); got[1] != 1 || got[5] != at(1)+window-leave-1 {
+		t.Fatalf("then: %v, want rejected until the second entry leaves (retry %d)", got, at(1)+window-leave-1)
+	}
+}
