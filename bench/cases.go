@@ -49,6 +49,9 @@ type benchCase struct {
 	// admitted decisions cost what another case's do, and that differs only
 	// in what it does with rejections.
 	FloodOnly bool
+	// CostOnly keeps the case to the script-cost section: a reference
+	// script, not a limiter anyone runs.
+	CostOnly bool
 	// Aligned marks a fixed window aligned on the Redis clock (multiples of
 	// the window since the Unix epoch): a flood that crosses a boundary may
 	// admit the limit once more, so runFlood starts it clear of one.
@@ -135,6 +138,14 @@ func allCases() []*benchCase {
 			New:      newSeeds,
 			Note: "The published Java recipe: ZREMRANGEBYSCORE 0 (now-window), ZCARD, then ZADD now member and " +
 				"EXPIRE window-seconds if under the limit; now is the app's time.Now().UnixMilli() and the member is now-<16 random hex digits>.",
+		},
+		{
+			ID: "seeds-time", Name: "seeds' recipe on the Redis clock (TIME)", Algorithm: "sliding log, ZSET, Redis clock in ms",
+			CostOnly: true,
+			RedisKey: func(key string) string { return "seeds-time:" + key },
+			New:      newSeedsOnRedisTime,
+			Note: "The seeds' recipe with one change: the script reads the Redis clock (TIME, in ms) instead of taking the app's, " +
+				"as every ginlimit script does. In the script-cost section only: it shows what the Redis clock alone costs Redis.",
 		},
 		{
 			ID: "redis_rate", Name: "redis_rate v10 (GCRA)", Algorithm: "GCRA, one string per key",
@@ -324,8 +335,45 @@ end
 
 func seedsKey(key string) string { return "seeds:" + key }
 
+// seedsOnRedisTimeScript is seedsScript reading the Redis clock: ARGV[1]
+// (the app's now) is ignored.
+var seedsOnRedisTimeScript = redis.NewScript(`
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local window = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
+local count = redis.call('ZCARD', key)
+if count < limit then
+  redis.call('ZADD', key, now, ARGV[5])
+  redis.call('EXPIRE', key, ARGV[4])
+  return 1
+else
+  return 0
+end
+`)
+
+// newSeedsOnRedisTime is newSeeds on seedsOnRedisTimeScript.
+func newSeedsOnRedisTime(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
+	return newSeedsWith(seedsOnRedisTimeScript, "seeds-time:")(rdb, limit, window)
+}
+
 // newSeeds returns the seeds' recipe: one EVALSHA per decision.
 func newSeeds(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
+	return newSeedsWith(seedsScript, "seeds:")(rdb, limit, window)
+}
+
+// newSeedsWith returns a constructor of the seeds' recipe run by script (it
+// takes seedsScript's arguments) on keys prefix+key.
+func newSeedsWith(script *redis.Script, prefix string) func(*redis.Client, int, time.Duration) (decider, error) {
+	return func(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
+		return seedsDecider(rdb, script, prefix, limit, window), nil
+	}
+}
+
+// seedsDecider is one decider of the seeds' recipe.
+func seedsDecider(rdb *redis.Client, script *redis.Script, prefix string, limit int, window time.Duration) decider {
 	windowMs := window.Milliseconds()
 	windowSec := max(1, int64((window+time.Second-1)/time.Second))
 	return func(ctx context.Context, key string) (bool, error) {
@@ -339,9 +387,9 @@ func newSeeds(rdb *redis.Client, limit int, window time.Duration) (decider, erro
 		member = strconv.AppendInt(member, now, 10)
 		member = append(member, '-')
 		member = hex.AppendEncode(member, rnd[:])
-		n, err := seedsScript.Run(ctx, rdb, []string{seedsKey(key)}, now, windowMs, limit, windowSec, member).Int64()
+		n, err := script.Run(ctx, rdb, []string{prefix + key}, now, windowMs, limit, windowSec, member).Int64()
 		return n == 1, err
-	}, nil
+	}
 }
 
 // ginlimitKey returns a KEYS pattern of the Redis key that ginlimit's

@@ -242,10 +242,13 @@ type results struct {
 // measureAll runs every section for the selected cases, one after another.
 func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool) (*results, error) {
 	res := &results{}
-	var throughput []*benchCase
+	var throughput, costed []*benchCase
 	for _, c := range cases {
-		if !c.FloodOnly {
+		if !c.FloodOnly && !c.CostOnly {
 			throughput = append(throughput, c)
+		}
+		if !c.FloodOnly {
+			costed = append(costed, c)
 		}
 	}
 	for _, n := range e.cfg.callers {
@@ -262,8 +265,8 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 		}
 		res.cells = append(res.cells, cells...)
 	}
-	if len(throughput) > 0 {
-		costs, err := e.measureScriptCost(ctx, throughput)
+	if len(costed) > 0 {
+		costs, err := e.measureScriptCost(ctx, costed)
 		if err != nil {
 			return nil, fmt.Errorf("script cost: %w (redis-server: %v)", err, e.srv.alive())
 		}
