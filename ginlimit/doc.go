@@ -212,7 +212,7 @@
 //
 // The prefix is [Key] (default "rate_limit:"). The tag names the algorithm
 // and what shapes its data (nothing for the sliding log, "sc<sub-window
-// µs>:", "fw:", "tb<limit>:"), so a route switched to another algorithm
+// µs>:", "fw2:", "tb<limit>:"), so a route switched to another algorithm
 // starts on fresh keys and no script meets another's data. The route
 // template is c.FullPath(), so /voucher-order/seckill/1 and
 // /voucher-order/seckill/2 share one bucket; a request that matched no
