@@ -2,6 +2,8 @@ package lua
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -128,4 +130,109 @@ func packN(n int, v int64) string {
 		v >>= 8
 	}
 	return string(b)
+}
+
+// TestTokenBucketOlderFormat: a key in the token bucket's older format,
+// "<base>:<ahead>" in decimal, is read: a rejection leaves it as it is, and
+// an admission replaces it with the current format, counting on.
+func TestTokenBucketOlderFormat(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		script := redis.NewScript(Single("token_bucket", 3))
+		// 10 per second (T = 100 ms), burst 5: capacity 5e6 units of 1/10 µs.
+		r := rule{alg: 3, window: 1e6, limit: 10, param: 5, cost: 3}
+		now := startClock()
+		key := prefix(t) + "k"
+		// 3 tokens used 50 ms ago: ahead 3e6, less 50e3 µs * 10 drained.
+		old := fmt.Sprintf("%d:%d", now-50e3, int64(3e6))
+		if err := c.Set(ctx, key, old, time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got := ints(t, script.Run(ctx, c, []string{key}, args(now, r)...).Val())
+		// ahead 2.5e6; cost 3 needs 5.5e6 > 5e6: rejected, 2 left, a token
+		// back in 50 ms, the request fits in 50 ms.
+		if want := []int64{now, 1, 0, 2, 50e3, 50e3}; !slices.Equal(got, want) {
+			t.Fatalf("rejection on the older format: %v, want %v", got, want)
+		}
+		if s := state(ctx, t, c, key); s != "string "+old {
+			t.Fatalf("a rejection changed the key to %q", s)
+		}
+		r.cost = 1
+		got = ints(t, script.Run(ctx, c, []string{key}, args(now, r)...).Val())
+		// new ahead 3.5e6: 1 left, the next token in 50 ms.
+		if want := []int64{now, 0, 1, 1, 50e3, 0}; !slices.Equal(got, want) {
+			t.Fatalf("admission on the older format: %v, want %v", got, want)
+		}
+		s := state(ctx, t, c, key)
+		if want := "string " + pack7(now) + pack7(3.5e6); len(s) != len(want)+7 || s[:len(want)] != want {
+			t.Fatalf("stored %q, want %q and 7 bytes of expiry", s, want)
+		}
+	})
+}
+
+// TestTokenBucketFormat: the key is 21 bytes (base, ahead, the time its TTL
+// lasts until); an admission sets the TTL, a quarter of the time to fill
+// from empty beyond the full bucket, only when the one the key has is too
+// short, and otherwise rewrites the first 14 bytes and keeps it.
+func TestTokenBucketFormat(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		script := redis.NewScript(Single("token_bucket", 3))
+		// 10 per 10 s (T = 1 s), burst 8: 8 s to fill, 2 s of slack.
+		r := rule{alg: 3, window: 10e6, limit: 10, param: 8, cost: 1}
+		now := startClock()
+		key := prefix(t) + "k"
+		run := func(at int64) {
+			t.Helper()
+			if got := ints(t, script.Run(ctx, c, []string{key}, args(at, r)...).Val()); got[1] != 0 {
+				t.Fatalf("at %d: rejected: %v", at, got)
+			}
+		}
+		stored := func() (base, ahead, until int64) {
+			t.Helper()
+			v := c.Get(ctx, key).Val()
+			if len(v) != 21 {
+				t.Fatalf("stored %q, want 21 bytes", v)
+			}
+			for i, p := range []*int64{&base, &ahead, &until} {
+				for _, b := range []byte(v[7*i : 7*i+7]) {
+					*p = *p<<8 | int64(b)
+				}
+			}
+			return
+		}
+		run(now)
+		base, ahead, until := stored()
+		// The TTL: full again in 1 s, and 2 s more.
+		if base != now || ahead != 10e6 || until != now+3e6 {
+			t.Fatalf("first admission stored %d %d %d, want %d %d %d", base, ahead, until, now, int64(10e6), now+int64(3e6))
+		}
+		if ttl := c.PTTL(ctx, key).Val(); ttl > 3*time.Second || ttl < 2900*time.Millisecond {
+			t.Fatalf("TTL %v, want 3s", ttl)
+		}
+		// Another admission at once: full again in 2 s, covered; the TTL
+		// stays. miniredis's clock is frozen, so the TTL reads the same.
+		c.PExpire(ctx, key, 2500*time.Millisecond)
+		run(now)
+		if base, ahead, u := stored(); base != now || ahead != 20e6 || u != until {
+			t.Fatalf("second admission stored %d %d %d, want %d %d %d", base, ahead, u, now, int64(20e6), until)
+		}
+		if ttl := c.PTTL(ctx, key).Val(); ttl > 2500*time.Millisecond || ttl < 2*time.Second {
+			t.Fatalf("TTL %v, want the 2.5s it had", ttl)
+		}
+		// A third: full again in 3 s, which the TTL does not cover (the
+		// spare millisecond): set again, to 3 s + 2 s.
+		run(now)
+		if base, ahead, u := stored(); base != now || ahead != 30e6 || u != now+5e6 {
+			t.Fatalf("third admission stored %d %d %d, want %d %d %d", base, ahead, u, now, int64(30e6), now+int64(5e6))
+		}
+		if ttl := c.PTTL(ctx, key).Val(); ttl > 5*time.Second || ttl < 4900*time.Millisecond {
+			t.Fatalf("TTL %v, want 5s", ttl)
+		}
+		if mem, err := c.MemoryUsage(ctx, key, 0).Result(); err == nil && mem > 160 {
+			t.Errorf("MEMORY USAGE %d bytes, want at most 160", mem)
+		}
+	})
 }
