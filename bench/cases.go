@@ -219,7 +219,7 @@ func allCases() []*benchCase {
 			Note:     "p.Allow(ctx, key) with Algorithm(SlidingCounter) and otherwise ginlimit's defaults (deny cache on); flood only.",
 		},
 		{
-			ID: "ginlimit-fixed", Name: "ginlimit fixed window, DenyCache(0)", Algorithm: "fixed window on the Redis clock, hash {start, count}",
+			ID: "ginlimit-fixed", Name: "ginlimit fixed window, DenyCache(0)", Algorithm: "fixed window on the Redis clock, string {start, count}",
 			Exact: true, Memory: true, Flood: true, Aligned: true,
 			RedisKey: ginlimitKey("bench-fixed:"),
 			New:      newGinlimit("bench-fixed:", ginlimit.Algorithm(ginlimit.FixedWindow), ginlimit.DenyCache(0)),
@@ -228,7 +228,7 @@ func allCases() []*benchCase {
 				"the flood is started clear of a window boundary.",
 		},
 		{
-			ID: "ginlimit-fixed-defaults", Name: "ginlimit fixed window, defaults", Algorithm: "fixed window on the Redis clock, hash {start, count}",
+			ID: "ginlimit-fixed-defaults", Name: "ginlimit fixed window, defaults", Algorithm: "fixed window on the Redis clock, string {start, count}",
 			Exact: true, Flood: true, FloodOnly: true, Aligned: true,
 			RedisKey: ginlimitKey("bench-fixed-defaults:"),
 			New:      newGinlimit("bench-fixed-defaults:", ginlimit.Algorithm(ginlimit.FixedWindow)),
@@ -395,7 +395,7 @@ func seedsDecider(rdb *redis.Client, script *redis.Script, prefix string, limit 
 // ginlimitKey returns a KEYS pattern of the Redis key that ginlimit's
 // Policy.Allow writes for a key with no bytes to escape: prefix<tag>{key},
 // where the tag names the algorithm and its shape ("" for the sliding log,
-// "fw:" for the fixed window, ...; braces are not special in a pattern).
+// "fw2:" for the fixed window, ...; braces are not special in a pattern).
 func ginlimitKey(prefix string) func(string) string {
 	return func(key string) string { return prefix + "*{" + key + "}" }
 }

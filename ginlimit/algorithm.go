@@ -93,15 +93,22 @@ func algorithmNames() []string {
 // the limit of the bucket (its state is in 1/limit µs). So switching a
 // live route to another algorithm, or changing those settings, starts on
 // fresh keys: no script ever meets another's data (no WRONGTYPE) or
-// misreads it.
+// misreads it. A new stored format that the older version's script cannot
+// read takes a new tag too, so that during a rolling deploy each version
+// keeps its own keys: "fw2:" for the fixed window's string, where the
+// version before kept a hash under "fw:", and "tb-<limit>:" for the
+// bucket's binary state, where it kept text under "tb<limit>:" (an older
+// script would read the new state as a full bucket). For the windows a
+// deploy spans, old and new instances then count apart: up to twice the
+// limit, never an error or an unbounded bypass.
 func (a AlgorithmKind) keyTag(r *ruleConfig) string {
 	switch a {
 	case SlidingCounter:
 		return "sc" + strconv.FormatInt(r.window.Microseconds()/int64(r.subWindows), 10) + ":"
 	case FixedWindow:
-		return "fw:"
+		return "fw2:"
 	case TokenBucket:
-		return "tb" + strconv.Itoa(r.limit) + ":"
+		return "tb-" + strconv.Itoa(r.limit) + ":"
 	}
 	return ""
 }

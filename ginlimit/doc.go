@@ -110,12 +110,13 @@
 //     counters, about 100 bytes to 1 KB whatever the limit.
 //   - [FixedWindow]: one count per window aligned on the Redis clock. Exact
 //     within each window, but up to 2·limit units can pass across a boundary
-//     within one window's length. Memory: one small hash, under 100 bytes.
+//     within one window's length. Memory: one 11-byte string (the window's
+//     start and its count), under 100 bytes.
 //   - [TokenBucket] (GCRA): limit tokens refill per window into a bucket of
 //     [Burst] tokens (default limit). After a quiet spell a burst of up to
 //     Burst passes at once; sustained, the rate is limit per window. Exact
-//     with respect to its definition (float64 µs arithmetic). Memory: one
-//     string, under 100 bytes.
+//     with respect to its definition (exact integer arithmetic, in 1/limit
+//     µs). Memory: one 21-byte string, under 100 bytes.
 //
 // A request that costs more than a rule can ever admit (its limit, or a
 // bucket's burst) is rejected at once with [Decision.Reason] set and a 429
@@ -212,7 +213,7 @@
 //
 // The prefix is [Key] (default "rate_limit:"). The tag names the algorithm
 // and what shapes its data (nothing for the sliding log, "sc<sub-window
-// µs>:", "fw:", "tb<limit>:"), so a route switched to another algorithm
+// µs>:", "fw2:", "tb-<limit>:"), so a route switched to another algorithm
 // starts on fresh keys and no script meets another's data. The route
 // template is c.FullPath(), so /voucher-order/seckill/1 and
 // /voucher-order/seckill/2 share one bucket; a request that matched no

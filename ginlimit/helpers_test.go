@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
@@ -106,4 +107,23 @@ func allowConcurrently(t testing.TB, goroutines, times int, allow func(g int) (D
 	}
 	wg.Wait()
 	return admitted.Load()
+}
+
+// fixedWindowCount returns the units a fixed window's key counts: its
+// string is the window's start (7 bytes) then the count (4 bytes),
+// unsigned big-endian (lua/fixed_window.lua).
+func fixedWindowCount(t *testing.T, c redis.Cmdable, key string) int64 {
+	t.Helper()
+	v, err := c.Get(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("fixed window key %s: %v", key, err)
+	}
+	if len(v) != 11 {
+		t.Fatalf("fixed window key %s holds %q, want 11 bytes", key, v)
+	}
+	var n int64
+	for _, b := range []byte(v[7:]) {
+		n = n<<8 | int64(b)
+	}
+	return n
 }

@@ -5,18 +5,29 @@
 -- window, so across a boundary up to twice the limit can pass within one
 -- window's length.
 --
--- Key    a hash: s = the start of the window the count belongs to (µs),
---        c = the units admitted in it. The key expires with its window (less
---        than a millisecond later at most); the stored start tells a stale
+-- Key    a string of 11 bytes, unsigned big-endian integers: the start of
+--        the window the count belongs to (µs, 7 bytes) and the units
+--        admitted in it (4 bytes). The key expires with its window (less
+--        than a millisecond later at most), set by the SET ... PXAT of the
+--        window's first admission; the others only rewrite the count
+--        (SETRANGE, which keeps the expiry). The stored start tells a stale
 --        count from a current one.
 -- param  unused (0).
 -- cost   1 to the limit.
--- State  start (the window's start, µs) and count (units admitted in it).
+-- State  start (the window's start, µs) and count (units admitted in it),
+--        negated when the key holds the older format and commit must
+--        rewrite it whole.
 --
 -- reset is the time until the window ends, when remaining grows back to the
 -- limit; retry, for a rejected request, is the same. check only reads, so
--- the first write of an admission is its HSET, which Redis refuses before
--- anything is written when it is out of memory.
+-- the first write of an admission is its SET or SETRANGE, which Redis
+-- refuses before anything is written when it is out of memory.
+--
+-- A key that holds a hash was written by the format before this one
+-- (s = the start, c = the count, expiring with the window): check reads it
+-- (HMGET), and commit replaces it with a string. ginlimit keeps the two
+-- formats under different key names ("fw:" and "fw2:"), so that instances
+-- of the older version, which read only hashes, never meet a string.
 
 local function fixed_window_validate(window, limit, param, cost)
   if cost > limit then
@@ -29,23 +40,45 @@ end
 -- it ends, which only rejects more.
 local function fixed_window_check(key, window, limit, param, cost)
   local start = now - now % window
-  local state = redis.call('HMGET', key, 's', 'c')
-  local count = 0
-  local s = tonumber(state[1])
-  if s and s >= start then
-    start, count = s, tonumber(state[2]) or 0
+  -- pcall: a hash (the older format) is an error reply to GET, a table
+  -- whose length is 0.
+  local v = redis.pcall('GET', key)
+  if v then
+    if #v == 11 then
+      local s, c = unpack_ints('>I7I4', v)
+      if s >= start then
+        return c + cost <= limit, s, c
+      end
+    else
+      -- The older format. redis.call: any other type is an error.
+      local h = redis.call('HMGET', key, 's', 'c')
+      local s = tonumber(h[1])
+      if s and s >= start then
+        local c = tonumber(h[2]) or 0
+        return c + cost <= limit, s, -c
+      end
+    end
   end
-  return count + cost <= limit, start, count
+  return cost <= limit, start, 0
 end
 
 local function fixed_window_commit(key, window, limit, param, cost, start, count)
-  count = count + cost
-  redis.call('HSET', key, 's', string.format('%d', start), 'c', count .. '')
-  redis.call('PEXPIREAT', key, math.ceil((start + window) / 1000) .. '')
+  if count > 0 then
+    -- The window's key is there with its expiry: rewrite the count alone.
+    count = count + cost
+    redis.call('SETRANGE', key, '7', pack('>I4', count))
+    return start, count
+  end
+  -- A new window, or the older format (count negated, or 0).
+  count = cost - count
+  redis.call('SET', key, pack('>I7I4', start, count), 'PXAT', math.ceil((start + window) / 1000) .. '')
   return start, count
 end
 
 local function fixed_window_report(key, window, limit, param, cost, ok, admitted, start, count)
+  if count < 0 then
+    count = -count
+  end
   local reset = start + window - now
   if not admitted and not ok then
     return limit - count, reset, reset

@@ -623,7 +623,7 @@ func TestAlgorithms(t *testing.T) {
 	}{
 		{ginlimit.SlidingLog, "zset", ""},
 		{ginlimit.SlidingCounter, "hash", ""},
-		{ginlimit.FixedWindow, "hash", "s"},
+		{ginlimit.FixedWindow, "string", ""},
 		{ginlimit.TokenBucket, "string", ""},
 	} {
 		alg := tt.alg

@@ -1,0 +1,238 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestFixedWindowOlderFormat: a key in the fixed window's older format (a
+// hash, s = the window's start and c = its count) is read as that count:
+// a rejection leaves it as it is, an admission replaces it with the string
+// of the current format, counting on, with the window's expiry. A stale
+// hash (an older window) counts for nothing, and one of a newer window
+// (the clock stepped back) counts on in it.
+func TestFixedWindowOlderFormat(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		const window, limit = 10e6, 5
+		r := rule{alg: 2, window: window, limit: limit, cost: 1}
+		script := singleFor(r)
+		clock := startClock()
+		start := clock - clock%window
+		now := start + 1234
+		p := prefix(t)
+		hash := func(key string, s, count int64) {
+			t.Helper()
+			if err := c.HSet(ctx, key, "s", s, "c", count).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.PExpireAt(ctx, key, time.UnixMilli((s+window+999)/1000)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		run := func(key string, at int64, rr rule) []int64 {
+			t.Helper()
+			return ints(t, script.Run(ctx, c, []string{key}, singleArgs(at, rr.cost)...).Val())
+		}
+		for _, tc := range []struct {
+			what                       string
+			s, count, cost             int64
+			wantFired, wantRemaining   int64
+			wantStart, wantStoredCount int64 // after an admission
+		}{
+			{"current window", start, 3, 1, 0, 1, start, 4},
+			{"current window, full", start, 5, 1, 1, 0, 0, 0},
+			{"current window, cost over", start, 3, 3, 1, 2, 0, 0},
+			{"stale window", start - window, 5, 1, 0, 4, start, 1},
+			{"newer window (clock stepped back)", start + window, 4, 1, 0, 0, start + window, 5},
+		} {
+			key := p + tc.what
+			hash(key, tc.s, tc.count)
+			before := state(ctx, t, c, key)
+			rr := r
+			rr.cost = tc.cost
+			got := run(key, now, rr)
+			if got[1] != tc.wantFired || got[3] != tc.wantRemaining {
+				t.Fatalf("%s: reply %v, want fired %d and remaining %d", tc.what, got, tc.wantFired, tc.wantRemaining)
+			}
+			if tc.wantFired != 0 {
+				if s := state(ctx, t, c, key); s != before {
+					t.Fatalf("%s: a rejection changed the key from %s to %s", tc.what, before, s)
+				}
+				continue
+			}
+			want := "string " + pack7(tc.wantStart) + pack4(tc.wantStoredCount)
+			if s := state(ctx, t, c, key); s != want {
+				t.Fatalf("%s: stored %q, want %q", tc.what, s, want)
+			}
+			wantTTL := time.Duration((tc.wantStart+window+999)/1000)*time.Millisecond - time.Duration(time.Now().UnixMilli())*time.Millisecond
+			if ttl := c.PTTL(ctx, key).Val(); ttl <= 0 || ttl > wantTTL+time.Second || ttl < wantTTL-5*time.Second {
+				t.Fatalf("%s: TTL %v, want about %v (the end of the window)", tc.what, ttl, wantTTL)
+			}
+			// The next request counts on in the current format.
+			if tc.wantRemaining == 0 {
+				continue
+			}
+			if got := run(key, now+1, r); got[1] != 0 || got[3] != tc.wantRemaining-1 {
+				t.Fatalf("%s: the next request: %v, want admitted with remaining %d", tc.what, got, tc.wantRemaining-1)
+			}
+		}
+	})
+}
+
+// TestFixedWindowFormat: the key is the 11-byte string of the window's
+// start and count, expiring with the window; admissions after the first of
+// a window rewrite the count and keep the expiry.
+func TestFixedWindowFormat(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		const window, limit = 10e6, 1000
+		r := rule{alg: 2, window: window, limit: limit, cost: 1}
+		script := singleFor(r)
+		clock := startClock()
+		start := clock - clock%window
+		key := prefix(t) + "k"
+		for i := int64(1); i <= 3; i++ {
+			rr := r
+			rr.cost = i
+			if got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(start+i, rr.cost)...).Val()); got[1] != 0 {
+				t.Fatalf("admission %d: %v", i, got)
+			}
+			if s, want := state(ctx, t, c, key), "string "+pack7(start)+pack4(i*(i+1)/2); s != want {
+				t.Fatalf("after admission %d: stored %q, want %q", i, s, want)
+			}
+			at := c.PExpireTime(ctx, key).Val()
+			if want := time.Duration((start+window+999)/1000) * time.Millisecond; at != want {
+				t.Fatalf("after admission %d: expires at %v, want %v", i, at, want)
+			}
+		}
+		if mem, err := c.MemoryUsage(ctx, key, 0).Result(); err == nil && mem > 160 {
+			t.Errorf("MEMORY USAGE %d bytes, want at most 160", mem)
+		}
+	})
+}
+
+// pack7 and pack4 are struct.pack's '>I7' and '>I4'.
+func pack7(v int64) string { return packN(7, v) }
+func pack4(v int64) string { return packN(4, v) }
+
+func packN(n int, v int64) string {
+	b := make([]byte, n)
+	for i := n - 1; i >= 0; i-- {
+		b[i] = byte(v)
+		v >>= 8
+	}
+	return string(b)
+}
+
+// TestTokenBucketOlderFormat: a key in the token bucket's older format,
+// "<base>:<ahead>" in decimal, is read: a rejection leaves it as it is, and
+// an admission replaces it with the current format, counting on.
+func TestTokenBucketOlderFormat(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		// 10 per second (T = 100 ms), burst 5: capacity 5e6 units of 1/10 µs.
+		r := rule{alg: 3, window: 1e6, limit: 10, param: 5, cost: 3}
+		script := singleFor(r)
+		now := startClock()
+		key := prefix(t) + "k"
+		// 3 tokens used 50 ms ago: ahead 3e6, less 50e3 µs * 10 drained.
+		old := fmt.Sprintf("%d:%d", now-50e3, int64(3e6))
+		if err := c.Set(ctx, key, old, time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(now, r.cost)...).Val())
+		// ahead 2.5e6; cost 3 needs 5.5e6 > 5e6: rejected, 2 left, a token
+		// back in 50 ms, the request fits in 50 ms.
+		if want := []int64{now, 1, 0, 2, 50e3, 50e3}; !slices.Equal(got, want) {
+			t.Fatalf("rejection on the older format: %v, want %v", got, want)
+		}
+		if s := state(ctx, t, c, key); s != "string "+old {
+			t.Fatalf("a rejection changed the key to %q", s)
+		}
+		r.cost = 1
+		got = ints(t, script.Run(ctx, c, []string{key}, singleArgs(now, r.cost)...).Val())
+		// new ahead 3.5e6: 1 left, the next token in 50 ms.
+		if want := []int64{now, 0, 1, 1, 50e3, 0}; !slices.Equal(got, want) {
+			t.Fatalf("admission on the older format: %v, want %v", got, want)
+		}
+		s := state(ctx, t, c, key)
+		if want := "string " + pack7(now) + pack7(3.5e6); len(s) != len(want)+7 || s[:len(want)] != want {
+			t.Fatalf("stored %q, want %q and 7 bytes of expiry", s, want)
+		}
+	})
+}
+
+// TestTokenBucketFormat: the key is 21 bytes (base, ahead, the time its TTL
+// lasts until); an admission sets the TTL, a quarter of the time to fill
+// from empty beyond the full bucket, only when the one the key has is too
+// short, and otherwise rewrites the first 14 bytes and keeps it.
+func TestTokenBucketFormat(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		// 10 per 10 s (T = 1 s), burst 8: 8 s to fill, 2 s of slack.
+		r := rule{alg: 3, window: 10e6, limit: 10, param: 8, cost: 1}
+		script := singleFor(r)
+		now := startClock()
+		key := prefix(t) + "k"
+		run := func(at int64) {
+			t.Helper()
+			if got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(at, r.cost)...).Val()); got[1] != 0 {
+				t.Fatalf("at %d: rejected: %v", at, got)
+			}
+		}
+		stored := func() (base, ahead, until int64) {
+			t.Helper()
+			v := c.Get(ctx, key).Val()
+			if len(v) != 21 {
+				t.Fatalf("stored %q, want 21 bytes", v)
+			}
+			for i, p := range []*int64{&base, &ahead, &until} {
+				for _, b := range []byte(v[7*i : 7*i+7]) {
+					*p = *p<<8 | int64(b)
+				}
+			}
+			return
+		}
+		run(now)
+		base, ahead, until := stored()
+		// The TTL: full again in 1 s, and 2 s more.
+		if base != now || ahead != 10e6 || until != now+3e6 {
+			t.Fatalf("first admission stored %d %d %d, want %d %d %d", base, ahead, until, now, int64(10e6), now+int64(3e6))
+		}
+		if ttl := c.PTTL(ctx, key).Val(); ttl > 3*time.Second || ttl < 2900*time.Millisecond {
+			t.Fatalf("TTL %v, want 3s", ttl)
+		}
+		// Another admission at once: full again in 2 s, covered; the TTL
+		// stays. miniredis's clock is frozen, so the TTL reads the same.
+		c.PExpire(ctx, key, 2500*time.Millisecond)
+		run(now)
+		if base, ahead, u := stored(); base != now || ahead != 20e6 || u != until {
+			t.Fatalf("second admission stored %d %d %d, want %d %d %d", base, ahead, u, now, int64(20e6), until)
+		}
+		if ttl := c.PTTL(ctx, key).Val(); ttl > 2500*time.Millisecond || ttl < 2*time.Second {
+			t.Fatalf("TTL %v, want the 2.5s it had", ttl)
+		}
+		// A third: full again in 3 s, which the TTL does not cover (the
+		// spare millisecond): set again, to 3 s + 2 s.
+		run(now)
+		if base, ahead, u := stored(); base != now || ahead != 30e6 || u != now+5e6 {
+			t.Fatalf("third admission stored %d %d %d, want %d %d %d", base, ahead, u, now, int64(30e6), now+int64(5e6))
+		}
+		if ttl := c.PTTL(ctx, key).Val(); ttl > 5*time.Second || ttl < 4900*time.Millisecond {
+			t.Fatalf("TTL %v, want 5s", ttl)
+		}
+		if mem, err := c.MemoryUsage(ctx, key, 0).Result(); err == nil && mem > 160 {
+			t.Errorf("MEMORY USAGE %d bytes, want at most 160", mem)
+		}
+	})
+}
