@@ -29,10 +29,11 @@
 --                 in that window. While it has not left the window, nothing
 --                 has, so units is still the units in the window: the
 --                 newest entry alone decides, with one read, both an
---                 admission (whose entry is exact in turn) and a rejection
---                 that needs one unit to leave (the oldest entry's leaving
---                 frees one); an older instance reads the member's first 18
---                 bytes, as before;
+--                 admission (whose entry is exact in turn when fewer than
+--                 exact-below units remain, and a bound otherwise) and a
+--                 rejection that needs one unit to leave (the oldest
+--                 entry's leaving frees one); an older instance reads the
+--                 member's first 18 bytes, as before;
 --          cost   (4 bytes) only when it is not 1.
 --        The units in the window are cum(newest) - cum(oldest in the
 --        window) + cost(oldest in the window), from two reads. cum goes back
@@ -224,7 +225,13 @@ local function sliding_log_check(key, window, limit, param, cost)
     if first and first > now - window then
       -- The newest entry's units are exact and nothing has left the window
       -- since (its oldest entry, at first, is still in it): they are the
-      -- units in the window now.
+      -- units in the window now. Far from the limit, the admission is
+      -- recorded as on the common path (a bound: no table, a shorter
+      -- entry); near it, exactly, so that the next decision can be taken
+      -- on it alone too.
+      if units + cost <= limit - param then
+        return true, a, units
+      end
       if units + cost <= limit then
         return true, a, {units, first, nil, true}
       end
