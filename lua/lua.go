@@ -97,9 +97,15 @@
 // the ceiling of one Redis: 1e6 ÷ µs per call decisions per second. Redis
 // runs a script's whole text on every call: each function it defines is
 // made again, each table reply is converted field by field, and each
-// string.format is a C call. So the hot path defines few functions (rule.lua
-// only in the error branch), replies with a string, packs and unpacks the
-// sliding log's members with Redis's struct library, and gives Redis
+// string.format or tonumber is a C call. So a rule's settings are written
+// into its single-rule script, and only the clock and the cost travel (a
+// cost of 1 is compared, not converted); the hot path defines few functions
+// (rule.lua only in the error branch), replies with a string, keeps each
+// key's state where one read gets it (a string for the counters and the
+// bucket, read with one unpack; the sliding log's newest member), rewrites
+// a string in place with SETRANGE where its expiry already covers it (a SET
+// with an expiry costs Redis about a microsecond more), packs and unpacks
+// with Redis's struct library, and gives Redis
 // numbers rather than formatted strings where Redis reads a double (the
 // scores of ZADD, ZRANGEBYSCORE, ZREMRANGEBYSCORE and ZCOUNT: Redis 7.0
 // writes a Lua number with %.17g and 7.2 as the shortest exact decimal,
