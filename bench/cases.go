@@ -171,6 +171,27 @@ func allCases() []*benchCase {
 				"A ginlimit sliding-log case's p50 over this one is ginlimit's own share; this one's over the EVALSHA no-op is the script's.",
 		},
 		{
+			ID: "ginlimit-counter-script", Name: "ginlimit's sliding-counter script, raw EVALSHA", Algorithm: "sliding counter, Redis clock in µs",
+			CostOnly: true,
+			RedisKey: func(key string) string { return "raw-counter:{" + key + "}" },
+			New:      newRawScript(ginlimit.SlidingCounter, ginlimit.DefaultSubWindows, "raw-counter:"),
+			Note:     "As the sliding-log script raw, for the sliding counter (10 sub-windows); in the script-cost section only.",
+		},
+		{
+			ID: "ginlimit-fixed-script", Name: "ginlimit's fixed-window script, raw EVALSHA", Algorithm: "fixed window, Redis clock in µs",
+			CostOnly: true,
+			RedisKey: func(key string) string { return "raw-fixed:{" + key + "}" },
+			New:      newRawScript(ginlimit.FixedWindow, 0, "raw-fixed:"),
+			Note:     "As the sliding-log script raw, for the fixed window; in the script-cost section only.",
+		},
+		{
+			ID: "ginlimit-bucket-script", Name: "ginlimit's token-bucket script, raw EVALSHA", Algorithm: "token bucket, Redis clock in µs",
+			CostOnly: true,
+			RedisKey: func(key string) string { return "raw-bucket:{" + key + "}" },
+			New:      newRawScript(ginlimit.TokenBucket, 0, "raw-bucket:"),
+			Note:     "As the sliding-log script raw, for the token bucket (burst = the limit); in the script-cost section only.",
+		},
+		{
 			ID: "ginlimit", Name: "ginlimit sliding log, DenyCache(0)", Algorithm: "sliding log, ZSET, Redis clock in µs",
 			ZSET: true, Exact: true, Memory: true, Flood: true,
 			RedisKey: ginlimitKey("bench:"),
@@ -290,22 +311,38 @@ func selectCases(filter string) ([]*benchCase, bool, error) {
 // answers exactly (ginlimit's 64) written into it, and called with the
 // arguments such a policy sends: the Redis clock ("") and a cost of 1.
 func newRawSlidingLog(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
-	script := redis.NewScript(lua.Single(ginlimit.SlidingLog.String(), window.Microseconds(), int64(limit), 64))
-	args := []any{"", 1}
-	return func(ctx context.Context, key string) (bool, error) {
-		raw, err := script.Run(ctx, rdb, []string{"raw:{" + key + "}"}, args...).Result()
-		if err != nil {
-			return false, err
+	return newRawScript(ginlimit.SlidingLog, 64, "raw:")(rdb, limit, window)
+}
+
+// newRawScript returns a constructor of deciders that run ginlimit's
+// single-rule script of alg directly, built as a policy of limit per window
+// builds it (with param, the algorithm's own setting, written in: the
+// sliding log's exact-below, the counter's sub-windows, the bucket's burst,
+// or 0 for the bucket's "burst = the limit"), on keys prefix{key}, with the
+// arguments such a policy sends: the Redis clock ("") and a cost of 1.
+func newRawScript(alg ginlimit.AlgorithmKind, param int64, prefix string) func(*redis.Client, int, time.Duration) (decider, error) {
+	return func(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
+		p := param
+		if alg == ginlimit.TokenBucket && p == 0 {
+			p = int64(limit)
 		}
-		reply, err := lua.Ints(raw) // the packed reply, decoded as ginlimit does
-		if err != nil {
-			return false, err
-		}
-		if len(reply) < 3 {
-			return false, fmt.Errorf("sliding log script: reply of %d elements", len(reply))
-		}
-		return reply[1] == 0, nil // fired: 0 when admitted
-	}, nil
+		script := redis.NewScript(lua.Single(alg.String(), window.Microseconds(), int64(limit), p))
+		args := []any{"", 1}
+		return func(ctx context.Context, key string) (bool, error) {
+			raw, err := script.Run(ctx, rdb, []string{prefix + "{" + key + "}"}, args...).Result()
+			if err != nil {
+				return false, err
+			}
+			reply, err := lua.Ints(raw) // the packed reply, decoded as ginlimit does
+			if err != nil {
+				return false, err
+			}
+			if len(reply) < 3 {
+				return false, fmt.Errorf("%s script: reply of %d elements", alg, len(reply))
+			}
+			return reply[1] == 0, nil // fired: 0 when admitted
+		}, nil
+	}
 }
 
 // noopScript is the floor of a script call: EVALSHA of a script that does
