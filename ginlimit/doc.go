@@ -212,7 +212,7 @@
 //	<prefix>[<tag>]{<METHOD> <route template>} rule:<name>[ <dimension>]  Rules
 //
 // The prefix is [Key] (default "rate_limit:"). The tag names the algorithm
-// and what shapes its data (nothing for the sliding log, "sc<sub-window
+// and what shapes its data (nothing for the sliding log, "sc-<sub-window
 // µs>:", "fw2:", "tb-<limit>:"), so a route switched to another algorithm
 // starts on fresh keys and no script meets another's data. The route
 // template is c.FullPath(), so /voucher-order/seckill/1 and

@@ -8,14 +8,35 @@
 -- units, while a whole window's length can, in the worst case, see up to
 -- 2*limit. Memory is O(N) per key, whatever the limit.
 --
--- Key    a hash: sub-window index (its start / the sub-window length) ->
---        units admitted in it. The fields no longer counted are dropped
---        after the check; the key expires when the newest sub-window stops
---        being counted.
+-- Key    a string of 13 + 4N bytes, unsigned big-endian integers:
+--          L      (7 bytes) the newest sub-window holding units, as its
+--                 index (its start / the sub-window length);
+--          d      (2 bytes) L minus the index of the oldest sub-window
+--                 holding units;
+--          total  (4 bytes) the units of sub-windows L-N+1 to L;
+--          then N counts (4 bytes each): the units of sub-windows L, L-1,
+--          ..., L-N+1.
+--        So the common decisions read the first 17 bytes alone: while L is
+--        the current sub-window, or older with sub-window L-d still counted,
+--        the count is total, and the first sub-window to leave is L-d. The
+--        key expires when sub-window L stops being counted. (The version
+--        before this one kept a hash, sub-window index -> units, under
+--        another key name: ginlimit's keyTag.)
 -- param  N, the number of sub-windows (an integer from 1 to 1000 that
 --        divides the window).
 -- cost   1 to the limit.
--- State  counts (sub-window index -> units, the counted ones) and sum.
+-- State  on the common path (see check) a, the string read, or sub-window
+--        L's count when L is the current sub-window, and b, the integer
+--        (total * 1024 + e) * 1024 + k, where e is the current sub-window's
+--        index minus the oldest one holding units and k the current one's
+--        minus L (N for a missing key or one whose units have all left);
+--        otherwise a, the counted sub-windows as a table (index -> units,
+--        with sum, their units, and last, the newest), and b nil.
+--
+-- After the clock stepped back, sub-windows newer than the current one
+-- count too, until they leave, which only rejects more; an admission is
+-- recorded in the current sub-window, or, when that is more than N-1 older
+-- than L, in sub-window L-N+1, which leaves later (so only rejects more).
 --
 -- reset is the time until the oldest counted sub-window with units in it
 -- leaves (the first moment remaining can grow; the next sub-window boundary
@@ -32,84 +53,171 @@ local function sliding_counter_validate(window, limit, param, cost)
   end
 end
 
--- check reads every field and sums the counted ones: the N sub-windows
--- that overlap the window ending now, and any newer one (there are such
--- after the clock stepped back: they count until they leave, which only
--- rejects more). It only reads, so that the first write of an admission is
--- its HINCRBY, which Redis refuses before anything is written when it is
--- out of memory; the fields no longer counted are deleted after it, or by
--- report when nothing is committed.
-local function sliding_counter_check(key, window, limit, param, cost)
-  local cur = math.floor(now / (window / param))
-  local first = cur - param + 1 -- the oldest sub-window still counted
-  local counts, sum, stale, last = {}, 0, nil, nil
-  local fields = redis.call('HGETALL', key)
-  for i = 1, #fields, 2 do
-    local idx, c = tonumber(fields[i]), tonumber(fields[i + 1])
-    if idx and c and idx >= first then
-      counts[idx] = c
-      sum = sum + c
-      if idx > cur and (not last or idx > last) then
-        last = idx
+-- sliding_counter_load reads a stored string of any number of sub-windows
+-- into a table of the counted ones (index -> units, those from first on),
+-- with sum and last (the newest, or nil). The uncommon paths come here.
+local function sliding_counter_load(s, first)
+  local counts, sum, last = {}, 0, nil
+  local n = s and (#s - 13) / 4
+  if n and n >= 1 and n % 1 == 0 then
+    local v = { unpack_ints('>I7I2I4' .. string.rep('I4', n), s) }
+    local newest = v[1]
+    for j = 0, n - 1 do
+      local c, i = v[4 + j], newest - j
+      if c > 0 and i >= first then
+        counts[i] = c
+        sum = sum + c
+        last = last or i
       end
-    else
-      stale = stale or {}
-      stale[#stale + 1] = fields[i]
     end
   end
-  -- The fields to delete, and the newest counted sub-window when it is
-  -- newer than the current one (after the clock stepped back).
-  -- (Assigning nil would still make room for the key.)
-  if stale then
-    counts.stale = stale
-  end
-  if last then
-    counts.last = last
-  end
-  return sum + cost <= limit, counts, sum
+  counts.sum, counts.last = sum, last
+  return counts
 end
 
--- sliding_counter_sweep deletes the fields check found no longer counted.
-local function sliding_counter_sweep(key, counts)
-  local stale = counts.stale
-  if stale then
-    redis.call('HDEL', key, unpack(stale))
-    counts.stale = nil
-  end
-end
-
-local function sliding_counter_commit(key, window, limit, param, cost, counts, sum)
+-- check reads the key with one GET; it only reads, so that the first write
+-- of an admission is its SET or SETRANGE, which Redis refuses before
+-- anything is written when it is out of memory. The common path decides
+-- on the first 17 bytes: when nothing is counted (no key, or every
+-- sub-window has left), or when L is not newer than the current sub-window
+-- and L-d is still counted, so that total is the count, and a rejection
+-- needs at most one unit to leave (so its retry is when L-d leaves).
+-- Otherwise (the clock stepped back, L-d has left while newer sub-windows
+-- count, N changed, or a rejection needs more than one unit to leave) every
+-- count is read.
+local function sliding_counter_check(key, window, limit, param, cost)
   local sub = window / param
-  local cur = math.floor(now / sub)
-  counts[cur] = (counts[cur] or 0) + cost
-  redis.call('HINCRBY', key, string.format('%d', cur), cost .. '')
-  -- The newest sub-window is counted until its index + N; keep it that long.
-  redis.call('PEXPIREAT', key, math.ceil(((counts.last or cur) + param) * sub / 1000) .. '')
-  sliding_counter_sweep(key, counts)
-  return counts, sum + cost
+  local cur = (now - now % sub) / sub
+  local s = redis.call('GET', key)
+  local total, e, k, a = 0, 0, param, s
+  if s then
+    if #s ~= 13 + 4 * param then
+      local counts = sliding_counter_load(s, cur - param + 1)
+      return counts.sum + cost <= limit, counts, nil
+    end
+    local last, d, t, c = unpack_ints('>I7I2I4I4', s)
+    k = cur - last
+    if k < param then
+      e = k + d
+      if k < 0 or e >= param or t < 1 or t + cost > limit + 1 then
+        local counts = sliding_counter_load(s, cur - param + 1)
+        return counts.sum + cost <= limit, counts, nil
+      end
+      total = t
+      if k == 0 then
+        a = c
+      end
+    else
+      k, e = param, 0
+    end
+  end
+  return total + cost <= limit, a, (total * 1024 + e) * 1024 + k
 end
 
-local function sliding_counter_report(key, window, limit, param, cost, ok, admitted, counts, sum)
-  if not admitted then
-    sliding_counter_sweep(key, counts)
-  end
+local function sliding_counter_commit(key, window, limit, param, cost, a, b)
   local sub = window / param
-  local cur = math.floor(now / sub)
+  local cur = (now - now % sub) / sub
+  if b then
+    local k = b % 1024
+    local x = (b - k) / 1024
+    local e = x % 1024
+    local total = (x - e) / 1024 + cost
+    if k == 0 then
+      -- L is the current sub-window: its count and total, in place (the
+      -- key's expiry stays).
+      redis.call('SETRANGE', key, '9', pack('>I4I4', total, a + cost))
+    else
+      -- A new L: the counts move k places; those that fall off hold no
+      -- units (they are older than the oldest that does).
+      local v = pack('>I7I2I4I4', cur, e, total, cost)
+      if k < param then
+        if k > 1 then
+          v = v .. string.rep('\0\0\0\0', k - 1)
+        end
+        v = v .. string.sub(a, 14, 13 + 4 * (param - k))
+      elseif param > 1 then
+        v = v .. string.rep('\0\0\0\0', param - 1)
+      end
+      redis.call('SET', key, v, 'PXAT', math.ceil((cur + param) * sub / 1000) .. '')
+    end
+    return a, b + cost * 1048576
+  end
+  -- The uncommon path: every count, rewritten. L is the newest counted
+  -- sub-window, or the current one; the request goes into the current
+  -- one, or the oldest that L keeps (see the top).
+  local counts = a
+  local last = counts.last
+  if not last or last < cur then
+    last = cur
+  end
+  local r = last - param + 1
+  if r < cur then
+    r = cur
+  end
+  counts[r] = (counts[r] or 0) + cost
+  local out, vals, oldest = { sum = counts.sum + cost, last = last }, {}, last
+  for j = 1, param do
+    vals[j] = 0
+  end
+  for i, c in pairs(counts) do
+    if type(i) == 'number' then
+      if i < last - param + 1 then
+        i = last - param + 1
+      end
+      out[i] = (out[i] or 0) + c
+      vals[last - i + 1] = out[i]
+      if i < oldest then
+        oldest = i
+      end
+    end
+  end
+  redis.call('SET', key, pack('>I7I2I4' .. string.rep('I4', param), last, last - oldest, out.sum, unpack(vals)),
+    'PXAT', math.ceil((last + param) * sub / 1000) .. '')
+  return out, nil
+end
+
+local function sliding_counter_report(key, window, limit, param, cost, ok, admitted, a, b)
+  local sub = window / param
+  local cur = (now - now % sub) / sub
+  if b then
+    local k = b % 1024
+    local x = (b - k) / 1024
+    local e = x % 1024
+    local sum = (x - e) / 1024
+    if sum == 0 then
+      return limit, (cur + 1) * sub - now, 0
+    end
+    local reset = (cur - e + param) * sub - now
+    if ok then
+      return limit - sum, reset, 0
+    end
+    return limit - sum, reset, reset
+  end
+  -- The counted sub-windows, oldest first.
+  local counts, order = a, {}
+  for i in pairs(counts) do
+    if type(i) == 'number' then
+      order[#order + 1] = i
+    end
+  end
+  table.sort(order)
+  local sum = counts.sum
   local reset, retry = (cur + 1) * sub - now, 0
   local need = sum + cost - limit -- units that must leave before a retry fits
-  local want = not admitted and not ok
-  local freed, found = 0, false
-  for i = cur - param + 1, counts.last or cur do
-    local c = counts[i]
-    if c and c > 0 then
-      if not found then
-        reset = (i + param) * sub - now
-        found = true
+  local freed = 0
+  for n = 1, #order do
+    local i = order[n]
+    local leaves = (i + param) * sub - now
+    if n == 1 then
+      reset = leaves
+      if ok then
+        break
       end
-      freed = freed + c
-      if want and retry == 0 and freed >= need then
-        retry = (i + param) * sub - now
-      end
+    end
+    freed = freed + counts[i]
+    if not ok and freed >= need then
+      retry = leaves
+      break
     end
   end
   return limit - sum, reset, retry

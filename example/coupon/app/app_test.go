@@ -622,7 +622,7 @@ func TestAlgorithms(t *testing.T) {
 		hasField string // a field the merchant key must have, for hashes
 	}{
 		{ginlimit.SlidingLog, "zset", ""},
-		{ginlimit.SlidingCounter, "hash", ""},
+		{ginlimit.SlidingCounter, "string", ""},
 		{ginlimit.FixedWindow, "string", ""},
 		{ginlimit.TokenBucket, "string", ""},
 	} {
