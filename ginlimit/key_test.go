@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,5 +159,56 @@ func TestSwitchingAlgorithmsNeverClashes(t *testing.T) {
 		if admitted != tc.limit {
 			t.Fatalf("step %d, %v: admitted %d, want %d on fresh keys", i, tc.alg, admitted, tc.limit)
 		}
+	}
+}
+
+// TestCounterKeysOfThePreviousFormat: the sliding counter keeps its state in
+// one string since the version that tags its keys "scs<sub-window µs>:";
+// the versions before kept a hash under "sc<sub-window µs>:". During a
+// rolling deploy both run on one Redis: each counts on its own keys (the
+// new one never meets a hash, the old one never a string: no WRONGTYPE),
+// and the old hash is left to expire.
+func TestCounterKeysOfThePreviousFormat(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client()
+	pre := prefix(t)
+	ctx := context.Background()
+	const limit = 3
+	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(limit), Algorithm(SlidingCounter), SubWindows(10),
+		DenyCache(0), OnFailure(FailClosed))
+	// The previous version's hash for the same identity, full: its fields
+	// are sub-window numbers (6 minutes each).
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldKey := pre + "sc360000000:{k}"
+	sub := strconv.FormatInt(now.UnixMicro()/360e6, 10)
+	if err := c.HSet(ctx, oldKey, sub, limit).Err(); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range limit + 1 {
+		d, err := p.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != limit {
+		t.Fatalf("admitted %d, want %d: the new version counts on its own key", admitted, limit)
+	}
+	if got := c.HGetAll(ctx, oldKey).Val(); len(got) != 1 || got[sub] != strconv.Itoa(limit) {
+		t.Fatalf("the previous version's hash became %v", got)
+	}
+	keys := c.Keys(ctx, pre+"*").Val()
+	slices.Sort(keys)
+	if want := []string{oldKey, pre + "scs360000000:{k}"}; !slices.Equal(keys, want) {
+		t.Fatalf("keys %q, want %q", keys, want)
+	}
+	if typ := c.Type(ctx, pre+"scs360000000:{k}").Val(); typ != "string" {
+		t.Fatalf("the counter's key is a %s, want a string", typ)
 	}
 }

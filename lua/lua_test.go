@@ -706,8 +706,10 @@ func TestPack(t *testing.T) {
 		src := prologue + `
 local a, b, c, p = unpack_ints('>I7I7I4', pack('>I7I7I4', 1795418952522849, 4503599627370495, 4294967295))
 local d, q = unpack_ints('>I4', pack('>I7I7I4I4', 1, 2, 3, 123456789), 19)
+local e, f, g, h, r = unpack_ints('>I7I2I4I4', pack('>I7I2I4I4', 17954189525228, 999, 1000000000, 65536))
 return {pack('>i8i8i8i8', -1, -4294967297, 9007199254740992, 0),
-  pack('>I7I7I4I4', 1795418952522849, 4503599627370495, 4294967295, 7), a, b, c, p, d, q}`
+  pack('>I7I7I4I4', 1795418952522849, 4503599627370495, 4294967295, 7), a, b, c, p, d, q,
+  pack('>I2I1I3', 65535, 255, 16777215), e, f, g, h, r}`
 		reply, err := redis.NewScript(src).Run(context.Background(), c, []string{prefix(t)}, "", 0, 1000, 1, 0, 1).Slice()
 		if err != nil {
 			t.Fatal(err)
@@ -724,6 +726,8 @@ return {pack('>i8i8i8i8', -1, -4294967297, 9007199254740992, 0),
 			be(8, -1) + be(8, -4294967297) + be(8, 1<<53) + be(8, 0),
 			be(7, 1795418952522849) + be(7, 4503599627370495) + be(4, 4294967295) + be(4, 7),
 			int64(1795418952522849), int64(4503599627370495), int64(4294967295), int64(19), int64(123456789), int64(23),
+			be(2, 65535) + be(1, 255) + be(3, 16777215),
+			int64(17954189525228), int64(999), int64(1000000000), int64(65536), int64(18),
 		}
 		if fmt.Sprintf("%q", reply) != fmt.Sprintf("%q", want) {
 			t.Errorf("got %q\nwant %q", reply, want)

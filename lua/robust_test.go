@@ -34,9 +34,10 @@ func robustRule(t *testing.T, name string, window, limit int64) rule {
 
 // TestOOMRefusedBeforeAnyWrite: with maxmemory 1mb, noeviction and memory
 // full, an admitting call of every algorithm, from the single-rule and the
-// several-rule script, on a new key and on one holding data that has left
+// several-rule script, on a new key, on one holding data that has left
 // the window (which a check that swept would delete first: a write Redis
-// does not check, after which it checks no other write of the call), gets
+// does not check, after which it checks no other write of the call), and
+// on one with room left now (the counter writes it in place), gets
 // Redis's OOM error and writes nothing; a call that rejects (a full key)
 // answers as usual. Redis checks a script against maxmemory only at its
 // first write, and only if that command is one that can grow memory.
@@ -68,11 +69,14 @@ func TestOOMRefusedBeforeAnyWrite(t *testing.T) {
 		return ints(t, reply), nil
 	}
 	// Before memory is full: "old" keys hold an admission a window ago,
-	// "full" keys are at their limit now.
+	// "room" keys one now, and "full" keys are at their limit now.
 	for _, name := range names {
 		r := robustRule(t, name, window, limit)
 		if _, err := run(singles[name], []string{key("old", name)}, clock, r); err != nil {
 			t.Fatal(err)
+		}
+		if got, err := run(singles[name], []string{key("room", name)}, now, r); err != nil || got[1] != 0 {
+			t.Fatalf("%s: room: %v, %v", name, got, err)
 		}
 		for range limit {
 			if got, err := run(singles[name], []string{key("full", name)}, now, r); err != nil || got[1] != 0 {
@@ -101,7 +105,7 @@ func TestOOMRefusedBeforeAnyWrite(t *testing.T) {
 	// snapshot returns the number of keys and what every test key holds.
 	snapshot := func() (int64, map[string]string) {
 		states := map[string]string{}
-		for _, what := range []string{"old", "new", "full"} {
+		for _, what := range []string{"old", "new", "room", "full"} {
 			for _, name := range names {
 				states[key(what, name)] = state(ctx, t, c, key(what, name))
 			}
@@ -116,7 +120,7 @@ func TestOOMRefusedBeforeAnyWrite(t *testing.T) {
 		}
 	}
 	var allRules []rule
-	for _, what := range []string{"new", "old"} {
+	for _, what := range []string{"new", "old", "room"} {
 		var keys []string
 		for _, name := range names {
 			r := robustRule(t, name, window, limit)

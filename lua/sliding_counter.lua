@@ -37,6 +37,10 @@
 -- count too, until they leave, which only rejects more; an admission is
 -- recorded in the current sub-window, or, when that is more than N-1 older
 -- than L, in sub-window L-N+1, which leaves later (so only rejects more).
+-- Only an admission rewrites the key (keeping the counted sub-windows), so
+-- after the clock stepped back, units that had stopped counting count
+-- again while their sub-window is in the window and the key still holds
+-- them: that too only rejects more.
 --
 -- reset is the time until the oldest counted sub-window with units in it
 -- leaves (the first moment remaining can grow; the next sub-window boundary
