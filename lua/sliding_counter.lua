@@ -57,62 +57,78 @@ local function sliding_counter_validate(window, limit, param, cost)
   end
 end
 
--- sliding_counter_load reads a stored string of any number of sub-windows
--- into a table of the counted ones (index -> units, those from first on),
--- with sum and last (the newest, or nil). The uncommon paths come here.
-local function sliding_counter_load(s, first)
-  local counts, sum, last = {}, 0, nil
-  local n = s and (#s - 13) / 4
-  if n and n >= 1 and n % 1 == 0 then
-    local v = { unpack_ints('>I7I2I4' .. string.rep('I4', n), s) }
-    local newest = v[1]
-    for j = 0, n - 1 do
-      local c, i = v[4 + j], newest - j
-      if c > 0 and i >= first then
-        counts[i] = c
-        sum = sum + c
-        last = last or i
-      end
-    end
-  end
-  counts.sum, counts.last = sum, last
-  return counts
-end
-
 -- check reads the key with one GET; it only reads, so that the first write
 -- of an admission is its SET or SETRANGE, which Redis refuses before
--- anything is written when it is out of memory. The common path decides
--- on the first 17 bytes: when nothing is counted (no key, or every
--- sub-window has left), or when L is not newer than the current sub-window
--- and L-d is still counted, so that total is the count, and a rejection
--- needs at most one unit to leave (so its retry is when L-d leaves).
--- Otherwise (the clock stepped back, L-d has left while newer sub-windows
--- count, N changed, or a rejection needs more than one unit to leave) every
--- count is read.
+-- anything is written when it is out of memory. The common path reads the
+-- first 17 bytes: nothing is counted when there is no key or every
+-- sub-window has left (L+N <= the current one); otherwise, when L is not
+-- newer than the current sub-window and L-d is still counted, total is the
+-- count. When L-d has left while L still counts, the counts from L-d on
+-- are read, to take those that left from total and find the oldest that
+-- still holds units. A rejection that needs more than one unit to leave,
+-- the clock behind L, or a key of another N reads every count into a
+-- table (the uncommon path).
 local function sliding_counter_check(key, window, limit, param, cost)
   local sub = window / param
   local cur = (now - now % sub) / sub
   local s = redis.call('GET', key)
   local total, e, k, a = 0, 0, param, s
   if s then
-    if #s ~= 13 + 4 * param then
-      local counts = sliding_counter_load(s, cur - param + 1)
-      return counts.sum + cost <= limit, counts, nil
+    local common = #s == 13 + 4 * param
+    if common then
+      local last, d, t, c = unpack_ints('>I7I2I4I4', s)
+      k = cur - last
+      if k >= param then
+        k = param
+      elseif k < 0 or t < 1 then
+        common = false
+      else
+        e = k + d
+        if e >= param then
+          -- Sub-windows L-d to L-N+k (counts d to N-k) have left.
+          local v = { unpack_ints('>' .. string.rep('I4', d + 1), s, 14) }
+          for j = param - k + 1, d + 1 do
+            t = t - v[j]
+          end
+          if t < 1 then
+            k, e = param, 0
+          else
+            local j = param - k
+            while j > 1 and v[j] == 0 do
+              j = j - 1
+            end
+            e = k + j - 1
+          end
+        end
+        if t + cost > limit + 1 then
+          common = false
+        elseif k < param then
+          total = t
+          if k == 0 then
+            a = c
+          end
+        end
+      end
     end
-    local last, d, t, c = unpack_ints('>I7I2I4I4', s)
-    k = cur - last
-    if k < param then
-      e = k + d
-      if k < 0 or e >= param or t < 1 or t + cost > limit + 1 then
-        local counts = sliding_counter_load(s, cur - param + 1)
-        return counts.sum + cost <= limit, counts, nil
+    if not common then
+      -- Every count, of any N, into a table of the counted sub-windows.
+      local first = cur - param + 1
+      local counts, sum, newest = {}, 0, nil
+      local n = (#s - 13) / 4
+      if n >= 1 and n % 1 == 0 then
+        local v = { unpack_ints('>I7I2I4' .. string.rep('I4', n), s) }
+        local last = v[1]
+        for j = 0, n - 1 do
+          local c, i = v[4 + j], last - j
+          if c > 0 and i >= first then
+            counts[i] = c
+            sum = sum + c
+            newest = newest or i
+          end
+        end
       end
-      total = t
-      if k == 0 then
-        a = c
-      end
-    else
-      k, e = param, 0
+      counts.sum, counts.last = sum, newest
+      return sum + cost <= limit, counts, nil
     end
   end
   return total + cost <= limit, a, (total * 1024 + e) * 1024 + k
