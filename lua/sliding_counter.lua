@@ -18,10 +18,13 @@
 --          ..., L-N+1.
 --        So the common decisions read the first 17 bytes alone: while L is
 --        the current sub-window, or older with sub-window L-d still counted,
---        the count is total, and the first sub-window to leave is L-d. The
---        key expires when sub-window L stops being counted. (The version
---        before this one kept a hash, sub-window index -> units, under
---        another key name: ginlimit's keyTag.)
+--        the count is total, and the first sub-window to leave is L-d (once
+--        L-d has left, the counts from it on tell what is left). An
+--        admission in sub-window L rewrites total and L's count in place
+--        (SETRANGE); one in a newer sub-window writes the string anew, its
+--        counts moved along. The key expires when sub-window L stops being
+--        counted. (The version before this one kept a hash, sub-window
+--        index -> units, under another key name: ginlimit's keyTag.)
 -- param  N, the number of sub-windows (an integer from 1 to 1000 that
 --        divides the window).
 -- cost   1 to the limit.
@@ -135,8 +138,6 @@ local function sliding_counter_check(key, window, limit, param, cost)
 end
 
 local function sliding_counter_commit(key, window, limit, param, cost, a, b)
-  local sub = window / param
-  local cur = (now - now % sub) / sub
   if b then
     local k = b % 1024
     local x = (b - k) / 1024
@@ -146,25 +147,29 @@ local function sliding_counter_commit(key, window, limit, param, cost, a, b)
       -- L is the current sub-window: its count and total, in place (the
       -- key's expiry stays).
       redis.call('SETRANGE', key, '9', pack('>I4I4', total, a + cost))
-    else
-      -- A new L: the counts move k places; those that fall off hold no
-      -- units (they are older than the oldest that does).
-      local v = pack('>I7I2I4I4', cur, e, total, cost)
-      if k < param then
-        if k > 1 then
-          v = v .. string.rep('\0\0\0\0', k - 1)
-        end
-        v = v .. string.sub(a, 14, 13 + 4 * (param - k))
-      elseif param > 1 then
-        v = v .. string.rep('\0\0\0\0', param - 1)
-      end
-      redis.call('SET', key, v, 'PXAT', math.ceil((cur + param) * sub / 1000) .. '')
+      return a, b + cost * 1048576
     end
+    -- A new L: the counts move k places; those that fall off hold no
+    -- units (they are older than the oldest that does).
+    local sub = window / param
+    local cur = (now - now % sub) / sub
+    local v = pack('>I7I2I4I4', cur, e, total, cost)
+    if k < param then
+      if k > 1 then
+        v = v .. string.rep('\0\0\0\0', k - 1)
+      end
+      v = v .. string.sub(a, 14, 13 + 4 * (param - k))
+    elseif param > 1 then
+      v = v .. string.rep('\0\0\0\0', param - 1)
+    end
+    redis.call('SET', key, v, 'PXAT', math.ceil((cur + param) * sub / 1000) .. '')
     return a, b + cost * 1048576
   end
   -- The uncommon path: every count, rewritten. L is the newest counted
   -- sub-window, or the current one; the request goes into the current
   -- one, or the oldest that L keeps (see the top).
+  local sub = window / param
+  local cur = (now - now % sub) / sub
   local counts = a
   local last = counts.last
   if not last or last < cur then
