@@ -223,7 +223,7 @@ func allCases() []*benchCase {
 			Note:     "p.Allow(ctx, key) with AutoPipeline(true) and the deny cache off.",
 		},
 		{
-			ID: "ginlimit-counter", Name: "ginlimit sliding counter, DenyCache(0)", Algorithm: "sliding counter, hash of up to 10 sub-window counts, Redis clock in µs",
+			ID: "ginlimit-counter", Name: "ginlimit sliding counter, DenyCache(0)", Algorithm: "sliding counter, one string of 10 sub-window counts, Redis clock in µs",
 			Exact: true, Memory: true, Flood: true,
 			RedisKey: ginlimitKey("bench-counter:"),
 			New:      newGinlimit("bench-counter:", ginlimit.Algorithm(ginlimit.SlidingCounter), ginlimit.DenyCache(0)),
@@ -233,7 +233,7 @@ func allCases() []*benchCase {
 				"the flood lasts far less than 9/10 of its window, so there it must admit exactly the limit.",
 		},
 		{
-			ID: "ginlimit-counter-defaults", Name: "ginlimit sliding counter, defaults", Algorithm: "sliding counter, hash of up to 10 sub-window counts, Redis clock in µs",
+			ID: "ginlimit-counter-defaults", Name: "ginlimit sliding counter, defaults", Algorithm: "sliding counter, one string of 10 sub-window counts, Redis clock in µs",
 			Exact: true, Flood: true, FloodOnly: true,
 			RedisKey: ginlimitKey("bench-counter-defaults:"),
 			New:      newGinlimit("bench-counter-defaults:", ginlimit.Algorithm(ginlimit.SlidingCounter)),
