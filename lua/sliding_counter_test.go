@@ -143,10 +143,10 @@ func TestSlidingCounterState(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Single("sliding_counter", 1))
 		key := prefix(t) + "counter"
 		const window, limit, n = 1e6, 5, 4
 		const sub = window / n
+		script := singleFor(rule{alg: 1, window: window, limit: limit, param: n})
 		if err := script.Load(ctx, c).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -171,11 +171,10 @@ func TestSlidingCounterState(t *testing.T) {
 			// Everything has left.
 			{clock + 2*window, 5, []int64{0, 1, 0, window, 0}, counterState{c0 + 8, 0, 5, []int64{5, 0, 0, 0}}},
 		} {
-			r := rule{alg: 1, window: window, limit: limit, param: n, cost: s.cost}
 			var run *redis.Cmd
 			var exp *redis.DurationCmd
 			if _, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				run = script.EvalSha(ctx, p, []string{key}, args(s.at, r)...)
+				run = script.EvalSha(ctx, p, []string{key}, singleArgs(s.at, s.cost)...)
 				exp = p.PExpireTime(ctx, key)
 				return nil
 			}); err != nil {
@@ -214,10 +213,6 @@ func TestSlidingCounterMatchesModel(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Single("sliding_counter", 1))
-		if err := script.Load(ctx, c).Err(); err != nil {
-			t.Fatal(err)
-		}
 		for ci, cfg := range []struct {
 			sub, limit int64
 			ns         []int64 // the numbers of sub-windows to pick from
@@ -256,8 +251,8 @@ func TestSlidingCounterMatchesModel(t *testing.T) {
 					if rng.IntN(3) == 0 {
 						cost = 1 + rng.Int64N(cfg.limit)
 					}
-					r := rule{alg: 1, window: window, limit: cfg.limit, param: n, cost: cost}
-					got := ints(t, script.Run(ctx, c, []string{key}, args(clock, r)...).Val())
+					script := singleFor(rule{alg: 1, window: window, limit: cfg.limit, param: n})
+					got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(clock, cost)...).Val())
 					want := model.decide(clock, window, cfg.limit, n, cost)
 					if !slices.Equal(got[1:], want) {
 						t.Fatalf("step %d (clock %d, n %d, cost %d): reply %v, want %v (model %v)", step, clock, n, cost, got[1:], want, model)
@@ -297,15 +292,15 @@ func TestSlidingCounterClockBack(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Single("sliding_counter", 1))
 		key := prefix(t) + "counter"
 		const window, limit, n = 10e6, 4, 10
+		script := singleFor(rule{alg: 1, window: window, limit: limit, param: n})
 		const sub = window / n
 		clock := startClock() + 120e6
 		clock -= clock % sub
 		run := func(at, cost int64) []int64 {
 			t.Helper()
-			return ints(t, script.Run(ctx, c, []string{key}, args(at, rule{alg: 1, window: window, limit: limit, param: n, cost: cost})...).Val())[1:]
+			return ints(t, script.Run(ctx, c, []string{key}, singleArgs(at, cost)...).Val())[1:]
 		}
 		if got := run(clock, 2); got[0] != 0 {
 			t.Fatalf("%v", got)
@@ -343,15 +338,14 @@ func TestSlidingCounterMemory(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	ctx := context.Background()
-	script := redis.NewScript(Single("sliding_counter", 1))
 	clock := startClock()
 	for _, n := range []int64{10, 1000} {
 		// As long a name as bench's (bench/RESULTS.md).
 		key := fmt.Sprintf("bench-counter:scs%d:{mem:%d}", 100000, n)
-		r := rule{alg: 1, window: 100e3 * n, limit: 1e9, param: n, cost: 1}
+		script := singleFor(rule{alg: 1, window: 100e3 * n, limit: 1e9, param: n})
 		for i := range int64(25) {
 			at := clock + i*50e3
-			if got := ints(t, script.Run(ctx, c, []string{key}, args(at, r)...).Val()); got[1] != 0 {
+			if got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(at, 1)...).Val()); got[1] != 0 {
 				t.Fatalf("%v", got)
 			}
 			bytes := c.MemoryUsage(ctx, key, 0).Val()
@@ -369,14 +363,14 @@ func TestSlidingCounterLargeN(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Single("sliding_counter", 1))
 		key := prefix(t) + "counter"
 		const n, sub, limit = 1000, 1000, 3
+		script := singleFor(rule{alg: 1, window: n * sub, limit: limit, param: n})
 		clock := startClock() + 60e6
 		clock -= clock % sub
 		model := counterModel{}
 		for _, at := range []int64{clock, clock + 500*sub, clock + 999*sub, clock + 1000*sub, clock + 1000*sub, clock + 1500*sub, clock + 1999*sub} {
-			got := ints(t, script.Run(ctx, c, []string{key}, args(at, rule{alg: 1, window: n * sub, limit: limit, param: n, cost: 1})...).Val())
+			got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(at, 1)...).Val())
 			if want := model.decide(at, n*sub, limit, n, 1); !slices.Equal(got[1:], want) {
 				t.Fatalf("at clock+%d: %v, want %v", at-clock, got[1:], want)
 			}
