@@ -163,7 +163,7 @@ func TestSwitchingAlgorithmsNeverClashes(t *testing.T) {
 }
 
 // TestCounterKeysOfThePreviousFormat: the sliding counter keeps its state in
-// one string since the version that tags its keys "scs<sub-window µs>:";
+// one string since the version that tags its keys "sc-<sub-window µs>:";
 // the versions before kept a hash under "sc<sub-window µs>:". During a
 // rolling deploy both run on one Redis: each counts on its own keys (the
 // new one never meets a hash, the old one never a string: no WRONGTYPE),
@@ -205,10 +205,10 @@ func TestCounterKeysOfThePreviousFormat(t *testing.T) {
 	}
 	keys := c.Keys(ctx, pre+"*").Val()
 	slices.Sort(keys)
-	if want := []string{oldKey, pre + "scs360000000:{k}"}; !slices.Equal(keys, want) {
+	if want := []string{pre + "sc-360000000:{k}", oldKey}; !slices.Equal(keys, want) {
 		t.Fatalf("keys %q, want %q", keys, want)
 	}
-	if typ := c.Type(ctx, pre+"scs360000000:{k}").Val(); typ != "string" {
+	if typ := c.Type(ctx, pre+"sc-360000000:{k}").Val(); typ != "string" {
 		t.Fatalf("the counter's key is a %s, want a string", typ)
 	}
 }

@@ -341,7 +341,7 @@ func TestSlidingCounterMemory(t *testing.T) {
 	clock := startClock()
 	for _, n := range []int64{10, 1000} {
 		// As long a name as bench's (bench/RESULTS.md).
-		key := fmt.Sprintf("bench-counter:scs%d:{mem:%d}", 100000, n)
+		key := fmt.Sprintf("bench-counter:sc-%d:{mem:%d}", 100000, n)
 		script := singleFor(rule{alg: 1, window: 100e3 * n, limit: 1e9, param: n})
 		for i := range int64(25) {
 			at := clock + i*50e3
