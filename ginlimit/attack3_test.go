@@ -41,24 +41,26 @@ func TestAttackConcurrentExactEveryAlgorithm(t *testing.T) {
 		name   string
 		client redis.Scripter
 		flush  func()
+		pipe   bool
 	}
 	var targets []target
 	srv := redistest.Start(t)
 	sc := srv.Client()
-	targets = append(targets, target{"redis", sc, func() { sc.ScriptFlush(context.Background()) }})
+	flush := func() { sc.ScriptFlush(context.Background()) }
+	targets = append(targets, target{"redis", sc, flush, false}, target{"redis-pipelined", sc, flush, true})
 	cl := redistest.StartCluster(t)
 	cc := cl.Client()
 	targets = append(targets, target{"cluster", cc, func() {
 		for i := range 3 {
 			cl.NodeClient(i).ScriptFlush(context.Background())
 		}
-	}})
+	}, false})
 	ctx := context.Background()
 	const limit = 200
 	for _, tg := range targets {
 		for _, alg := range []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket} {
 			t.Run(tg.name+"/"+alg.String(), func(t *testing.T) {
-				p := mustPolicy(t, Redis(tg.client), Key(prefix(t)), Window(attackWindow(alg)), Limit(limit), Algorithm(alg), DenyCache(0))
+				p := mustPolicy(t, Redis(tg.client), Key(prefix(t)), Window(attackWindow(alg)), Limit(limit), Algorithm(alg), DenyCache(0), AutoPipeline(tg.pipe))
 				var units, calls atomic.Int64
 				var once sync.Once
 				var wg sync.WaitGroup
@@ -207,6 +209,62 @@ func TestAttackTokenBucketAt2Pow53(t *testing.T) {
 	}
 	if d.Allowed || d.RetryAfter != time.Microsecond {
 		t.Fatalf("1 µs before a token is back: allowed %v, retry %v; want rejected, retry 1µs", d.Allowed, d.RetryAfter)
+	}
+}
+
+// TestAttackExtremeSettings: settings at the edges of what ginlimit accepts
+// at start-up, now written into the script text, never make the script
+// refuse a call: each rule admits its first request (of cost 1, and the
+// most it can cost on a fresh key), then rejects once full when that is
+// quick to reach, on a real redis-server with the Redis clock.
+func TestAttackExtremeSettings(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client()
+	ctx := context.Background()
+	maxW := maxWindow
+	for i, opts := range [][]Option{
+		{Window(time.Millisecond), Limit(1)},
+		{Window(time.Millisecond), Limit(1e9)},
+		{Window(maxW), Limit(1e9)},
+		{Window(maxW), Limit(1)},
+		{Window(time.Millisecond + time.Microsecond), Limit(7)},
+		{Window(time.Millisecond), Limit(1e9), Algorithm(SlidingCounter), SubWindows(1000)},
+		{Window(maxW), Limit(1e9), Algorithm(SlidingCounter), SubWindows(1000)},
+		{Window(maxW), Limit(3), Algorithm(SlidingCounter), SubWindows(1)},
+		{Window(time.Millisecond + time.Microsecond), Limit(5), Algorithm(SlidingCounter), SubWindows(7)},
+		{Window(time.Millisecond), Limit(1e9), Algorithm(FixedWindow)},
+		{Window(maxW), Limit(1e9), Algorithm(FixedWindow)},
+		{Window(maxW), Limit(1), Algorithm(FixedWindow)},
+		{Window(time.Millisecond), Limit(1e9), Algorithm(TokenBucket), Burst(1e9)},
+		{Window(time.Millisecond), Limit(1), Algorithm(TokenBucket), Burst(1e9)},
+		{Window(maxW), Limit(1), Algorithm(TokenBucket), Burst(9)},
+		{Window(maxW), Limit(1e9), Algorithm(TokenBucket), Burst(9)},
+		{Window(time.Duration(1<<33) * time.Microsecond), Limit(1e9), Algorithm(TokenBucket), Burst(1 << 20)},
+	} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			p := mustPolicy(t, append([]Option{Redis(c), Key(prefix(t)), DenyCache(0)}, opts...)...)
+			r := p.rules[0]
+			for _, n := range []int{1, r.maxCost - 1} {
+				if n < 1 {
+					continue
+				}
+				d, err := p.AllowN(ctx, fmt.Sprint("k", n), n)
+				if err != nil || !d.Allowed {
+					t.Fatalf("settings %v, cost %d on a fresh key: %+v, %v", r.settings, n, d, err)
+				}
+			}
+			if r.maxCost <= 10 && r.settings[1].(int64) > 60e6 {
+				for j := range r.maxCost {
+					if _, err := p.Allow(ctx, "full"); err != nil {
+						t.Fatalf("settings %v, request %d: %v", r.settings, j, err)
+					}
+				}
+				d, err := p.Allow(ctx, "full")
+				if err != nil || d.Allowed || d.RetryAfter <= 0 {
+					t.Fatalf("settings %v, full: %+v, %v; want rejected with a retry", r.settings, d, err)
+				}
+			}
+		})
 	}
 }
 
