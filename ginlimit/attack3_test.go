@@ -5,10 +5,13 @@ package ginlimit
 // algorithm, with plans, and across SCRIPT FLUSH.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -263,6 +266,97 @@ func TestAttackExtremeSettings(t *testing.T) {
 				if err != nil || d.Allowed || d.RetryAfter <= 0 {
 					t.Fatalf("settings %v, full: %+v, %v; want rejected with a retry", r.settings, d, err)
 				}
+			}
+		})
+	}
+}
+
+// TestAttackRedisClockWindowExact: on the Redis clock, 16 goroutines send
+// requests of cost 1 to 3 to one key for about 1.5 s, through a window of
+// 40 ms, so that entries leave the window all the time (the sliding log's
+// exact newest entries are made and outlived again and again). Every
+// decision carries Redis's time (Decision.Time); afterwards, sorted by it:
+// no window-long span (T - w, T] of admissions holds more than the limit,
+// and no rejection at T had room (the admissions up to T, ties included,
+// plus its cost fit). On one redis-server and on a cluster.
+func TestAttackRedisClockWindowExact(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := redistest.StartCluster(t)
+	for _, tg := range []struct {
+		name   string
+		client redis.Scripter
+	}{{"redis", srv.Client()}, {"cluster", cl.Client()}} {
+		t.Run(tg.name, func(t *testing.T) {
+			const window, limit = 40 * time.Millisecond, 100
+			p := mustPolicy(t, Redis(tg.client), Key(prefix(t)), Window(window), Limit(limit), DenyCache(0))
+			type dec struct {
+				at      int64
+				cost    int64
+				allowed bool
+			}
+			var mu sync.Mutex
+			var all []dec
+			stop := time.Now().Add(1500 * time.Millisecond)
+			var wg sync.WaitGroup
+			for g := range 16 {
+				wg.Go(func() {
+					for i := 0; time.Now().Before(stop); i++ {
+						n := 1 + (g+i)%3
+						if (g+i)%5 != 0 {
+							n = 1
+						}
+						d, err := p.AllowN(context.Background(), "hot", n)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						all = append(all, dec{d.Time.UnixMicro(), int64(n), d.Allowed})
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			slices.SortStableFunc(all, func(a, b dec) int { return cmp.Compare(a.at, b.at) })
+			w := window.Microseconds()
+			// upto[i]: units admitted by all[:i].
+			upto := make([]int64, len(all)+1)
+			for i, d := range all {
+				upto[i+1] = upto[i]
+				if d.allowed {
+					upto[i+1] += d.cost
+				}
+			}
+			// through(t): units admitted at or before t.
+			through := func(at int64) int64 {
+				return upto[sort.Search(len(all), func(i int) bool { return all[i].at > at })]
+			}
+			var admitted, rejected int
+			for i, d := range all {
+				// Units admitted in (d.at - w, d.at], ties after i included.
+				units := through(d.at) - through(d.at-w)
+				if d.allowed {
+					admitted++
+					if units > limit {
+						t.Fatalf("decision %d at %d: %d units admitted within a window ending there, limit %d", i, d.at, units, limit)
+					}
+				} else {
+					rejected++
+					// Without the ties that came later, units can only be
+					// smaller: if even with them the request fits, the
+					// rejection was wrong.
+					if units+d.cost <= limit {
+						t.Fatalf("decision %d at %d (cost %d) rejected with %d units in the window, limit %d", i, d.at, d.cost, units, limit)
+					}
+				}
+			}
+			t.Logf("%d decisions: %d admitted, %d rejected", len(all), admitted, rejected)
+			if admitted < 100 || rejected < 100 {
+				t.Fatalf("%d admitted, %d rejected: not both exercised", admitted, rejected)
 			}
 		})
 	}
