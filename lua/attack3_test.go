@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
 // refLog is a plain sliding log: every admitted request with its time and
@@ -268,7 +270,10 @@ var _ = slices.Equal[[]int64]
 // GCRA says: rejected, retry 1 µs.
 func TestAttackTokenBucketCapacityAt2Pow53(t *testing.T) {
 	t.Parallel()
-	onBackends(t, func(t *testing.T, c *redis.Client) {
+	// On the real server only: miniredis keeps a TTL in ns, and this
+	// bucket's (1.1e13 ms) overflows it, so the key is gone at once there
+	// (see the report).
+	func(c *redis.Client) {
 		ctx := context.Background()
 		const window, limit, burst = 1 << 24, 1, 1 << 29
 		s := singleFor(rule{alg: number(t, "token_bucket"), window: window, limit: limit, param: burst})
@@ -282,7 +287,7 @@ func TestAttackTokenBucketCapacityAt2Pow53(t *testing.T) {
 		if want := []int64{1, 0, 0, 1, 1}; !slices.Equal(got[1:], want) {
 			t.Fatalf("1 µs before the first token is back: reply %v, want rejected, 0 remaining, reset 1, retry 1 %v", got[1:], want)
 		}
-	})
+	}(redistest.Start(t).Client())
 }
 
 // TestAttackTokenBucketOlderTextOf21Bytes: the older format's text
@@ -312,8 +317,8 @@ func TestAttackTokenBucketOlderTextOf21Bytes(t *testing.T) {
 		}
 		got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(now, 1)...).Val())
 		// ahead 5000 - 2 = 4998; + 5000 = 9998 <= 10000: admitted, 0
-		// left, the next token in ceil(3998/2) = 1999 µs.
-		if want := []int64{now, 0, 1, 0, 1999, 0}; !slices.Equal(got, want) {
+		// left, the next token in ceil((9998 - 5000)/2) = 2499 µs.
+		if want := []int64{now, 0, 1, 0, 2499, 0}; !slices.Equal(got, want) {
 			t.Fatalf("on the older text %q: reply %v, want %v", old, got, want)
 		}
 	})
