@@ -29,11 +29,11 @@
 //     algorithm's state between them (its file says what they are).
 //
 //     check only reads, and commit's first write is a command that can
-//     grow memory (ZADD, HINCRBY, HSET, SET): Redis checks a script against
+//     grow memory (ZADD, SET, SETRANGE): Redis checks a script against
 //     maxmemory only at its first write, and only when that command is one
 //     of those, so an admission at maxmemory gets Redis's OOM error before
-//     anything is written. Deletions of expired data (ZREMRANGEBYSCORE,
-//     HDEL) come after commit's first write, or in report when nothing is
+//     anything is written. Deletions of expired data (the sliding
+//     log's ZREMRANGEBYSCORE) come after commit's first write, or in report when nothing is
 //     committed, where Redis allows them even out of memory.
 //
 //   - One companion, penalty.lua, with the same four functions: it is never
@@ -110,11 +110,11 @@
 // scores of ZADD, ZRANGEBYSCORE, ZREMRANGEBYSCORE and ZCOUNT: Redis 7.0
 // writes a Lua number with %.17g and 7.2 as the shortest exact decimal,
 // both exact below 2^53). Arguments that Redis reads as integers (PEXPIRE,
-// HINCRBY, ranks) are never passed as numbers, as 7.2 may write 1e8 as
+// ranks) are never passed as numbers, as 7.2 may write 1e8 as
 // "1e+08": those below 1e14 (milliseconds, counts, costs) are turned into
 // text by concatenation with the empty string (Lua's %.14g: exact, with no
 // exponent, below 1e14), which is an instruction rather than a call; larger
-// ones (µs times, sub-window numbers) and ranks with string.format('%d').
+// ones (µs times) and ranks with string.format('%d').
 // miniredis has no struct library; prologue.lua writes out the
 // little of it the scripts use.
 //

@@ -58,7 +58,7 @@ local function token_bucket_check(key, window, limit, param, cost)
   local stored = redis.call('GET', key)
   if stored then
     local base
-    if #stored == 21 then
+    if #stored == 21 and string.byte(stored) < 48 then
       base, ahead, expires = unpack_ints('>I7I7I7', stored)
     else
       -- The older format.
@@ -87,9 +87,9 @@ local function token_bucket_check(key, window, limit, param, cost)
   -- request, with a millisecond to spare (Redis counts a TTL from the
   -- start of the millisecond the call runs in).
   if expires and now + new_ahead / limit + 1000 <= expires then
-    return new_ahead <= param * window, -ahead - 1, new_ahead
+    return cost * window <= param * window - ahead, -ahead - 1, new_ahead
   end
-  return new_ahead <= param * window, ahead, new_ahead
+  return cost * window <= param * window - ahead, ahead, new_ahead
 end
 
 local function token_bucket_commit(key, window, limit, param, cost, ahead, new_ahead)
@@ -119,7 +119,7 @@ local function token_bucket_report(key, window, limit, param, cost, ok, admitted
   -- The next whole token: ahead must fall to capacity - (remaining+1)*window.
   local reset = math.ceil((ahead - (capacity - (remaining + 1) * window)) / limit)
   if not admitted and not ok then
-    return remaining, reset, math.ceil((new_ahead - capacity) / limit)
+    return remaining, reset, math.ceil((cost * window - (capacity - ahead)) / limit)
   end
   return remaining, reset, 0
 end
