@@ -106,8 +106,9 @@
 //     a full window-long span can, in the worst case (two bursts a little
 //     more than (N-1)/N of the window apart), admit up to 2·limit. In
 //     practice it errs on a small share of requests, which the tests measure
-//     against the exact log. Memory: a hash of at most N small
-//     counters, about 100 bytes to 1 KB whatever the limit.
+//     against the exact log. Memory: one string of 13 + 4·N bytes (the
+//     counts of the sub-windows and their total), about 150 bytes at N = 10,
+//     whatever the limit.
 //   - [FixedWindow]: one count per window aligned on the Redis clock. Exact
 //     within each window, but up to 2·limit units can pass across a boundary
 //     within one window's length. Memory: one 11-byte string (the window's
