@@ -102,9 +102,10 @@ func Logger(l *slog.Logger) Option {
 	})
 }
 
-// AutoPipeline batches the decisions of concurrent requests into Redis
-// pipelines with go-redis's AutoPipeliner (the client's AsyncAutoPipeline),
-// which raises throughput under concurrency. Every guarantee stays: each
+// AutoPipeline streams the decisions of concurrent requests to Redis on one
+// held connection with go-redis's full-duplex AutoPipeliner (the client's
+// AsyncAutoPipeline), writing calls while earlier replies are read, which
+// raises throughput under concurrency. Every guarantee stays: each
 // decision is still its own atomic script call, and each still returns
 // within [Timeout] and the request's context. It stays out of the way of a
 // lone caller: a decision goes through the pipeliner only while a few
