@@ -95,9 +95,9 @@
 //   - [SlidingLog] (default): exact. Over any window-long span (now-w, now]
 //     at most limit units are admitted. Memory: one sorted-set entry per
 //     admitted request in the window, whatever its cost (so a weighted
-//     request costs Redis O(log n) work, like any other), about 31 bytes
+//     request costs Redis O(log n) work, like any other), about 37 bytes
 //     each while the set is a listpack (up to 128 entries) and about 129
-//     bytes each beyond: roughly 3 KB at limit 100 and 1.3 MB at limit
+//     bytes each beyond: roughly 3.7 KB at limit 100 and 1.3 MB at limit
 //     10,000.
 //   - [SlidingCounter]: the window is split into [SubWindows] (default 10)
 //     aligned parts, and the count is the sum of the parts that overlap the
