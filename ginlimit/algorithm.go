@@ -60,9 +60,6 @@ func ParseAlgorithm(s string) (AlgorithmKind, error) {
 // no [SubWindows] is given.
 const DefaultSubWindows = 10
 
-// algorithms is the number of algorithms: the kinds are 0 to algorithms-1.
-const algorithms = int(TokenBucket) + 1
-
 // The several-rule scripts are immutable: redis.Script holds only the
 // source and its SHA1, and Run sends EVALSHA and falls back to EVAL on
 // NOSCRIPT. The numbering of the algorithms in their arguments is

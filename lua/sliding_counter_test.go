@@ -36,23 +36,6 @@ func decodeCounter(s string) (counterState, error) {
 	return st, nil
 }
 
-func encodeCounter(st counterState) string {
-	put := func(b []byte, x int64) []byte {
-		for i := len(b) - 1; i >= 0; i-- {
-			b[i] = byte(x)
-			x >>= 8
-		}
-		return b
-	}
-	b := put(make([]byte, 7), st.last)
-	b = append(b, put(make([]byte, 2), st.d)...)
-	b = append(b, put(make([]byte, 4), st.total)...)
-	for _, c := range st.counts {
-		b = append(b, put(make([]byte, 4), c)...)
-	}
-	return string(b)
-}
-
 // counterModel is sliding_counter.lua's documented behaviour, clock steps
 // back included: units per sub-window index, as the key holds them. Only
 // an admission rewrites the key, keeping the counted sub-windows; a
