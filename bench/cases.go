@@ -354,7 +354,10 @@ var noopScript = redis.NewScript("return 1")
 // whole seconds, and a member that the app makes unique.
 //
 // KEYS[1] the ZSET; ARGV: now_ms, window_ms, limit, window_seconds, member.
-var seedsScript = redis.NewScript(`
+var seedsScript = redis.NewScript(seedsSource)
+
+// seedsSource is the recipe's Lua, as published.
+const seedsSource = `
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -368,28 +371,15 @@ if count < limit then
 else
   return 0
 end
-`)
+`
 
 func seedsKey(key string) string { return "seeds:" + key }
 
-// seedsOnRedisTimeScript is seedsScript reading the Redis clock: ARGV[1]
-// (the app's now) is ignored.
-var seedsOnRedisTimeScript = redis.NewScript(`
-local key = KEYS[1]
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local window = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
-local count = redis.call('ZCARD', key)
-if count < limit then
-  redis.call('ZADD', key, now, ARGV[5])
-  redis.call('EXPIRE', key, ARGV[4])
-  return 1
-else
-  return 0
-end
-`)
+// seedsOnRedisTimeScript is the recipe with its one line that takes the
+// app's clock (ARGV[1], then ignored) reading the Redis clock instead.
+var seedsOnRedisTimeScript = redis.NewScript(strings.Replace(seedsSource,
+	"local now = tonumber(ARGV[1])",
+	"local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)", 1))
 
 // newSeedsOnRedisTime is newSeeds on seedsOnRedisTimeScript.
 func newSeedsOnRedisTime(rdb *redis.Client, limit int, window time.Duration) (decider, error) {

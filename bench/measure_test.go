@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,5 +227,17 @@ func TestHTTPDecider(t *testing.T) {
 		if ok != c.allowed || (err != nil) != c.nonDec || errors.Is(err, ginlimit.ErrSaturated) != c.saturated {
 			t.Errorf("%s: allowed %v, error %v; want allowed %v, non-decision %v, ErrSaturated %v", c.key, ok, err, c.allowed, c.nonDec, c.saturated)
 		}
+	}
+}
+
+// TestSeedsOnRedisTime: the reference case is the recipe with its clock
+// line, and only that, replaced by a read of TIME.
+func TestSeedsOnRedisTime(t *testing.T) {
+	src := seedsOnRedisTimeScript.Hash()
+	if src == seedsScript.Hash() {
+		t.Fatal("the Redis-clock recipe is the recipe itself: its clock line was not replaced")
+	}
+	if !strings.Contains(seedsSource, "local now = tonumber(ARGV[1])") {
+		t.Fatal("the recipe has no clock line to replace")
 	}
 }
