@@ -32,8 +32,8 @@ type backend struct {
 	hub       *hub                 // the reset subscription (coherence.go), or nil
 	bounds    sync.Map             // Timeout -> *deadlines
 	loaded    bool                 // the scripts loaded at start-up: Redis answered
-	mu        sync.Mutex           // guards singles
-	singles   map[string]*redis.Script
+	mu        sync.Mutex           // guards prepared
+	prepared  map[string]bool      // SHA1s of the rules' scripts seen by prepare
 }
 
 // backendKey tells the backends of a limiter apart.
@@ -101,7 +101,7 @@ func (b *backend) close() {
 }
 
 // allScripts are the scripts every backend loads at start-up; each rule's
-// single-rule script is loaded when its route is compiled (single).
+// single-rule script is loaded when its route is compiled (prepare).
 var allScripts = []*redis.Script{severalScript, peekScript, resetScript, publishScript, slotScript}
 
 // load loads scripts now, best effort, so that the first burst of
@@ -122,29 +122,22 @@ func (b *backend) load(scripts ...*redis.Script) bool {
 	return err == nil
 }
 
-// single returns the single-rule script of a rule with the given settings
-// (algorithm, window µs, limit, param: its arguments to the several-rule
-// script), which lua.Single writes into the script. Rules with the same
-// settings share one. A new script is loaded at once when Redis answered
-// at start-up (see load); otherwise its first call loads it.
-func (b *backend) single(settings []any) *redis.Script {
-	alg := AlgorithmKind(settings[0].(int))
-	window, limit, param := settings[1].(int64), settings[2].(int), settings[3].(int)
-	src := lua.Single(alg.String(), window, int64(limit), int64(param))
+// prepare loads a rule's single-rule script (its settings written in, so
+// there is one per distinct rule) on this backend's Redis once: at once
+// when Redis answered at start-up (see load), otherwise on its first call.
+func (b *backend) prepare(s *redis.Script) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if s, ok := b.singles[src]; ok {
-		return s
+	if b.prepared[s.Hash()] {
+		return
 	}
-	s := redis.NewScript(src)
-	if b.singles == nil {
-		b.singles = map[string]*redis.Script{}
+	if b.prepared == nil {
+		b.prepared = map[string]bool{}
 	}
-	b.singles[src] = s
+	b.prepared[s.Hash()] = true
 	if b.loaded {
 		b.load(s)
 	}
-	return s
 }
 
 // loadTimeout bounds loading the scripts at start-up.

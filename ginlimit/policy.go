@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // Policy is one compiled route: its rules (one, or several declared with
@@ -78,7 +79,7 @@ type rule struct {
 	lease       time.Duration             // an in-flight rule's lease
 	sem         *localSlots               // an in-flight rule's FailLocal fallback, or nil
 
-	script       *redis.Script // the single-rule script with this rule's settings (nil for a penalty)
+	script       *redis.Script // the single-rule script with this rule's settings written in (nil for a penalty or an in-flight rule)
 	args         []any         // that script's arguments at the fixed cost: the clock (""), the cost
 	settings     []any         // this rule in the several-rule script: algorithm, window µs, limit, param
 	quotedName   string
@@ -156,8 +157,8 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	p.backend = b
 	for _, r := range p.rules {
 		for _, x := range append([]*rule{r}, slices.Collect(maps.Values(r.plans))...) {
-			if x.slots == 0 {
-				x.script = b.single(x.settings)
+			if x.script != nil {
+				b.prepare(x.script)
 			}
 			b.hub.track(x.deny, x.local)
 			if x.ban != nil {
@@ -231,6 +232,9 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		quotedName:  sfString(name),
 		limitText:   strconv.Itoa(rc.limit),
 		body429:     body429,
+	}
+	if rc.alg != penaltyAlg { // a penalty only ever runs in the several-rule script
+		r.script = redis.NewScript(lua.Single(rc.alg.String(), rc.window.Microseconds(), int64(rc.limit), int64(param)))
 	}
 	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
 	if route.onFail != FailClosed { // the fallback of FailLocal, and of a saturated FailOpen
