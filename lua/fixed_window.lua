@@ -14,9 +14,9 @@
 --        count from a current one.
 -- param  unused (0).
 -- cost   1 to the limit.
--- State  start (the window's start, µs) and count (units admitted in it),
---        negated when the key holds the older format and commit must
---        rewrite it whole.
+-- State  a = start (the window's start, µs) and b = count (units admitted
+--        in it), negated when the key holds the older format and commit
+--        must rewrite it whole.
 --
 -- reset is the time until the window ends, when remaining grows back to the
 -- limit; retry, for a rejected request, is the same. check only reads, so
@@ -29,59 +29,55 @@
 -- formats under different key names ("fw:" and "fw2:"), so that instances
 -- of the older version, which read only hashes, never meet a string.
 
-local function fixed_window_validate(window, limit, param, cost)
-  if cost > limit then
-    return 'cost must be at most the limit'
-  end
+-- @validate
+if cost > limit then
+  invalid = 'cost must be at most the limit'
 end
 
+-- @check
 -- A stored window that starts at or after the current one still counts:
 -- after the clock stepped back, the count goes on in that newer window until
 -- it ends, which only rejects more.
-local function fixed_window_check(key, window, limit, param, cost)
-  local start = now - now % window
-  -- pcall: a hash (the older format) is an error reply to GET, a table
-  -- whose length is 0.
-  local v = redis.pcall('GET', key)
-  if v then
-    if #v == 11 then
-      local s, c = unpack_ints('>I7I4', v)
-      if s >= start then
-        return c + cost <= limit, s, c
-      end
-    else
-      -- The older format. redis.call: any other type is an error.
-      local h = redis.call('HMGET', key, 's', 'c')
-      local s = tonumber(h[1])
-      if s and s >= start then
-        local c = tonumber(h[2]) or 0
-        return c + cost <= limit, s, -c
-      end
+local start = now - now % window
+-- pcall: a hash (the older format) is an error reply to GET, a table
+-- whose length is 0.
+local v = redis.pcall('GET', key)
+if v then
+  if #v == 11 then
+    local s, c = unpack_ints('>I7I4', v)
+    if s >= start then
+      ok, a, b = c + cost <= limit, s, c
+      break
+    end
+  else
+    -- The older format. redis.call: any other type is an error.
+    local h = redis.call('HMGET', key, 's', 'c')
+    local s = tonumber(h[1])
+    if s and s >= start then
+      local c = tonumber(h[2]) or 0
+      ok, a, b = c + cost <= limit, s, -c
+      break
     end
   end
-  return cost <= limit, start, 0
 end
+ok, a, b = cost <= limit, start, 0
 
-local function fixed_window_commit(key, window, limit, param, cost, start, count)
-  if count > 0 then
-    -- The window's key is there with its expiry: rewrite the count alone.
-    count = count + cost
-    redis.call('SETRANGE', key, '7', pack('>I4', count))
-    return start, count
-  end
-  -- A new window, or the older format (count negated, or 0).
-  count = cost - count
-  redis.call('SET', key, pack('>I7I4', start, count), 'PXAT', math.ceil((start + window) / 1000) .. '')
-  return start, count
+-- @commit
+if b > 0 then
+  -- The window's key is there with its expiry: rewrite the count alone.
+  b = b + cost
+  redis.call('SETRANGE', key, '7', pack('>I4', b))
+  break
 end
+-- A new window, or the older format (count negated, or 0).
+b = cost - b
+redis.call('SET', key, pack('>I7I4', a, b), 'PXAT', math.ceil((a + window) / 1000) .. '')
 
-local function fixed_window_report(key, window, limit, param, cost, ok, admitted, start, count)
-  if count < 0 then
-    count = -count
-  end
-  local reset = start + window - now
-  if not admitted and not ok then
-    return limit - count, reset, reset
-  end
-  return limit - count, reset, 0
+-- @report
+if b < 0 then
+  b = -b
+end
+remaining, reset, retry = limit - b, a + window - now, 0
+if not admitted and not ok then
+  retry = reset
 end

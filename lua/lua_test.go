@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -180,17 +181,73 @@ func TestAlgorithms(t *testing.T) {
 	}
 	for _, name := range want {
 		src := Single(name, 1e6, 10, 1)
-		if !strings.Contains(src, "local function "+name+"_check(") {
-			t.Errorf("Single(%q) does not define %s_check", name, name)
+		check := parts(name).sections[1]
+		if !strings.Contains(src, check) {
+			t.Errorf("Single(%q) does not carry its check section", name)
+		}
+		if strings.Contains(src, "local function "+name+"_check(") {
+			t.Errorf("Single(%q) makes its check a function; it runs the sections inline", name)
 		}
 		for _, other := range want {
-			if other != name && strings.Contains(src, "local function "+other+"_check(") {
+			if other != name && strings.Contains(src, parts(other).sections[1]) {
 				t.Errorf("Single(%q) carries the algorithm %s too", name, other)
 			}
 		}
 	}
 	if src := Several("fixed_window", "fixed_window"); strings.Count(src, "local function fixed_window_check(") != 1 {
 		t.Errorf("Several with a repeated name defines its functions %d times, want once", strings.Count(src, "local function fixed_window_check("))
+	}
+}
+
+// TestSectionsKeepTheirNames checks what lets a section run both inline
+// (Single) and as a function (Several): no section declares a local named
+// as one of the names the drivers give the sections (it would hide the
+// driver's), and none assigns to one it does not own (inline, the next
+// section would see it). A section owns what it assigns (see sections) and
+// the algorithm's state, a and b, except validate. It reads the lines that
+// start with local or with an assignment, so it is a guard, not a parser.
+func TestSectionsKeepTheirNames(t *testing.T) {
+	t.Parallel()
+	shared := []string{"now", "peek", "pack", "unpack_ints", "a", "b"}
+	for _, s := range sections {
+		for _, f := range strings.Split(s.reads+", "+s.assigns, ", ") {
+			if !slices.Contains(shared, f) {
+				shared = append(shared, f)
+			}
+		}
+	}
+	decl := regexp.MustCompile(`(?m)^\s*local\s+([\w\s,]+?)\s*(=|$)`)
+	assign := regexp.MustCompile(`(?m)^\s*([\w][\w\s,]*?)\s*=[^=]`)
+	names := append(Algorithms(), "penalty")
+	for _, name := range names {
+		p := parts(name)
+		for i, s := range sections {
+			owns := strings.Split(s.assigns, ", ")
+			if s.name != "validate" {
+				owns = append(owns, "a", "b")
+			}
+			for _, m := range decl.FindAllStringSubmatch(p.sections[i], -1) {
+				for _, v := range strings.Split(m[1], ",") {
+					if v = strings.TrimSpace(v); slices.Contains(shared, v) {
+						t.Errorf("%s.lua's %s section declares a local %s, which hides the driver's", name, s.name, v)
+					}
+				}
+			}
+			for _, m := range assign.FindAllStringSubmatch(p.sections[i], -1) {
+				if strings.HasPrefix(strings.TrimSpace(m[1]), "local") {
+					continue
+				}
+				for _, v := range strings.Split(m[1], ",") {
+					if v = strings.TrimSpace(v); slices.Contains(shared, v) && !slices.Contains(owns, v) {
+						t.Errorf("%s.lua's %s section assigns %s, which it does not own", name, s.name, v)
+					}
+				}
+			}
+		}
+	}
+	// The guard can fail: a section that hides the driver's a.
+	if decl.FindStringSubmatch("  local total, a = 0, s\n") == nil {
+		t.Error("the guard does not see a local declaration")
 	}
 }
 

@@ -31,47 +31,47 @@
 -- when Redis is out of memory the strike is lost, never the decision (see
 -- lua.go about maxmemory). With peek (lua.Peek) nothing is written.
 
-local function penalty_validate(window, limit, param, cost)
-  if param < 1 then
-    return 'ban length (param) must be at least 1 ms'
-  end
+-- @validate
+if param < 1 then
+  invalid = 'ban length (param) must be at least 1 ms'
 end
 
-local function penalty_check(key, window, limit, param, cost)
-  local st = redis.call('HMGET', key, 'b', 's', 't')
-  local b = tonumber(st[1])
-  if b and b > now then
-    return false, b, nil
-  end
-  return true, tonumber(st[2]) or 0, tonumber(st[3])
+-- @check
+local st = redis.call('HMGET', key, 'b', 's', 't')
+local ends = tonumber(st[1])
+if ends and ends > now then
+  ok, a, b = false, ends, nil
+  break
 end
+ok, a, b = true, tonumber(st[2]) or 0, tonumber(st[3])
 
-local function penalty_commit(key, window, limit, param, cost, a, b)
-  return a, b
-end
+-- @commit
+-- Nothing: a penalty writes only in its report.
 
-local function penalty_report(key, window, limit, param, cost, ok, admitted, a, b)
-  if not ok then
-    return 0, a - now, a - now
-  end
-  local add = cost
-  if admitted then
-    add = cost - 1
-  end
-  if peek or add <= 0 then
-    return 1e9, 0, 0
-  end
-  local strikes, start = a, b
-  if not start or start > now or now - start >= window then
-    strikes, start = 0, now
-  end
-  strikes = strikes + add
-  if strikes >= limit then
-    pcall(redis.call, 'HSET', key, 'b', string.format('%d', now + param * 1000), 's', '0', 't', string.format('%d', now))
-    pcall(redis.call, 'PEXPIRE', key, param .. '')
-    return 0, param * 1000, param * 1000
-  end
-  pcall(redis.call, 'HSET', key, 's', strikes .. '', 't', string.format('%d', start))
-  pcall(redis.call, 'PEXPIRE', key, math.ceil((start + window - now) / 1000) .. '')
-  return 1e9, 0, 0
+-- @report
+if not ok then
+  remaining, reset, retry = 0, a - now, a - now
+  break
 end
+local add = cost
+if admitted then
+  add = cost - 1
+end
+if peek or add <= 0 then
+  remaining, reset, retry = 1e9, 0, 0
+  break
+end
+local strikes, start = a, b
+if not start or start > now or now - start >= window then
+  strikes, start = 0, now
+end
+strikes = strikes + add
+if strikes >= limit then
+  pcall(redis.call, 'HSET', key, 'b', string.format('%d', now + param * 1000), 's', '0', 't', string.format('%d', now))
+  pcall(redis.call, 'PEXPIRE', key, param .. '')
+  remaining, reset, retry = 0, param * 1000, param * 1000
+  break
+end
+pcall(redis.call, 'HSET', key, 's', strikes .. '', 't', string.format('%d', start))
+pcall(redis.call, 'PEXPIRE', key, math.ceil((start + window - now) / 1000) .. '')
+remaining, reset, retry = 1e9, 0, 0

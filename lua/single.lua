@@ -1,19 +1,24 @@
 -- The single-rule driver: decides one request under one rule, atomically,
--- in one call. It is the hot path, so it does nothing but that: no table,
--- no loop, and one cheap test of its settings.
+-- in one call. It is the hot path, so it does nothing but that: it makes no
+-- function and no table, calls none of the algorithm's parts, and tests its
+-- settings with one cheap expression.
 --
--- The rule's window (µs), limit and param are written into the script:
--- lua.Single builds one script per rule, as this file down to the line
--- "-- prologue.lua", then prologue.lua, the rule's algorithm's file, then
--- generated lines that name the algorithm's four functions and its name,
--- and give the settings,
+-- lua.Single builds one script per rule: this file down to the line
+-- "-- prologue.lua", then prologue.lua, the algorithm's helpers (its file
+-- before its first section; lua.go says what sections are), then generated
+-- lines that name the algorithm and give the rule's settings,
 --
---   local validate, check, commit, report = sliding_log_validate, ...
 --   local alg_name = 'sliding_log'
 --   local window, limit, param = 1000000, 100, 64
 --
--- then the rest of this file, with rule.lua put in its error branch (at the
--- line "-- rule.lua"), so that the hot path does not make its functions.
+-- then the rest of this file, with each "-- @<section>" line replaced by
+-- the algorithm's section of that name, inline, inside repeat ... until
+-- true (a section leaves early with break), and rule.lua in the error
+-- branch (at the line "-- rule.lua"). The several-rule driver runs the same
+-- sections, each wrapped in a function of its own; here they are inline,
+-- because Redis runs a script's whole text on every call, so each function
+-- a script defines is made again on every call, and each call to one costs
+-- more than its work on the common paths.
 -- So a call sends only what changes from request to request, and Redis
 -- reads no setting from text on every call (a tonumber costs Redis about a
 -- tenth of a microsecond).
@@ -42,13 +47,20 @@ if cost == '1' then
 else
   cost = tonumber(cost)
 end
--- The settings and the cost are tested with one expression, which calls no
--- function but the algorithm's validate (ginlimit checks every rule once,
--- at start-up, so this only keeps a wrong script or caller from writing
--- nonsense); only when it fails does rule.lua say what is wrong.
+-- The settings and the cost are tested with one expression, then the
+-- algorithm's validate section (ginlimit checks every rule once, at
+-- start-up, so this only keeps a wrong script or caller from writing
+-- nonsense); only when one fails does rule.lua say what is wrong.
+local invalid
 if not cost or window < 1000 or window > 1e15 or limit < 1 or limit > 1e9 or param < 0 or param > 1e9
-  or cost < 1 or cost > 1e9 or window % 1 + limit % 1 + param % 1 + cost % 1 ~= 0
-  or validate(window, limit, param, cost) then
+  or cost < 1 or cost > 1e9 or window % 1 + limit % 1 + param % 1 + cost % 1 ~= 0 then
+  invalid = true
+else
+  repeat
+    -- @validate
+  until true
+end
+if invalid then
   -- rule.lua
   local at, name, must = bad(window, limit, param, ARGV[2])
   if at == 4 then
@@ -56,15 +68,24 @@ if not cost or window < 1000 or window > 1e15 or limit < 1 or limit > 1e9 or par
   elseif at then
     return redis.error_reply('ERR ginlimit: the ' .. alg_name .. ' script\'s ' .. name .. ' (' .. string.format('%.17g', ({window, limit, param})[at]) .. ') must be ' .. must)
   end
-  return redis.error_reply('ERR ginlimit: ' .. validate(window, limit, param, cost))
+  return redis.error_reply('ERR ginlimit: ' .. invalid)
 end
 
 local key = KEYS[1]
-local ok, a, b = check(key, window, limit, param, cost)
+local ok, a, b
+repeat
+  -- @check
+until true
+local admitted = ok
 if ok then
-  a, b = commit(key, window, limit, param, cost, a, b)
+  repeat
+    -- @commit
+  until true
 end
-local remaining, reset, retry = report(key, window, limit, param, cost, ok, ok, a, b)
+local remaining, reset, retry
+repeat
+  -- @report
+until true
 if ok then
   return pack('>i8i8i8i8i8i8', now, 0, 1, remaining, reset, retry)
 end

@@ -51,15 +51,14 @@
 -- enough of them have left for its cost to fit. Sub-window i leaves the
 -- count at (i + N) * window/N.
 
-local function sliding_counter_validate(window, limit, param, cost)
-  if param < 1 or param > 1000 or window % param ~= 0 then
-    return 'sub-windows (param) must be an integer from 1 to 1000 that divides the window'
-  end
-  if cost > limit then
-    return 'cost must be at most the limit'
-  end
+-- @validate
+if param < 1 or param > 1000 or window % param ~= 0 then
+  invalid = 'sub-windows (param) must be an integer from 1 to 1000 that divides the window'
+elseif cost > limit then
+  invalid = 'cost must be at most the limit'
 end
 
+-- @check
 -- check reads the key with one GET; it only reads, so that the first write
 -- of an admission is its SET or SETRANGE, which Redis refuses before
 -- anything is written when it is out of memory. The common path reads the
@@ -71,179 +70,175 @@ end
 -- still holds units. A rejection that needs more than one unit to leave,
 -- the clock behind L, or a key of another N reads every count into a
 -- table (the uncommon path).
-local function sliding_counter_check(key, window, limit, param, cost)
-  local sub = window / param
-  local cur = (now - now % sub) / sub
-  local s = redis.call('GET', key)
-  local total, e, k, a = 0, 0, param, s
-  if s then
-    local common = #s == 13 + 4 * param
-    if common then
-      local last, d, t, c = unpack_ints('>I7I2I4I4', s)
-      k = cur - last
-      if k >= param then
-        k = param
-      elseif k < 0 or t < 1 then
+local sub = window / param
+local cur = (now - now % sub) / sub
+local s = redis.call('GET', key)
+local total, e, k, held = 0, 0, param, s
+if s then
+  local common = #s == 13 + 4 * param
+  if common then
+    local last, d, t, c = unpack_ints('>I7I2I4I4', s)
+    k = cur - last
+    if k >= param then
+      k = param
+    elseif k < 0 or t < 1 then
+      common = false
+    else
+      e = k + d
+      if e >= param then
+        -- Sub-windows L-d to L-N+k (counts d to N-k) have left.
+        local v = { unpack_ints('>' .. string.rep('I4', d + 1), s, 14) }
+        for j = param - k + 1, d + 1 do
+          t = t - v[j]
+        end
+        if t < 1 then
+          k, e = param, 0
+        else
+          local j = param - k
+          while j > 1 and v[j] == 0 do
+            j = j - 1
+          end
+          e = k + j - 1
+        end
+      end
+      if t + cost > limit + 1 then
         common = false
-      else
-        e = k + d
-        if e >= param then
-          -- Sub-windows L-d to L-N+k (counts d to N-k) have left.
-          local v = { unpack_ints('>' .. string.rep('I4', d + 1), s, 14) }
-          for j = param - k + 1, d + 1 do
-            t = t - v[j]
-          end
-          if t < 1 then
-            k, e = param, 0
-          else
-            local j = param - k
-            while j > 1 and v[j] == 0 do
-              j = j - 1
-            end
-            e = k + j - 1
-          end
-        end
-        if t + cost > limit + 1 then
-          common = false
-        elseif k < param then
-          total = t
-          if k == 0 then
-            a = c
-          end
+      elseif k < param then
+        total = t
+        if k == 0 then
+          held = c
         end
       end
-    end
-    if not common then
-      -- Every count, of any N, into a table of the counted sub-windows.
-      local first = cur - param + 1
-      local counts, sum, newest = {}, 0, nil
-      local n = (#s - 13) / 4
-      if n >= 1 and n % 1 == 0 then
-        local v = { unpack_ints('>I7I2I4' .. string.rep('I4', n), s) }
-        local last = v[1]
-        for j = 0, n - 1 do
-          local c, i = v[4 + j], last - j
-          if c > 0 and i >= first then
-            counts[i] = c
-            sum = sum + c
-            newest = newest or i
-          end
-        end
-      end
-      counts.sum, counts.last = sum, newest
-      return sum + cost <= limit, counts, nil
     end
   end
-  return total + cost <= limit, a, (total * 1024 + e) * 1024 + k
+  if not common then
+    -- Every count, of any N, into a table of the counted sub-windows.
+    local first = cur - param + 1
+    local counts, sum, newest = {}, 0, nil
+    local n = (#s - 13) / 4
+    if n >= 1 and n % 1 == 0 then
+      local v = { unpack_ints('>I7I2I4' .. string.rep('I4', n), s) }
+      local last = v[1]
+      for j = 0, n - 1 do
+        local c, i = v[4 + j], last - j
+        if c > 0 and i >= first then
+          counts[i] = c
+          sum = sum + c
+          newest = newest or i
+        end
+      end
+    end
+    counts.sum, counts.last = sum, newest
+    ok, a, b = sum + cost <= limit, counts, nil
+    break
+  end
 end
+ok, a, b = total + cost <= limit, held, (total * 1024 + e) * 1024 + k
 
-local function sliding_counter_commit(key, window, limit, param, cost, a, b)
-  if b then
-    local k = b % 1024
-    local x = (b - k) / 1024
-    local e = x % 1024
-    local total = (x - e) / 1024 + cost
-    if k == 0 then
-      -- L is the current sub-window: its count and total, in place (the
-      -- key's expiry stays).
-      redis.call('SETRANGE', key, '9', pack('>I4I4', total, a + cost))
-      return a, b + cost * 1048576
+-- @commit
+local sub = window / param
+local cur = (now - now % sub) / sub
+if b then
+  local k = b % 1024
+  local x = (b - k) / 1024
+  local e = x % 1024
+  local total = (x - e) / 1024 + cost
+  b = b + cost * 1048576
+  if k == 0 then
+    -- L is the current sub-window: its count and total, in place (the
+    -- key's expiry stays).
+    redis.call('SETRANGE', key, '9', pack('>I4I4', total, a + cost))
+    break
+  end
+  -- A new L: the counts move k places; those that fall off hold no
+  -- units (they are older than the oldest that does).
+  local v = pack('>I7I2I4I4', cur, e, total, cost)
+  if k < param then
+    if k > 1 then
+      v = v .. string.rep('\0\0\0\0', k - 1)
     end
-    -- A new L: the counts move k places; those that fall off hold no
-    -- units (they are older than the oldest that does).
-    local sub = window / param
-    local cur = (now - now % sub) / sub
-    local v = pack('>I7I2I4I4', cur, e, total, cost)
-    if k < param then
-      if k > 1 then
-        v = v .. string.rep('\0\0\0\0', k - 1)
-      end
-      v = v .. string.sub(a, 14, 13 + 4 * (param - k))
-    elseif param > 1 then
-      v = v .. string.rep('\0\0\0\0', param - 1)
-    end
-    redis.call('SET', key, v, 'PXAT', math.ceil((cur + param) * sub / 1000) .. '')
-    return a, b + cost * 1048576
+    v = v .. string.sub(a, 14, 13 + 4 * (param - k))
+  elseif param > 1 then
+    v = v .. string.rep('\0\0\0\0', param - 1)
   end
-  -- The uncommon path: every count, rewritten. L is the newest counted
-  -- sub-window, or the current one; the request goes into the current
-  -- one, or the oldest that L keeps (see the top).
-  local sub = window / param
-  local cur = (now - now % sub) / sub
-  local counts = a
-  local last = counts.last
-  if not last or last < cur then
-    last = cur
-  end
-  local r = last - param + 1
-  if r < cur then
-    r = cur
-  end
-  counts[r] = (counts[r] or 0) + cost
-  local out, vals, oldest = { sum = counts.sum + cost, last = last }, {}, last
-  for j = 1, param do
-    vals[j] = 0
-  end
-  for i, c in pairs(counts) do
-    if type(i) == 'number' then
-      if i < last - param + 1 then
-        i = last - param + 1
-      end
-      out[i] = (out[i] or 0) + c
-      vals[last - i + 1] = out[i]
-      if i < oldest then
-        oldest = i
-      end
-    end
-  end
-  redis.call('SET', key, pack('>I7I2I4' .. string.rep('I4', param), last, last - oldest, out.sum, unpack(vals)),
-    'PXAT', math.ceil((last + param) * sub / 1000) .. '')
-  return out, nil
+  redis.call('SET', key, v, 'PXAT', math.ceil((cur + param) * sub / 1000) .. '')
+  break
 end
-
-local function sliding_counter_report(key, window, limit, param, cost, ok, admitted, a, b)
-  local sub = window / param
-  local cur = (now - now % sub) / sub
-  if b then
-    local k = b % 1024
-    local x = (b - k) / 1024
-    local e = x % 1024
-    local sum = (x - e) / 1024
-    if sum == 0 then
-      return limit, (cur + 1) * sub - now, 0
+-- The uncommon path: every count, rewritten. L is the newest counted
+-- sub-window, or the current one; the request goes into the current
+-- one, or the oldest that L keeps (see the top).
+local counts = a
+local last = counts.last
+if not last or last < cur then
+  last = cur
+end
+local r = last - param + 1
+if r < cur then
+  r = cur
+end
+counts[r] = (counts[r] or 0) + cost
+local out, vals, oldest = { sum = counts.sum + cost, last = last }, {}, last
+for j = 1, param do
+  vals[j] = 0
+end
+for i, c in pairs(counts) do
+  if type(i) == 'number' then
+    if i < last - param + 1 then
+      i = last - param + 1
     end
-    local reset = (cur - e + param) * sub - now
+    out[i] = (out[i] or 0) + c
+    vals[last - i + 1] = out[i]
+    if i < oldest then
+      oldest = i
+    end
+  end
+end
+redis.call('SET', key, pack('>I7I2I4' .. string.rep('I4', param), last, last - oldest, out.sum, unpack(vals)),
+  'PXAT', math.ceil((last + param) * sub / 1000) .. '')
+a, b = out, nil
+
+-- @report
+local sub = window / param
+local cur = (now - now % sub) / sub
+if b then
+  local k = b % 1024
+  local x = (b - k) / 1024
+  local e = x % 1024
+  local sum = (x - e) / 1024
+  if sum == 0 then
+    remaining, reset, retry = limit, (cur + 1) * sub - now, 0
+    break
+  end
+  remaining, reset, retry = limit - sum, (cur - e + param) * sub - now, 0
+  if not ok then
+    retry = reset
+  end
+  break
+end
+-- The counted sub-windows, oldest first.
+local counts, order = a, {}
+for i in pairs(counts) do
+  if type(i) == 'number' then
+    order[#order + 1] = i
+  end
+end
+table.sort(order)
+local sum = counts.sum
+remaining, reset, retry = limit - sum, (cur + 1) * sub - now, 0
+local need = sum + cost - limit -- units that must leave before a retry fits
+local freed = 0
+for n = 1, #order do
+  local i = order[n]
+  local leaves = (i + param) * sub - now
+  if n == 1 then
+    reset = leaves
     if ok then
-      return limit - sum, reset, 0
-    end
-    return limit - sum, reset, reset
-  end
-  -- The counted sub-windows, oldest first.
-  local counts, order = a, {}
-  for i in pairs(counts) do
-    if type(i) == 'number' then
-      order[#order + 1] = i
-    end
-  end
-  table.sort(order)
-  local sum = counts.sum
-  local reset, retry = (cur + 1) * sub - now, 0
-  local need = sum + cost - limit -- units that must leave before a retry fits
-  local freed = 0
-  for n = 1, #order do
-    local i = order[n]
-    local leaves = (i + param) * sub - now
-    if n == 1 then
-      reset = leaves
-      if ok then
-        break
-      end
-    end
-    freed = freed + counts[i]
-    if not ok and freed >= need then
-      retry = leaves
       break
     end
   end
-  return limit - sum, reset, retry
+  freed = freed + counts[i]
+  if not ok and freed >= need then
+    retry = leaves
+    break
+  end
 end

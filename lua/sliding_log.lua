@@ -61,7 +61,7 @@
 --        (now % 16 == 0) to keep the bound close, the units are counted
 --        exactly, unless the newest entry's are exact (first).
 -- cost   1 to the limit.
--- State  from check: a = cum + 1 (negated when the key's TTL already covers
+-- State  (the sections' a and b) from check: a = cum + 1 (negated when the key's TTL already covers
 --        the request; nil for an empty key) and b = the bound (a number), or
 --        0 when the window is empty, or, counted exactly, the reply with the
 --        oldest entry in the window rewritten as {the units in the window,
@@ -93,12 +93,6 @@
 -- (ZCOUNT); while one is the oldest in the window, the count is the newest
 -- entry's cum, which started at those units: all the units since, an upper
 -- bound, until the old entries have left the window.
-
-local function sliding_log_validate(window, limit, param, cost)
-  if cost > limit then
-    return 'cost must be at most the limit'
-  end
-end
 
 -- The exact count, given the newest entry's cum: the reply with the oldest
 -- entry in the window, rewritten as {the units in the window, its at}, or 0
@@ -187,163 +181,178 @@ local function sliding_log_exact(key, window, cum, over)
   return first, at + window
 end
 
-local function sliding_log_check(key, window, limit, param, cost)
-  local newest = redis.call('ZREVRANGE', key, '0', '0')
-  local m = newest[1]
-  if not m then
-    return true, nil, 0
-  end
-  local last, cum, units, first
-  if string.byte(m) < 48 then
-    if #m == 25 then
-      last, cum, units, first = unpack_ints('>I7I7I4I7', m)
-    else
-      last, cum, units = unpack_ints('>I7I7I4', m)
-    end
+-- @validate
+if cost > limit then
+  invalid = 'cost must be at most the limit'
+end
+
+-- @check
+local newest = redis.call('ZREVRANGE', key, '0', '0')
+local m = newest[1]
+if not m then
+  ok, a, b = true, nil, 0
+  break
+end
+local last, cum, units, first
+if string.byte(m) < 48 then
+  if #m == 25 then
+    last, cum, units, first = unpack_ints('>I7I7I4I7', m)
   else
-    -- The older format.
-    last = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
-    units = redis.call('ZCOUNT', key, now - window + 1, '+inf')
-    cum = units
+    last, cum, units = unpack_ints('>I7I7I4', m)
   end
-  -- a, for commit: cum + 1, negated when the key's TTL already covers this
-  -- request: when it comes in the newest entry's quarter of a window,
-  -- unless that entry was the key's first (the only one whose cum is its
-  -- cost).
-  local a = cum + 1
+else
+  -- The older format.
+  last = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
+  units = redis.call('ZCOUNT', key, now - window + 1, '+inf')
+  cum = units
+end
+-- a, for commit: cum + 1, negated when the key's TTL already covers this
+-- request: when it comes in the newest entry's quarter of a window,
+-- unless that entry was the key's first (the only one whose cum is its
+-- cost).
+a = cum + 1
+local q = window / 4
+if now - now % q == last - last % q then
+  local c = 1
+  if #m == 22 then
+    c = unpack_ints('>I4', m, 19)
+  end
+  if cum ~= c then
+    a = -a
+  end
+end
+if last <= now and cum < 4503599627370496 - cost then
+  if first and first > now - window then
+    -- The newest entry's units are exact and nothing has left the window
+    -- since (its oldest entry, at first, is still in it): they are the
+    -- units in the window now. Far from the limit, the admission is
+    -- recorded as on the common path (a bound: no table, a shorter
+    -- entry); near it, exactly, so that the next decision can be taken
+    -- on it alone too.
+    if units + cost <= limit - param then
+      ok, b = true, units
+      break
+    end
+    if units + cost <= limit then
+      ok, b = true, {units, first, nil, true}
+      break
+    end
+    if units + cost - limit == 1 then
+      -- One unit must leave: the oldest entry's leaving frees it.
+      ok, a, b = false, first + window, units
+      break
+    end
+  elseif last <= now - window then
+    -- Everything has left the window.
+    ok, b = true, 0
+    break
+  elseif units + cost <= limit - param and now % 16 ~= 0 then
+    -- The common path.
+    ok, b = true, units
+    break
+  end
+end
+local found, retry_at = sliding_log_exact(key, window, cum, limit - cost)
+if found == 0 then
+  ok, b = true, 0
+  break
+end
+if found[1] + cost > limit then
+  ok, a, b = false, retry_at, found
+  break
+end
+if last > now or cum >= 4503599627370496 - cost then
+  found[3] = last
+end
+ok, b = true, found
+
+-- @commit
+local cum, units, at, last, first = 0, b, now, nil, nil
+if a then
+  cum = a - 1
+  if a < 0 then
+    cum = -a - 1
+  end
+end
+local exact = type(b) == 'table'
+if exact then
+  units, first, last = b[1], b[2], b[3]
+  if last and last > now then
+    at = last
+  end
+elseif b == 0 then
+  -- The window is empty: this entry is its oldest.
+  first = at
+end
+units, cum = units + cost, cum + cost
+if cum >= 4503599627370496 and (b == 0 or last and at > last) then
+  cum = cum - 2251799813685248
+end
+-- The member, as bytes: at (7), cum (7), units (4), then first (7) when
+-- the units are exact, or cost (4) when it is not 1.
+local m
+if cost ~= 1 then
+  m = pack('>I7I7I4I4', at, cum, units, cost)
+elseif first then
+  m = pack('>I7I7I4I7', at, cum, units, first)
+else
+  m = pack('>I7I7I4', at, cum, units)
+end
+redis.call('ZADD', key, at, m)
+-- Sweep when the units were counted exactly (so at least once per
+-- limit - exact-below units admitted) or all had left the window, and on
+-- a 16th of the admissions; not when the newest entry showed that
+-- nothing has left (b[4]).
+if exact and not b[4] or (a and b == 0) or now % 16 == 0 then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+end
+if not a then
+  redis.call('PEXPIRE', key, math.ceil(window / 1000) .. '')
+elseif a > 0 then
   local q = window / 4
-  if now - now % q == last - last % q then
-    local c = 1
-    if #m == 22 then
-      c = unpack_ints('>I4', m, 19)
-    end
-    if cum ~= c then
-      a = -a
-    end
-  end
-  if last <= now and cum < 4503599627370496 - cost then
-    if first and first > now - window then
-      -- The newest entry's units are exact and nothing has left the window
-      -- since (its oldest entry, at first, is still in it): they are the
-      -- units in the window now. Far from the limit, the admission is
-      -- recorded as on the common path (a bound: no table, a shorter
-      -- entry); near it, exactly, so that the next decision can be taken
-      -- on it alone too.
-      if units + cost <= limit - param then
-        return true, a, units
-      end
-      if units + cost <= limit then
-        return true, a, {units, first, nil, true}
-      end
-      if units + cost - limit == 1 then
-        -- One unit must leave: the oldest entry's leaving frees it.
-        return false, first + window, units
-      end
-    elseif last <= now - window then
-      -- Everything has left the window.
-      return true, a, 0
-    elseif units + cost <= limit - param and now % 16 ~= 0 then
-      -- The common path.
-      return true, a, units
-    end
-  end
-  local found, retry = sliding_log_exact(key, window, cum, limit - cost)
-  if found == 0 then
-    return true, a, 0
-  end
-  if found[1] + cost > limit then
-    return false, retry, found
-  end
-  if last > now or cum >= 4503599627370496 - cost then
-    found[3] = last
-  end
-  return true, a, found
+  redis.call('PEXPIRE', key, math.ceil((at - at % q + q + window - now) / 1000) .. '')
+end
+-- For report: the units in the window with the request, and the oldest
+-- entry's at when they are exact.
+a, b = units, nil
+if exact then
+  b = first
 end
 
-local function sliding_log_commit(key, window, limit, param, cost, a, b)
-  local cum, units, at, last, first = 0, b, now, nil, nil
-  if a then
-    cum = a - 1
-    if a < 0 then
-      cum = -a - 1
-    end
+-- @report
+if admitted then
+  remaining, reset, retry = limit - a, window, 0
+  if b and limit - a < param then
+    reset = b + window - now
   end
-  local exact = type(b) == 'table'
-  if exact then
-    units, first, last = b[1], b[2], b[3]
-    if last and last > now then
-      at = last
-    end
-  elseif b == 0 then
-    -- The window is empty: this entry is its oldest.
-    first = at
-  end
-  units, cum = units + cost, cum + cost
-  if cum >= 4503599627370496 and (b == 0 or last and at > last) then
-    cum = cum - 2251799813685248
-  end
-  -- The member, as bytes: at (7), cum (7), units (4), then first (7) when
-  -- the units are exact, or cost (4) when it is not 1.
-  local m
-  if cost ~= 1 then
-    m = pack('>I7I7I4I4', at, cum, units, cost)
-  elseif first then
-    m = pack('>I7I7I4I7', at, cum, units, first)
-  else
-    m = pack('>I7I7I4', at, cum, units)
-  end
-  redis.call('ZADD', key, at, m)
-  -- Sweep when the units were counted exactly (so at least once per
-  -- limit - exact-below units admitted) or all had left the window, and on
-  -- a 16th of the admissions; not when the newest entry showed that
-  -- nothing has left (b[4]).
-  if exact and not b[4] or (a and b == 0) or now % 16 == 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  end
-  if not a then
-    redis.call('PEXPIRE', key, math.ceil(window / 1000) .. '')
-  elseif a > 0 then
-    local q = window / 4
-    redis.call('PEXPIRE', key, math.ceil((at - at % q + q + window - now) / 1000) .. '')
-  end
-  if exact then
-    return units, first
-  end
-  return units, nil
+  break
 end
-
-local function sliding_log_report(key, window, limit, param, cost, ok, admitted, a, b)
-  if admitted then
-    if b and limit - a < param then
-      return limit - a, b + window - now, 0
-    end
-    return limit - a, window, 0
-  end
-  if a and (ok or now % 16 == 0) then
-    -- Nothing was written: sweep the entries that have left the window
-    -- (not a write Redis refuses when it is out of memory), when another
-    -- rule rejected the request, and on a 16th of the rejections.
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  end
+if a and (ok or now % 16 == 0) then
+  -- Nothing was written: sweep the entries that have left the window
+  -- (not a write Redis refuses when it is out of memory), when another
+  -- rule rejected the request, and on a 16th of the rejections.
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+end
+if b == 0 then
+  remaining, reset, retry = limit, window, 0
+  break
+end
+if not ok and type(b) ~= 'table' then
+  -- Rejected on the newest entry alone: b is the units in the window,
+  -- and a, when its oldest entry leaves.
+  remaining, reset, retry = math.max(0, limit - b), a - now, a - now
+  break
+end
+if type(b) ~= 'table' then
+  -- Another rule rejected a request that this one admits on the bound:
+  -- count exactly, as for a rejection.
+  b = sliding_log_exact(key, window, math.abs(a) - 1, math.huge)
   if b == 0 then
-    return limit, window, 0
+    remaining, reset, retry = limit, window, 0
+    break
   end
-  if not ok and type(b) ~= 'table' then
-    -- Rejected on the newest entry alone: b is the units in the window,
-    -- and a, when its oldest entry leaves.
-    return math.max(0, limit - b), a - now, a - now
-  end
-  if type(b) ~= 'table' then
-    -- Another rule rejected a request that this one admits on the bound:
-    -- count exactly, as for a rejection.
-    b = sliding_log_exact(key, window, math.abs(a) - 1, math.huge)
-    if b == 0 then
-      return limit, window, 0
-    end
-  end
-  local remaining, reset = math.max(0, limit - b[1]), b[2] + window - now
-  if ok then
-    return remaining, reset, 0
-  end
-  return remaining, reset, a - now
+end
+remaining, reset, retry = math.max(0, limit - b[1]), b[2] + window - now, 0
+if not ok then
+  retry = a - now
 end
