@@ -78,7 +78,7 @@
 //
 // To add an algorithm: a constant in algorithm.go (its number is the
 // constant's value) with its param and maxCost, a lua/<name>.lua file with
-// its validate, check, commit and report functions, and its entry in the
+// its validate, check, commit and report sections (see package lua), and its entry in the
 // package doc and the README. To add an identity dimension: a [Dimension]
 // constructor and its case in identify (and targetWho in inspect.go for
 // Peek and Reset), all in dimension.go but the last. To change the 429 body:

@@ -7,7 +7,8 @@
 -- commit: see lua.go about maxmemory.
 --
 -- lua.go builds the script as this file down to the line "-- prologue.lua",
--- then prologue.lua, rule.lua, the files of the algorithms it is given, then
+-- then prologue.lua, rule.lua, the files of the algorithms it is given, each
+-- section wrapped in a function (<name>_check and so on: see lua.go), then
 -- generated lines that map each algorithm number in ARGV to its four
 -- functions and list the numbers for error messages,
 --
