@@ -272,9 +272,12 @@ func TestAttackExtremeSettings(t *testing.T) {
 }
 
 // TestAttackRedisClockWindowExact: on the Redis clock, 16 goroutines send
-// requests of cost 1 to 3 to one key for about 1.5 s, through a window of
-// 40 ms, so that entries leave the window all the time (the sliding log's
-// exact newest entries are made and outlived again and again). Every
+// requests of cost 1 to 3 to one key, through a window of about three
+// limits' worth of their own decisions (40 ms on a quiet machine, longer on
+// a loaded one, measured first), until there have been at least 100
+// admissions, 100 rejections and 10 windows, so that entries leave the
+// window all the time (the sliding log's exact newest entries are made and
+// outlived again and again). Every
 // decision carries Redis's time (Decision.Time); afterwards, sorted by it:
 // no window-long span (T - w, T] of admissions holds more than the limit,
 // and no rejection at T had room (the admissions up to T, ties included,
@@ -288,7 +291,30 @@ func TestAttackRedisClockWindowExact(t *testing.T) {
 		client redis.Scripter
 	}{{"redis", srv.Client()}, {"cluster", cl.Client()}} {
 		t.Run(tg.name, func(t *testing.T) {
-			const window, limit = 40 * time.Millisecond, 100
+			const limit = 100
+			// The window holds about three limits of the decisions this
+			// machine makes now, so that some are rejected however loaded it is.
+			warm := mustPolicy(t, Redis(tg.client), Key(prefix(t)+"warm:"), Window(time.Hour), Limit(1e9), DenyCache(0))
+			var made atomic.Int64
+			var wg sync.WaitGroup
+			warmStart := time.Now()
+			measureFrom := warmStart.Add(200 * time.Millisecond) // connections and slots first
+			for range 16 {
+				wg.Go(func() {
+					for time.Since(warmStart) < 500*time.Millisecond {
+						if _, err := warm.Allow(context.Background(), "w"); err != nil {
+							t.Error(err)
+							return
+						}
+						if time.Now().After(measureFrom) {
+							made.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			rate := float64(made.Load()+1) / time.Since(measureFrom).Seconds()
+			window := min(time.Second, max(40*time.Millisecond, time.Duration(3*limit/rate*float64(time.Second)).Truncate(time.Millisecond)))
 			p := mustPolicy(t, Redis(tg.client), Key(prefix(t)), Window(window), Limit(limit), DenyCache(0))
 			type dec struct {
 				at      int64
@@ -297,11 +323,15 @@ func TestAttackRedisClockWindowExact(t *testing.T) {
 			}
 			var mu sync.Mutex
 			var all []dec
-			stop := time.Now().Add(1500 * time.Millisecond)
-			var wg sync.WaitGroup
+			var nAdmitted, nRejected atomic.Int64
+			start := time.Now()
+			enough := func() bool {
+				el := time.Since(start)
+				return el > time.Minute || nAdmitted.Load() >= 100 && nRejected.Load() >= 100 && el >= 10*window
+			}
 			for g := range 16 {
 				wg.Go(func() {
-					for i := 0; time.Now().Before(stop); i++ {
+					for i := 0; !enough(); i++ {
 						n := 1 + (g+i)%3
 						if (g+i)%5 != 0 {
 							n = 1
@@ -310,6 +340,11 @@ func TestAttackRedisClockWindowExact(t *testing.T) {
 						if err != nil {
 							t.Error(err)
 							return
+						}
+						if d.Allowed {
+							nAdmitted.Add(1)
+						} else {
+							nRejected.Add(1)
 						}
 						mu.Lock()
 						all = append(all, dec{d.Time.UnixMicro(), int64(n), d.Allowed})
@@ -354,7 +389,7 @@ func TestAttackRedisClockWindowExact(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%d decisions: %d admitted, %d rejected", len(all), admitted, rejected)
+			t.Logf("window %v: %d decisions: %d admitted, %d rejected", window, len(all), admitted, rejected)
 			if admitted < 100 || rejected < 100 {
 				t.Fatalf("%d admitted, %d rejected: not both exercised", admitted, rejected)
 			}

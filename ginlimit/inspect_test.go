@@ -389,6 +389,14 @@ func TestResetWaitsNoLongerThanTheBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Until this instance's own subscription is live, Reset cannot count
+	// acknowledgements and only waits out the bound (announce): on a
+	// loaded machine that can take a while.
+	for deadline := time.Now().Add(30 * time.Second); p.backend.hub == nil || !p.backend.hub.live.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reset subscription never went live")
+		}
+	}
 	if err := p.Reset(context.Background(), Target{Route: claimRoute, User: "alice"}, "test"); err != nil {
 		t.Fatal(err)
 	}
