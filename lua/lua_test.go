@@ -216,8 +216,10 @@ func TestSectionsKeepTheirNames(t *testing.T) {
 			}
 		}
 	}
-	decl := regexp.MustCompile(`(?m)^\s*local\s+([\w\s,]+?)\s*(=|$)`)
-	assign := regexp.MustCompile(`(?m)^\s*([\w][\w\s,]*?)\s*=[^=]`)
+	// Declarations: local names, local functions and loop variables.
+	decl := regexp.MustCompile(`(?m)(?:^\s*local\s+(?:function\s+)?|\bfor\s+)(\w+(?:\s*,\s*\w+)*)\s*(=|\bin\b|\(|$)`)
+	// Assignments: at the start of a line or after then, do, else or ;.
+	assign := regexp.MustCompile(`(?m)(?:^|\bthen\b|\bdo\b|\belse\b|;)\s*(\w+(?:\s*,\s*\w+)*)\s*=[^=]`)
 	names := append(Algorithms(), "penalty")
 	for _, name := range names {
 		p := parts(name)
@@ -245,9 +247,15 @@ func TestSectionsKeepTheirNames(t *testing.T) {
 			}
 		}
 	}
-	// The guard can fail: a section that hides the driver's a.
-	if decl.FindStringSubmatch("  local total, a = 0, s\n") == nil {
-		t.Error("the guard does not see a local declaration")
+	// The guard can fail: sections that hide the driver's names or assign
+	// a setting.
+	for _, src := range []string{"  local total, a = 0, s\n", "for ok = 1, 2 do end\n", "local function retry() end\n"} {
+		if m := decl.FindStringSubmatch(src); m == nil || !slices.Contains(shared, strings.TrimSpace(strings.Split(m[1], ",")[len(strings.Split(m[1], ","))-1])) {
+			t.Errorf("the guard does not see the declaration in %q", src)
+		}
+	}
+	if m := assign.FindStringSubmatch("if b then cost = 1 end\n"); m == nil || strings.TrimSpace(m[1]) != "cost" {
+		t.Errorf("the guard does not see the assignment in an if: %v", m)
 	}
 }
 

@@ -68,7 +68,7 @@ if invalid then
   elseif at then
     return redis.error_reply('ERR ginlimit: the ' .. alg_name .. ' script\'s ' .. name .. ' (' .. string.format('%.17g', ({window, limit, param})[at]) .. ') must be ' .. must)
   end
-  return redis.error_reply('ERR ginlimit: ' .. invalid)
+  return redis.error_reply('ERR ginlimit: ' .. tostring(invalid))
 end
 
 local key = KEYS[1]
