@@ -284,7 +284,7 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 		if !c.Memory {
 			continue
 		}
-		for _, limit := range []int{100, 10_000} {
+		for _, limit := range []int{100, 1_000, 10_000} {
 			m, err := e.measureMemory(ctx, c, limit)
 			if err != nil {
 				return nil, fail(c, fmt.Sprintf("memory at limit %d", limit), err)

@@ -222,19 +222,15 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 // holds each one's.
 func (p *Policy) parseSlots(req *request, reply []int64) (Decision, error) {
 	n := len(req.calls)
-	if len(reply) != 2+n {
-		return Decision{}, fmt.Errorf("unexpected reply of %d elements", len(reply))
-	}
-	at := func(i int) int64 { return reply[i] }
-	now, fired := time.UnixMicro(at(0)), int(at(1))
-	if fired < 0 || fired > n {
-		return Decision{}, fmt.Errorf("unexpected firing rule %d", fired)
+	now, fired, err := replyHead(reply, n, 1)
+	if err != nil {
+		return Decision{}, err
 	}
 	rules := make([]Decision, n)
 	best := 0
 	for i := range rules {
 		r := req.calls[i].rule
-		rules[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.slots, Remaining: max(r.slots-int(at(2+i)), 0), Time: now, decider: r}
+		rules[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.slots, Remaining: max(r.slots-int(reply[2+i]), 0), Time: now, decider: r}
 		if fired == 0 && rules[i].Remaining < rules[best].Remaining {
 			best = i
 		}

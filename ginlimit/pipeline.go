@@ -376,14 +376,11 @@ func (p *Policy) parse(req *request, reply []int64) (Decision, []Decision, error
 // parseFor is parse, with Rules filled when every is true.
 func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []Decision, error) {
 	n := len(req.calls)
-	if len(reply) != 2+4*n {
-		return Decision{}, nil, fmt.Errorf("unexpected reply of %d elements", len(reply))
+	now, fired, err := replyHead(reply, n, 4)
+	if err != nil {
+		return Decision{}, nil, err
 	}
 	at := func(i int) int64 { return reply[i] }
-	now, fired := time.UnixMicro(at(0)), int(at(1))
-	if fired < 0 || fired > n {
-		return Decision{}, nil, fmt.Errorf("unexpected firing rule %d", fired)
-	}
 	one := func(i int) Decision {
 		r := req.calls[i].rule
 		d := Decision{
@@ -441,6 +438,20 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 		d.Rules = rules
 	}
 	return d, each, nil
+}
+
+// replyHead checks that a decision script's reply (the decision scripts',
+// see package lua, and the in-flight acquire's, see inflight.lua) is its
+// header and per integers for each of n calls, and returns the header: the
+// Redis time, and the 1-based index of the call that fired (0: none).
+func replyHead(reply []int64, n, per int) (time.Time, int, error) {
+	if len(reply) != 2+per*n {
+		return time.Time{}, 0, fmt.Errorf("unexpected reply of %d elements", len(reply))
+	}
+	if fired := reply[1]; fired < 0 || fired > int64(n) {
+		return time.Time{}, 0, fmt.Errorf("unexpected firing rule %d", fired)
+	}
+	return time.UnixMicro(reply[0]), int(reply[1]), nil
 }
 
 // cached is the decision for a rejection the deny cache is certain of at now.
