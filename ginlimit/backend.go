@@ -297,7 +297,7 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 		err = mayHaveRun{fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))}
 	case errors.Is(err, errTimedOut) || isNetTimeout(err):
 		failed = true // on the wire, and Redis did not answer in time
-	case errors.Is(err, context.DeadlineExceeded) && b.poolBusy():
+	case errors.Is(err, context.DeadlineExceeded) && poolBusy(b.nodes.poolFor(n, keys[0])):
 		// go-redis gave up before the call reached the socket, with every
 		// connection of the pool busy: ginlimit never has more calls on the
 		// wire than the pool has connections, so the application's own
@@ -317,13 +317,13 @@ type mayHaveRun struct{ error }
 
 func (e mayHaveRun) Unwrap() error { return e.error }
 
-// poolBusy reports whether every connection of a plain client's pool is in
-// use. A bare deadline error can mean a wait for a connection or go-redis
-// backing off between retries on a dead Redis; only the first leaves the
-// pool full of busy connections.
-func (b *backend) poolBusy() bool {
-	c, ok := b.client.(*redis.Client)
-	if !ok {
+// poolBusy reports whether every connection of c's pool (the pool that
+// serves the call's key: a plain client's, a cluster master's or a Ring
+// shard's) is in use; false for a nil c. A bare deadline error can mean a
+// wait for a connection or go-redis backing off between retries on a dead
+// Redis; only the first leaves the pool full of busy connections.
+func poolBusy(c *redis.Client) bool {
+	if c == nil {
 		return false
 	}
 	st := c.PoolStats()

@@ -29,6 +29,12 @@ type ban struct {
 	message  string
 }
 
+// MaxBan is the longest ban [Ban] takes: 1e9 milliseconds, about 11.6
+// days. The penalty script counts a ban in milliseconds and takes at most
+// 1e9 of them (lua/rule.lua), so a longer one would be refused by Redis on
+// every decision; [Ban] refuses it at start-up instead.
+const MaxBan = 1e9 * time.Millisecond
+
 // Ban bans an identity from the rule for duration once it has collected
 // after refusals within within: while banned, every request of that
 // identity on the rule is refused with 429, the ban's own message
@@ -44,9 +50,10 @@ type ban struct {
 // by Redis. [Policy.Peek] shows a ban, [Policy.Reset] lifts it (and forgets
 // the strikes).
 //
-// after must be from 1 to 1e6, within and duration from 1 ms to about 31
-// years, as a Window. A route's rule may have one ban; with [LimitBy] or
-// [Tiers] every plan has its own strikes and bans.
+// after must be from 1 to 1e6, within from 1 ms to about 31 years, as a
+// Window, and duration from 1 ms to [MaxBan] (about 11.6 days). A route's
+// rule may have one ban; with [LimitBy] or [Tiers] every plan has its own
+// strikes and bans.
 func Ban(after int, within, duration time.Duration) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
 		switch {
@@ -54,8 +61,8 @@ func Ban(after int, within, duration time.Duration) RuleOption {
 			return fmt.Errorf("Ban(%d, %v, %v): want 1 to 1e6 refusals", after, within, duration)
 		case within < time.Millisecond || within > maxWindow:
 			return fmt.Errorf("Ban(%d, %v, %v): the period must be from 1ms to %v", after, within, duration, maxWindow)
-		case duration < time.Millisecond || duration > maxWindow:
-			return fmt.Errorf("Ban(%d, %v, %v): the ban must last from 1ms to %v", after, within, duration, maxWindow)
+		case duration < time.Millisecond || duration > MaxBan:
+			return fmt.Errorf("Ban(%d, %v, %v): the ban must last from 1ms to %v", after, within, duration, MaxBan)
 		}
 		msg := DefaultBanMessage
 		if r.ban != nil {

@@ -3,6 +3,7 @@ package ginlimit
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -34,7 +35,8 @@ const (
 // BUSY, MASTERDOWN, CLUSTERDOWN, READONLY, TRYAGAIN); a reply error such as
 // WRONGTYPE on one key does not open the breaker for the others. The
 // default is DefaultBreakerFailures and DefaultBreakerOpen; Breaker(0, 0)
-// turns it off. The breaker belongs to the backend, which the routes of a
+// turns it off. failures must be from 1 to math.MaxInt32, and open from
+// 1ns to an hour. The breaker belongs to the backend, which the routes of a
 // [Limiter] on one client share: a Redis outage opens it once for all of
 // them. On a *redis.ClusterClient each master has its own breaker, so a
 // dead master fails fast only for the keys it owns.
@@ -42,8 +44,8 @@ func Breaker(failures int, open time.Duration) Option {
 	return routeOption(func(r *routeConfig) error {
 		switch {
 		case failures == 0 && open == 0:
-		case failures < 1 || open <= 0 || open > time.Hour:
-			return fmt.Errorf("Breaker(%d, %v): want failures >= 1 and 0 < open <= 1h, or Breaker(0, 0) for none", failures, open)
+		case failures < 1 || failures > math.MaxInt32 || open <= 0 || open > time.Hour:
+			return fmt.Errorf("Breaker(%d, %v): want 1 <= failures <= %d and 0 < open <= 1h, or Breaker(0, 0) for none", failures, open, math.MaxInt32)
 		}
 		r.breakFailures, r.breakOpen = failures, open
 		return nil

@@ -24,26 +24,42 @@ type nodes struct {
 	slots    int
 	one      *node
 	cluster  *redis.ClusterClient
+	ring     *redis.Ring
 	byAddr   sync.Map // master address -> *node
 }
 
 // node is one Redis node's circuit breaker (nil when off) and slots: a call
-// holds a slot while it is on the wire.
+// holds a slot while it is on the wire. pool is the go-redis client whose
+// connection pool serves the node (a plain client, or a cluster's master),
+// nil when that depends on the key (a Ring's shards: see poolFor).
 type node struct {
 	brk     *breaker
 	slots   chan struct{}
 	waiting atomic.Int64
+	pool    *redis.Client
 }
 
 func newNodes(client redis.Scripter, failures int, open time.Duration, slots int) *nodes {
 	ns := &nodes{failures: failures, open: open, slots: slots}
-	ns.one = ns.newNode()
+	ns.one = ns.newNode(nil)
+	ns.one.pool, _ = client.(*redis.Client)
+	ns.ring, _ = client.(*redis.Ring)
 	ns.cluster, _ = client.(*redis.ClusterClient)
 	return ns
 }
 
-func (ns *nodes) newNode() *node {
-	return &node{brk: newBreaker(ns.failures, ns.open), slots: make(chan struct{}, ns.slots)}
+func (ns *nodes) newNode(pool *redis.Client) *node {
+	return &node{brk: newBreaker(ns.failures, ns.open), slots: make(chan struct{}, ns.slots), pool: pool}
+}
+
+// poolFor returns the go-redis client whose connection pool serves key on
+// node n, or nil when there is none to tell (a client of another kind).
+func (ns *nodes) poolFor(n *node, key string) *redis.Client {
+	if n.pool != nil || ns.ring == nil {
+		return n.pool
+	}
+	c, _ := ns.ring.GetShardClientForKey(key)
+	return c
 }
 
 func (ns *nodes) isCluster() bool { return ns.cluster != nil }
@@ -77,7 +93,7 @@ func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) 
 	if n, ok := ns.byAddr.Load(addr); ok {
 		return n.(*node), nil
 	}
-	n, _ := ns.byAddr.LoadOrStore(addr, ns.newNode())
+	n, _ := ns.byAddr.LoadOrStore(addr, ns.newNode(master))
 	return n.(*node), nil
 }
 
