@@ -71,8 +71,16 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 		// batches across masters, so one dead master would stall the
 		// others, and Ring does not auto-pipeline at all.
 		if c, ok := k.client.(*redis.Client); ok {
+			// go-redis caches one async auto-pipeliner per *redis.Client,
+			// shared by all its callers: the first caller's options win,
+			// and its Close ends it for everyone. So ginlimit's is made on
+			// a clone of the application's client (the same pool), which
+			// caches its own: its options hold, the application's own
+			// auto-pipeliner is left as it is, and closing the Limiter ends
+			// only ginlimit's.
+			own := c.WithTimeout(c.Options().ReadTimeout)
 			var err error
-			if b.pipe, err = c.AsyncAutoPipelineWithOptions(pipelineOptions()); err != nil {
+			if b.pipe, err = own.AsyncAutoPipelineWithOptions(pipelineOptions()); err != nil {
 				return nil, fmt.Errorf("AutoPipeline(true): %w", err)
 			}
 		}
