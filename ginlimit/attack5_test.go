@@ -100,36 +100,11 @@ func TestAttack5BusyRingPoolTripsBreaker(t *testing.T) {
 			if err := ring.Ping(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
-			l, err := New(Redis(ring), Timeout(100*time.Millisecond), QueueTimeout(time.Second),
-				Breaker(1, time.Minute), OnFailure(FailOpen), DenyCache(0), AutoPipeline(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			p, err := l.Policy(Key(prefix(t)), Window(time.Hour), Limit(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The application's own command holds the pool's one connection.
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				_ = ring.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
-			}()
-			time.Sleep(200 * time.Millisecond)
-			admitted := 0
-			var lastErr error
-			for range 3 {
-				d, err := p.Allow(ctx, "client")
-				lastErr = err
-				if d.Allowed {
-					admitted++
-				}
-			}
-			state := p.backend.nodes.one.brk.state()
-			<-done
-			if admitted > 1 || state == "open" || (lastErr != nil && !errors.Is(lastErr, ErrSaturated)) {
-				t.Fatalf("application holds the Ring's only connection (Redis healthy): %d of 3 admitted at Limit(1), breaker %s, last error %v", admitted, state, lastErr)
+			admitted, open, lastErr := busyPoolDecisions(t, ring, func(ctx context.Context) error {
+				return ring.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
+			}, AutoPipeline(false))
+			if admitted > 1 || open > 0 || (lastErr != nil && !errors.Is(lastErr, ErrSaturated)) {
+				t.Fatalf("application holds the Ring's only connection (Redis healthy): %d of 3 admitted at Limit(1), %d breakers open, last error %v", admitted, open, lastErr)
 			}
 		})
 	}
@@ -144,36 +119,11 @@ func TestAttack5BusyPlainPoolHolds(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
 	t.Cleanup(func() { _ = c.Close() })
-	ctx := context.Background()
-	l, err := New(Redis(c), Timeout(100*time.Millisecond), QueueTimeout(time.Second),
-		Breaker(1, time.Minute), OnFailure(FailOpen), DenyCache(0), AutoPipeline(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	p, err := l.Policy(Key(prefix(t)), Window(time.Hour), Limit(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = c.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
-	}()
-	time.Sleep(200 * time.Millisecond)
-	admitted := 0
-	var lastErr error
-	for range 3 {
-		d, err := p.Allow(ctx, "client")
-		lastErr = err
-		if d.Allowed {
-			admitted++
-		}
-	}
-	state := p.backend.nodes.one.brk.state()
-	<-done
-	if admitted > 1 || state == "open" || !errors.Is(lastErr, ErrSaturated) {
-		t.Fatalf("plain client: %d of 3 admitted, breaker %s, last error %v", admitted, state, lastErr)
+	admitted, open, lastErr := busyPoolDecisions(t, c, func(ctx context.Context) error {
+		return c.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
+	}, AutoPipeline(false))
+	if admitted > 1 || open > 0 || !errors.Is(lastErr, ErrSaturated) {
+		t.Fatalf("plain client: %d of 3 admitted, %d breakers open, last error %v", admitted, open, lastErr)
 	}
 }
 
@@ -189,8 +139,27 @@ func TestAttack5BusyClusterPoolTripsBreaker(t *testing.T) {
 	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(Redis(cc), Timeout(100*time.Millisecond), QueueTimeout(time.Second),
-		Breaker(1, time.Minute), OnFailure(FailOpen), DenyCache(0))
+	admitted, open, lastErr := busyPoolDecisions(t, cc, func(ctx context.Context) error {
+		return cc.BLPop(ctx, 1500*time.Millisecond, "{client}:nothing").Err() // the decision key's slot
+	})
+	if admitted > 1 || open > 0 || (lastErr != nil && !errors.Is(lastErr, ErrSaturated)) {
+		t.Fatalf("application holds the master's only connection (cluster healthy): %d of 3 admitted at Limit(1), %d breakers open, last error %v", admitted, open, lastErr)
+	}
+}
+
+// busyPoolDecisions is the busy-pool scenario on client, whose pool has one
+// connection: hold, the application's own blocking command, takes it for
+// 1.5 s, and meanwhile three decisions are asked of a Limit(1) rule with
+// Timeout(100ms), QueueTimeout(1s), Breaker(1, 1m), FailOpen and no deny
+// cache (plus extra). Redis is healthy, so none may be admitted beyond the
+// fallback's one, no breaker may open, and an error must be ErrSaturated.
+// It returns how many were admitted, how many breakers are open and the
+// last error.
+func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Context) error, extra ...Option) (admitted, open int, lastErr error) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := New(append([]Option{Redis(client), Timeout(100 * time.Millisecond), QueueTimeout(time.Second),
+		Breaker(1, time.Minute), OnFailure(FailOpen), DenyCache(0)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,11 +171,9 @@ func TestAttack5BusyClusterPoolTripsBreaker(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = cc.BLPop(ctx, 1500*time.Millisecond, "{client}:nothing").Err() // the decision key's slot
+		_ = hold(ctx)
 	}()
 	time.Sleep(200 * time.Millisecond)
-	admitted := 0
-	var lastErr error
 	for range 3 {
 		d, err := p.Allow(ctx, "client")
 		lastErr = err
@@ -215,16 +182,16 @@ func TestAttack5BusyClusterPoolTripsBreaker(t *testing.T) {
 		}
 	}
 	<-done
-	open := 0
+	if p.backend.nodes.one.brk.state() == "open" {
+		open++
+	}
 	p.backend.nodes.byAddr.Range(func(_, v any) bool {
 		if v.(*node).brk.state() == "open" {
 			open++
 		}
 		return true
 	})
-	if admitted > 1 || open > 0 || (lastErr != nil && !errors.Is(lastErr, ErrSaturated)) {
-		t.Fatalf("application holds the master's only connection (cluster healthy): %d of 3 admitted at Limit(1), %d breakers open, last error %v", admitted, open, lastErr)
-	}
+	return admitted, open, lastErr
 }
 
 // TestAttack5UnmatchedOddMethodsAndPathsHold: made-up methods and paths of
