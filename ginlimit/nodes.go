@@ -41,8 +41,8 @@ type node struct {
 
 func newNodes(client redis.Scripter, failures int, open time.Duration, slots int) *nodes {
 	ns := &nodes{failures: failures, open: open, slots: slots}
-	ns.one = ns.newNode(nil)
-	ns.one.pool, _ = client.(*redis.Client)
+	plain, _ := client.(*redis.Client)
+	ns.one = ns.newNode(plain)
 	ns.ring, _ = client.(*redis.Ring)
 	ns.cluster, _ = client.(*redis.ClusterClient)
 	return ns
