@@ -242,7 +242,9 @@ func cause(ctx context.Context) error {
 // ErrSaturated is wrapped by the error of a decision that this process could
 // not send to Redis in time, although Redis is not failing: every
 // connection was busy and too many decisions were already waiting, or the
-// request's own context ended while it waited. It never opens the circuit
+// request's own context ended while it waited, or its call waited on the
+// wire past the Timeout behind this process's other calls while Redis
+// answered those in time. It never opens the circuit
 // breaker, and it is never answered by letting the request through
 // unlimited: the in-process fallback of [FailLocal] decides (under
 // [FailOpen] too), and [FailClosed] answers 503.
@@ -264,8 +266,12 @@ var ErrSaturated = errors.New("ginlimit: no decision in time: the process is sat
 //
 // A failure counts against the breaker only when it means Redis could not
 // serve: a network error, or Redis not answering within timeout, while the
-// request itself was still waiting. It returns the node's breaker, nil when
-// there is none.
+// request itself was still waiting and Redis answered no other call of the
+// node either. A call that times out while Redis answers others in time
+// waited behind this process's own calls (the auto-pipeliner's backlog on
+// the wire, or a connection of its own that stalls): that is a busy client,
+// not a failing Redis, so it is ErrSaturated. It returns the node's breaker,
+// nil when there is none.
 func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *breaker, error) {
 	n, err := b.nodes.forKey(ctx, timeout, keys[0])
 	if err != nil {
@@ -282,6 +288,7 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 		return nil, n.brk, err
 	}
 	defer n.release()
+	answered := n.answered.Load()
 	cctx, cancel := b.callContext(ctx, timeout)
 	if cancel != nil {
 		defer cancel()
@@ -299,12 +306,17 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	failed := false
 	switch {
 	case err == nil:
+		n.answered.Add(1)
 	case ctx.Err() != nil:
 		// The request's own context ended: that says nothing about Redis.
 		// The call may have reached Redis all the same (mayHaveRun).
 		err = mayHaveRun{fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))}
+	case (errors.Is(err, errTimedOut) || isNetTimeout(err)) && n.answered.Load() == answered:
+		failed = true // on the wire, and Redis answered nothing of this node's in time
 	case errors.Is(err, errTimedOut) || isNetTimeout(err):
-		failed = true // on the wire, and Redis did not answer in time
+		// Redis answered other calls in time while this one waited, so it
+		// serves: this call waited behind this process's own.
+		err = mayHaveRun{fmt.Errorf("%w: %w", ErrSaturated, err)}
 	case errors.Is(err, context.DeadlineExceeded) && poolBusy(b.nodes.poolFor(n, keys[0])):
 		// go-redis gave up before the call reached the socket, with every
 		// connection of the pool busy: ginlimit never has more calls on the

@@ -357,23 +357,32 @@ type slowProxy struct {
 	ln       net.Listener
 	upstream string
 	delay    atomic.Int64 // ns
+	chunk    int          // the most bytes forwarded per delay
 	done     chan struct{}
 	wg       sync.WaitGroup
 
-	mu     sync.Mutex
-	conns  []net.Conn
-	closed bool
+	mu      sync.Mutex
+	conns   []net.Conn
+	closed  bool
+	changed chan struct{} // closed and replaced by SetDelay
 }
 
-// startSlowProxy starts a proxy to upstream on 127.0.0.1; it is closed when
-// t ends, or earlier by Close.
+// startSlowProxy starts a proxy to upstream on 127.0.0.1 that forwards up
+// to 32 KiB per delay; it is closed when t ends, or earlier by Close.
 func startSlowProxy(t *testing.T, upstream string, delay time.Duration) *slowProxy {
+	t.Helper()
+	return startSlowProxyChunks(t, upstream, delay, 32<<10)
+}
+
+// startSlowProxyChunks is startSlowProxy forwarding at most chunk bytes per
+// delay: a Redis that answers slowly but steadily.
+func startSlowProxyChunks(t *testing.T, upstream string, delay time.Duration, chunk int) *slowProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &slowProxy{ln: ln, upstream: upstream, done: make(chan struct{})}
+	p := &slowProxy{ln: ln, upstream: upstream, chunk: chunk, done: make(chan struct{}), changed: make(chan struct{})}
 	p.delay.Store(int64(delay))
 	p.wg.Go(p.accept)
 	t.Cleanup(p.Close)
@@ -382,8 +391,39 @@ func startSlowProxy(t *testing.T, upstream string, delay time.Duration) *slowPro
 
 func (p *slowProxy) Addr() string { return p.ln.Addr().String() }
 
-// SetDelay changes the delay of the chunks read from now on.
-func (p *slowProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+// SetDelay changes the delay of the chunks read from now on, and of those
+// waiting now, counted from when each was read.
+func (p *slowProxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay.Store(int64(d))
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// wait holds a chunk read at read for the delay, and reports false when the
+// proxy is closed meanwhile.
+func (p *slowProxy) wait(read time.Time) bool {
+	for {
+		p.mu.Lock()
+		changed := p.changed
+		p.mu.Unlock()
+		left := time.Duration(p.delay.Load()) - time.Since(read)
+		if left <= 0 {
+			return true
+		}
+		timer := time.NewTimer(left)
+		select {
+		case <-timer.C:
+			return true
+		case <-changed:
+			timer.Stop()
+		case <-p.done:
+			timer.Stop()
+			return false
+		}
+	}
+}
 
 // track remembers c, to be closed by Close; it reports false, having closed
 // c, when the proxy is already closed.
@@ -424,14 +464,10 @@ func (p *slowProxy) accept() {
 			defer client.Close()
 			defer server.Close()
 			for {
-				buf := make([]byte, 32<<10)
+				buf := make([]byte, p.chunk)
 				n, err := server.Read(buf)
 				if n > 0 {
-					timer := time.NewTimer(time.Duration(p.delay.Load()))
-					select {
-					case <-timer.C:
-					case <-p.done:
-						timer.Stop()
+					if !p.wait(time.Now()) {
 						return
 					}
 					if _, werr := client.Write(buf[:n]); werr != nil {
@@ -597,6 +633,83 @@ func TestFaultPoolExhausted(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestFaultPipelineBacklog: a Redis that answers slowly but steadily
+// (behind a proxy that forwards 128 bytes of replies every 40 ms, two or
+// three replies) gets 128 concurrent decisions at once, which the
+// auto-pipeliner puts on the wire together (PoolSize(2): 2 × 64 slots).
+// The replies take over 2 s to come back, longer than the 1.5 s Timeout,
+// although the first come back within tens of milliseconds: the calls that
+// miss the Timeout waited behind this process's own calls, and a busy client
+// is not a failing Redis. So no decision fails open and the breaker stays
+// closed: a call that times out while Redis answers others of this node is
+// saturation (the in-process fallback), not a Redis failure. Once the proxy
+// is fast, the same client counts exactly; and once it holds every reply,
+// Redis answers nothing in time: that is a failure, and the breaker opens.
+func TestFaultPipelineBacklog(t *testing.T) {
+	faultNoLeaks(t)
+	srv := redistest.Start(t)
+	proxy := startSlowProxyChunks(t, srv.Addr, 40*time.Millisecond, 128)
+	c := faultClient(t, &redis.Options{Addr: proxy.Addr(), PoolSize: 2})
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1000),
+		OnFailure(FailOpen), Timeout(1500*time.Millisecond), Breaker(3, time.Hour))
+	if p.backend.pipe == nil {
+		t.Fatal("the auto-pipeliner is off")
+	}
+	const callers = 2 * pipelineDepth
+	var fromRedis, timedOut, wrong atomic.Int64
+	var firstWrong atomic.Value
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for g := range callers {
+		wg.Go(func() {
+			<-gate
+			d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g))
+			if isTimeout(err) {
+				timedOut.Add(1)
+			}
+			switch {
+			case err == nil:
+				fromRedis.Add(1)
+			case !errors.Is(err, ErrSaturated) || !d.Local || !d.Allowed:
+				wrong.Add(1)
+				firstWrong.CompareAndSwap(nil, fmt.Sprintf("decision %+v, error %v", d, err))
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	t.Logf("%d of %d decisions answered by Redis, %d timed out behind the backlog", fromRedis.Load(), callers, timedOut.Load())
+	if wrong.Load() != 0 {
+		t.Errorf("%d decisions were neither answered by Redis nor given the saturation answer (the in-process fallback); the first: %v", wrong.Load(), firstWrong.Load())
+	}
+	if fromRedis.Load() == 0 || timedOut.Load() == 0 {
+		t.Fatalf("%d answered by Redis, %d timed out: the test needs both (a backlog that outlasts the Timeout while Redis answers)", fromRedis.Load(), timedOut.Load())
+	}
+	if st := p.backend.nodes.state(); st != "closed" {
+		t.Errorf("a backlog opened the breaker (%s): it is not a Redis failure", st)
+	}
+	proxy.SetDelay(0)
+	faultExact(t, c, 50)
+
+	// A Redis that answers none of the calls in time is failing: the
+	// proxy now holds every reply, and the breaker opens.
+	proxy.SetDelay(time.Hour)
+	var failedOpen atomic.Int64
+	for g := range 16 {
+		wg.Go(func() {
+			d, err := p.Allow(context.Background(), "hung"+strconv.Itoa(g))
+			if err != nil && !errors.Is(err, ErrSaturated) && d.Allowed && !d.Local {
+				failedOpen.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if st := p.backend.nodes.state(); st != "open" || failedOpen.Load() != 16 {
+		t.Errorf("Redis answering nothing: the breaker is %s and %d of 16 decisions failed open; want open and 16", st, failedOpen.Load())
+	}
+	proxy.SetDelay(0) // the held replies come: the Limiter's Close waits for its pipeliner's calls
 }
 
 // blockedClients returns the server's count of clients blocked in BLPOP

@@ -37,6 +37,10 @@ type node struct {
 	slots   chan struct{}
 	waiting atomic.Int64
 	pool    *redis.Client
+	// answered counts the calls Redis answered within their Timeout: a
+	// call that times out while it grows was not left waiting by Redis
+	// (see backend.run).
+	answered atomic.Uint64
 }
 
 func newNodes(client redis.Scripter, failures int, open time.Duration, slots int) *nodes {
