@@ -275,11 +275,15 @@
 //
 // A decision has two bounds, kept apart. Waiting in this process is not
 // Redis failing: a backend never has more calls on the wire than the
-// client's pool has connections, and a decision waits its turn for one, and
-// for calls in flight on its key, for at most [QueueTimeout] (default 1 s)
-// and its request's context. Once the call has its connection, Redis has
-// [Timeout] (default 1 s) to answer, on every kind of client, even
-// without ContextTimeoutEnabled and before a cluster's slots are loaded.
+// client's pool has connections (64 times that when they are
+// auto-pipelined), and a decision waits its turn for one, and for calls in
+// flight on its key, for at most [QueueTimeout] (default 1 s) and its
+// request's context. Once the call has its connection, Redis has [Timeout]
+// (default 1 s) to answer, on every kind of client, even without
+// ContextTimeoutEnabled and before a cluster's slots are loaded. A call
+// that misses the Timeout while Redis answers the backend's other calls to
+// that node in time waited behind this process's own calls, and is not a
+// Redis failure either.
 //
 // Every reply error has a class and an answer:
 //

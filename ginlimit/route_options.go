@@ -34,7 +34,8 @@ import (
 // holds a map, gets a backend per route.)
 //
 // ginlimit never has more calls on the wire than the client's pool has
-// connections (PoolSize); the rest wait their turn in process (see
+// connections (PoolSize), or 64 times that when they are auto-pipelined
+// (they share one connection); the rest wait their turn in process (see
 // [QueueTimeout]). Give ginlimit a client of its own, or a pool with room
 // for the application's commands too: when they hold every connection, a
 // decision waits for one and gets the saturation answer (see
@@ -74,8 +75,9 @@ const DefaultQueueTimeout = time.Second
 
 // QueueTimeout bounds how long a decision may wait in this process for one
 // of the backend's connections when every one is busy: the backend never
-// has more calls on the wire than the client's pool has connections, and
-// the rest wait their turn, up to d and the request's own context. A
+// has more calls on the wire than the client's pool has connections (64
+// times that when they are auto-pipelined), and the rest wait their turn,
+// up to d and the request's own context. A
 // decision that waited longer is not a Redis failure and does not open the
 // breaker; it gets the saturation answer (see [ErrSaturated]), never an
 // unlimited admission. [Timeout] starts when the call has its connection.
