@@ -1,7 +1,7 @@
 -- The single-rule driver: decides one request under one rule, atomically,
 -- in one call. It is the hot path, so it does nothing but that: it makes no
--- function and no table, calls none of the algorithm's parts, and tests its
--- settings with one cheap expression.
+-- function and no table, calls none of the algorithm's parts, and does not
+-- test its settings (lua.Single did, when it wrote them in).
 --
 -- lua.Single builds one script per rule: this file down to the line
 -- "-- prologue.lua", then prologue.lua, the algorithm's helpers (its file
@@ -10,6 +10,10 @@
 --
 --   local alg_name = 'sliding_log'
 --   local window, limit, param = 1000000, 100, 64
+--   local settings_bad = false
+--
+-- (settings_bad is true when a setting is out of range: lua.Single tests
+-- them in Go, once),
 --
 -- then the rest of this file, with each "-- @<section>" line replaced by
 -- the algorithm's section of that name, inline, inside repeat ... until
@@ -47,13 +51,13 @@ if cost == '1' then
 else
   cost = tonumber(cost)
 end
--- The settings and the cost are tested with one expression, then the
--- algorithm's validate section (ginlimit checks every rule once, at
--- start-up, so this only keeps a wrong script or caller from writing
--- nonsense); only when one fails does rule.lua say what is wrong.
+-- The cost is tested with one expression, then the algorithm's validate
+-- section (ginlimit checks every rule once, at start-up, so this only keeps
+-- a wrong script or caller from writing nonsense); only when one fails, or
+-- settings_bad says the settings are out of range, does rule.lua say what
+-- is wrong.
 local invalid
-if not cost or window < 1000 or window > 1e15 or limit < 1 or limit > 1e9 or param < 0 or param > 1e9
-  or cost < 1 or cost > 1e9 or window % 1 + limit % 1 + param % 1 + cost % 1 ~= 0 then
+if settings_bad or not cost or cost < 1 or cost > 1e9 or cost % 1 ~= 0 then
   invalid = true
 else
   repeat
