@@ -224,7 +224,7 @@ func BenchmarkMiddlewareRealRedis(b *testing.B) {
 // BenchmarkRedisDown serves a bare route and a limited route whose Redis is
 // gone over real loopback HTTP, alternating, once the breaker has opened,
 // and reports both p99 latencies and their ratio (issue 5's goal: at most
-// 2). Run: go test -run x -bench RedisDown -benchtime 20000x ./ginlimit
+// 2). Run: go test -run '^$' -bench RedisDown -benchtime 20000x ./ginlimit
 func BenchmarkRedisDown(b *testing.B) {
 	gin.SetMode(gin.ReleaseMode)
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, ContextTimeoutEnabled: true})
