@@ -271,7 +271,8 @@ var ErrSaturated = errors.New("ginlimit: no decision in time: the process is sat
 // waited behind this process's own calls (the auto-pipeliner's backlog on
 // the wire, or a connection of its own that stalls): that is a busy client,
 // not a failing Redis, so it is ErrSaturated. It returns the node's breaker,
-// nil when there is none.
+// nil when there is none. A saturated call (ErrSaturated) is no verdict
+// on Redis at all: it neither counts as a failure nor resets the count.
 func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *breaker, error) {
 	n, err := b.nodes.forKey(ctx, timeout, keys[0])
 	if err != nil {
@@ -326,7 +327,15 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	default:
 		failed = unavailable(err)
 	}
-	n.brk.done(probe, failed)
+	if errors.Is(err, ErrSaturated) {
+		// No verdict on Redis, either way: the breaker's count of failures
+		// in a row stands, and a probe lets the next call probe.
+		if probe {
+			n.brk.abandon()
+		}
+	} else {
+		n.brk.done(probe, failed)
+	}
 	return reply, n.brk, err
 }
 

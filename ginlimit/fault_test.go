@@ -712,6 +712,42 @@ func TestFaultPipelineBacklog(t *testing.T) {
 	proxy.SetDelay(0) // the held replies come: the Limiter's Close waits for its pipeliner's calls
 }
 
+// TestFaultSaturationIsNoVerdict: a saturation answer says nothing about
+// Redis, either way. Behind a proxy that holds every reply (a hung Redis),
+// with Breaker(2, …): a decision times out (one failure), a decision whose
+// request's context ends first gets the saturation answer, and the next
+// decision that times out is the second failure in a row, which opens the
+// breaker; the saturation answer between them must not have counted as a
+// success and reset the count. Every call here waits for a Redis that
+// answers nothing, so no outcome depends on a deadline being beaten.
+func TestFaultSaturationIsNoVerdict(t *testing.T) {
+	faultNoLeaks(t)
+	srv := redistest.Start(t)
+	proxy := startSlowProxy(t, srv.Addr, time.Hour)
+	c := faultClient(t, &redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(10),
+		OnFailure(FailClosed), Timeout(faultTimeout), Breaker(2, time.Hour))
+	ctx := context.Background()
+	if _, err := p.Allow(ctx, "a"); err == nil || errors.Is(err, ErrSaturated) {
+		t.Fatalf("a hung Redis: error %v, want a failure", err)
+	}
+	short, cancel := context.WithTimeout(ctx, faultTimeout/4)
+	defer cancel()
+	if _, err := p.Allow(short, "b"); !errors.Is(err, ErrSaturated) {
+		t.Fatalf("the request's context ended first: error %v, want ErrSaturated", err)
+	}
+	if st := p.backend.nodes.state(); st != "closed" {
+		t.Fatalf("after one failure the breaker is %s, want closed", st)
+	}
+	if _, err := p.Allow(ctx, "c"); err == nil || errors.Is(err, ErrSaturated) {
+		t.Fatalf("a hung Redis: error %v, want a failure", err)
+	}
+	if st := p.backend.nodes.state(); st != "open" {
+		t.Errorf("after two failures with a saturation answer between them the breaker is %s, want open: saturation counted as a success", st)
+	}
+	proxy.SetDelay(0) // the held replies come: the clients close at once
+}
+
 // blockedClients returns the server's count of clients blocked in BLPOP
 // and the like.
 func blockedClients(t *testing.T, c *redis.Client) int {
