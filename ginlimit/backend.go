@@ -302,7 +302,7 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 		if b.pipe != nil {
 			defer b.calls.Add(-1)
 		}
-		reply, err = b.runDirect(cctx, s, keys, args)
+		reply, err = b.runDirect(cctx, n, s, keys, args)
 	}
 	failed := false
 	switch {
@@ -318,11 +318,12 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 		// Redis answered other calls in time while this one waited, so it
 		// serves: this call waited behind this process's own.
 		err = mayHaveRun{fmt.Errorf("%w: %w", ErrSaturated, err)}
-	case errors.Is(err, context.DeadlineExceeded) && poolBusy(b.nodes.poolFor(n, keys[0])):
+	case errors.Is(err, context.DeadlineExceeded) && n.stranded.Load() == 0 && poolBusy(n.pool):
 		// go-redis gave up before the call reached the socket, with every
 		// connection of the pool busy: ginlimit never has more calls on the
-		// wire than the pool has connections, so the application's own
-		// commands hold them. That is a busy client, not a failing Redis.
+		// wire than the pool has connections, and none of its abandoned
+		// calls hold one, so the application's own commands hold them.
+		// That is a busy client, not a failing Redis.
 		err = fmt.Errorf("%w: %w", ErrSaturated, err)
 	default:
 		failed = unavailable(err)
@@ -378,14 +379,14 @@ func isNetTimeout(err error) bool {
 // the client's own ReadTimeout. At most the client's pool size of such
 // goroutines can wait on a hung server, because waiting for a pooled
 // connection does honour ctx.
-func (b *backend) runDirect(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, error) {
+func (b *backend) runDirect(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
 	switch {
 	case b.honours && !b.nodes.isCluster():
 		return ints(s.Run(ctx, b.client, keys, args...))
 	case b.bound != nil:
 		return ints(s.Run(ctx, b.bound, keys, args...))
 	}
-	return bounded(ctx, func() ([]int64, error) { return ints(s.Run(ctx, b.client, keys, args...)) })
+	return boundedCounting(ctx, &n.stranded, func() ([]int64, error) { return ints(s.Run(ctx, b.client, keys, args...)) })
 }
 
 // ints returns the integers of a script's reply (see lua.Ints).
@@ -491,14 +492,26 @@ const pipelineAbove = 2
 // bounded runs f in a goroutine and returns its result, or ctx's cause once
 // ctx has ended and f has not returned within boundedGrace.
 func bounded[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	return boundedCounting(ctx, nil, f)
+}
+
+// boundedCounting is bounded, and while f runs on after being abandoned,
+// it counts f in stranded (when not nil).
+func boundedCounting[T any](ctx context.Context, stranded *atomic.Int64, f func() (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
 	}
 	done := make(chan result, 1)
+	// state: 0 while both wait, 1 once the caller abandoned f (and
+	// counted it), 2 once f returned first.
+	var state atomic.Int32
 	go func() {
 		v, err := f()
 		done <- result{v, err}
+		if !state.CompareAndSwap(0, 2) && stranded != nil {
+			stranded.Add(-1)
+		}
 	}()
 	select {
 	case r := <-done:
@@ -511,9 +524,16 @@ func bounded[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	case r := <-done:
 		return r.v, r.err
 	case <-grace.C:
-		var zero T
-		return zero, cause(ctx)
 	}
+	if !state.CompareAndSwap(0, 1) {
+		r := <-done // f returned just now
+		return r.v, r.err
+	}
+	if stranded != nil {
+		stranded.Add(1)
+	}
+	var zero T
+	return zero, cause(ctx)
 }
 
 // The clients ginlimit is built for; each is a redis.Scripter.

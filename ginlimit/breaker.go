@@ -38,8 +38,10 @@ const (
 // turns it off. failures must be from 1 to math.MaxInt32, and open from
 // 1ns to an hour. The breaker belongs to the backend, which the routes of a
 // [Limiter] on one client share: a Redis outage opens it once for all of
-// them. On a *redis.ClusterClient each master has its own breaker, so a
-// dead master fails fast only for the keys it owns.
+// them. On a *redis.ClusterClient each master has its own breaker, and on
+// a *redis.Ring each shard, so a dead master or shard fails fast only for
+// the keys it owns. A saturated call ([ErrSaturated]) is no verdict: it
+// neither counts as a failure nor resets the count.
 func Breaker(failures int, open time.Duration) Option {
 	return routeOption(func(r *routeConfig) error {
 		switch {

@@ -61,7 +61,7 @@ type Decision struct {
 	// ban has left, and the 429 carries the ban's message.
 	Banned bool
 	// brk is the breaker that served the decision's call (per master on a
-	// cluster), for observers; nil if none did.
+	// cluster, per shard on a Ring), for observers; nil if none did.
 	brk *breaker
 	// decider is the rule that decided.
 	decider *rule

@@ -36,9 +36,10 @@
 //
 // The backend is the Redis call path of one client: a [Limiter] keeps one
 // per client, which loads every script once at start-up and holds the
-// circuit breakers (one per Redis, one per master on a cluster), the
-// auto-pipeliner and the bound on each call's time. It knows nothing about
-// HTTP or policy; the pipeline knows nothing about connections. One rule is
+// circuit breakers (one per Redis: per master on a cluster, per shard on a
+// Ring), the auto-pipeliner and the bound on each call's time. It knows
+// nothing about HTTP or policy; the pipeline knows nothing about
+// connections. One rule is
 // decided by its algorithm's own script, several by the several-rule
 // script; both take the same arguments and give the same reply, so the Go
 // side has one parse path.

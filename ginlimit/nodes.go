@@ -15,9 +15,10 @@ import (
 // faster than Redis can answer them, and a longer queue only adds latency.
 const maxWaiting = 10_000
 
-// nodes is what a backend keeps per Redis node: one node for a plain
-// client, one per master for a *redis.ClusterClient, so that a dead master
-// opens the breaker only for the keys it owns.
+// nodes is what a backend keeps per Redis server: one node for a plain
+// client, one per master for a *redis.ClusterClient and one per shard for a
+// *redis.Ring, so that a dead master or shard opens the breaker only for
+// the keys it owns, and another's answers say nothing about it.
 type nodes struct {
 	failures int
 	open     time.Duration
@@ -26,12 +27,13 @@ type nodes struct {
 	cluster  *redis.ClusterClient
 	ring     *redis.Ring
 	byAddr   sync.Map // master address -> *node
+	byShard  sync.Map // a Ring shard's *redis.Client -> *node
 }
 
-// node is one Redis node's circuit breaker (nil when off) and slots: a call
-// holds a slot while it is on the wire. pool is the go-redis client whose
-// connection pool serves the node (a plain client, or a cluster's master),
-// nil when that depends on the key (a Ring's shards: see poolFor).
+// node is one Redis server's circuit breaker (nil when off) and slots: a
+// call holds a slot while it is on the wire. pool is the go-redis client
+// whose connection pool serves the node (a plain client, a cluster's master
+// or a Ring's shard), nil for a client of another kind.
 type node struct {
 	brk     *breaker
 	slots   chan struct{}
@@ -41,6 +43,12 @@ type node struct {
 	// call that times out while it grows was not left waiting by Redis
 	// (see backend.run).
 	answered atomic.Uint64
+	// stranded counts the calls this process abandoned at their Timeout
+	// on a client that does not bound its reads by the context, and whose
+	// connection still waits for Redis's reply: while there are any, a
+	// full pool is Redis not answering, not the application's commands
+	// (see backend.run).
+	stranded atomic.Int64
 }
 
 func newNodes(client redis.Scripter, failures int, open time.Duration, slots int) *nodes {
@@ -56,16 +64,6 @@ func (ns *nodes) newNode(pool *redis.Client) *node {
 	return &node{brk: newBreaker(ns.failures, ns.open), slots: make(chan struct{}, ns.slots), pool: pool}
 }
 
-// poolFor returns the go-redis client whose connection pool serves key on
-// node n, or nil when there is none to tell (a client of another kind).
-func (ns *nodes) poolFor(n *node, key string) *redis.Client {
-	if n.pool != nil || ns.ring == nil {
-		return n.pool
-	}
-	c, _ := ns.ring.GetShardClientForKey(key)
-	return c
-}
-
 func (ns *nodes) isCluster() bool { return ns.cluster != nil }
 
 // forKey returns the node that serves key. On a cluster, finding it can
@@ -74,6 +72,9 @@ func (ns *nodes) isCluster() bool { return ns.cluster != nil }
 // whole (ns.one): a cluster whose slots cannot be loaded fails like a dead
 // Redis, and fails fast once that breaker opens.
 func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) (*node, error) {
+	if ns.ring != nil {
+		return ns.shardFor(key)
+	}
 	if ns.cluster == nil {
 		return ns.one, nil
 	}
@@ -98,6 +99,26 @@ func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) 
 		return n.(*node), nil
 	}
 	n, _ := ns.byAddr.LoadOrStore(addr, ns.newNode(master))
+	return n.(*node), nil
+}
+
+// shardFor returns the node of the Ring shard that serves key. The Ring
+// finds it in memory; when it has no shard up, that is a Redis failure of
+// the Ring as a whole (ns.one).
+func (ns *nodes) shardFor(key string) (*node, error) {
+	shard, err := ns.ring.GetShardClientForKey(key)
+	if err != nil {
+		ok, probe := ns.one.brk.allow()
+		if !ok {
+			return ns.one, ErrCircuitOpen
+		}
+		ns.one.brk.done(probe, true)
+		return ns.one, fmt.Errorf("no Ring shard for the key: %w", err)
+	}
+	if n, ok := ns.byShard.Load(shard); ok {
+		return n.(*node), nil
+	}
+	n, _ := ns.byShard.LoadOrStore(shard, ns.newNode(shard))
 	return n.(*node), nil
 }
 

@@ -70,7 +70,7 @@ type Event struct {
 	// [Policy.Reset]; "" otherwise.
 	By string
 	// Breaker is the state of the circuit breaker that served the
-	// decision (the backend's, per master on a cluster) after it: "closed", "open" or "half-open" ("" when it is off).
+	// decision (the backend's, per master on a cluster, per shard on a Ring) after it: "closed", "open" or "half-open" ("" when it is off).
 	Breaker string
 }
 
