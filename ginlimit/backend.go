@@ -144,11 +144,15 @@ func (b *backend) prepare(s *redis.Script) {
 	}
 	b.prepared[s.Hash()] = true
 	if b.loaded {
-		b.load(s)
+		// After one failure, later rules load on their first call, so a
+		// Redis that hung since start-up delays each route by no timeout.
+		b.loaded = b.load(s)
 	}
 }
 
-// loadTimeout bounds loading the scripts at start-up.
+// loadTimeout bounds loading the scripts at start-up. It is short because
+// a RateLimit without a Limiter makes its backend on the route's first
+// request.
 const loadTimeout = 100 * time.Millisecond
 
 // errTimedOut is the cause of a call's context when its Timeout ran out.
