@@ -185,12 +185,14 @@ func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Co
 	if p.backend.nodes.one.brk.state() == "open" {
 		open++
 	}
-	p.backend.nodes.byAddr.Range(func(_, v any) bool {
+	count := func(_, v any) bool {
 		if v.(*node).brk.state() == "open" {
 			open++
 		}
 		return true
-	})
+	}
+	p.backend.nodes.byAddr.Range(count)
+	p.backend.nodes.byShard.Range(count) // a Ring's shards (attack7)
 	return admitted, open, lastErr
 }
 

@@ -26,8 +26,9 @@ type nodes struct {
 	one      *node
 	cluster  *redis.ClusterClient
 	ring     *redis.Ring
-	byAddr   sync.Map // master address -> *node
-	byShard  sync.Map // a Ring shard's *redis.Client -> *node
+	byAddr   sync.Map   // master address -> *node
+	byShard  sync.Map   // a Ring shard's *redis.Client -> *node
+	shardMu  sync.Mutex // serialises adding a shard's node (and pruning)
 }
 
 // node is one Redis server's circuit breaker (nil when off) and slots: a
@@ -104,7 +105,7 @@ func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) 
 
 // shardFor returns the node of the Ring shard that serves key. The Ring
 // finds it in memory; when it has no shard up, that is a Redis failure of
-// the Ring as a whole (ns.one).
+// the Ring as a whole (ns.one), and a shard found is its success.
 func (ns *nodes) shardFor(key string) (*node, error) {
 	shard, err := ns.ring.GetShardClientForKey(key)
 	if err != nil {
@@ -115,11 +116,43 @@ func (ns *nodes) shardFor(key string) (*node, error) {
 		ns.one.brk.done(probe, true)
 		return ns.one, fmt.Errorf("no Ring shard for the key: %w", err)
 	}
+	// The Ring has a shard up again: its breaker, reported for decisions
+	// that reach no node, closes (done is two loads when it is closed).
+	ns.one.brk.done(false, false)
 	if n, ok := ns.byShard.Load(shard); ok {
 		return n.(*node), nil
 	}
-	n, _ := ns.byShard.LoadOrStore(shard, ns.newNode(shard))
-	return n.(*node), nil
+	return ns.addShard(shard), nil
+}
+
+// addShard returns shard's node, made now. A new shard client is the Ring
+// changing (SetAddrs makes one for each new address and closes those it
+// drops), so the nodes of the clients no longer in the Ring go: otherwise
+// a Ring whose shards move (a failover, a rescheduled server) would keep
+// a node, its closed client and its slots for every address it ever had.
+func (ns *nodes) addShard(shard *redis.Client) *node {
+	ns.shardMu.Lock()
+	defer ns.shardMu.Unlock()
+	if n, ok := ns.byShard.Load(shard); ok {
+		return n.(*node)
+	}
+	var mu sync.Mutex
+	live := map[*redis.Client]bool{}
+	_ = ns.ring.ForEachShard(context.Background(), func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		live[c] = true
+		mu.Unlock()
+		return nil
+	})
+	ns.byShard.Range(func(k, _ any) bool {
+		if !live[k.(*redis.Client)] {
+			ns.byShard.Delete(k)
+		}
+		return true
+	})
+	n := ns.newNode(shard)
+	ns.byShard.Store(shard, n)
+	return n
 }
 
 // state is the state of the breaker of the client as a whole, for

@@ -1,0 +1,272 @@
+package ginlimit
+
+// attack7: the per-shard nodes of a *redis.Ring and the stranded-call
+// count of boundedCounting (commit 5a8df04), against real redis-servers.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// eventLog records the Breaker field of observed events.
+type eventLog struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (o *eventLog) Observe(_ context.Context, e Event) {
+	o.mu.Lock()
+	o.events = append(o.events, e)
+	o.mu.Unlock()
+}
+
+func (o *eventLog) last() Event {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.events[len(o.events)-1]
+}
+
+// TestAttack7RingRecoveredReportsClosedBreaker: a Ring whose every shard
+// is gone for a moment (SetAddrs with none: GetShardClientForKey fails)
+// opens the Ring-wide breaker (ns.one). Once the shards are back, every
+// decision is answered by Redis, yet ns.one is never told: a decision that
+// reaches no node (a cached rejection) reports ns.one's state, "open" then
+// "half-open" for ever, and the metrics collector's breaker gauge stays 1
+// on a healthy Ring. On a cluster, ns.one is asked on every call and closes
+// with the first answer.
+func TestAttack7RingRecoveredReportsClosedBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	addrs := map[string]string{"a": srv.Addr}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = ring.Close() })
+	obs := &eventLog{}
+	const open = 50 * time.Millisecond
+	p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1),
+		OnFailure(FailClosed), Breaker(1, open), Observe(obs))
+	ctx := context.Background()
+	ring.SetAddrs(map[string]string{})
+	if _, err := p.Allow(ctx, "k"); err == nil {
+		t.Fatal("no shard: want an error")
+	}
+	if _, err := p.Allow(ctx, "k"); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("no shard, second call: %v, want ErrCircuitOpen", err)
+	}
+	ring.SetAddrs(addrs)
+	time.Sleep(2 * open)
+	if d, err := p.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("shard back: %+v %v", d, err)
+	}
+	if d, err := p.Allow(ctx, "k"); err != nil || d.Allowed {
+		t.Fatalf("shard back, over the limit: %+v %v", d, err)
+	}
+	// A decision that reaches no node (a cached rejection, once the
+	// reset subscription is up) reports the Ring-wide breaker's state.
+	for range 50 {
+		if d, err := p.Allow(ctx, "k"); err == nil && d.Cached {
+			if e := obs.last(); e.Breaker != "closed" {
+				t.Errorf("the Ring answers every decision again, but a cached rejection reports breaker %q", e.Breaker)
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := p.backend.nodes.state(); s != "closed" {
+		t.Errorf("the Ring answers every decision again, but its Ring-wide breaker, reported for decisions that reach no node, is %q", s)
+	}
+}
+
+// TestAttack7RingShardChurnKeepsNoStaleNodes: service discovery moves a
+// Ring shard between two addresses (a failover, a rescheduled pod) many
+// times. Each move makes go-redis a new shard *redis.Client and closes the
+// old one; ginlimit makes a node for each, and kept every one for ever
+// (the closed client, its pool and a slot channel of PoolSize each): the
+// sync.Map grew by one per move. Want: no more nodes than shards in use.
+func TestAttack7RingShardChurnKeepsNoStaleNodes(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s": a.Addr}})
+	t.Cleanup(func() { _ = ring.Close() })
+	p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000), OnFailure(FailClosed))
+	ctx := context.Background()
+	const moves = 100
+	for i := range moves {
+		addr := a.Addr
+		if i%2 == 1 {
+			addr = b.Addr
+		}
+		ring.SetAddrs(map[string]string{"s": addr})
+		if _, err := p.Allow(ctx, "k"); err != nil {
+			t.Fatalf("move %d: %v", i, err)
+		}
+	}
+	n := 0
+	p.backend.nodes.byShard.Range(func(_, _ any) bool { n++; return true })
+	t.Logf("%d nodes after %d moves of one shard", n, moves)
+	if n > 2 {
+		t.Errorf("%d nodes kept for a Ring of one shard after %d moves: stale shards' nodes leak", n, moves)
+	}
+}
+
+// TestAttack7RingReaddedShardGetsAFreshBreaker: a shard removed (its
+// breaker open) and added back at the same address is a new go-redis
+// client; its node must not be the old one's with the breaker still open.
+func TestAttack7RingReaddedShardGetsAFreshBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := startSlowProxy(t, srv.Addr, time.Hour)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s": proxy.Addr()}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = ring.Close() })
+	p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000),
+		OnFailure(FailClosed), Timeout(faultTimeout), Breaker(1, time.Hour))
+	ctx := context.Background()
+	_, _ = p.Allow(ctx, "k")
+	if _, err := p.Allow(ctx, "k"); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("hung shard: %v, want ErrCircuitOpen", err)
+	}
+	proxy.SetDelay(0)
+	ring.SetAddrs(map[string]string{})
+	ring.SetAddrs(map[string]string{"s": proxy.Addr()})
+	if d, err := p.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("re-added shard: %+v %v", d, err)
+	}
+}
+
+// burnCPU runs two busy loops (this machine's two cores) until t ends.
+func burnCPU(t *testing.T) {
+	for range 2 {
+		cmd := exec.Command("timeout", "300", "sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+}
+
+// TestAttack7BusyRingPoolUnderLoad is TestAttack5BusyRingPoolTripsBreaker
+// with a pool of 4 held by four application BLPOPs, 16 concurrent
+// decisions and both cores busy: Redis is healthy, so no breaker may open
+// and nothing may be admitted by FailOpen. A call abandoned while it only
+// waited for a pooled connection is counted stranded when its goroutine
+// is not back within boundedGrace (1 ms, little on a loaded machine), and
+// while it is, another decision's pool-wait deadline is a Redis failure.
+func TestAttack7BusyRingPoolUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	if os.Getenv("NOBURN") == "" {
+		burnCPU(t)
+	}
+	for round := range 5 {
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}, PoolSize: 4})
+		ctx := context.Background()
+		if err := ring.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l, err := New(Redis(ring), Timeout(100*time.Millisecond), QueueTimeout(time.Second),
+			Breaker(1, time.Minute), OnFailure(FailOpen), DenyCache(0), AutoPipeline(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := l.Policy(Key(prefix(t)+strconv.Itoa(round)), Window(time.Hour), Limit(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hold sync.WaitGroup
+		for i := range 4 {
+			hold.Go(func() { _ = ring.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing"+strconv.Itoa(i)).Err() })
+		}
+		time.Sleep(200 * time.Millisecond)
+		var admitted, failed atomic.Int64
+		var first atomic.Value
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for range 3 {
+					d, err := p.Allow(ctx, "client")
+					if d.Allowed {
+						admitted.Add(1)
+					}
+					if err != nil && !errors.Is(err, ErrSaturated) {
+						failed.Add(1)
+						first.CompareAndSwap(nil, err.Error())
+					}
+				}
+			})
+		}
+		wg.Wait()
+		hold.Wait()
+		open := 0
+		p.backend.nodes.byShard.Range(func(_, v any) bool {
+			if v.(*node).brk.state() != "closed" {
+				open++
+			}
+			return true
+		})
+		_ = l.Close()
+		_ = ring.Close()
+		t.Logf("round %d: %d admitted, %d failures (first %v), %d breakers open", round, admitted.Load(), failed.Load(), first.Load(), open)
+		if admitted.Load() > 2 || failed.Load() > 0 || open > 0 {
+			t.Fatalf("round %d: application holds the pool (Redis healthy): %d of 48 admitted at Limit(1) (fallback 1, Redis 1 after the BLPOPs), %d Redis failures (first: %v), %d breakers open",
+				round, admitted.Load(), failed.Load(), first.Load(), open)
+		}
+	}
+}
+
+// TestAttack7StrandedNeverNegative: boundedCounting's count, watched while
+// many calls return right about when they are abandoned: it must never be
+// below zero (that reads as "stranded calls" to run's poolBusy rule) and
+// must end at zero.
+func TestAttack7StrandedNeverNegative(t *testing.T) {
+	var stranded atomic.Int64
+	var minSeen atomic.Int64
+	stop := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if v := stranded.Load(); v < minSeen.Load() {
+				minSeen.Store(v)
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 300 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				d := time.Millisecond + time.Duration((g*300+i)%40)*50*time.Microsecond
+				_, _ = boundedCounting(ctx, &stranded, func() (int, error) {
+					time.Sleep(d)
+					return 0, nil
+				})
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(time.Second)
+	for stranded.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	watch.Wait()
+	if v := stranded.Load(); v != 0 {
+		t.Errorf("stranded ends at %d, want 0", v)
+	}
+	if m := minSeen.Load(); m < 0 {
+		t.Errorf("stranded went down to %d", m)
+	}
+	_ = fmt.Sprint()
+}
