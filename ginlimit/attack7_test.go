@@ -270,3 +270,32 @@ func TestAttack7StrandedNeverNegative(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// TestAttack7RingExactUnderLoad: a Ring of two shards, 400 concurrent
+// callers on 8 keys of limit 40 (ten calls each), both cores busy and the
+// race detector on: every key admits exactly 40, nothing errs.
+func TestAttack7RingExactUnderLoad(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	if os.Getenv("NOBURN") == "" {
+		burnCPU(t)
+	}
+	for _, cte := range []bool{false, true} {
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}, ContextTimeoutEnabled: cte})
+		t.Cleanup(func() { _ = ring.Close() })
+		p := mustPolicy(t, Redis(ring), Key(prefix(t)+strconv.FormatBool(cte)), Window(time.Hour), Limit(40),
+			Timeout(time.Minute), QueueTimeout(time.Minute), OnFailure(FailClosed))
+		var per [8]atomic.Int64
+		allowConcurrently(t, 400, 10, func(g int) (Decision, error) {
+			d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g%8))
+			if d.Allowed {
+				per[g%8].Add(1)
+			}
+			return d, err
+		})
+		for k := range per {
+			if n := per[k].Load(); n != 40 {
+				t.Errorf("ContextTimeoutEnabled=%v: key %d admitted %d, want 40", cte, k, n)
+			}
+		}
+	}
+}

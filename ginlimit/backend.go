@@ -405,8 +405,13 @@ func ints(cmd *redis.Cmd) ([]int64, error) {
 // boundedGrace is how long bounded waits, once ctx has ended, for f to
 // return: go-redis ends a wait for a pooled connection with the context, so
 // such a call returns its own context error at once, while a call on the
-// wire of a client that ignores the context does not return.
-const boundedGrace = time.Millisecond
+// wire of a client that ignores the context does not return. "At once" is
+// its goroutine being scheduled: 1 ms was too little on a loaded machine
+// (TestAttack7BusyRingPoolUnderLoad), and a call that only waited for a
+// connection the application held was then taken for one Redis left
+// unanswered (a failure, and a stranded call making its siblings' pool
+// waits failures too).
+const boundedGrace = 20 * time.Millisecond
 
 // runPipelined submits the script's EVALSHA to the auto-pipeliner and waits
 // for it no longer than ctx. The pipeliner runs commands on its own context,
@@ -529,12 +534,17 @@ func boundedCounting[T any](ctx context.Context, stranded *atomic.Int64, f func(
 		return r.v, r.err
 	case <-grace.C:
 	}
-	if !state.CompareAndSwap(0, 1) {
-		r := <-done // f returned just now
-		return r.v, r.err
-	}
+	// Counted before the CAS that lets f's goroutine uncount it, so the
+	// count never dips below zero (which run would read as stranded calls).
 	if stranded != nil {
 		stranded.Add(1)
+	}
+	if !state.CompareAndSwap(0, 1) {
+		if stranded != nil {
+			stranded.Add(-1)
+		}
+		r := <-done // f returned just now
+		return r.v, r.err
 	}
 	var zero T
 	return zero, cause(ctx)
