@@ -19,6 +19,35 @@ import (
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
+// healthyTraffic makes decisions on keys, one goroutine each, a
+// millisecond apart, until the returned stop is called; stop waits for
+// them and returns how many Redis answered.
+func healthyTraffic(p *Policy, keys []string) (stop func() int64) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	for _, k := range keys {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, err := p.Allow(context.Background(), k); err == nil {
+					answered.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	return func() int64 {
+		close(done)
+		wg.Wait()
+		return answered.Load()
+	}
+}
+
 // TestAttack6RingSlowShardIsAFailure: a Ring of two shards, one healthy and
 // one behind a proxy that delays every reply by 300 ms (a Redis that never
 // answers within the 100 ms Timeout, though its PINGs come back within the
@@ -60,25 +89,7 @@ func TestAttack6RingSlowShardIsAFailure(t *testing.T) {
 					fastKeys = append(fastKeys, k)
 				}
 			}
-			// Healthy traffic on the fast shard throughout.
-			stop := make(chan struct{})
-			var bg sync.WaitGroup
-			var fastOK atomic.Int64
-			for _, k := range fastKeys {
-				bg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if _, err := p.Allow(context.Background(), k); err == nil {
-							fastOK.Add(1)
-						}
-						time.Sleep(time.Millisecond)
-					}
-				})
-			}
+			stopFast := healthyTraffic(p, fastKeys) // on the fast shard throughout
 			var saturated, failedOpen, other atomic.Int64
 			var first, firstFailed atomic.Value
 			var wg sync.WaitGroup
@@ -100,9 +111,8 @@ func TestAttack6RingSlowShardIsAFailure(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			close(stop)
-			bg.Wait()
-			t.Logf("slow shard: %d saturated, %d failed open, %d other; fast shard answered %d; first failure: %v", saturated.Load(), failedOpen.Load(), other.Load(), fastOK.Load(), firstFailed.Load())
+			fastOK := stopFast()
+			t.Logf("slow shard: %d saturated, %d failed open, %d other; fast shard answered %d; first failure: %v", saturated.Load(), failedOpen.Load(), other.Load(), fastOK, firstFailed.Load())
 			if saturated.Load() != 0 {
 				t.Errorf("%d of %d decisions on a shard that answers nothing in time were taken for saturation, because another shard answered; the first: %v",
 					saturated.Load(), 5*len(slowKeys), first.Load())
@@ -154,24 +164,7 @@ func TestAttack6ClusterPausedMasterIsAFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			pausedAt := time.Now()
-			stop := make(chan struct{})
-			var bg sync.WaitGroup
-			var fastOK atomic.Int64
-			for _, k := range fastKeys {
-				bg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if _, err := p.Allow(context.Background(), k); err == nil {
-							fastOK.Add(1)
-						}
-						time.Sleep(time.Millisecond)
-					}
-				})
-			}
+			stopFast := healthyTraffic(p, fastKeys) // on the other masters throughout
 			var saturated, failedOpen, other atomic.Int64
 			var first, firstOther atomic.Value
 			var wg sync.WaitGroup
@@ -193,11 +186,10 @@ func TestAttack6ClusterPausedMasterIsAFailure(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			close(stop)
-			bg.Wait()
+			fastOK := stopFast()
 			_ = admin.Do(context.Background(), "client", "unpause").Err()
 			t.Logf("paused master: %d saturated, %d failed open, %d other (%v); the others answered %d",
-				saturated.Load(), failedOpen.Load(), other.Load(), firstOther.Load(), fastOK.Load())
+				saturated.Load(), failedOpen.Load(), other.Load(), firstOther.Load(), fastOK)
 			if saturated.Load() != 0 {
 				t.Errorf("%d decisions on a paused master were taken for saturation; the first: %v", saturated.Load(), first.Load())
 			}
