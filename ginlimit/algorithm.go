@@ -192,7 +192,7 @@ func SubWindows(n int) RuleOption {
 // limit.
 func Burst(n int) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
-		if n < 1 || n > 1e9 {
+		if n < 1 || n > lua.MaxParam {
 			return fmt.Errorf("Burst(%d): the burst must be between 1 and 1e9", n)
 		}
 		r.burst = n

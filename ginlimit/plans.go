@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // Limits chosen per request: a rule declares, at start-up, the plans it can
@@ -88,7 +89,7 @@ func checkPlans(what string, plans map[string]Plan) error {
 		switch {
 		case name == "" || len(name) > 64:
 			return fmt.Errorf("%s: plan %q: want a name of 1 to 64 bytes", what, name)
-		case p.Limit < 1 || p.Limit > 1e9:
+		case p.Limit < 1 || p.Limit > lua.MaxLimit:
 			return fmt.Errorf("%s: plan %q has limit %d, want 1 to 1e9", what, name, p.Limit)
 		case p.Window != 0 && (p.Window < time.Millisecond || p.Window > maxWindow):
 			return fmt.Errorf("%s: plan %q has window %v, want 0 (the rule's) or 1ms to %v", what, name, p.Window, maxWindow)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // The rule options of the annotation's own fields and of cost. The
@@ -15,7 +17,7 @@ import (
 
 // maxWindow is the longest window the scripts accept (1e15 µs, about 31
 // years).
-const maxWindow = 1e15 * time.Microsecond
+const maxWindow = lua.MaxWindow * time.Microsecond
 
 // Key sets the Redis key prefix, the Java annotation's key. The default is
 // [DefaultKey]. It must not be empty and must not contain '{' or '}', which
@@ -64,7 +66,7 @@ func Window(d time.Duration) RuleOption {
 // [DefaultLimit]. It must be between 1 and 1e9.
 func Limit(n int) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
-		if n < 1 || n > 1e9 {
+		if n < 1 || n > lua.MaxLimit {
 			return fmt.Errorf("Limit(%d): the limit must be between 1 and 1e9", n)
 		}
 		r.limit = n
@@ -91,7 +93,7 @@ func Message(msg string) RuleOption {
 // queued.
 func Cost(n int) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
-		if n < 1 || n > 1e9 {
+		if n < 1 || n > lua.MaxCost {
 			return fmt.Errorf("Cost(%d): the cost must be between 1 and 1e9", n)
 		}
 		r.cost, r.costFunc = n, nil
