@@ -255,21 +255,23 @@ func (r *rule) counts(k dimKind) bool {
 // who is the identity part of a request's key: one part per dimension of
 // the rule (none for a whole-route rule), each a label ("user", "ip",
 // "anon", "p.id", ...), its value, and which bytes of the value stand for
-// themselves in a key. The text of an IP address lives in buf, so that no
-// allocation is needed for it.
+// themselves in a key. The text of an IP address is appended to text, which
+// the caller may point at memory of its own (a request's), so that no
+// allocation is needed for it: a who then lives on the caller's stack (it
+// must not hold its own buffer: a value pointing into the struct that holds
+// it sends the struct to the heap).
 type who struct {
 	parts [maxDims]part
 	n     int
-	used  int // bytes of buf in use
-	buf   [96]byte
+	text  []byte
 }
 
 type part struct {
 	label, value string
-	safe         func(byte) bool
+	safe         charset
 }
 
-func (w *who) add(label, value string, safe func(byte) bool) {
+func (w *who) add(label, value string, safe charset) {
 	w.parts[w.n] = part{label, value, safe}
 	w.n++
 }
@@ -296,7 +298,7 @@ func (d Dimension) body400() string {
 // identify finds the request's identity for rule r. With HashIdentities
 // the text is an HMAC of the identity instead of the identity.
 func (r *rule) identify(c *gin.Context, w *who) error {
-	w.n, w.used = 0, 0
+	w.n, w.text = 0, w.text[:0]
 	for _, d := range r.dims {
 		switch d.kind {
 		case dimIP:
@@ -389,15 +391,15 @@ func (r *rule) clientIP(c *gin.Context, w *who, label string) error {
 // IPv4 address itself, an IPv6 address its bucket (see
 // identity.IP.Bucket).
 func (r *rule) ipWho(w *who, addr netip.Addr, label string) {
-	var text []byte
-	free := w.buf[w.used:w.used]
+	start := len(w.text)
 	if addr.Is4() {
-		text = addr.AppendTo(free)
+		w.text = addr.AppendTo(w.text)
 	} else {
-		text = r.ips.Bucket(addr).AppendTo(free)
+		w.text = r.ips.Bucket(addr).AppendTo(w.text)
 	}
-	w.used = min(w.used+len(text), len(w.buf))
-	w.add(label, unsafeString(text), routeSafe)
+	// Appending never rewrites bytes below len, and an append that moves
+	// the text leaves the earlier parts on the old array, still theirs.
+	w.add(label, unsafeString(w.text[start:]), routeSafe)
 }
 
 // logTag is what a log line may say about the identity of a request: the

@@ -135,7 +135,7 @@ func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 // targetWho sets w to the identity t names for rule r, as identify would
 // for a request from it. Every part of t must be used by the rule.
 func (r *rule) targetWho(w *who, t Target) error {
-	w.n, w.used = 0, 0
+	w.n, w.text = 0, w.text[:0]
 	usedUser, usedIP, usedValues := false, false, 0
 	for _, d := range r.dims {
 		switch d.kind {

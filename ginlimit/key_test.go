@@ -212,3 +212,27 @@ func TestCounterKeysOfThePreviousFormat(t *testing.T) {
 		t.Fatalf("the counter's key is a %s, want a string", typ)
 	}
 }
+
+// TestCharsets pins each charset to its definition, byte by byte: the bit
+// masks of idSafe are easy to get wrong, and a byte that wrongly stands for
+// itself could let one identity spell another's key.
+func TestCharsets(t *testing.T) {
+	for i := range 256 {
+		b := byte(i)
+		wantRoute := b > ' ' && b < 0x7f && b != '%' && b != '{' && b != '}'
+		wantID := 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' ||
+			b != 0 && strings.IndexByte("-._~@:+=", b) >= 0
+		if got := routeSafe.safe(b); got != wantRoute {
+			t.Errorf("routeSafe.safe(%#x) = %v, want %v", b, got, wantRoute)
+		}
+		if got := idSafe.safe(b); got != wantID {
+			t.Errorf("idSafe.safe(%#x) = %v, want %v", b, got, wantID)
+		}
+	}
+	if got, want := escape("a b{c}%d\x00é~", idSafe), "a%20b%7Bc%7D%25d%00%C3%A9~"; got != want {
+		t.Errorf("escape(idSafe) = %q, want %q", got, want)
+	}
+	if got, want := escape("GET /a b/{x}%", routeSafe), "GET%20/a%20b/%7Bx%7D%25"; got != want {
+		t.Errorf("escape(routeSafe) = %q, want %q", got, want)
+	}
+}

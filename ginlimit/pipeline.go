@@ -29,7 +29,7 @@ type call struct {
 	gen     uint64    // the deny cache's generation then (see hub.learnable)
 	probe   bool      // the call checks a lapsed cached rejection (see denyCache.enter)
 	counted *keyState // the deny cache's count of this call in flight, or nil
-	who     who       // the identity the key was built from
+	tag     string    // what a debug line may say of the identity (who.logTag); set only while the logger writes debug lines
 }
 
 // request is the memory of one decision, in one allocation for one rule:
@@ -43,7 +43,7 @@ type request struct {
 	one    [1]call
 	oneKey [1]string
 	vals   [6]string
-	buf    [96]byte
+	buf    [80]byte // the header values; before them, an IP address's text in the key (prepare)
 }
 
 // newRequest returns the memory of a decision on every rule of p: one call
@@ -61,16 +61,13 @@ func (p *Policy) newRequest(s scope) *request {
 // addBan puts the penalty of the rule whose call is req.calls[j+1] at
 // req.calls[j], on the same identity, and returns j+1; for a rule without a
 // Ban it returns j.
-func (p *Policy) addBan(req *request, j int, r *rule, w *who) int {
+func (p *Policy) addBan(req *request, j int, r *rule, w *who, tag string) int {
 	if r.ban == nil {
 		return j
 	}
 	pc := &req.calls[j]
-	pc.rule, pc.cost = r.ban, 1
+	pc.rule, pc.cost, pc.tag = r.ban, 1, tag
 	pc.key = buildKey(r.ban, p.named, req.scope, w)
-	if w != nil {
-		pc.who = *w
-	}
 	req.keys[j] = pc.key
 	return j + 1
 }
@@ -134,7 +131,13 @@ func (p *Policy) serve(c *gin.Context) {
 
 // prepare finds each rule's identity, key and cost for req, or answers the
 // request (401, 400 or 500) and returns false.
+//
+// The identity lives on prepare's stack, its IP text in req.buf (free until
+// the headers are written): only the keys leave it, and, while the logger
+// writes debug lines, the identity's log tag.
 func (p *Policy) prepare(c *gin.Context, req *request, rules []*rule) bool {
+	w := who{text: req.buf[:0]}
+	tags := p.debugEnabled(c.Request.Context())
 	i := 0
 	for _, r := range rules {
 		if r.plans != nil {
@@ -145,13 +148,16 @@ func (p *Policy) prepare(c *gin.Context, req *request, rules []*rule) bool {
 			j++
 		}
 		cl := &req.calls[j]
-		if err := r.identify(c, &cl.who); err != nil {
+		if err := r.identify(c, &w); err != nil {
 			p.identityFailed(c, r, err)
 			return false
 		}
-		i = p.addBan(req, i, r, &cl.who)
+		if tags {
+			cl.tag = w.logTag(r, p.secret)
+		}
+		i = p.addBan(req, i, r, &w, cl.tag)
 		cl.rule = r
-		cl.key = buildKey(r, p.named, req.scope, &cl.who)
+		cl.key = buildKey(r, p.named, req.scope, &w)
 		req.keys[i] = cl.key
 		cl.cost = r.cost
 		if r.costFunc != nil {
@@ -193,7 +199,7 @@ func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (De
 	req := p.newRequest(scope{route: key})
 	i := 0
 	for _, r := range p.rules {
-		i = p.addBan(req, i, r, nil)
+		i = p.addBan(req, i, r, nil, "")
 		cl := &req.calls[i]
 		cl.rule, cl.cost = r, n
 		if ownCost {

@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -282,23 +283,34 @@ func unixCeil(d *Decision) int64 {
 // so a flood does not flood the log. It names the rule and the route, and
 // the identity only by a short keyed hash (see who.logTag).
 func (p *Policy) debug(c *gin.Context, req *request, msg string) {
-	l := p.logger
-	if l == nil {
-		l = slog.Default()
-	}
 	ctx := c.Request.Context()
-	if !l.Enabled(ctx, slog.LevelDebug) {
+	if !p.debugEnabled(ctx) {
 		return
 	}
 	d := &req.d
 	attrs := []slog.Attr{slog.String("rule", d.Rule), slog.String("route", c.FullPath()), slog.Duration("retry_after", d.RetryAfter)}
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.rule == d.decider {
-			if tag := cl.who.logTag(cl.rule, p.secret); tag != "" {
-				attrs = append(attrs, slog.String("identity", tag))
+			if cl.tag != "" {
+				attrs = append(attrs, slog.String("identity", cl.tag))
 			}
 			break
 		}
 	}
-	p.debugLogs.log(ctx, l, slog.LevelDebug, msg, attrs...)
+	p.debugLogs.log(ctx, p.log(), slog.LevelDebug, msg, attrs...)
+}
+
+// log is the policy's logger: its Logger option's, or slog's default.
+func (p *Policy) log() *slog.Logger {
+	if p.logger != nil {
+		return p.logger
+	}
+	return slog.Default()
+}
+
+// debugEnabled reports whether the policy's logger writes debug lines now.
+// prepare asks once per request, so a refusal's debug line can name the
+// identity by its tag (see debug).
+func (p *Policy) debugEnabled(ctx context.Context) bool {
+	return p.log().Enabled(ctx, slog.LevelDebug)
 }
