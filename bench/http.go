@@ -20,6 +20,7 @@ import (
 
 	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // httpResult compares one gin route with and without the rate limit
@@ -38,6 +39,9 @@ type httpResult struct {
 	// Reply is the script reply that the canned-reply hook answers with
 	// (nil against real Redis): the packed string ginlimit's scripts reply.
 	Reply interface{}
+	// GoRedis is the go-redis call alone on the canned client (see
+	// goRedisCall); zero against real Redis, where it is a round trip.
+	GoRedis testing.BenchmarkResult
 }
 
 // httpClients is the number of client addresses the requests cycle through:
@@ -286,6 +290,40 @@ func (e *env) benchHTTP(ctx context.Context, canned bool) (httpResult, error) {
 
 	res.Bare, _, _ = serve(bare, reqs)
 	res.Limited, res.Non200, res.NonDecisions = serve(limited, reqs)
+	if canned {
+		if res.GoRedis, err = goRedisCall(rdb, e.cfg.limit, e.cfg.window); err != nil {
+			return httpResult{}, err
+		}
+	}
+	return res, nil
+}
+
+// goRedisCall benchmarks the go-redis share of one limited request: the
+// call the middleware makes for its rule (Script.Run of the rule's script
+// with a key of the route's shape and the arguments ginlimit sends, then
+// Result), on the same client, so with the same canned reply and its copy.
+// The keys are built beforehand: building them is ginlimit's work, as is
+// decoding the reply, which is left out.
+func goRedisCall(rdb *redis.Client, limit int, window time.Duration) (testing.BenchmarkResult, error) {
+	script := redis.NewScript(lua.Single(ginlimit.SlidingLog.String(), window.Microseconds(), int64(limit), 64))
+	keys := make([][]string, httpClients)
+	for i, addr := range clientAddrs() {
+		keys[i] = []string{"bench:http:sl:{GET /r/:id ip:" + addr + "}"}
+	}
+	args := []any{"", 1}
+	ctx := context.Background()
+	var failed error
+	res := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := script.Run(ctx, rdb, keys[i%len(keys)], args...).Result(); err != nil && failed == nil {
+				failed = err
+			}
+		}
+	})
+	if failed != nil {
+		return res, fmt.Errorf("the go-redis call alone: %w", failed)
+	}
 	return res, nil
 }
 
