@@ -28,6 +28,7 @@ type call struct {
 	sent    int64     // the deny cache's clock when the call was let through
 	gen     uint64    // the deny cache's generation then (see hub.learnable)
 	probe   bool      // the call checks a lapsed cached rejection (see denyCache.enter)
+	tagged  bool      // tag was set: the logger wrote debug lines when prepare ran
 	counted *keyState // the deny cache's count of this call in flight, or nil
 	tag     string    // what a debug line may say of the identity (who.logTag); set only while the logger writes debug lines
 }
@@ -61,12 +62,12 @@ func (p *Policy) newRequest(s scope) *request {
 // addBan puts the penalty of the rule whose call is req.calls[j+1] at
 // req.calls[j], on the same identity, and returns j+1; for a rule without a
 // Ban it returns j.
-func (p *Policy) addBan(req *request, j int, r *rule, w *who, tag string) int {
+func (p *Policy) addBan(req *request, j int, r *rule, w *who, tag string, tagged bool) int {
 	if r.ban == nil {
 		return j
 	}
 	pc := &req.calls[j]
-	pc.rule, pc.cost, pc.tag = r.ban, 1, tag
+	pc.rule, pc.cost, pc.tag, pc.tagged = r.ban, 1, tag, tagged
 	pc.key = buildKey(r.ban, p.named, req.scope, w)
 	req.keys[j] = pc.key
 	return j + 1
@@ -153,9 +154,9 @@ func (p *Policy) prepare(c *gin.Context, req *request, rules []*rule) bool {
 			return false
 		}
 		if tags {
-			cl.tag = w.logTag(r, p.secret)
+			cl.tag, cl.tagged = w.logTag(r, p.secret), true
 		}
-		i = p.addBan(req, i, r, &w, cl.tag)
+		i = p.addBan(req, i, r, &w, cl.tag, tags)
 		cl.rule = r
 		cl.key = buildKey(r, p.named, req.scope, &w)
 		req.keys[i] = cl.key
@@ -199,7 +200,7 @@ func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (De
 	req := p.newRequest(scope{route: key})
 	i := 0
 	for _, r := range p.rules {
-		i = p.addBan(req, i, r, nil, "")
+		i = p.addBan(req, i, r, nil, "", false)
 		cl := &req.calls[i]
 		cl.rule, cl.cost = r, n
 		if ownCost {

@@ -291,8 +291,17 @@ func (p *Policy) debug(c *gin.Context, req *request, msg string) {
 	attrs := []slog.Attr{slog.String("rule", d.Rule), slog.String("route", c.FullPath()), slog.Duration("retry_after", d.RetryAfter)}
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.rule == d.decider {
-			if cl.tag != "" {
-				attrs = append(attrs, slog.String("identity", cl.tag))
+			tag := cl.tag
+			if !cl.tagged {
+				// The logger was switched to debug after prepare asked
+				// it: the identity is found again, for this line only.
+				var w who
+				if cl.rule.identify(c, &w) == nil {
+					tag = w.logTag(cl.rule, p.secret)
+				}
+			}
+			if tag != "" {
+				attrs = append(attrs, slog.String("identity", tag))
 			}
 			break
 		}

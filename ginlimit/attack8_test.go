@@ -1,0 +1,381 @@
+package ginlimit
+
+// attack8: commit 39a19b3 (a request's identity text in req.buf, a call
+// keeping only its log tag, key escaping by charset), against the code
+// before it.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/identity"
+)
+
+// attack8Digest is the SHA-256 of attack8Lines as the code before 39a19b3
+// wrote them (bb2d903~2, with the per-who 96-byte buffer, a copy of who per
+// call, and func(byte) bool escaping).
+const attack8Digest = "0beb2e7f210f17ba0fb91bde305bf135365f72470361b1347343f42ad191b676"
+
+// TestAttack8KeysAndTagsMatchPreChange: for 16 route configurations (IP,
+// IPv6 buckets of /128 and /7, users, AnonymousByIP, several IP parts in
+// one rule, params, headers, funcs, HashIdentities, Ban, plans, Rules,
+// InFlight) and 856 requests (every single byte, random text of 1 to 1000
+// bytes with '%', '{', '}', NUL, DEL, non-UTF-8), every key, every debug
+// line's identity tag, every Target's keys and every Policy.Allow key is
+// what the code before the change produced, byte for byte.
+func TestAttack8KeysAndTagsMatchPreChange(t *testing.T) {
+	lines := attack8Lines(t)
+	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
+	if got := hex.EncodeToString(sum[:]); got != attack8Digest {
+		t.Fatalf("%d lines, digest %s, want %s (the pre-change keys and tags)", len(lines), got, attack8Digest)
+	}
+}
+
+// attack8Tags is a slog handler that keeps the identity attribute of each
+// record ("-" for none), at level's level or, without one, every level.
+type attack8Tags struct {
+	level *slog.LevelVar
+	mu    sync.Mutex
+	tags  []string
+}
+
+func (h *attack8Tags) Enabled(_ context.Context, l slog.Level) bool {
+	return h.level == nil || l >= h.level.Level()
+}
+func (h *attack8Tags) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	tag := "-"
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "identity" {
+			tag = a.Value.String()
+		}
+		return true
+	})
+	h.tags = append(h.tags, tag)
+	return nil
+}
+func (h *attack8Tags) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *attack8Tags) WithGroup(string) slog.Handler      { return h }
+
+type attack8In struct {
+	remote, uid, param, hdr, fv string
+	hasUID                      bool
+}
+
+func attack8Text(r *rand.Rand, n int) string {
+	b := make([]byte, n)
+	alpha := "aZ09-._~@:+=%{} /\x00\x7f\xff\xc3\xa9"
+	for i := range b {
+		if r.IntN(3) == 0 {
+			b[i] = byte(r.IntN(256))
+		} else {
+			b[i] = alpha[r.IntN(len(alpha))]
+		}
+	}
+	return string(b)
+}
+
+// attack8Lines serves many requests through many route configurations and
+// returns, per request, the keys prepare builds, the identity tag a debug
+// line gives each call, the keys Policy.Peek/Reset address for the same
+// identity (Target), and Policy.Allow keys.
+func attack8Lines(t *testing.T) []string {
+	_, rc := newMini(t)
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	users := UserIdentity(identity.FromContext("uid"))
+	ip128, _ := identity.NewIP()
+	ip128, _ = ip128.WithIPv6Prefix(128)
+	ip7, _ := identity.NewIP("10.0.0.0/8")
+	ip7, _ = ip7.WithIPv6Prefix(7)
+	fx := ByFunc("f.x", func(c *gin.Context) (string, bool) { v := c.GetString("fv"); return v, v != "" })
+	all := Per(ByUser(), ByParam("id"), ByHeader("X-K"), fx)
+	configs := []struct {
+		name string
+		opts []Option
+	}{
+		{"ip", []Option{Type(IP)}},
+		{"ip128", []Option{Type(IP), IPIdentity(ip128)}},
+		{"ip7", []Option{Type(IP), IPIdentity(ip7)}},
+		{"user", []Option{Type(User), users}},
+		{"anon", []Option{Type(User), users, AnonymousByIP(), IPIdentity(ip128)}},
+		{"ipanon", []Option{Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)}},
+		{"ipanonhash", []Option{Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128), HashIdentities(secret)}},
+		{"all", []Option{all, users}},
+		{"allhash", []Option{all, users, HashIdentities(secret)}},
+		{"ipparam", []Option{Per(ByIP(), ByParam("id"), ByHeader("X-K")), IPIdentity(ip128)}},
+		{"method", []Option{Type(Method)}},
+		{"ban", []Option{Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128), Ban(3, time.Minute, time.Minute)}},
+		{"banhash", []Option{Type(IP), IPIdentity(ip128), HashIdentities(secret), Ban(3, time.Minute, time.Minute)}},
+		{"plans", []Option{Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128), Ban(3, time.Minute, time.Minute),
+			LimitBy(func(c *gin.Context) string { return c.GetHeader("X-Plan") }, map[string]Plan{"p ró{}%": {Limit: 5}, "gold": {Limit: 9}})}},
+		{"rules", []Option{
+			Rule(Name("a"), Key("ka:"), Type(IP), IPIdentity(ip128), Ban(2, time.Minute, time.Minute)),
+			Rule(Name("b{%}"), Key("kb:"), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
+			Rule(Name("c"), Key("kc:"), Per(ByIP(), ByParam("id"), fx), IPIdentity(ip7), HashIdentities(secret), Ban(2, time.Minute, time.Minute)),
+			Rule(Name("d"), Key("kd:"), Per(ByUser(), ByHeader("X-K")), users, AnonymousByIP(), IPIdentity(ip128)),
+		}},
+		{"inflight", []Option{
+			Rule(Name("rate"), Key("kr:"), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
+			Rule(Name("slots"), Key("ks:"), InFlight(3, time.Minute), Per(ByIP(), ByUser(), ByParam("id")), users, AnonymousByIP(), IPIdentity(ip128)),
+			Rule(Name("slots2"), Key("ks2:"), InFlight(3, time.Minute), Type(IP), IPIdentity(ip7)),
+		}},
+	}
+	remotes := []string{"192.0.2.1:1", "10.1.2.3:5", "[2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:1", "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe]:2",
+		"[::ffff:198.51.100.7]:3", "[fe80::1%eth0]:4", "[::1]:5", "255.255.255.255:6"}
+	r := rand.New(rand.NewPCG(8, 8))
+	var ins []attack8In
+	for i := range 600 {
+		in := attack8In{remote: remotes[i%len(remotes)], hasUID: i%5 != 0}
+		lens := []int{1, 2, 5, 40, 255, 256, 257, 300, 1000}
+		pick := func() string { return attack8Text(r, lens[r.IntN(len(lens))]) }
+		in.uid = pick()
+		if len(in.uid) > 256 {
+			in.uid = in.uid[:256]
+		}
+		in.param, in.hdr, in.fv = pick(), pick(), pick()
+		if i%7 == 0 {
+			in.hdr = ""
+		}
+		if i%11 == 0 {
+			in.fv = ""
+		}
+		ins = append(ins, in)
+	}
+	for i := range 256 {
+		ins = append(ins, attack8In{remote: remotes[i%len(remotes)], hasUID: true, uid: string([]byte{byte(i)}), param: string([]byte{byte(i)}), hdr: "h" + string([]byte{byte(i)}), fv: string([]byte{byte(i), byte(i)})})
+	}
+	var lines []string
+	for _, cfg := range configs {
+		h := &attack8Tags{}
+		p := mustPolicy(t, append([]Option{Redis(rc), Key("pre%:"), Logger(slog.New(h))}, cfg.opts...)...)
+		p.secret = []byte("fixed secret")
+		var cur attack8In
+		e := gin.New()
+		e.Use(func(c *gin.Context) {
+			if cur.hasUID {
+				c.Set("uid", cur.uid)
+			}
+			if cur.fv != "" {
+				c.Set("fv", cur.fv)
+			}
+			c.Params = gin.Params{{Key: "id", Value: cur.param}}
+		})
+		e.GET("/r/:id", func(c *gin.Context) {
+			c.Params = gin.Params{{Key: "id", Value: cur.param}}
+			dump := func(what string, req *request, rules []*rule) {
+				okp := p.prepare(c, req, rules)
+				lines = append(lines, fmt.Sprintf("%s %s ok=%v status=%d keys=%q", cfg.name, what, okp, c.Writer.Status(), req.keys))
+				if !okp {
+					return
+				}
+				for _, cl := range req.calls {
+					h.tags = nil
+					p.debugLogs.next.Store(0)
+					req.d = Decision{Rule: cl.rule.name, decider: cl.rule}
+					p.debug(c, req, "x")
+					lines = append(lines, fmt.Sprintf("  tag %q", h.tags))
+				}
+			}
+			dump("rules", p.newRequest(requestScope(c)), p.rules)
+			if len(p.slots) > 0 {
+				dump("slots", p.newSlotRequest(requestScope(c)), p.slots)
+			}
+			c.Status(299)
+		})
+		for _, in := range ins {
+			cur = in
+			req := httptest.NewRequest(http.MethodGet, "/r/x", nil)
+			req.RemoteAddr = in.remote
+			if in.hdr != "" {
+				req.Header["X-K"] = []string{in.hdr}
+			}
+			req.Header.Set("X-Plan", []string{"", "gold", "p ró{}%", "none"}[len(in.param)%4])
+			w := httptest.NewRecorder()
+			e.ServeHTTP(w, req)
+			lines = append(lines, fmt.Sprintf("%s resp %d", cfg.name, w.Code))
+			// Targets
+			for _, rl := range p.rules {
+				tg := Target{Route: "GET /r/:id", Rule: rl.name, Values: map[string]string{}}
+				if in.hasUID {
+					tg.User = in.uid
+				}
+				if ap, err := netip.ParseAddrPort(in.remote); err == nil {
+					tg.IP = ap.Addr()
+				}
+				for _, d := range rl.dims {
+					switch d.kind {
+					case dimParam:
+						tg.Values["id"] = in.param
+					case dimHeader:
+						tg.Values["X-K"] = in.hdr
+					case dimFunc:
+						tg.Values["f.x"] = in.fv
+					}
+				}
+				if !rl.counts(dimUser) {
+					tg.User = ""
+				}
+				if !rl.counts(dimIP) && !rl.anonByIP {
+					tg.IP = netip.Addr{}
+				}
+				if rl.anonByIP && tg.User != "" && !rl.counts(dimIP) {
+					tg.IP = netip.Addr{}
+				}
+				_, keys, err := p.target(tg)
+				slices.Sort(keys)
+				lines = append(lines, fmt.Sprintf("  target %s %q %v", rl.name, keys, err))
+			}
+		}
+	}
+	// Policy.Allow keys.
+	p := mustPolicy(t, Redis(rc), Key("al%:"))
+	for _, in := range ins {
+		for _, k := range []string{in.uid, in.param, in.hdr, in.fv} {
+			lines = append(lines, "allow "+fmt.Sprintf("%q", ruleKey(p, 0, k)))
+		}
+	}
+	return lines
+}
+
+// TestAttack8DebugSwitchedOnMidRequestNamesIdentity: the identity tag of a
+// refusal's debug line is computed in prepare, only when the logger writes
+// debug lines then. A level switched on while a request is being decided
+// (here by its CostFunc, after prepare asked the logger) gives a debug line
+// for its refusal without the identity (["-" "<tag>"] here): before the
+// change, debug computed the tag from the call's own copy of the identity
+// when it wrote the line. debug now finds the identity again for a call
+// prepare did not tag.
+func TestAttack8DebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
+	_, c := newMini(t)
+	var level slog.LevelVar
+	level.Set(slog.LevelInfo)
+	h := &attack8Tags{level: &level}
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(1), Type(IP), Logger(slog.New(h)),
+		CostFunc(func(*gin.Context) int { level.Set(slog.LevelDebug); return 1 }))
+	e := gin.New()
+	e.GET("/x", p.Handler(), ok)
+	hdr := map[string]string{"RemoteAddr": "192.0.2.55:1"}
+	for i, want := range []int{200, 429, 429} {
+		if i < 2 {
+			level.Set(slog.LevelInfo) // switched on by the CostFunc, mid-request
+		}
+		p.debugLogs.next.Store(0) // one line per refusal
+		if w := do(e, http.MethodGet, "/x", hdr); w.Code != want {
+			t.Fatalf("request %d: %d, want %d", i+1, w.Code, want)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.tags) != 2 {
+		t.Fatalf("debug lines %q, want one per refusal", h.tags)
+	}
+	// The second refusal was decided with debug on throughout.
+	if h.tags[1] == "-" || h.tags[0] != h.tags[1] {
+		t.Fatalf("debug lines' identity %q: a refusal decided while debug was switched on has no identity tag", h.tags)
+	}
+}
+
+// TestAttack8ConcurrentRulesBanInFlight: concurrent requests of distinct
+// IPv6 clients, anonymous and not, on a route with Rules (a Ban, an
+// AnonymousByIP rule whose two IP parts pass the 80 bytes of req.buf, a
+// hashed rule) and two in-flight rules, with debug lines on: every key in
+// Redis is one of the keys the identities must have, each client's are all
+// there, and every answer's RateLimit header is well formed. Run with
+// -race: each request's identity text and header values share req.buf.
+func TestAttack8ConcurrentRulesBanInFlight(t *testing.T) {
+	m, c := newMini(t)
+	ip128, _ := identity.NewIP()
+	ip128, _ = ip128.WithIPv6Prefix(128)
+	users := UserIdentity(identity.FromContext("uid"))
+	h := &attack8Tags{}
+	p := mustPolicy(t, Redis(c), Logger(slog.New(h)),
+		Rule(Name("a"), Key("ka:"), Limit(1000), Type(IP), IPIdentity(ip128), Ban(500, time.Minute, time.Minute)),
+		Rule(Name("b"), Key("kb:"), Limit(1000), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
+		Rule(Name("c"), Key("kc:"), Limit(3), Per(ByIP(), ByParam("id")), IPIdentity(ip128), HashIdentities([]byte("0123456789abcdef0123456789abcdef"))),
+		Rule(Name("s"), Key("ks:"), InFlight(100, time.Minute), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
+		Rule(Name("t"), Key("kt:"), InFlight(100, time.Minute), Type(IP), IPIdentity(ip128)),
+	)
+	e := gin.New()
+	e.Use(func(c *gin.Context) {
+		if u := c.GetHeader("X-Uid"); u != "" {
+			c.Set("uid", u)
+		}
+	})
+	e.GET("/r/:id", p.Handler(), ok)
+	const clients, times = 8, 12
+	ipOf := func(g int) string { return fmt.Sprintf("2001:db8:ffff:ffff:ffff:ffff:ffff:%04x", 0xff00+g) }
+	uidOf := func(g int) string {
+		if g%2 == 0 {
+			return "" // anonymous: "ip:<ip>/128 anon:<ip>/128", 86 bytes
+		}
+		return fmt.Sprintf("u{%d}%%", g)
+	}
+	var wg sync.WaitGroup
+	for g := range clients {
+		wg.Go(func() {
+			for i := range times {
+				hdr := map[string]string{"RemoteAddr": "[" + ipOf(g) + "]:1"}
+				if u := uidOf(g); u != "" {
+					hdr["X-Uid"] = u
+				}
+				w := do(e, http.MethodGet, "/r/v"+fmt.Sprint(i%2), hdr)
+				rl := w.Header().Get("RateLimit")
+				every := strings.HasPrefix(rl, `"a";r=`) && strings.Count(rl, ";r=") == 3 &&
+					strings.Contains(rl, `, "b";r=`) && strings.Contains(rl, `, "c";r=`)
+				cached := w.Code == 429 && strings.HasPrefix(rl, `"c";r=0;t=`) // the deny cache's answer
+				if w.Code != 200 && w.Code != 429 || !every && !cached {
+					t.Errorf("client %d request %d: %d RateLimit %q", g, i, w.Code, rl)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	want := map[string]bool{}
+	for g := range clients {
+		ip := ipOf(g) + "/128"
+		want["ka:{GET /r/:id} rule:a ip:"+ip] = true
+		if u := uidOf(g); u != "" {
+			want["kb:{GET /r/:id} rule:b ip:"+ip+" user:"+escape(u, idSafe)] = true
+		} else {
+			want["kb:{GET /r/:id} rule:b ip:"+ip+" anon:"+ip] = true
+		}
+	}
+	got := map[string]bool{}
+	for _, k := range m.Keys() {
+		if strings.HasPrefix(k, "ka:{") || strings.HasPrefix(k, "kb:{") {
+			got[k] = true
+			if !want[k] {
+				t.Errorf("unexpected key %q", k)
+			}
+		}
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("missing key %q", k)
+		}
+	}
+	// Rule c (3 per client and id) refused: the debug line names the
+	// identity by its tag, never by the address.
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, tag := range h.tags {
+		if tag == "-" || strings.Contains(tag, "2001") {
+			t.Errorf("debug line identity %q", tag)
+		}
+	}
+}
