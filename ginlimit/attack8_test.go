@@ -252,14 +252,12 @@ func attack8Lines(t *testing.T) []string {
 	return lines
 }
 
-// TestAttack8DebugSwitchedOnMidRequestNamesIdentity: the identity tag of a
-// refusal's debug line is computed in prepare, only when the logger writes
-// debug lines then. A level switched on while a request is being decided
-// (here by its CostFunc, after prepare asked the logger) gives a debug line
-// for its refusal without the identity (["-" "<tag>"] here): before the
-// change, debug computed the tag from the call's own copy of the identity
-// when it wrote the line. debug now finds the identity again for a call
-// prepare did not tag.
+// TestAttack8DebugSwitchedOnMidRequestNamesIdentity: a logger switched to
+// debug while a request is being decided (here by its CostFunc, after
+// prepare) still gets the identity tag in the refusal's debug line. The
+// first version of 39a19b3 computed the tag in prepare, only when the logger
+// wrote debug lines then, and this test failed with ["-" "<tag>"]; debug now
+// finds the identity again when it writes a line.
 func TestAttack8DebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
 	_, c := newMini(t)
 	var level slog.LevelVar

@@ -28,9 +28,7 @@ type call struct {
 	sent    int64     // the deny cache's clock when the call was let through
 	gen     uint64    // the deny cache's generation then (see hub.learnable)
 	probe   bool      // the call checks a lapsed cached rejection (see denyCache.enter)
-	tagged  bool      // tag was set: the logger wrote debug lines when prepare ran
 	counted *keyState // the deny cache's count of this call in flight, or nil
-	tag     string    // what a debug line may say of the identity (who.logTag); set only while the logger writes debug lines
 }
 
 // request is the memory of one decision, in one allocation for one rule:
@@ -62,12 +60,12 @@ func (p *Policy) newRequest(s scope) *request {
 // addBan puts the penalty of the rule whose call is req.calls[j+1] at
 // req.calls[j], on the same identity, and returns j+1; for a rule without a
 // Ban it returns j.
-func (p *Policy) addBan(req *request, j int, r *rule, w *who, tag string, tagged bool) int {
+func (p *Policy) addBan(req *request, j int, r *rule, w *who) int {
 	if r.ban == nil {
 		return j
 	}
 	pc := &req.calls[j]
-	pc.rule, pc.cost, pc.tag, pc.tagged = r.ban, 1, tag, tagged
+	pc.rule, pc.cost = r.ban, 1
 	pc.key = buildKey(r.ban, p.named, req.scope, w)
 	req.keys[j] = pc.key
 	return j + 1
@@ -134,11 +132,10 @@ func (p *Policy) serve(c *gin.Context) {
 // request (401, 400 or 500) and returns false.
 //
 // The identity lives on prepare's stack, its IP text in req.buf (free until
-// the headers are written): only the keys leave it, and, while the logger
-// writes debug lines, the identity's log tag.
+// the headers are written): only the keys leave it. (A debug line about a
+// refusal finds the identity again: see debug.)
 func (p *Policy) prepare(c *gin.Context, req *request, rules []*rule) bool {
 	w := who{text: req.buf[:0]}
-	tags := p.debugEnabled(c.Request.Context())
 	i := 0
 	for _, r := range rules {
 		if r.plans != nil {
@@ -153,10 +150,7 @@ func (p *Policy) prepare(c *gin.Context, req *request, rules []*rule) bool {
 			p.identityFailed(c, r, err)
 			return false
 		}
-		if tags {
-			cl.tag, cl.tagged = w.logTag(r, p.secret), true
-		}
-		i = p.addBan(req, i, r, &w, cl.tag, tags)
+		i = p.addBan(req, i, r, &w)
 		cl.rule = r
 		cl.key = buildKey(r, p.named, req.scope, &w)
 		req.keys[i] = cl.key
@@ -200,7 +194,7 @@ func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (De
 	req := p.newRequest(scope{route: key})
 	i := 0
 	for _, r := range p.rules {
-		i = p.addBan(req, i, r, nil, "", false)
+		i = p.addBan(req, i, r, nil)
 		cl := &req.calls[i]
 		cl.rule, cl.cost = r, n
 		if ownCost {

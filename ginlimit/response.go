@@ -291,17 +291,14 @@ func (p *Policy) debug(c *gin.Context, req *request, msg string) {
 	attrs := []slog.Attr{slog.String("rule", d.Rule), slog.String("route", c.FullPath()), slog.Duration("retry_after", d.RetryAfter)}
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.rule == d.decider {
-			tag := cl.tag
-			if !cl.tagged {
-				// The logger was switched to debug after prepare asked
-				// it: the identity is found again, for this line only.
-				var w who
-				if cl.rule.identify(c, &w) == nil {
-					tag = w.logTag(cl.rule, p.secret)
+			// The request's identity is found again, for this line only:
+			// keeping it, or its tag, for every request would cost each
+			// one for the few that a debug line is written about.
+			var w who
+			if cl.rule.identify(c, &w) == nil {
+				if tag := w.logTag(cl.rule, p.secret); tag != "" {
+					attrs = append(attrs, slog.String("identity", tag))
 				}
-			}
-			if tag != "" {
-				attrs = append(attrs, slog.String("identity", tag))
 			}
 			break
 		}
@@ -318,8 +315,6 @@ func (p *Policy) log() *slog.Logger {
 }
 
 // debugEnabled reports whether the policy's logger writes debug lines now.
-// prepare asks once per request, so a refusal's debug line can name the
-// identity by its tag (see debug).
 func (p *Policy) debugEnabled(ctx context.Context) bool {
 	return p.log().Enabled(ctx, slog.LevelDebug)
 }
