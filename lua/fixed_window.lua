@@ -71,7 +71,7 @@ if b > 0 then
 end
 -- A new window, or the older format (count negated, or 0).
 b = cost - b
-redis.call('SET', key, pack('>I7I4', a, b), 'PXAT', math.ceil((a + window) / 1000) .. '')
+redis.call('SET', key, pack('>I7I4', a, b), 'PXAT', string.format('%d', math.ceil((a + window) / 1000)))
 
 -- @report
 if b < 0 then

@@ -161,7 +161,7 @@ if b then
   elseif param > 1 then
     v = v .. string.rep('\0\0\0\0', param - 1)
   end
-  redis.call('SET', key, v, 'PXAT', math.ceil((cur + param) * sub / 1000) .. '')
+  redis.call('SET', key, v, 'PXAT', string.format('%d', math.ceil((cur + param) * sub / 1000)))
   break
 end
 -- The uncommon path: every count, rewritten. L is the newest counted
@@ -194,7 +194,7 @@ for i, c in pairs(counts) do
   end
 end
 redis.call('SET', key, pack('>I7I2I4' .. string.rep('I4', param), last, last - oldest, out.sum, unpack(vals)),
-  'PXAT', math.ceil((last + param) * sub / 1000) .. '')
+  'PXAT', string.format('%d', math.ceil((last + param) * sub / 1000)))
 a, b = out, nil
 
 -- @report

@@ -298,19 +298,19 @@ elseif first then
 else
   m = pack('>I7I7I4', at, cum, units)
 end
-redis.call('ZADD', key, at, m)
+redis.call('ZADD', key, string.format('%d', at), m)
 -- Sweep when the units were counted exactly (so at least once per
 -- limit - exact-below units admitted) or all had left the window, and on
 -- a 16th of the admissions; not when the newest entry showed that
 -- nothing has left (b[4]).
 if exact and not b[4] or (a and b == 0) or now % 16 == 0 then
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
 end
 if not a then
-  redis.call('PEXPIRE', key, math.ceil(window / 1000) .. '')
+  redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
 elseif a > 0 then
   local q = window / 4
-  redis.call('PEXPIRE', key, math.ceil((at - at % q + q + window - now) / 1000) .. '')
+  redis.call('PEXPIRE', key, string.format('%d', math.ceil((at - at % q + q + window - now) / 1000)))
 end
 -- For report: the units in the window with the request, and the oldest
 -- entry's at when they are exact.
@@ -331,7 +331,7 @@ if a and (ok or now % 16 == 0) then
   -- Nothing was written: sweep the entries that have left the window
   -- (not a write Redis refuses when it is out of memory), when another
   -- rule rejected the request, and on a 16th of the rejections.
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
 end
 if b == 0 then
   remaining, reset, retry = limit, window, 0

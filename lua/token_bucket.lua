@@ -98,7 +98,7 @@ end
 -- fill from empty (capacity / limit µs) more, so that the TTL is set
 -- again at most about 4 times in that time.
 local ms = math.ceil(b / limit / 1000) + math.floor(param * window / limit / 4000)
-redis.call('SET', key, pack('>I7I7I7', now, b, now + ms * 1000), 'PX', ms .. '')
+redis.call('SET', key, pack('>I7I7I7', now, b, now + ms * 1000), 'PX', string.format('%d', ms))
 a = b
 
 -- @report
