@@ -42,7 +42,10 @@ type request struct {
 	one    [1]call
 	oneKey [1]string
 	vals   [6]string
-	buf    [80]byte // the header values; before them, an IP address's text in the key (prepare)
+	// buf holds, while prepare builds the keys, an IP address's text; then
+	// the header values, which writeHeaders hands to the response as
+	// strings over buf: nothing may write buf after writeHeaders.
+	buf [80]byte
 }
 
 // newRequest returns the memory of a decision on every rule of p: one call

@@ -8,8 +8,11 @@
 --        its lease in µs on the Redis clock. A lease whose end is at or
 --        before now has lapsed: its slot is free, whether or not the entry
 --        has been removed yet (a holder that died never releases). The key
---        expires no earlier than its last lease ends (PEXPIRE, only ever
---        raised), so an idle key goes away by itself.
+--        expires a second after its last lease ends (PEXPIRE, only ever
+--        raised), so an idle key goes away by itself. The second is slack:
+--        with a TTL of exactly the lease (1 ms for the shortest), a Redis
+--        stalled for that long inside the command (a loaded machine) could
+--        expire the key, fresh lease and all, before anyone read it.
 --
 -- KEYS[i]           slot key i (n >= 1 keys, all in one cluster slot)
 -- ARGV[1]           a test clock in µs (an integer, 0 to 2^53), or '' for
@@ -78,14 +81,14 @@ end
 -- lease sets the holder's lease on key i to end at now + lease and makes
 -- sure the key outlives it.
 local function lease(i, flag)
-  local key, ms = KEYS[i], math.ceil(leases[i] / 1000)
+  local key, ms = KEYS[i], math.ceil(leases[i] / 1000) + 1000
   if flag then
     redis.call('ZADD', key, flag, now + leases[i], holder)
   else
     redis.call('ZADD', key, now + leases[i], holder)
   end
   if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
+    redis.call('PEXPIRE', key, string.format('%d', ms))
   end
 end
 
