@@ -249,11 +249,7 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",
 			slog.String("route", route), slog.String("rule", r.name), slog.String("by", by), errAttr(err))
 	}
-	logger := p.logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	logger.LogAttrs(ctx, slog.LevelInfo, "ginlimit: reset",
+	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: reset",
 		slog.String("route", route), slog.String("rule", r.name), slog.String("by", by))
 	if len(p.observers) > 0 {
 		e := Event{Route: route, Rule: r.name, Outcome: OutcomeReset, By: by,
