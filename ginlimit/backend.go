@@ -245,14 +245,27 @@ func cause(ctx context.Context) error {
 
 // ErrSaturated is wrapped by the error of a decision that this process could
 // not send to Redis in time, although Redis is not failing: every
-// connection was busy and too many decisions were already waiting, or the
-// request's own context ended while it waited, or its call waited on the
-// wire past the Timeout behind this process's other calls while Redis
-// answered those in time. It never opens the circuit
+// connection was busy and too many decisions were already waiting, or its
+// call waited on the wire past the Timeout behind this process's other
+// calls while Redis answered those in time. It never opens the circuit
 // breaker, and it is never answered by letting the request through
 // unlimited: the in-process fallback of [FailLocal] decides (under
-// [FailOpen] too), and [FailClosed] answers 503.
+// [FailOpen] too), continuing from what Redis last said of each key, and
+// [FailClosed] answers 503.
 var ErrSaturated = errors.New("ginlimit: no decision in time: the process is saturated (Redis is not failing)")
+
+// ErrClientGone is wrapped by the error of a decision that was not taken
+// because the request's own context ended first: the client hung up, or
+// the server's deadline for the request passed. It is neither saturation
+// nor a Redis failure: no fallback decides it, the breaker does not count
+// it, and the request is never admitted. A gin route aborts it with status
+// 499 (Client Closed Request, as nginx logs it), no body and no rate limit
+// headers, and its handler does not run; [Policy.Allow] returns it with a
+// refused decision. Nothing it carried is lost: the ban strikes it would
+// have reported go back, to be reported with the key's next call. If its
+// call had already reached Redis, Redis counted it, as for any request
+// that Redis admitted.
+var ErrClientGone = errors.New("ginlimit: no decision: the request's context ended before Redis answered")
 
 // run sends one script call to the node that serves keys[0] (every key of a
 // call is in one slot) and returns the reply.
@@ -315,7 +328,7 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	case ctx.Err() != nil:
 		// The request's own context ended: that says nothing about Redis.
 		// The call may have reached Redis all the same (mayHaveRun).
-		err = mayHaveRun{fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))}
+		err = mayHaveRun{fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))}
 	case (errors.Is(err, errTimedOut) || isNetTimeout(err)) && n.answered.Load() == answered:
 		failed = true // on the wire, and Redis answered nothing of this node's in time
 	case errors.Is(err, errTimedOut) || isNetTimeout(err):
@@ -332,7 +345,7 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	default:
 		failed = unavailable(err)
 	}
-	if errors.Is(err, ErrSaturated) {
+	if noVerdict(err) {
 		// No verdict on Redis, either way: the breaker's count of failures
 		// in a row stands, and a probe lets the next call probe.
 		if probe {
@@ -344,7 +357,13 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	return reply, n.brk, err
 }
 
-// mayHaveRun marks an ErrSaturated whose call was handed to go-redis, so
+// noVerdict reports whether err says nothing about Redis: the process was
+// saturated, or the request's own context ended.
+func noVerdict(err error) bool {
+	return errors.Is(err, ErrSaturated) || errors.Is(err, ErrClientGone)
+}
+
+// mayHaveRun marks an ErrSaturated or ErrClientGone whose call was handed to go-redis, so
 // the script may have run in Redis: an in-flight acquire must then be
 // released all the same.
 type mayHaveRun struct{ error }

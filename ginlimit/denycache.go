@@ -338,11 +338,18 @@ func (c *denyCache) clear() {
 // another rule's, so the key may be unknown here: it is then kept with
 // nothing known about its quota (a state that sends every request to
 // Redis), only to carry the strikes.
-func (c *denyCache) strike(key string) {
+func (c *denyCache) strike(key string) { c.strikeN(key, 1) }
+
+// strikeN records n refusals of key (see strike); a cache that is off, or
+// keeps no strikes, records nothing.
+func (c *denyCache) strikeN(key string, n int64) {
+	if c == nil || n <= 0 {
+		return
+	}
 	s := c.shard(key)
 	s.mu.RLock()
 	if st := s.m[key]; st != nil && st.strikes != nil {
-		st.strikes.Add(1)
+		st.strikes.Add(n)
 		s.mu.RUnlock()
 		return
 	}
@@ -358,7 +365,7 @@ func (c *denyCache) strike(key string) {
 		st = &keyState{strikes: new(atomic.Int64)}
 		s.m[key] = st
 	}
-	st.strikes.Add(1)
+	st.strikes.Add(n)
 }
 
 // drain returns the refusals of key answered from the cache since the last

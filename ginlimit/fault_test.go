@@ -715,10 +715,10 @@ func TestFaultPipelineBacklog(t *testing.T) {
 // TestFaultSaturationIsNoVerdict: a saturation answer says nothing about
 // Redis, either way. Behind a proxy that holds every reply (a hung Redis),
 // with Breaker(2, …): a decision times out (one failure), a decision whose
-// request's context ends first gets the saturation answer, and the next
+// request's context ends first gets ErrClientGone, and the next
 // decision that times out is the second failure in a row, which opens the
-// breaker; the saturation answer between them must not have counted as a
-// success and reset the count. Every call here waits for a Redis that
+// breaker; the answer between them must not have counted as a success and
+// reset the count. Every call here waits for a Redis that
 // answers nothing, so no outcome depends on a deadline being beaten.
 func TestFaultSaturationIsNoVerdict(t *testing.T) {
 	faultNoLeaks(t)
@@ -733,8 +733,8 @@ func TestFaultSaturationIsNoVerdict(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, faultTimeout/4)
 	defer cancel()
-	if _, err := p.Allow(short, "b"); !errors.Is(err, ErrSaturated) {
-		t.Fatalf("the request's context ended first: error %v, want ErrSaturated", err)
+	if _, err := p.Allow(short, "b"); !errors.Is(err, ErrClientGone) {
+		t.Fatalf("the request's context ended first: error %v, want ErrClientGone", err)
 	}
 	if st := p.backend.nodes.state(); st != "closed" {
 		t.Fatalf("after one failure the breaker is %s, want closed", st)

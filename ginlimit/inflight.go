@@ -197,12 +197,19 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 	// the script may have run and leased a slot: give it back as well, in
 	// the background (Redis is failing: the request need not wait for it).
 	saturated := errors.Is(err, ErrSaturated)
+	gone := errors.Is(err, ErrClientGone) || ctx.Err() != nil
 	var ran mayHaveRun
-	h.redis = (!saturated || errors.As(err, &ran)) && !errors.Is(err, ErrCircuitOpen)
+	h.redis = (!noVerdict(err) || errors.As(err, &ran)) && !errors.Is(err, ErrCircuitOpen)
 	h.uncertain = true
+	if gone && !errors.Is(err, ErrClientGone) {
+		err = fmt.Errorf("%w: %w", ErrClientGone, err)
+	}
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
 	first := req.calls[0].rule
 	switch {
+	case gone:
+		// No fallback decides for a client that has gone (ErrClientGone).
+		req.d = Decision{Rule: first.name, Limit: first.limit, decider: first}
 	case p.onFail == FailLocal || saturated && p.onFail == FailOpen:
 		req.d = p.takeLocal(req, h)
 	default:

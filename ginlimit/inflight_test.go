@@ -400,9 +400,10 @@ func TestInFlightRefusalIsNotCached(t *testing.T) {
 
 // TestInFlightFailurePolicy: with Redis down, FailLocal allows
 // n/LocalInstances in flight in process, FailOpen lets every request
-// through, FailClosed answers 503; and a saturated process (ErrSaturated,
-// here a request whose context has ended) never gets FailOpen's
-// unlimited admission, only the in-process count.
+// through, FailClosed answers 503; a saturated process (ErrSaturated,
+// here every connection slot taken and a short QueueTimeout) never gets
+// FailOpen's unlimited admission, only the in-process count; and a request
+// whose context has ended gets no admission at all (ErrClientGone: 499).
 func TestInFlightFailurePolicy(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -412,21 +413,24 @@ func TestInFlightFailurePolicy(t *testing.T) {
 		name  string
 		fp    FailPolicy
 		redis *redistest.Server
-		ended bool // the request's context has ended
-		in    int  // requests that get in, of 5
-		code  int  // the answer of the others
+		how   string // "saturated": every slot of the node is taken; "ended": the request's context has ended
+		in    int    // requests that get in, of 5
+		code  int    // the answer of the others
 	}{
-		{"FailLocal", FailLocal, down, false, 2, http.StatusTooManyRequests},
-		{"FailOpen", FailOpen, down, false, 5, 0},
-		{"FailClosed", FailClosed, down, false, 0, http.StatusServiceUnavailable},
-		{"FailOpen saturated", FailOpen, srv, true, 2, http.StatusTooManyRequests},
+		{"FailLocal", FailLocal, down, "", 2, http.StatusTooManyRequests},
+		{"FailOpen", FailOpen, down, "", 5, 0},
+		{"FailClosed", FailClosed, down, "", 0, http.StatusServiceUnavailable},
+		{"FailOpen saturated", FailOpen, srv, "saturated", 2, http.StatusTooManyRequests},
+		{"FailOpen client gone", FailOpen, srv, "ended", 0, statusClientClosedRequest},
+		{"FailLocal client gone", FailLocal, srv, "ended", 0, statusClientClosedRequest},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex
 			var local []bool
-			l := slotLimiter(t, tc.redis.Client(), OnFailure(tc.fp), LocalInstances(2), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			l := slotLimiter(t, tc.redis.Client(), OnFailure(tc.fp), LocalInstances(2), QueueTimeout(50*time.Millisecond),
+				Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 			g := newGate()
 			defer g.open()
 			e := gin.New()
@@ -437,11 +441,21 @@ func TestInFlightFailurePolicy(t *testing.T) {
 				mu.Unlock()
 				g.handle(c)
 			})
+			if tc.how == "saturated" {
+				// Every call waits for a slot that never frees: each
+				// decision runs out of its QueueTimeout, whatever the
+				// machine's speed.
+				for _, b := range l.owned {
+					for range cap(b.nodes.one.slots) {
+						b.nodes.one.slots <- struct{}{}
+					}
+				}
+			}
 			codes := make(chan int, 5)
 			for range 5 {
 				go func() {
 					r := httptest.NewRequest(http.MethodGet, "/order", nil)
-					if tc.ended {
+					if tc.how == "ended" {
 						ctx, cancel := context.WithCancel(r.Context())
 						cancel()
 						r = r.WithContext(ctx)
@@ -475,7 +489,7 @@ func TestInFlightFailurePolicy(t *testing.T) {
 			}
 			mu.Lock()
 			for _, isLocal := range local {
-				if isLocal != (tc.fp == FailLocal || tc.ended) {
+				if isLocal != (tc.fp == FailLocal || tc.how == "saturated") {
 					t.Errorf("an admitted request's decision has Local %v", isLocal)
 				}
 			}

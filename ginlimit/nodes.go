@@ -89,7 +89,7 @@ func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) 
 	if err != nil {
 		if ctx.Err() != nil {
 			ns.one.brk.abandon()
-			return ns.one, fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))
+			return ns.one, fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))
 		}
 		ns.one.brk.done(probe, true)
 		return ns.one, fmt.Errorf("no master for the key: %w", err)
@@ -184,7 +184,7 @@ func (n *node) acquire(ctx context.Context, queue time.Duration) error {
 	case <-timer.C:
 		return fmt.Errorf("%w: %w", ErrSaturated, errQueueTimedOut)
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrSaturated, context.Cause(ctx))
+		return fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))
 	}
 }
 

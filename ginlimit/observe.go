@@ -26,6 +26,9 @@ const (
 	// OutcomeBanned: the request was refused with 429 because its identity
 	// is banned on the rule (see [Ban]).
 	OutcomeBanned Outcome = "banned"
+	// OutcomeClientGone: the request's own context ended before Redis
+	// decided it (see [ErrClientGone]); it was not admitted.
+	OutcomeClientGone Outcome = "client_gone"
 	// OutcomeReset is not a decision: [Policy.Reset] cleared a count of the
 	// rule. Its Event has By; its Decision has only Rule, Limit, Remaining
 	// (the limit) and Time.
@@ -35,6 +38,8 @@ const (
 // OutcomeOf returns the outcome of d.
 func OutcomeOf(d Decision) Outcome {
 	switch {
+	case errors.Is(d.Err, ErrClientGone):
+		return OutcomeClientGone
 	case d.Local:
 		return OutcomeFallback
 	case d.Err != nil:

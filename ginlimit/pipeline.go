@@ -2,6 +2,7 @@ package ginlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -255,6 +256,9 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 			defer cancel()
 		}
 		if err := wait(wctx, snap.wake); err != nil {
+			if ctx.Err() != nil {
+				return p.gone(req, fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx)))
+			}
 			return p.failed(req, fmt.Errorf("%w: %w", ErrSaturated, err))
 		}
 	}
@@ -275,10 +279,47 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 	}
 	p.leave(req, &d, each, err == nil)
 	if err != nil {
-		d, err = p.failed(req, err)
+		p.restoreStrikes(req)
+		if ctx.Err() != nil {
+			// However the call ended, the request's context ended first:
+			// no fallback decides for a client that has gone.
+			if !errors.Is(err, ErrClientGone) {
+				err = fmt.Errorf("%w: %w", ErrClientGone, err)
+			}
+			d, err = p.gone(req, err)
+		} else {
+			d, err = p.failed(req, err)
+		}
 	}
 	d.brk = brk
 	return d, err
+}
+
+// restoreStrikes gives back the strikes that req's penalty calls carried
+// (see decide) to the deny caches they were drained from, after a call
+// that Redis did not answer: they are reported with the key's next call.
+// A call that timed out may have run all the same, so a strike can be
+// counted twice; it is never lost.
+func (p *Policy) restoreStrikes(req *request) {
+	for i := range req.calls {
+		if cl := &req.calls[i]; cl.rule.penalty && cl.cost > 1 {
+			owner := &req.calls[i+1]
+			owner.rule.deny.strikeN(owner.key, int64(cl.cost-1))
+			cl.cost = 1
+		}
+	}
+}
+
+// gone is the decision, and the error, of a request whose own context
+// ended before Redis answered (ErrClientGone): refused, and decided by
+// nobody. The error names the route and the rules, never the identity.
+func (p *Policy) gone(req *request, err error) (Decision, error) {
+	first := req.calls[0].rule
+	if first.penalty {
+		first = req.calls[1].rule
+	}
+	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
+	return Decision{Rule: first.name, Limit: first.limit, Err: err, decider: first}, err
 }
 
 // enter asks each rule's deny cache whether its call may go to Redis. On a

@@ -357,7 +357,8 @@ func TestFailurePolicies(t *testing.T) {
 }
 
 // TestRequestContextBoundsTheCall: a request whose own context ends first is
-// not held for the rest of the decision timeout.
+// not held for the rest of the decision timeout, and is not admitted: no
+// fallback decides for it (ErrClientGone).
 func TestRequestContextBoundsTheCall(t *testing.T) {
 	t.Parallel()
 	hung := redis.NewClient(&redis.Options{Addr: blackhole(t)})
@@ -367,8 +368,8 @@ func TestRequestContextBoundsTheCall(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	d, err := p.Allow(ctx, "k")
-	if err == nil || !d.Allowed || d.Err == nil {
-		t.Fatalf("Allow on a hung Redis: %+v, %v; want a fail-open decision with the error", d, err)
+	if !errors.Is(err, ErrClientGone) || d.Allowed || d.Local || !errors.Is(d.Err, ErrClientGone) {
+		t.Fatalf("Allow on a hung Redis: %+v, %v; want a refused decision with ErrClientGone", d, err)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("error %v does not say it timed out", err)

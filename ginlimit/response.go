@@ -96,6 +96,10 @@ const (
 // In shadow mode nothing is refused.
 func (p *Policy) answer(c *gin.Context, req *request, err error) {
 	d := &req.d
+	if errors.Is(err, ErrClientGone) {
+		p.clientGone(c, req)
+		return
+	}
 	if err != nil {
 		if p.onError != nil {
 			p.onError(c, err)
@@ -155,6 +159,25 @@ func (p *Policy) refuse(c *gin.Context, req *request, code int, body []byte) {
 		c.Data(code, contentTypeJSON, body)
 	}
 	c.Abort()
+}
+
+// statusClientClosedRequest is what a request whose client has gone is
+// aborted with: nginx's 499 Client Closed Request, which access logs and
+// dashboards already know. Nobody reads it: the client has gone.
+const statusClientClosedRequest = 499
+
+// clientGone answers a request whose own context ended before Redis
+// decided it (ErrClientGone): aborted with 499, no body and no rate limit
+// headers, so its handler never runs. Hooks do not see it (it is no
+// refusal, and Redis did not fail). In shadow mode, which changes nothing,
+// it goes on down the chain as it would without the limiter.
+func (p *Policy) clientGone(c *gin.Context, req *request) {
+	if p.shadow {
+		req.d.Shadow = true
+		return
+	}
+	p.debug(c, req, "ginlimit: the request's context ended before Redis decided; aborting it with 499")
+	c.AbortWithStatus(statusClientClosedRequest)
 }
 
 // identityFailed answers a request whose identity rule r could not find:

@@ -41,6 +41,7 @@ var outcomes = [...]ginlimit.Outcome{
 	ginlimit.OutcomeError,
 	ginlimit.OutcomeFallback,
 	ginlimit.OutcomeBanned,
+	ginlimit.OutcomeClientGone,
 }
 
 // outcomeIndex returns the index in outcomes of e's outcome. An outcome this

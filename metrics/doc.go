@@ -36,8 +36,9 @@
 // (an admin tool's name, say); the identity whose count was cleared is never
 // a label. route is "" for a policy used through Policy.Allow.
 //
-// decision is one of the six ginlimit outcomes: allowed, limited,
-// shadow_limited, error, fallback and banned (string(ginlimit.Outcome)). The
+// decision is one of the seven ginlimit outcomes: allowed, limited,
+// shadow_limited, error, fallback, banned and client_gone
+// (string(ginlimit.Outcome)). The
 // histogram's buckets run from 50µs (a deny-cache answer) to 1s (far beyond
 // any sane decision timeout): 50µs, 100µs, 250µs, 500µs, 1ms, 2.5ms, 5ms,
 // 10ms, 25ms, 50ms, 100ms, 250ms, 500ms, 1s.

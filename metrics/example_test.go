@@ -70,6 +70,7 @@ func Example() {
 	// ginlimit_breaker_open{route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="allowed",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 2
 	// ginlimit_decisions_total{decision="banned",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
+	// ginlimit_decisions_total{decision="client_gone",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="error",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="fallback",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="limited",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 2
