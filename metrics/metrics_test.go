@@ -61,6 +61,7 @@ var (
 	failedOpen    = ginlimit.Decision{Allowed: true, Limit: 10, Err: errDown}
 	failedClosed  = ginlimit.Decision{Limit: 10, Err: errDown}
 	fallback      = ginlimit.Decision{Allowed: true, Limit: 10, Remaining: 3, Local: true, Err: errDown}
+	clientGone    = ginlimit.Decision{Limit: 10, Err: fmt.Errorf("ginlimit: GET /a: %w", ginlimit.ErrClientGone)}
 )
 
 // snapshot is one scrape of a Collector: its metric families by name.
@@ -238,6 +239,7 @@ func TestOutcomes(t *testing.T) {
 		{"error, fail open", ev("GET /a", "a", failedOpen), "error"},
 		{"error, fail closed", ev("GET /a", "a", failedClosed), "error"},
 		{"fallback", ev("GET /a", "a", fallback), "fallback"},
+		{"client gone", ev("GET /a", "a", clientGone), "client_gone"},
 		{"no outcome: classified from the decision",
 			ginlimit.Event{Route: "GET /a", Rule: "a", Decision: limited}, "limited"},
 		{"unknown outcome: classified from the decision",
@@ -249,7 +251,7 @@ func TestOutcomes(t *testing.T) {
 			c := metrics.New()
 			c.Observe(t.Context(), tt.event)
 			s := scrape(t, c)
-			for _, o := range []string{"allowed", "limited", "shadow_limited", "error", "fallback"} {
+			for _, o := range []string{"allowed", "limited", "shadow_limited", "error", "fallback", "client_gone"} {
 				want := 0.0
 				if o == tt.want {
 					want = 1
@@ -258,8 +260,8 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("decision=%q: %v, want %v", o, got, want)
 				}
 			}
-			if n := len(s[decisions].GetMetric()); n != 6 {
-				t.Errorf("%d decision series, want 6 (an unknown outcome must not add one)", n)
+			if n := len(s[decisions].GetMetric()); n != 7 {
+				t.Errorf("%d decision series, want 7 (an unknown outcome must not add one)", n)
 			}
 		})
 	}
@@ -429,8 +431,8 @@ func TestMaxSeries(t *testing.T) {
 			t.Errorf("%s: no route=%q, rule=%q series", name, metrics.Other, metrics.Other)
 		}
 	}
-	if n := len(s[decisions].GetMetric()); n != (metrics.DefaultMaxSeries+1)*6 {
-		t.Errorf("%s: %d series, want %d", decisions, n, (metrics.DefaultMaxSeries+1)*6)
+	if n := len(s[decisions].GetMetric()); n != (metrics.DefaultMaxSeries+1)*7 {
+		t.Errorf("%s: %d series, want %d", decisions, n, (metrics.DefaultMaxSeries+1)*7)
 	}
 	for _, tt := range []struct {
 		route, rule, decision string
