@@ -291,6 +291,29 @@ var ErrClientGone = errors.New("ginlimit: no decision: the request's context end
 // nil when there is none. A saturated call (ErrSaturated) is no verdict
 // on Redis at all: it neither counts as a failure nor resets the count.
 func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *breaker, error) {
+	return b.runOn(ctx, decisionLane, queue, timeout, s, keys, args)
+}
+
+// runLease is run for a lease's renewal or release (inflight.go): it waits
+// for the node's lease slots, never behind the decisions queued for its
+// other slots, and goes to Redis directly, never behind the
+// auto-pipeliner's backlog; so a flood of decisions on this process cannot
+// make a lease it holds lapse while Redis answers. A wait for a lease slot
+// is bounded by timeout.
+func (b *backend) runLease(ctx context.Context, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *breaker, error) {
+	return b.runOn(ctx, leaseLane, timeout, timeout, s, keys, args)
+}
+
+// lane is which of a node's capacities a call waits for.
+type lane bool
+
+const (
+	decisionLane lane = false // decisions, peeks, resets: the node's slots
+	leaseLane    lane = true  // lease renewals and releases: its lease slots
+)
+
+// runOn is run on lane l.
+func (b *backend) runOn(ctx context.Context, l lane, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *breaker, error) {
 	n, err := b.nodes.forKey(ctx, timeout, keys[0])
 	if err != nil {
 		return nil, n.brk, err
@@ -299,24 +322,24 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	if !ok {
 		return nil, n.brk, ErrCircuitOpen
 	}
-	if err := n.acquire(ctx, queue); err != nil {
+	if err := n.acquire(ctx, l, queue); err != nil {
 		if probe {
 			n.brk.abandon() // not a verdict on Redis: let the next call probe
 		}
 		return nil, n.brk, err
 	}
-	defer n.release()
+	defer n.release(l)
 	answered := n.answered.Load()
 	cctx, cancel := b.callContext(ctx, timeout)
 	if cancel != nil {
 		defer cancel()
 	}
 	var reply []int64
-	if b.pipe != nil && b.calls.Add(1) > b.pipeAbove {
+	if b.pipe != nil && l == decisionLane && b.calls.Add(1) > b.pipeAbove {
 		reply, err = b.runPipelined(cctx, s, keys, args)
 		b.calls.Add(-1)
 	} else {
-		if b.pipe != nil {
+		if b.pipe != nil && l == decisionLane {
 			defer b.calls.Add(-1)
 		}
 		reply, err = b.runDirect(cctx, n, s, keys, args)

@@ -76,9 +76,17 @@ const InFlightRetryAfter = time.Second
 //
 // When Redis fails, the failure policy applies: under [FailLocal] each
 // instance allows n/[LocalInstances] (at least 1) requests in flight per
-// key, counted in process; under [FailOpen] the request runs without a
-// slot (a saturated process, [ErrSaturated], gets the in-process count
-// instead); under [FailClosed] it gets 503.
+// key, counted in process together with the slots the instance already
+// holds in Redis, so an instance never runs more than that cap, or the
+// slots Redis granted it, whichever is more; under [FailOpen] the request
+// runs without a slot (a saturated process, [ErrSaturated], gets the
+// in-process count instead); under [FailClosed] it gets 503. A request
+// whose client has gone ([ErrClientGone]) gets no slot from anyone.
+//
+// Renewals and releases have capacity of their own on each Redis node,
+// and skip the auto-pipeliner: they never wait behind the decisions queued
+// on the instance, so a flood of requests cannot make a held lease lapse while
+// Redis answers.
 //
 // n must be from 1 to [MaxInFlight], lease from [MinLease] to [MaxLease].
 // [Policy.Peek] reads how many slots are held; [Policy.Reset] frees them
@@ -189,6 +197,7 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 				return nil, nil
 			}
 			h.redis = true
+			h.holdLocal(req)
 			h.renewLater()
 			return h, nil
 		}
@@ -335,7 +344,7 @@ func (h *holding) renewLater() {
 // (the script renews only a lease that is there).
 func (h *holding) renew() {
 	p := h.p
-	reply, _, err := p.backend.run(h.ctx, p.queue, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "renew", h.holder))
+	reply, _, err := p.backend.runLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "renew", h.holder))
 	if err == nil {
 		if n, ok := one(reply); !ok {
 			err = fmt.Errorf("unexpected reply %v", reply)
@@ -376,21 +385,37 @@ func (h *holding) release() {
 		h.timer.Stop()
 	}
 	h.mu.Unlock()
-	h.giveLocal()
 	if !h.redis {
+		h.giveLocal()
 		return
 	}
 	p := h.p
 	if h.uncertain {
+		h.giveLocal()
 		go func() {
-			_, _, _ = p.backend.run(h.ctx, p.queue, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
+			_, _, _ = p.backend.runLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
 		}()
 		return
 	}
-	_, _, err := p.backend.run(h.ctx, p.queue, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
+	// The in-process count keeps the slot until Redis has it back.
+	defer h.giveLocal()
+	_, _, err := p.backend.runLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
 	if err != nil {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not release an in-flight slot; its lease will free it",
 			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.calls[0].rule.name), errAttr(err))
+	}
+}
+
+// holdLocal counts the slots req holds in Redis in each rule's in-process
+// count too (when the rule has one), until the holding is released: the
+// fallback then never admits more in flight in this process than its cap,
+// whoever granted the slots already held.
+func (h *holding) holdLocal(req *request) {
+	for i := range req.calls {
+		if cl := &req.calls[i]; cl.rule.sem != nil {
+			cl.rule.sem.hold(cl.key)
+			h.local = append(h.local, cl)
+		}
 	}
 }
 
@@ -403,7 +428,9 @@ func (h *holding) giveLocal() {
 }
 
 // localSlots is an in-flight rule's in-process count of slots per key, the
-// FailLocal fallback: at most n per key in this process. A key is kept
+// FailLocal fallback: at most n per key in this process, counting the
+// slots this process holds in Redis (hold) with those the fallback gave
+// (take). A key is kept
 // only while a slot of it is held, so it needs no bound of its own: it
 // holds at most as many keys as requests are in flight. It is safe for
 // concurrent use.
@@ -428,6 +455,15 @@ func newLocalSlots(n int) *localSlots {
 
 func (l *localSlots) shard(key string) *localSlotShard {
 	return &l.shards[maphash.String(l.seed, key)%denyShards]
+}
+
+// hold counts a slot of key that Redis granted: it takes one whether or
+// not the cap has room, so that take sees it.
+func (l *localSlots) hold(key string) {
+	s := l.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[key]++
 }
 
 // take takes a slot of key if one is free, and returns how many are left.

@@ -38,6 +38,7 @@ type nodes struct {
 type node struct {
 	brk     *breaker
 	slots   chan struct{}
+	leases  chan struct{} // the slots of lease renewals and releases (backend.runLease)
 	waiting atomic.Int64
 	pool    *redis.Client
 	// answered counts the calls Redis answered within their Timeout: a
@@ -62,7 +63,7 @@ func newNodes(client redis.Scripter, failures int, open time.Duration, slots int
 }
 
 func (ns *nodes) newNode(pool *redis.Client) *node {
-	return &node{brk: newBreaker(ns.failures, ns.open), slots: make(chan struct{}, ns.slots), pool: pool}
+	return &node{brk: newBreaker(ns.failures, ns.open), slots: make(chan struct{}, ns.slots), leases: make(chan struct{}, leaseSlots), pool: pool}
 }
 
 func (ns *nodes) isCluster() bool { return ns.cluster != nil }
@@ -163,23 +164,37 @@ func (ns *nodes) state() string { return ns.one.brk.state() }
 // QueueTimeout.
 var errQueueTimedOut = fmt.Errorf("no Redis connection free within the QueueTimeout: %w", context.DeadlineExceeded)
 
-// acquire takes one of the node's slots, waiting no longer than ctx and
-// queue, and only while fewer than maxWaiting calls wait.
-func (n *node) acquire(ctx context.Context, queue time.Duration) error {
+// leaseSlots is how many lease renewals and releases a node has on the
+// wire at once. They are few (a renewal per held slot per lease/3, a
+// release per request that held one) and small, and they go directly to
+// the connection pool, so a handful keeps them from waiting behind one
+// another, while a burst of releases cannot take the pool from decisions.
+const leaseSlots = 4
+
+// acquire takes one of the node's slots of lane l, waiting no longer than
+// ctx and queue, and, for decisions, only while fewer than maxWaiting calls
+// wait.
+func (n *node) acquire(ctx context.Context, l lane, queue time.Duration) error {
+	slots := n.slots
+	if l == leaseLane {
+		slots = n.leases
+	}
 	select {
-	case n.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		return nil
 	default:
 	}
-	if n.waiting.Add(1) > maxWaiting {
+	if l == decisionLane && n.waiting.Add(1) > maxWaiting {
 		n.waiting.Add(-1)
 		return fmt.Errorf("%w: %d decisions already wait for a Redis connection", ErrSaturated, maxWaiting)
 	}
-	defer n.waiting.Add(-1)
+	if l == decisionLane {
+		defer n.waiting.Add(-1)
+	}
 	timer := time.NewTimer(queue)
 	defer timer.Stop()
 	select {
-	case n.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		return nil
 	case <-timer.C:
 		return fmt.Errorf("%w: %w", ErrSaturated, errQueueTimedOut)
@@ -188,4 +203,11 @@ func (n *node) acquire(ctx context.Context, queue time.Duration) error {
 	}
 }
 
-func (n *node) release() { <-n.slots }
+// release gives back a slot of lane l.
+func (n *node) release(l lane) {
+	if l == leaseLane {
+		<-n.leases
+		return
+	}
+	<-n.slots
+}
