@@ -111,7 +111,11 @@ func (r *rule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
 	pr.maxCost = 1e9 // its cost is strikes, not units of a request
 	pr.settings[3] = int(b.duration.Milliseconds())
 	pr.limit, pr.limitText, pr.policyHeader = r.limit, r.limitText, r.policyHeader
-	pr.local = nil // a ban is Redis's: the fallback does not ban
+	if pr.local != nil {
+		// A ban is Redis's: the fallback starts none, but keeps the one
+		// Redis last reported.
+		pr.local = newBanLimiter()
+	}
 	r.ban = pr
 	if r.deny != nil {
 		r.deny.strikes = true

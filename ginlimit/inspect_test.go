@@ -354,14 +354,17 @@ func TestResetClearsTheFallbackBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket := r.local.limiter(keys[0])
-	if !bucket.AllowN(time.Now(), 3) || bucket.Allow() {
+	now := time.Now()
+	if _, _, ok := r.local.take(keys[0], now, 3); !ok {
 		t.Fatal("the fallback bucket does not hold 3")
+	}
+	if _, _, ok := r.local.take(keys[0], now, 1); ok {
+		t.Fatal("the fallback bucket holds more than 3")
 	}
 	if err := in.policy.Reset(context.Background(), Target{Route: claimRoute, User: "alice"}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if !r.local.limiter(keys[0]).AllowN(time.Now(), 3) {
+	if _, _, ok := r.local.take(keys[0], now, 3); !ok {
 		t.Fatal("after Reset the fallback bucket is still used up")
 	}
 }

@@ -271,11 +271,17 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 		}
 	}
 	script, args := p.call(req)
+	var sent time.Time
+	if p.onFail != FailClosed {
+		sent = time.Now()
+	}
 	reply, brk, err := p.backend.run(ctx, p.queue, p.timeout, script, req.keys, args)
 	var d Decision
 	var each []Decision
 	if err == nil {
-		d, each, err = p.parse(req, reply)
+		if d, each, err = p.parse(req, reply); err == nil && p.onFail != FailClosed {
+			p.learn(req, &d, each, sent)
+		}
 	}
 	p.leave(req, &d, each, err == nil)
 	if err != nil {

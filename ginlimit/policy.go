@@ -162,7 +162,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 			}
 			b.hub.track(x.deny, x.local)
 			if x.ban != nil {
-				b.hub.track(x.ban.deny, nil)
+				b.hub.track(x.ban.deny, x.ban.local)
 			}
 		}
 	}
