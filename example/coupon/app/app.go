@@ -8,6 +8,7 @@
 //	POST /api/login                  {"user_id":"alice"} -> {"token":"<HS256 JWT>"}; not limited
 //	GET  /api/coupon/seckill         Method: 100 per 10s over all clients
 //	GET  /api/coupon/claim           User:   3 per 60s per bearer-token user, 10 for a "plan":"vip" token; 401 without one
+//	GET  /api/vouchers               not limited: the voucher catalog ([Vouchers])
 //	GET  /api/vouchers/:id/claim     User+id: 1 per 24h per bearer-token user per voucher id; 400 for a bad id
 //	GET  /api/coupon/merchant        IP:     5 per 1s per client IP
 //	GET  /voucher-order/seckill/:id  Method: 5 per 10s over all clients and all ids

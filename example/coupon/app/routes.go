@@ -199,6 +199,8 @@ func routes(r gin.IRoutes, h *handlers) {
 
 	r.GET(ClaimPath, h.claimPolicy.Handler(), h.claim)
 
+	r.GET("/api/vouchers", h.listVouchers)
+
 	// The id is checked before the limit, so that only a canonical voucher
 	// id is ever counted (see VoucherClaimPath).
 	r.GET(VoucherClaimPath, requireVoucherID, ginlimit.RateLimit(

@@ -38,6 +38,16 @@ func keys(t *testing.T, rdb *redis.Client, prefix string) []string {
 	return ks
 }
 
+// dbSize returns the number of keys in rdb's database.
+func dbSize(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	n, err := rdb.DBSize(t.Context()).Result()
+	if err != nil {
+		t.Fatalf("DBSIZE: %v", err)
+	}
+	return n
+}
+
 // TestVoucherClaimPerVoucher is the issue's sequence on a real
 // redis-server: alice claims voucher 7 (200), claims it again (429, with a
 // Retry-After within the 24 h window), claims voucher 8 (200); bob's claim
@@ -90,5 +100,24 @@ func TestVoucherClaimPerVoucher(t *testing.T) {
 		if ttl := rdb.PTTL(t.Context(), k).Val(); ttl <= 0 || ttl > app.VoucherClaimWindow+time.Minute {
 			t.Errorf("%s: TTL %v, want about the 24 h window", k, ttl)
 		}
+	}
+}
+
+// TestVoucherList: GET /api/vouchers lists the catalog, needs no token and
+// creates no key.
+func TestVoucherList(t *testing.T) {
+	t.Parallel()
+	h, rdb := onRedisServer(t, app.Config{})
+	const want = `{"code":200,"message":"Voucher list","data":{"vouchers":[` +
+		`{"id":7,"merchant":"Coffee Corner","name":"Free pastry with any coffee"},` +
+		`{"id":8,"merchant":"Noodle House","name":"20% off any noodle bowl"},` +
+		`{"id":9,"merchant":"Book Nook","name":"5 off a book over 30"},` +
+		`{"id":10,"merchant":"Coffee Corner","name":"Second coffee half price"}]}}`
+	run(t, h, []step{
+		{req: req{target: "/api/vouchers"}, status: 200, body: want},
+		{req: req{target: "/api/vouchers", token: login(t, h, "alice")}, status: 200, body: want},
+	})
+	if n := dbSize(t, rdb); n != 0 {
+		t.Errorf("DBSIZE after listing the catalog = %d, want 0", n)
 	}
 }
