@@ -2,6 +2,7 @@ package app
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 )
@@ -26,6 +27,32 @@ func Vouchers() []Voucher {
 		{ID: 8, Merchant: "Noodle House", Name: "20% off any noodle bowl"},
 		{ID: 9, Merchant: "Book Nook", Name: "5 off a book over 30"},
 		{ID: 10, Merchant: "Coffee Corner", Name: "Second coffee half price"},
+	}
+}
+
+// catalog holds the vouchers of [Vouchers] by their id written the one
+// canonical way (decimal, no sign, no leading zero), the form a claim's
+// :id must take. It is made once, by newCatalog, and only read afterwards.
+type catalog map[string]Voucher
+
+func newCatalog(vs []Voucher) catalog {
+	c := make(catalog, len(vs))
+	for _, v := range vs {
+		c[strconv.FormatUint(v.ID, 10)] = v
+	}
+	return c
+}
+
+// requireVoucher answers 404 {"code":404,"message":"Voucher not found"} to
+// a claim whose :id names no voucher of the catalog, before the voucher
+// claim limit runs. The limit counts per :id, a value the client chooses,
+// so without this check every made-up id would get a Redis key of its own
+// that lives for the whole 24 h window. The match is on the exact text, so
+// "07", "+7" and "7.0" are not voucher 7: only one spelling of an id is
+// ever counted. It calls no Redis.
+func (h *handlers) requireVoucher(c *gin.Context) {
+	if _, ok := h.vouchers[c.Param("id")]; !ok {
+		abortWith(c, http.StatusNotFound, "Voucher not found")
 	}
 }
 
