@@ -158,6 +158,15 @@ func ByIP() Dimension { return Dimension{kind: dimIP, label: "ip"} }
 // ByParam("id") on "/api/vouchers/:id/claim": one count per voucher. A
 // route without that parameter is a wiring mistake: its requests are
 // answered 500 and the log says which rule and parameter.
+//
+// The value is whatever the client writes in the path, and each distinct
+// value gets a Redis key of its own that lives for the rule's window, so
+// a client that sends made-up values makes a key per value. Bound the
+// values before the limit runs: put a handler ahead of it on the route
+// that aborts, with 404 for example, when the value names nothing the
+// application has (an id not in its database), so that only real values
+// are ever counted. See the package documentation, Values the client
+// chooses.
 func ByParam(name string) Dimension {
 	return Dimension{kind: dimParam, name: name, label: "p." + escape(name, idSafe), err: dimName("ByParam", name)}
 }
@@ -168,6 +177,14 @@ func ByParam(name string) Dimension {
 // and counted nowhere: it is never put in a shared bucket. The value is
 // counted as sent, so consider [HashIdentities] for secrets such as API
 // keys.
+//
+// Any client can send any value, and each distinct value gets a Redis key
+// of its own that lives for the rule's window, so a client that sends
+// made-up values makes a key per value. Bound the values before the limit
+// runs: put a handler ahead of it on the route that aborts, with 401 for
+// example, when the value is not one the application issued (an API key
+// not in its store), so that only real values are ever counted. See the
+// package documentation, Values the client chooses.
 func ByHeader(name string) Dimension {
 	canon := http.CanonicalHeaderKey(name)
 	return Dimension{kind: dimHeader, name: canon, label: "h." + escape(strings.ToLower(canon), idSafe), err: dimName("ByHeader", name)}
@@ -177,7 +194,9 @@ func ByHeader(name string) Dimension {
 // keys and [Target.Values] use). When f returns false or an empty value,
 // the request is answered 400 {"code":400,"message":"Bad request"} and
 // counted nowhere. f runs on every request of the route, so it must be
-// fast and safe for concurrent use.
+// fast and safe for concurrent use. When the value comes from the client,
+// f is where to bound it: returning false for a value the application
+// does not know keeps it from getting a key of its own (see [ByParam]).
 func ByFunc(name string, f func(c *gin.Context) (value string, ok bool)) Dimension {
 	err := dimName("ByFunc", name)
 	if err == nil && f == nil {
@@ -217,7 +236,8 @@ func (d Dimension) String() string {
 // [Type](Method) does; Per(ByUser()) and Per(ByIP()) are Type(User) and
 // Type(IP), keys included. At most 4 dimensions, none twice. Text from the
 // request is escaped and bounded in keys as user ids are (see the package
-// documentation, Keys).
+// documentation, Keys). That bounds each key's length, not how many keys
+// there are: see [ByParam] and [ByHeader] for values the client chooses.
 func Per(dims ...Dimension) RuleOption {
 	dims = slices.Clone(dims)
 	return ruleOption(func(r *ruleConfig) error {

@@ -240,6 +240,37 @@
 //	coupon:merchant:{GET /api/coupon/merchant ip:192.0.2.1}
 //	voucher:seckill:{GET /voucher-order/seckill/:id}
 //
+// # Values the client chooses
+//
+// A [ByParam] or [ByHeader] dimension counts per a value the client
+// writes into its request, and escaping bounds each key's length, not how
+// many keys there are: every distinct value gets a key of its own, kept
+// for the rule's window. A client that sends a million made-up voucher ids
+// or API keys leaves a million keys in Redis. Another limit on the
+// route, per user or per IP, slows this down but does not bound it. The
+// package cannot tell a real value from a made-up one; the application
+// can, so bound the values before the limit runs: a handler ahead of the
+// rule aborts the request when its value names nothing the application
+// has, and the limit never counts it.
+//
+//	requireVoucher := func(c *gin.Context) {
+//		if !vouchers.Exists(c.Param("id")) {
+//			c.AbortWithStatusJSON(http.StatusNotFound, gin.H{"code": 404, "message": "Voucher not found"})
+//		}
+//	}
+//	r.GET("/api/vouchers/:id/claim", requireVoucher, limiter.RateLimit(
+//		ginlimit.Key("voucher:claim:"), ginlimit.Window(24*time.Hour), ginlimit.Limit(1),
+//		ginlimit.Per(ginlimit.ByUser(), ginlimit.ByParam("id"))), claim)
+//
+// The route's keys are then bounded by the values the application knows,
+// times the other dimensions. Check the text as it will be counted: a
+// check that parses "07" as the number 7 lets it through, and the limit
+// counts it apart from "7". For a header such as an API key, check it
+// against the keys issued (401 otherwise), or resolve the account in your
+// own middleware and count that with identity.FromContext. A [ByFunc]
+// function can do the check itself, returning false for an unknown value.
+// The coupon demo (example/coupon) does this for its voucher claims.
+//
 // # Identity
 //
 // [IP] routes count per client address as resolved by identity.IP: the TCP

@@ -8,7 +8,8 @@
 //	POST /api/login                  {"user_id":"alice"} -> {"token":"<HS256 JWT>"}; not limited
 //	GET  /api/coupon/seckill         Method: 100 per 10s over all clients
 //	GET  /api/coupon/claim           User:   3 per 60s per bearer-token user, 10 for a "plan":"vip" token; 401 without one
-//	GET  /api/vouchers/:id/claim     User+id: 1 per 24h per bearer-token user per voucher id; 400 for a bad id
+//	GET  /api/vouchers               not limited: the voucher catalog ([Vouchers])
+//	GET  /api/vouchers/:id/claim     User+id: 1 per 24h per bearer-token user per voucher id; 404 for an id not in the catalog
 //	GET  /api/coupon/merchant        IP:     5 per 1s per client IP
 //	GET  /voucher-order/seckill/:id  Method: 5 per 10s over all clients and all ids
 //	GET  /healthz                    not limited: {"status":"ok"}, plus "jwks_loaded" with a JWKS URL
@@ -222,7 +223,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		writeOrder = sleepOrder
 	}
 	routes(engine, &handlers{secret: secret, users: a.users, logger: logger, claimPolicy: claimPolicy,
-		remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder})
+		remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())})
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	a.Handler = engine
 	return a, nil

@@ -38,6 +38,8 @@ type handlers struct {
 	remoteJWKS bool
 	// writeOrder stands for writing an order (Config.WriteOrder).
 	writeOrder func(ctx context.Context)
+	// vouchers is the catalog: the only vouchers a claim may name.
+	vouchers catalog
 }
 
 // response is the JSON body of every answer except login's token and
@@ -119,18 +121,6 @@ func (h *handlers) claim(c *gin.Context) {
 	reply(c, http.StatusOK, "Coupon claimed", withRemaining(c, gin.H{"user_id": userID}))
 }
 
-// requireVoucherID refuses, with 400, a voucher id that is not a positive
-// integer written the one canonical way (no sign, no leading zero), before
-// the voucher claim limit counts it: "07" would otherwise be counted apart
-// from "7" and claim voucher 7 a second time. It calls no Redis.
-func requireVoucherID(c *gin.Context) {
-	s := c.Param("id")
-	id, err := strconv.ParseUint(s, 10, 63)
-	if err != nil || id == 0 || strconv.FormatUint(id, 10) != s {
-		abortWith(c, http.StatusBadRequest, "The voucher id must be a positive integer")
-	}
-}
-
 // voucherClaim answers GET /api/vouchers/:id/claim once its limit, one per
 // user per voucher, admitted it.
 func (h *handlers) voucherClaim(c *gin.Context) {
@@ -141,8 +131,8 @@ func (h *handlers) voucherClaim(c *gin.Context) {
 		reply(c, http.StatusUnauthorized, "Authentication required", nil)
 		return
 	}
-	id, _ := strconv.ParseUint(c.Param("id"), 10, 63) // checked by requireVoucherID
-	reply(c, http.StatusOK, "Voucher claimed", withRemaining(c, gin.H{"user_id": userID, "voucher_id": id}))
+	v := h.vouchers[c.Param("id")] // found by requireVoucher
+	reply(c, http.StatusOK, "Voucher claimed", withRemaining(c, gin.H{"user_id": userID, "voucher_id": v.ID}))
 }
 
 // merchant answers GET /api/coupon/merchant once its IP limit admitted it.

@@ -80,9 +80,10 @@ const (
 // each user of a valid bearer token and each voucher id
 // ([ginlimit.Per]([ginlimit.ByUser](), [ginlimit.ByParam]("id"))): alice's
 // claims of voucher 7 and of voucher 8 are counted apart, and apart from
-// bob's. The id is checked to be a positive integer in canonical form
-// before the limit counts it (400 otherwise), so "07" cannot claim
-// voucher 7 a second time and a malformed id creates no key.
+// bob's. The id is looked up in the catalog ([Vouchers]) before the limit
+// counts it, 404 when it is not there, so only the catalog's ids are ever
+// counted: a made-up id creates no key, and "07" cannot claim voucher 7 a
+// second time.
 const (
 	// VoucherClaimPath is the route template of the voucher claim route.
 	VoucherClaimPath = "/api/vouchers/:id/claim"
@@ -199,9 +200,11 @@ func routes(r gin.IRoutes, h *handlers) {
 
 	r.GET(ClaimPath, h.claimPolicy.Handler(), h.claim)
 
-	// The id is checked before the limit, so that only a canonical voucher
-	// id is ever counted (see VoucherClaimPath).
-	r.GET(VoucherClaimPath, requireVoucherID, ginlimit.RateLimit(
+	r.GET("/api/vouchers", h.listVouchers)
+
+	// The id is looked up before the limit, so that only a voucher of the
+	// catalog is ever counted (see VoucherClaimPath).
+	r.GET(VoucherClaimPath, h.requireVoucher, ginlimit.RateLimit(
 		ginlimit.Key(VoucherClaimKey), ginlimit.Window(VoucherClaimWindow), ginlimit.Limit(VoucherClaimLimit),
 		ginlimit.Message(VoucherClaimMessage),
 		ginlimit.Per(ginlimit.ByUser(), ginlimit.ByParam("id"))), h.voucherClaim)
