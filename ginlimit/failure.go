@@ -2,12 +2,11 @@ package ginlimit
 
 import (
 	"errors"
-	"math"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
-
 )
 
 // FailPolicy says what a route does when Redis cannot decide (an error or a
