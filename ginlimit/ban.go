@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -121,4 +122,80 @@ func (r *rule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
 		r.deny.strikes = true
 	}
 	return nil
+}
+
+// strike records a refusal answered in process as a strike for the Ban of
+// req.calls[j] (whose penalty is req.calls[j-1]), carried in the rule's
+// deny cache to the key's next call. The first strike carried on a key
+// also schedules a report of them a staleness bound later, which finds
+// nothing to send if a call took them first: so carried strikes reach
+// Redis, and every instance, within MaxStaleness even when the client
+// sends nothing more here.
+func (p *Policy) strike(req *request, j int) {
+	o := &req.calls[j]
+	if !o.rule.deny.strikeN(o.key, 1) {
+		return
+	}
+	pair := []call{req.calls[j-1], *o}
+	time.AfterFunc(time.Duration(o.rule.deny.staleness), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+		defer cancel()
+		p.reportStrikes(ctx, &request{calls: pair}, 0)
+	})
+}
+
+// reportStrikes sends Redis, in one call of the penalties alone, the
+// strikes carried for each Ban among req's calls, plus add each (an
+// in-flight refusal of the request): the penalty counts them and bans at
+// once when they reach its limit, so the next request is refused on every
+// instance. What Redis answers is kept as any answer is (the deny cache
+// and the fallback learn a ban). When Redis does not answer, the strikes
+// go back to be carried.
+func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
+	var sub request
+	var owners []*call
+	for j := range req.calls {
+		pc := &req.calls[j]
+		if !pc.rule.penalty {
+			continue
+		}
+		owner := &req.calls[j+1]
+		n := add + owner.rule.deny.drain(owner.key)
+		if n <= 0 {
+			continue
+		}
+		sub.calls = append(sub.calls, call{rule: pc.rule, key: pc.key, cost: int(min(1+n, 1e9))})
+		sub.keys = append(sub.keys, pc.key)
+		owners = append(owners, owner)
+	}
+	if len(sub.calls) == 0 {
+		return
+	}
+	sent, gens := time.Now(), make([]uint64, len(sub.calls))
+	ticks := make([]int64, len(sub.calls))
+	for i, cl := range sub.calls {
+		if cl.rule.deny != nil {
+			ticks[i], gens[i] = cl.rule.deny.now(), cl.rule.deny.generation()
+		}
+	}
+	reply, _, err := p.backend.run(ctx, p.queue, p.timeout, severalScript, sub.keys, p.severalArgs(&sub))
+	var now time.Time
+	if err == nil {
+		now, _, err = replyHead(reply, len(sub.calls), 4)
+	}
+	if err != nil {
+		for i, o := range owners {
+			o.rule.deny.strikeN(o.key, int64(sub.calls[i].cost-1))
+		}
+		return
+	}
+	for i, cl := range sub.calls {
+		d := Decision{Remaining: int(max(reply[2+4*i+1], 0)), Reset: time.Duration(reply[2+4*i+2]) * time.Microsecond, Time: now}
+		if cl.rule.deny != nil {
+			cl.rule.deny.leave(cl.key, nil, 1, ticks[i], gens[i], false, &d, true)
+		}
+		if cl.rule.local != nil {
+			cl.rule.local.learn(cl.key, &d, sent)
+		}
+	}
 }

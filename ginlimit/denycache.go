@@ -333,29 +333,26 @@ func (c *denyCache) clear() {
 	}
 }
 
-// strike records a refusal of key answered from the cache, for the rule's
-// [Ban]: the next call on the key reports it (drain). The refusal may be
-// another rule's, so the key may be unknown here: it is then kept with
-// nothing known about its quota (a state that sends every request to
-// Redis), only to carry the strikes.
-func (c *denyCache) strike(key string) { c.strikeN(key, 1) }
-
-// strikeN records n refusals of key (see strike); a cache that is off, or
-// keeps no strikes, records nothing.
-func (c *denyCache) strikeN(key string, n int64) {
+// strikeN records n refusals of key answered in process, for the rule's
+// [Ban]: the next call on the key reports them (drain). It reports whether
+// the key carried none before. The refusals may be another rule's, so the
+// key may be unknown here: it is then kept with nothing known about its
+// quota (a state that sends every request to Redis), only to carry the
+// strikes. A cache that is off, or keeps no strikes, records nothing.
+func (c *denyCache) strikeN(key string, n int64) bool {
 	if c == nil || n <= 0 {
-		return
+		return false
 	}
 	s := c.shard(key)
 	s.mu.RLock()
 	if st := s.m[key]; st != nil && st.strikes != nil {
-		st.strikes.Add(n)
+		first := st.strikes.Add(n) == n
 		s.mu.RUnlock()
-		return
+		return first
 	}
 	s.mu.RUnlock()
 	if !c.strikes {
-		return
+		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -365,7 +362,7 @@ func (c *denyCache) strikeN(key string, n int64) {
 		st = &keyState{strikes: new(atomic.Int64)}
 		s.m[key] = st
 	}
-	st.strikes.Add(n)
+	return st.strikes.Add(n) == n
 }
 
 // drain returns the refusals of key answered from the cache since the last

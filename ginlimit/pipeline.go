@@ -116,6 +116,12 @@ func (p *Policy) serve(c *gin.Context) {
 			// ever.
 			defer held.release()
 		}
+		if err == nil && !slots.d.Allowed && len(req.calls) > len(p.rules) {
+			// An in-flight refusal is a strike for every Ban of the route,
+			// reported now, so that a ban it makes holds on the very next
+			// request, on any instance.
+			p.reportStrikes(ctx, req, 1)
+		}
 		// An admission by every in-flight rule leaves the rate rules'
 		// decision and headers as they are; anything else is the answer.
 		if len(p.rules) == 0 || !slots.d.Allowed || err != nil {
@@ -238,7 +244,7 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 			// for that ban (its report counts nothing while it holds).
 			for j := range req.calls {
 				if o := &req.calls[j]; o.rule.ban != nil && !(j == i+1 && req.calls[i].rule.penalty) {
-					o.rule.deny.strike(o.key)
+					p.strike(req, j)
 				}
 			}
 			cl := &req.calls[i]

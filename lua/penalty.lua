@@ -17,8 +17,12 @@
 -- param  the ban's length in ms (at least 1).
 -- cost   the strikes this call brings: 1 for the request when it is
 --        refused, plus the refusals the caller answered itself since its last
---        call (its deny cache), so cost - 1 when the request is admitted.
--- State  from check: for a banned identity (ok false), the ban's end;
+--        call (its deny cache, or an in-flight limit's refusals), so cost - 1
+--        when the request is admitted. Those cost - 1 count before the
+--        request is judged: when they reach the limit, check starts the ban
+--        and the request is the first one it refuses.
+-- State  from check: for a banned identity (ok false), the ban's end, and
+--        b = -1 when this call's strikes start the ban (report writes it);
 --        otherwise the strikes and the strike window's start (nil when
 --        none).
 --
@@ -27,7 +31,8 @@
 -- by strikes), 0 while it is, from the request that made the ban on; reset
 -- and retry are then the time the ban has left.
 --
--- Its writes are in report, for a refused request, and go through pcall:
+-- Its writes are in report, for a refused request (or a ban the carried
+-- strikes start), and go through pcall:
 -- when Redis is out of memory the strike is lost, never the decision (see
 -- lua.go about maxmemory). With peek (lua.Peek) nothing is written.
 
@@ -44,12 +49,29 @@ if ends and ends > now then
   break
 end
 ok, a, b = true, tonumber(st[2]) or 0, tonumber(st[3])
+if cost > 1 and not peek then
+  -- The strikes the caller brings (cost - 1) count before the request is
+  -- judged: when they make the ban, this request is the first it refuses
+  -- (b = -1 tells report to write the ban).
+  local strikes, start = a, b
+  if not start or start > now or now - start >= window then
+    strikes = 0
+  end
+  if strikes + cost - 1 >= limit then
+    ok, a, b = false, now + param * 1000, -1
+    break
+  end
+end
 
 -- @commit
 -- Nothing: a penalty writes only in its report.
 
 -- @report
 if not ok then
+  if b == -1 then
+    pcall(redis.call, 'HSET', key, 'b', string.format('%d', a), 's', '0', 't', string.format('%d', now))
+    pcall(redis.call, 'PEXPIRE', key, param .. '')
+  end
   remaining, reset, retry = 0, a - now, a - now
   break
 end

@@ -22,6 +22,18 @@ func (m *penaltyModel) step(now, window, limit, banMs, cost int64, refused, peek
 	if m.b > now {
 		return false, 0, m.b - now, m.b - now
 	}
+	if !peek && cost > 1 {
+		// The strikes the caller brings count before the request is
+		// judged: when they make the ban, the request is refused by it.
+		strikes := m.s
+		if !m.set || m.t > now || now-m.t >= window {
+			strikes = 0
+		}
+		if strikes+cost-1 >= limit {
+			m.b, m.s, m.t, m.set = now+banMs*1000, 0, now, true
+			return false, 0, banMs * 1000, banMs * 1000
+		}
+	}
 	add := cost
 	if !refused {
 		add = cost - 1
