@@ -42,14 +42,18 @@ const MaxBan = 1e9 * time.Millisecond
 // ([BanMessage]) and a Retry-After of the time the ban has left,
 // [Decision.Banned] set and the outcome [OutcomeBanned] for observers.
 //
-// A refusal counts whatever refused the request on the route (this rule or
-// another of its [Rule]s). The strikes and the ban live in Redis, decided
+// A refusal counts whatever refused the request on the route (this rule,
+// another of its [Rule]s, or an [InFlight] rule, whose refusals are
+// reported at once). The strikes and the ban live in Redis, decided
 // atomically with the rule in the same call, so every instance shares them.
 // Refusals an instance answers from its deny cache count too: it reports
-// them with its next Redis call on the key, at most [MaxStaleness] later,
-// so a flood answered from the cache is banned as surely as one answered
-// by Redis. [Policy.Peek] shows a ban, [Policy.Reset] lifts it (and forgets
-// the strikes).
+// them with its next Redis call on the key, or on their own at most
+// [MaxStaleness] after the first, so a flood answered from the cache is
+// banned as surely as one answered by Redis. The strikes a call reports
+// count before its request is judged, so a client they put over the limit
+// is refused by the ban on its very next request. [Policy.Peek] shows a
+// ban, [Policy.Reset] lifts it (and forgets the strikes); the [FailLocal]
+// fallback starts no ban but keeps the one Redis last reported.
 //
 // after must be from 1 to 1e6, within from 1 ms to about 31 years, as a
 // Window, and duration from 1 ms to [MaxBan] (about 11.6 days). A route's

@@ -155,8 +155,11 @@
 // keys are the rule's as for any rule, with "if:" after the prefix; its
 // RateLimit-Policy item has no w (a count in flight has no window). When
 // Redis fails, [FailLocal] counts n/[LocalInstances] slots per key in
-// process, [FailOpen] lets the request through without a slot (never for
-// [ErrSaturated]), and [FailClosed] answers 503.
+// process, the slots the instance holds in Redis included, [FailOpen] lets
+// the request through without a slot (never for [ErrSaturated]), and
+// [FailClosed] answers 503. Renewals and releases have capacity of their
+// own, so a flood of decisions never makes a held lease lapse while Redis
+// answers.
 //
 // # The deny cache
 //
@@ -337,7 +340,11 @@
 // within about half a second of its return. When this process cannot get a
 // decision to a healthy Redis in time ([ErrSaturated]), the answer is never
 // an unlimited admission and never opens the breaker: FailClosed answers
-// 503, FailLocal and FailOpen the in-process limiter.
+// 503, FailLocal and FailOpen the in-process limiter. That limiter
+// continues from what Redis last said of each key, never from a full
+// budget: see [FailLocal]. A request whose own context ends before Redis
+// answers ([ErrClientGone]) is decided by nobody: it is aborted with 499
+// and its handler never runs.
 //
 // Under FailOpen and FailClosed the response carries RateLimit-Policy but
 // no counters; in every case the decision's Err is set and the error is

@@ -22,10 +22,16 @@ type FailPolicy int
 const (
 	// FailLocal, the default and the zero value, decides with an in-process
 	// limiter of the same rules while Redis is failing: a token bucket per
-	// key refilling limit/n per window, where n is [LocalInstances]. Its
-	// decisions have Local set. It is bounded in memory (DefaultLocalKeys
-	// keys per rule). A Redis outage then neither stops the service nor
-	// lifts the limits: each instance enforces its share of them.
+	// key holding at most limit/n and refilling limit/n per window, where n
+	// is [LocalInstances]. It continues from what Redis last said, never
+	// from a full budget: a key Redis has answered for starts from the
+	// remaining of that answer (less what the fallback admitted on it
+	// within the window since) and refills only from the answer's reset; a
+	// ban Redis reported holds. Only a key this instance has never seen,
+	// or has forgotten, starts with limit/n. Its decisions have Local set.
+	// It is bounded in memory (about DefaultLocalKeys keys per rule). A
+	// Redis outage then neither stops the service nor lifts the limits:
+	// each instance enforces its share of them.
 	FailLocal FailPolicy = iota
 	// FailOpen allows the request and logs the error: a rate limiter outage
 	// lets every request through, which an attacker who can slow Redis
