@@ -2,10 +2,12 @@
 --
 -- It is never a rule alone: ginlimit puts it in the same call as the rule
 -- it guards, on a key in the same slot, before it. Its check refuses while
--- the identity is banned; it records nothing when the request is admitted;
--- its report counts strikes when the request was refused (by the rule it
--- guards, or by another) and starts a ban once they reach the limit within
--- the window. The request that makes the ban was refused by the other rule;
+-- the identity is banned, or when the strikes the caller brings (refusals
+-- it answered itself) make the ban, which then refuses this very request;
+-- it records nothing else when the request is admitted; its report counts
+-- strikes when the request was refused (by the rule it guards, or by
+-- another) and starts a ban once they reach the limit within the window. A
+-- request whose own refusal makes the ban was refused by the other rule;
 -- the report says it is banned, and the ban refuses from the next one.
 --
 -- Key    a hash: b = the ban's end (µs), s = the strikes in the current
