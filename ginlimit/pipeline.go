@@ -238,15 +238,7 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 	for {
 		v, i, snap := p.enter(req)
 		if v == rejected {
-			// A refusal by any rule is a strike for every Ban of the
-			// route, as in Redis (lua/penalty.lua): each is told with the
-			// next call on its rule's key. A ban's own refusal is no strike
-			// for that ban (its report counts nothing while it holds).
-			for j := range req.calls {
-				if o := &req.calls[j]; o.rule.ban != nil && !(j == i+1 && req.calls[i].rule.penalty) {
-					p.strike(req, j)
-				}
-			}
+			p.strikeAll(req, i)
 			cl := &req.calls[i]
 			return cl.rule.cached(snap, cl.sent), nil // the cheap path
 		}
@@ -268,14 +260,13 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 			return p.failed(req, fmt.Errorf("%w: %w", ErrSaturated, err))
 		}
 	}
-	for i := range req.calls {
-		if cl := &req.calls[i]; cl.rule.penalty {
-			// The refusals the rule's deny cache answered since its last
-			// call are strikes too.
-			owner := &req.calls[i+1]
-			cl.cost = int(min(1+owner.rule.deny.drain(owner.key), 1e9))
-		}
-	}
+	return p.ask(ctx, req)
+}
+
+// ask decides req with one script call, and with the failure policy, or
+// as a client that has gone, when Redis does not answer.
+func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
+	p.bringStrikes(req)
 	script, args := p.call(req)
 	var sent time.Time
 	if p.onFail != FailClosed {
@@ -305,6 +296,29 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 	}
 	d.brk = brk
 	return d, err
+}
+
+// strikeAll records a refusal of req answered in process, by its call i,
+// as a strike for every Ban of the route, as in Redis (lua/penalty.lua):
+// each is told with the next call on its rule's key. A ban's own refusal
+// is no strike for that ban (its report counts nothing while it holds).
+func (p *Policy) strikeAll(req *request, i int) {
+	for j := range req.calls {
+		if o := &req.calls[j]; o.rule.ban != nil && !(j == i+1 && req.calls[i].rule.penalty) {
+			p.strike(req, j)
+		}
+	}
+}
+
+// bringStrikes puts on each penalty call of req the refusals its rule's
+// deny cache answered since the key's last call: they are strikes too.
+func (p *Policy) bringStrikes(req *request) {
+	for i := range req.calls {
+		if cl := &req.calls[i]; cl.rule.penalty {
+			owner := &req.calls[i+1]
+			cl.cost = int(min(1+owner.rule.deny.drain(owner.key), 1e9))
+		}
+	}
 }
 
 // restoreStrikes gives back the strikes that req's penalty calls carried
