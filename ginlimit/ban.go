@@ -129,19 +129,25 @@ func (r *rule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
 }
 
 // strike records a refusal answered in process as a strike for the Ban of
-// req.calls[j] (whose penalty is req.calls[j-1]), carried in the rule's
-// deny cache to the key's next call. The first strike carried on a key
-// also schedules a report of them a staleness bound later, which finds
-// nothing to send if a call took them first: so carried strikes reach
-// Redis, and every instance, within MaxStaleness even when the client
-// sends nothing more here.
+// req.calls[j], whose penalty is req.calls[j-1] (see carry).
 func (p *Policy) strike(req *request, j int) {
-	o := &req.calls[j]
-	if !o.rule.deny.strikeN(o.key, 1) {
+	p.carry(req.calls[j-1], req.calls[j], 1)
+}
+
+// carry adds n strikes to those carried in process for the Ban of owner,
+// whose penalty call is pc, to go to Redis with the key's next call. The
+// first strike carried on a key also schedules a report of them a
+// staleness bound later, which finds nothing to send if a call took them
+// first: so carried strikes reach Redis, and every instance, within
+// MaxStaleness even when the client sends nothing more here; strikes
+// given back after a failed call schedule a new report.
+func (p *Policy) carry(pc, owner call, n int64) {
+	if !owner.rule.deny.strikeN(owner.key, n) {
 		return
 	}
-	pair := []call{req.calls[j-1], *o}
-	time.AfterFunc(time.Duration(o.rule.deny.staleness), func() {
+	pc.counted, owner.counted = nil, nil
+	pair := []call{pc, owner}
+	time.AfterFunc(time.Duration(owner.rule.deny.staleness), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 		defer cancel()
 		p.reportStrikes(ctx, &request{calls: pair}, 0)
@@ -157,13 +163,13 @@ func (p *Policy) strike(req *request, j int) {
 // go back to be carried.
 func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
 	var sub request
-	var owners []*call
+	var owners []call
 	for j := range req.calls {
 		pc := &req.calls[j]
 		if !pc.rule.penalty {
 			continue
 		}
-		owner := &req.calls[j+1]
+		owner := req.calls[j+1]
 		n := add + owner.rule.deny.drain(owner.key)
 		if n <= 0 {
 			continue
@@ -189,7 +195,7 @@ func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
 	}
 	if err != nil {
 		for i, o := range owners {
-			o.rule.deny.strikeN(o.key, int64(sub.calls[i].cost-1))
+			p.carry(sub.calls[i], o, int64(sub.calls[i].cost-1))
 		}
 		return
 	}

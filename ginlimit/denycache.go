@@ -102,18 +102,25 @@ type denyCache struct {
 type denyShard struct {
 	mu sync.RWMutex
 	m  map[string]*keyState
+	// carried holds, per key, the refusals answered in process that its
+	// rule's Ban has not been told of yet (strikeN, drain). It is apart
+	// from m, which forgets keys to stay bounded and is cleared when the
+	// reset subscription is lost: a strike is no bound on quota, and
+	// dropping it would let a client shed it. An entry lives until its
+	// strikes are drained: by the key's next call, or by the report
+	// scheduled when it was made (Policy.carry), so about MaxStaleness.
+	carried map[string]*atomic.Int64
 }
 
 // keyState is what the cache knows of one key. Its fields are guarded by
 // the shard's lock.
 type keyState struct {
-	until     int64         // local monotonic ns: the state is used before this (at most grows, and the staleness bound)
-	grows     int64         // local monotonic ns: the bound holds before this
-	resetAt   int64         // Redis clock, Unix µs, when more quota comes
-	remaining int           // upper bound on the key's remaining quota
-	inflight  int           // units of the counted calls now in flight
-	strikes   *atomic.Int64 // refusals answered here since the key's last call, for a Ban; nil without one
-	probing   bool          // a call is checking a lapsed rejection with Redis (see enter)
+	until     int64 // local monotonic ns: the state is used before this (at most grows, and the staleness bound)
+	grows     int64 // local monotonic ns: the bound holds before this
+	resetAt   int64 // Redis clock, Unix µs, when more quota comes
+	remaining int   // upper bound on the key's remaining quota
+	inflight  int   // units of the counted calls now in flight
+	probing   bool  // a call is checking a lapsed rejection with Redis (see enter)
 	wake      chan struct{}
 }
 
@@ -126,6 +133,7 @@ func newDenyCache(size int, staleness time.Duration) *denyCache {
 	c := &denyCache{base: time.Now(), seed: maphash.MakeSeed(), perShard: max(1, (size+denyShards-1)/denyShards), staleness: int64(staleness)}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]*keyState)
+		c.shards[i].carried = make(map[string]*atomic.Int64)
 	}
 	return c
 }
@@ -253,9 +261,6 @@ func (c *denyCache) leave(key string, counted *keyState, cost int, sent int64, g
 	if st == nil {
 		c.makeRoom(s, sent)
 		st = &keyState{}
-		if c.strikes {
-			st.strikes = new(atomic.Int64)
-		}
 		s.m[key] = st
 	}
 	if sent >= st.until { // the old state has lapsed: start afresh
@@ -321,9 +326,11 @@ func (c *denyCache) forget(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.m, key) // calls it counted in flight leave through their own pointer
+	delete(s.carried, key)
 }
 
-// clear drops what the cache knows of every key.
+// clear drops what the cache knows of every key's quota; the strikes it
+// carries stay (see denyShard.carried).
 func (c *denyCache) clear() {
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -335,47 +342,49 @@ func (c *denyCache) clear() {
 
 // strikeN records n refusals of key answered in process, for the rule's
 // [Ban]: the next call on the key reports them (drain). It reports whether
-// the key carried none before. The refusals may be another rule's, so the
-// key may be unknown here: it is then kept with nothing known about its
-// quota (a state that sends every request to Redis), only to carry the
-// strikes. A cache that is off, or keeps no strikes, records nothing.
+// the key carried none before, so that the caller schedules their report
+// (Policy.carry). A cache that is off, or keeps no strikes, records
+// nothing.
 func (c *denyCache) strikeN(key string, n int64) bool {
-	if c == nil || n <= 0 {
+	if c == nil || n <= 0 || !c.strikes {
 		return false
 	}
 	s := c.shard(key)
 	s.mu.RLock()
-	if st := s.m[key]; st != nil && st.strikes != nil {
-		first := st.strikes.Add(n) == n
+	if k := s.carried[key]; k != nil {
+		first := k.Add(n) == n
 		s.mu.RUnlock()
 		return first
 	}
 	s.mu.RUnlock()
-	if !c.strikes {
-		return false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.m[key]
-	if st == nil {
-		c.makeRoom(s, c.now())
-		st = &keyState{strikes: new(atomic.Int64)}
-		s.m[key] = st
+	k := s.carried[key]
+	if k == nil {
+		k = new(atomic.Int64)
+		s.carried[key] = k
 	}
-	return st.strikes.Add(n) == n
+	return k.Add(n) == n
 }
 
-// drain returns the refusals of key answered from the cache since the last
+// drain returns the refusals of key answered in process since the last
 // drain, and forgets them; 0 for a cache that is off.
 func (c *denyCache) drain(key string) int64 {
-	if c == nil {
+	if c == nil || !c.strikes {
 		return 0
 	}
 	s := c.shard(key)
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if st := s.m[key]; st != nil && st.strikes != nil {
-		return st.strikes.Swap(0)
+	k := s.carried[key]
+	s.mu.RUnlock()
+	if k == nil {
+		return 0
 	}
-	return 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k = s.carried[key]; k == nil {
+		return 0
+	}
+	delete(s.carried, key)
+	return k.Swap(0)
 }

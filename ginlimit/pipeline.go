@@ -329,8 +329,7 @@ func (p *Policy) bringStrikes(req *request) {
 func (p *Policy) restoreStrikes(req *request) {
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.rule.penalty && cl.cost > 1 {
-			owner := &req.calls[i+1]
-			owner.rule.deny.strikeN(owner.key, int64(cl.cost-1))
+			p.carry(*cl, req.calls[i+1], int64(cl.cost-1))
 			cl.cost = 1
 		}
 	}
