@@ -18,28 +18,13 @@ import (
 	"github.com/ginlimit/ginlimit/identity"
 )
 
-// A value this long or longer that an error repeats is taken for a leak;
-// a shorter one may be part of an error's fixed wording ("identity", an
-// algorithm's name). Tokens are checked from minTokenLeak bytes.
+// An error that repeats a run of minLeak bytes of a claim, or
+// minTokenLeak bytes of a token, leaks it; a shorter run may be part of an
+// error's fixed wording ("identity", an algorithm's name).
 const (
 	minLeak      = 8
 	minTokenLeak = 16
 )
-
-// leaked returns the first of values at least min bytes long that msg
-// repeats, raw or quoted.
-func leaked(msg string, min int, values ...string) (string, bool) {
-	for _, v := range values {
-		if len(v) < min {
-			continue
-		}
-		q := strconv.Quote(v)
-		if strings.Contains(msg, v) || strings.Contains(msg, q[1:len(q)-1]) {
-			return v, true
-		}
-	}
-	return "", false
-}
 
 // refBearer is RFC 6750's bearer token of an Authorization value as the
 // package documents it: the scheme "Bearer" in any case, one space, and a
@@ -103,10 +88,10 @@ func refUserID(v any) (string, bool) {
 	return id, id != "" && len(id) <= identity.MaxUserIDLen
 }
 
-// claimTexts returns the claims' top-level strings and numbers, which an
-// error must not repeat, but those the token's header also holds: an
-// error may name what is wrong with the header (its alg, say), which is
-// no identity.
+// claimTexts returns the claims' top-level strings and numbers of at
+// least minLeak bytes, which an error must not repeat, but those the
+// token's header also holds: an error may name what is wrong with the
+// header (its alg, say), which is no identity.
 func claimTexts(claims map[string]any, headerText string) []string {
 	var out []string
 	for _, v := range claims {
@@ -119,7 +104,7 @@ func claimTexts(claims map[string]any, headerText string) []string {
 		default:
 			continue
 		}
-		if !strings.Contains(headerText, s) {
+		if len(s) >= minLeak && !strings.Contains(headerText, s) {
 			out = append(out, s)
 		}
 	}
@@ -137,12 +122,14 @@ func checkVerdict(t *testing.T, what, tok string, id string, err error) {
 	case err != nil && (id != "" || !errors.Is(err, identity.ErrUnauthenticated)):
 		t.Fatalf("%s = %q, %v; want no id and an error wrapping ErrUnauthenticated", what, id, err)
 	case err != nil:
-		if v, ok := leaked(err.Error(), minTokenLeak, tok); ok {
-			t.Fatalf("%s: the error %q repeats the token %q", what, err, v)
+		if len(tok) >= minTokenLeak {
+			if _, ok := leakedText(err.Error(), "", minTokenLeak, tok); ok {
+				t.Fatalf("%s: the error %q repeats the token %.100q", what, err, tok)
+			}
 		}
 		_, claims, headerText := tokenParts(tok)
-		if v, ok := leaked(err.Error(), minLeak, claimTexts(claims, headerText)...); ok {
-			t.Fatalf("%s: the error %q repeats the claim %q", what, err, v)
+		if v, ok := leakedText(err.Error(), "", minLeak, claimTexts(claims, headerText)...); ok {
+			t.Fatalf("%s: the error %q repeats the claim %.100q", what, err, v)
 		}
 	}
 }
@@ -414,7 +401,8 @@ func FuzzJWTClaims(f *testing.F) {
 // FuzzFromContext: an id the application's middleware sets, as a string,
 // a named string type, a fmt.Stringer, or an integer of any kind. The
 // User returns exactly the value's text when it is 1 to 256 bytes, and
-// otherwise an error wrapping ErrUnauthenticated that does not repeat it.
+// otherwise an error wrapping ErrUnauthenticated whose text is that of
+// another id of the same length and kind: it says nothing of the id.
 func FuzzFromContext(f *testing.F) {
 	for i, tc := range fromContextAcceptCases() {
 		if s, ok := tc.value.(string); ok {
@@ -428,28 +416,28 @@ func FuzzFromContext(f *testing.F) {
 			f.Add(s, int64(-i), uint8(1))
 		}
 	}
-	base := ""
-	if _, err := identity.FromContext("uid").UserID(ginContext(nil)); err != nil {
-		base = err.Error()
+	// ctxValue is the context value of kind for s or n, and its text.
+	ctxValue := func(kind uint8, s string, n int64) (any, string) {
+		switch kind % 6 {
+		case 1:
+			return namedStringID(s), s
+		case 2:
+			return stringerID{s}, s
+		case 3:
+			return n, strconv.FormatInt(n, 10)
+		case 4:
+			return namedIntID(n), strconv.FormatInt(n, 10)
+		case 5:
+			return uint64(n), strconv.FormatUint(uint64(n), 10)
+		}
+		return s, s
+	}
+	userID := func(v any) (string, error) {
+		return identity.FromContext("uid").UserID(ginContext(map[string]any{"uid": v}))
 	}
 	f.Fuzz(func(t *testing.T, s string, n int64, kind uint8) {
-		var value any
-		text := s
-		switch kind % 6 {
-		case 0:
-			value = s
-		case 1:
-			value = namedStringID(s)
-		case 2:
-			value = stringerID{s}
-		case 3:
-			value, text = n, strconv.FormatInt(n, 10)
-		case 4:
-			value, text = namedIntID(n), strconv.FormatInt(n, 10)
-		case 5:
-			value, text = uint64(n), strconv.FormatUint(uint64(n), 10)
-		}
-		id, err := identity.FromContext("uid").UserID(ginContext(map[string]any{"uid": value}))
+		value, text := ctxValue(kind, s, n)
+		id, err := userID(value)
 		if text != "" && len(text) <= identity.MaxUserIDLen {
 			if err != nil || id != text {
 				t.Fatalf("UserID with %T(%.80q) = %q, %v; want %q", value, s, id, err, text)
@@ -459,8 +447,14 @@ func FuzzFromContext(f *testing.F) {
 		if id != "" || !errors.Is(err, identity.ErrUnauthenticated) {
 			t.Fatalf("UserID with %T of %d bytes = %q, %v; want an error wrapping ErrUnauthenticated", value, len(text), id, err)
 		}
-		if leaks(err.Error(), base, text) {
-			t.Fatalf("UserID's error %q repeats the id", err)
+		// Another id of the same length and kind: every byte changed.
+		other := []byte(s)
+		for i := range other {
+			other[i] ^= 0x55
+		}
+		otherValue, _ := ctxValue(kind, string(other), n)
+		if _, err2 := userID(otherValue); err2 == nil || err2.Error() != err.Error() {
+			t.Fatalf("UserID's error for an id of %d bytes, %q, is not that of another such id, %v: it tells them apart", len(text), err, err2)
 		}
 	})
 }
