@@ -22,7 +22,7 @@ func init() { gin.SetMode(gin.TestMode) }
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // newMini starts a miniredis whose TIME is t0 and returns it with a client.
-func newMini(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
+func newMini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	m.SetTime(t0)

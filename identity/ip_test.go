@@ -61,14 +61,19 @@ func checkAddr(t *testing.T, got netip.Addr, err error, want string) {
 	}
 }
 
-func TestIPResolveWithoutTrustedProxyUsesPeer(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name       string
-		remoteAddr string
-		xff        []string
-		want       string
-	}{
+// peerCase is a request from a TCP peer with X-Forwarded-For lines, and
+// the client address a resolver that trusts no proxy must find.
+type peerCase struct {
+	name       string
+	remoteAddr string
+	xff        []string
+	want       string
+}
+
+// untrustedPeerCases: whatever X-Forwarded-For says, an untrusted peer is
+// the client.
+func untrustedPeerCases() []peerCase {
+	return []peerCase{
 		{"IPv4 peer", "203.0.113.7:51234", nil, "203.0.113.7"},
 		{"IPv6 peer", "[2001:db8::7]:443", nil, "2001:db8::7"},
 		{"peer without port", "203.0.113.7", nil, "203.0.113.7"},
@@ -78,7 +83,11 @@ func TestIPResolveWithoutTrustedProxyUsesPeer(t *testing.T) {
 		{"spoofed XFF to a trusted-looking hop ignored", "203.0.113.7:51234", []string{"10.0.0.1"}, "203.0.113.7"},
 		{"IPv6 peer with spoofed XFF", "[2001:db8::7]:443", []string{"2001:db8:ffff::1"}, "2001:db8::7"},
 	}
-	for _, tc := range tests {
+}
+
+func TestIPResolveWithoutTrustedProxyUsesPeer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range untrustedPeerCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			for rname, ip := range trustNobody(t) {
@@ -91,15 +100,20 @@ func TestIPResolveWithoutTrustedProxyUsesPeer(t *testing.T) {
 	}
 }
 
-func TestIPResolveTrustedProxies(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name       string
-		trusted    []string
-		remoteAddr string
-		xff        []string
-		want       string
-	}{
+// proxyCase is a request through proxies, and the client address a
+// resolver trusting the proxies trusted must find.
+type proxyCase struct {
+	name       string
+	trusted    []string
+	remoteAddr string
+	xff        []string
+	want       string
+}
+
+// trustedProxyCases: X-Forwarded-For is walked from the right over trusted
+// hops only, and addresses are normalised.
+func trustedProxyCases() []proxyCase {
+	return []proxyCase{
 		{
 			name:       "single hop",
 			trusted:    []string{"10.0.0.0/8"},
@@ -366,7 +380,11 @@ func TestIPResolveTrustedProxies(t *testing.T) {
 			want:       "203.0.113.7",
 		},
 	}
-	for _, tc := range tests {
+}
+
+func TestIPResolveTrustedProxies(t *testing.T) {
+	t.Parallel()
+	for _, tc := range trustedProxyCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ip := mustNewIP(t, tc.trusted...)
@@ -376,20 +394,21 @@ func TestIPResolveTrustedProxies(t *testing.T) {
 	}
 }
 
+// normalisedPeerCases: a peer address comes back as plain IPv4 or IPv6
+// text, with no zone.
+func normalisedPeerCases() []peerCase {
+	return []peerCase{
+		{"IPv4-mapped with port", "[::ffff:192.0.2.1]:1234", nil, "192.0.2.1"},
+		{"IPv4-mapped without port", "::ffff:192.0.2.1", nil, "192.0.2.1"},
+		{"zone dropped", "[fe80::1%eth0]:80", nil, "fe80::1"},
+		{"zone dropped without port", "fe80::1%eth0", nil, "fe80::1"},
+		{"IPv6 unchanged", "[2001:db8::1]:80", nil, "2001:db8::1"},
+	}
+}
+
 func TestIPResolveNormalisesPeer(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name       string
-		remoteAddr string
-		want       string
-	}{
-		{"IPv4-mapped with port", "[::ffff:192.0.2.1]:1234", "192.0.2.1"},
-		{"IPv4-mapped without port", "::ffff:192.0.2.1", "192.0.2.1"},
-		{"zone dropped", "[fe80::1%eth0]:80", "fe80::1"},
-		{"zone dropped without port", "fe80::1%eth0", "fe80::1"},
-		{"IPv6 unchanged", "[2001:db8::1]:80", "2001:db8::1"},
-	}
-	for _, tc := range tests {
+	for _, tc := range normalisedPeerCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			for rname, ip := range trustNobody(t) {
@@ -405,12 +424,9 @@ func TestIPResolveNormalisesPeer(t *testing.T) {
 	}
 }
 
-func TestIPResolveNoClientIP(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name       string
-		remoteAddr string
-	}{
+// noClientIPCases are remote addresses that hold no IP address.
+func noClientIPCases() []struct{ name, remoteAddr string } {
+	return []struct{ name, remoteAddr string }{
 		{"empty", ""},
 		{"unix socket", "@"},
 		{"unix path", "/run/app.sock"},
@@ -419,7 +435,11 @@ func TestIPResolveNoClientIP(t *testing.T) {
 		{"host name", "localhost:80"},
 		{"bad IPv4", "999.0.0.1:80"},
 	}
-	for _, tc := range tests {
+}
+
+func TestIPResolveNoClientIP(t *testing.T) {
+	t.Parallel()
+	for _, tc := range noClientIPCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			resolvers := trustNobody(t)
@@ -445,13 +465,16 @@ func TestIPResolveNoClientIP(t *testing.T) {
 	}
 }
 
-func TestNewIPRejectsBadProxy(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		trusted []string
-		bad     string // the value the error must name
-	}{
+// badProxyCase is a list of trusted proxies NewIP refuses, and the value
+// its error must name.
+type badProxyCase struct {
+	name    string
+	trusted []string
+	bad     string
+}
+
+func badProxyCases() []badProxyCase {
+	return []badProxyCase{
 		{"prefix too long", []string{"10.0.0.0/33"}, "10.0.0.0/33"},
 		{"IPv6 prefix too long", []string{"2001:db8::/129"}, "2001:db8::/129"},
 		{"missing length", []string{"10.0.0.0/"}, "10.0.0.0/"},
@@ -464,7 +487,11 @@ func TestNewIPRejectsBadProxy(t *testing.T) {
 		{"bad one after a good one", []string{"10.0.0.0/8", "bogus/8"}, "bogus/8"},
 		{"trimmed value named", []string{"  bogus  "}, "bogus"},
 	}
-	for _, tc := range tests {
+}
+
+func TestNewIPRejectsBadProxy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range badProxyCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ip, err := identity.NewIP(tc.trusted...)
@@ -537,6 +564,27 @@ func TestIPv6Bucket(t *testing.T) {
 	}
 }
 
+// platformCase is the Cf-Connecting-Ip values of a request from
+// 203.0.113.1, whether the resolver is configured to read that header, and
+// the client it must find.
+type platformCase struct {
+	values     []string
+	configured bool
+	want       string
+}
+
+func platformCases() []platformCase {
+	return []platformCase{
+		{[]string{"198.51.100.7"}, true, "198.51.100.7"},
+		{[]string{"::ffff:198.51.100.8"}, true, "198.51.100.8"},
+		{[]string{"garbage"}, true, "203.0.113.1"},
+		{[]string{"198.51.100.7", "198.51.100.9"}, true, "203.0.113.1"},
+		{nil, true, "203.0.113.1"},
+		// Not configured: the header means nothing.
+		{[]string{"198.51.100.7"}, false, "203.0.113.1"},
+	}
+}
+
 func TestPlatformHeader(t *testing.T) {
 	t.Parallel()
 	base, err := identity.NewIP("10.0.0.0/8")
@@ -547,27 +595,19 @@ func TestPlatformHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		ip      *identity.IP
-		headers map[string][]string
-		want    string
-	}{
-		{cf, map[string][]string{"Cf-Connecting-Ip": {"198.51.100.7"}}, "198.51.100.7"},
-		{cf, map[string][]string{"Cf-Connecting-Ip": {"::ffff:198.51.100.8"}}, "198.51.100.8"},
-		{cf, map[string][]string{"Cf-Connecting-Ip": {"garbage"}}, "203.0.113.1"},
-		{cf, map[string][]string{"Cf-Connecting-Ip": {"198.51.100.7", "198.51.100.9"}}, "203.0.113.1"},
-		{cf, nil, "203.0.113.1"},
-		// Not configured: the header means nothing.
-		{base, map[string][]string{"Cf-Connecting-Ip": {"198.51.100.7"}}, "203.0.113.1"},
-	} {
+	for _, tc := range platformCases() {
+		ip := cf
+		if !tc.configured {
+			ip = base
+		}
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = "203.0.113.1:443"
-		for k, v := range tc.headers {
-			r.Header[k] = v
+		if tc.values != nil {
+			r.Header["Cf-Connecting-Ip"] = tc.values
 		}
-		got, err := tc.ip.Resolve(r)
+		got, err := ip.Resolve(r)
 		if err != nil || got.String() != tc.want {
-			t.Errorf("headers %v: %v, %v; want %s", tc.headers, got, err, tc.want)
+			t.Errorf("Cf-Connecting-Ip %q (configured: %v): %v, %v; want %s", tc.values, tc.configured, got, err, tc.want)
 		}
 	}
 	for _, bad := range []string{"", "a b", "x:y"} {

@@ -42,7 +42,7 @@ func edJWK(kid string, k ed25519.PublicKey) string {
 	return fmt.Sprintf(`{"kty":"OKP","kid":%q,"crv":"Ed25519","x":%q}`, kid, b64url(k))
 }
 
-func signKid(t *testing.T, m jwt.SigningMethod, key any, kid, sub string) string {
+func signKid(t testing.TB, m jwt.SigningMethod, key any, kid, sub string) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(m, jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix()})
 	tok.Header["kid"] = kid
@@ -127,7 +127,7 @@ func TestJWKS(t *testing.T) {
 // hmacSigned builds a token with the given raw header JSON, signed with
 // HMAC-SHA256 and secret whatever the header's alg says: for kids that
 // MapClaims headers cannot express and for algorithm-confusion attempts.
-func hmacSigned(t *testing.T, header string, c jwt.MapClaims, secret string) string {
+func hmacSigned(t testing.TB, header string, c jwt.MapClaims, secret string) string {
 	t.Helper()
 	p, err := json.Marshal(c)
 	if err != nil {
@@ -142,23 +142,29 @@ func hmacSigned(t *testing.T, header string, c jwt.MapClaims, secret string) str
 	return signing + "." + enc.EncodeToString(sig)
 }
 
-// TestJWKSWithHMAC: with both an HMAC secret and a JWKS, a kid the set has
-// selects that JWKS key and nothing else; any other kid (unknown, null, not a
-// string) leaves the token to the configured keys of its algorithm family.
-func TestJWKSWithHMAC(t *testing.T) {
-	t.Parallel()
+// jwksHMACSet is the key set next to the HMAC secret in TestJWKSWithHMAC:
+// RSA key r1 (testKeys' rsa) and P-256 key e1 (testKeys' p256).
+func jwksHMACSet() string {
 	k := testKeys()
-	set := `{"keys":[` + rsaJWK("r1", &k.rsa.PublicKey) + `,` + ecJWK("e1", k.p256) + `]}`
-	j := mustNewJWT(t, identity.HMACSecret([]byte(testSecret)), identity.JWKS([]byte(set)))
-	// withStatic adds a static RSA key (rsa2) next to the JWKS.
-	withStatic := mustNewJWT(t, identity.HMACSecret([]byte(testSecret)), identity.PublicKey(&k.rsa2.PublicKey), identity.JWKS([]byte(set)))
+	return `{"keys":[` + rsaJWK("r1", &k.rsa.PublicKey) + `,` + ecJWK("e1", k.p256) + `]}`
+}
+
+// jwksHMACCase is a token, the verifier that judges it, and whether it is
+// accepted (as user alice).
+type jwksHMACCase struct {
+	name string
+	j    *identity.JWT
+	tok  string
+	ok   bool
+}
+
+// jwksHMACCases: with both an HMAC secret and a JWKS, j made with
+// HMACSecret and JWKS(jwksHMACSet()), withStatic with testKeys' rsa2 as a
+// PublicKey as well: which kid selects which key.
+func jwksHMACCases(t testing.TB, j, withStatic *identity.JWT) []jwksHMACCase {
+	k := testKeys()
 	hs := func(header string) string { return hmacSigned(t, header, claims(nil), testSecret) }
-	for _, tc := range []struct {
-		name string
-		j    *identity.JWT
-		tok  string
-		ok   bool
-	}{
+	return []jwksHMACCase{
 		{"HS256 without kid", j, hs(`{"alg":"HS256","typ":"JWT"}`), true},
 		{"HS256 with an unknown kid", j, hs(`{"alg":"HS256","typ":"JWT","kid":"nope"}`), true},
 		{"HS256 with kid null", j, hs(`{"alg":"HS256","typ":"JWT","kid":null}`), true},
@@ -188,7 +194,21 @@ func TestJWKSWithHMAC(t *testing.T) {
 		{"static RSA key, JWKS kid", withStatic, signKid(t, jwt.SigningMethodRS256, k.rsa2, "r1", "alice"), false},
 		{"JWKS key, unknown kid", withStatic, signKid(t, jwt.SigningMethodRS256, k.rsa, "nope", "alice"), false},
 		{"HS256 with an unknown kid next to a static key", withStatic, hs(`{"alg":"HS256","kid":"nope"}`), true},
-	} {
+	}
+}
+
+// TestJWKSWithHMAC: with both an HMAC secret and a JWKS, a kid the set has
+// selects that JWKS key and nothing else; any other kid (unknown, null, not a
+// string) leaves the token to the configured keys of its algorithm family.
+func TestJWKSWithHMAC(t *testing.T) {
+	t.Parallel()
+	k := testKeys()
+	set := jwksHMACSet()
+	j := mustNewJWT(t, identity.HMACSecret([]byte(testSecret)), identity.JWKS([]byte(set)))
+	// withStatic adds a static RSA key (rsa2) next to the JWKS.
+	withStatic := mustNewJWT(t, identity.HMACSecret([]byte(testSecret)), identity.PublicKey(&k.rsa2.PublicKey), identity.JWKS([]byte(set)))
+	hs := func(header string) string { return hmacSigned(t, header, claims(nil), testSecret) }
+	for _, tc := range jwksHMACCases(t, j, withStatic) {
 		got, err := tc.j.Verify(bearerRequest("Bearer " + tc.tok))
 		switch {
 		case tc.ok && (err != nil || got != "alice"):

@@ -76,7 +76,7 @@ func (k testKeyring) edPub() ed25519.PublicKey {
 }
 
 // sign signs claims with method and key, failing the test on error.
-func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+func sign(t testing.TB, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
 	t.Helper()
 	tok, err := jwt.NewWithClaims(method, claims).SignedString(key)
 	if err != nil {
@@ -86,7 +86,7 @@ func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaims)
 }
 
 // unsignedToken builds a token by hand: base64url(header) "." base64url(claims) ".".
-func unsignedToken(t *testing.T, header string, claims jwt.MapClaims) string {
+func unsignedToken(t testing.TB, header string, claims jwt.MapClaims) string {
 	t.Helper()
 	p, err := json.Marshal(claims)
 	if err != nil {
@@ -124,7 +124,7 @@ func bearerRequest(authorization string) *http.Request {
 	return r
 }
 
-func mustNewJWT(t *testing.T, opts ...identity.JWTOption) *identity.JWT {
+func mustNewJWT(t testing.TB, opts ...identity.JWTOption) *identity.JWT {
 	t.Helper()
 	j, err := identity.NewJWT(opts...)
 	if err != nil {
@@ -140,7 +140,7 @@ func hmacOnly(opts ...identity.JWTOption) []identity.JWTOption {
 
 // rsaPublicKeyEncodings returns the encodings of pub an attacker might use as
 // an HMAC secret in an algorithm-confusion attack.
-func rsaPublicKeyEncodings(t *testing.T, pub *rsa.PublicKey) map[string][]byte {
+func rsaPublicKeyEncodings(t testing.TB, pub *rsa.PublicKey) map[string][]byte {
 	t.Helper()
 	pkix, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
@@ -161,8 +161,10 @@ type jwtCase struct {
 	auth string               // Authorization header; "" sends none
 }
 
-func TestJWTRejects(t *testing.T) {
-	t.Parallel()
+// jwtRejectCases are Authorization headers each verifier must refuse:
+// malformed, unsigned, forged, of another algorithm or key, expired, and
+// with user id claims that are missing, of the wrong type or out of bounds.
+func jwtRejectCases(t testing.TB) []jwtCase {
 	k := testKeys()
 	now := time.Now()
 	hs256 := func(c jwt.MapClaims) string { return sign(t, jwt.SigningMethodHS256, []byte(testSecret), c) }
@@ -425,8 +427,12 @@ func TestJWTRejects(t *testing.T) {
 			},
 		)
 	}
+	return tests
+}
 
-	for _, tc := range tests {
+func TestJWTRejects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range jwtRejectCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			j := mustNewJWT(t, tc.opts...)
@@ -449,7 +455,7 @@ func TestJWTRejects(t *testing.T) {
 
 // rawHS256 signs a raw JSON payload with HS256 and testSecret, for
 // payloads MapClaims cannot express (such as an explicit null).
-func rawHS256(t *testing.T, payload string) string {
+func rawHS256(t testing.TB, payload string) string {
 	t.Helper()
 	enc := base64.RawURLEncoding
 	signing := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc.EncodeToString([]byte(payload))
@@ -460,8 +466,19 @@ func rawHS256(t *testing.T, payload string) string {
 	return signing + "." + enc.EncodeToString(sig)
 }
 
-func TestJWTAccepts(t *testing.T) {
-	t.Parallel()
+// jwtAcceptCase is an Authorization header the verifier made with opts
+// accepts, and the user id it finds.
+type jwtAcceptCase struct {
+	name string
+	opts []identity.JWTOption
+	auth string
+	want string
+}
+
+// jwtAcceptCases: every algorithm of every kind of key, leeways, custom
+// claims, integer ids, ids at the bound, scheme case and spacing, tokens
+// near the size bound, issuer and audience.
+func jwtAcceptCases(t testing.TB) []jwtAcceptCase {
 	k := testKeys()
 	now := time.Now()
 	hs256 := func(c jwt.MapClaims) string { return sign(t, jwt.SigningMethodHS256, []byte(testSecret), c) }
@@ -479,12 +496,7 @@ func TestJWTAccepts(t *testing.T) {
 	}
 	pemSecret := rsaPublicKeyEncodings(t, &k.rsa.PublicKey)["PKIX PEM"]
 
-	tests := []struct {
-		name string
-		opts []identity.JWTOption
-		auth string
-		want string
-	}{
+	return []jwtAcceptCase{
 		{name: "HS256", opts: hmacOnly(), auth: "Bearer " + hs256(claims(nil)), want: "alice"},
 		{name: "HS384", opts: hmacOnly(), auth: "Bearer " + sign(t, jwt.SigningMethodHS384, []byte(testSecret), claims(nil)), want: "alice"},
 		{name: "HS512", opts: hmacOnly(), auth: "Bearer " + sign(t, jwt.SigningMethodHS512, []byte(testSecret), claims(nil)), want: "alice"},
@@ -601,7 +613,11 @@ func TestJWTAccepts(t *testing.T) {
 			want: "alice",
 		},
 	}
-	for _, tc := range tests {
+}
+
+func TestJWTAccepts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range jwtAcceptCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			j := mustNewJWT(t, tc.opts...)

@@ -41,13 +41,18 @@ func ginContext(values map[string]any) *gin.Context {
 	return c
 }
 
-func TestFromContextAccepts(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name  string
-		value any
-		want  string
-	}{
+// contextCase is a value the application's middleware sets, and the id
+// FromContext reads from it ("" when it must refuse it).
+type contextCase struct {
+	name  string
+	value any
+	want  string
+}
+
+// fromContextAcceptCases are values FromContext accepts: strings within
+// the bound, every integer type, fmt.Stringers.
+func fromContextAcceptCases() []contextCase {
+	return []contextCase{
 		{"string", "alice", "alice"},
 		{"string with spaces kept", " alice ", " alice "},
 		{"string at MaxUserIDLen", strings.Repeat("a", identity.MaxUserIDLen), strings.Repeat("a", identity.MaxUserIDLen)},
@@ -68,7 +73,11 @@ func TestFromContextAccepts(t *testing.T) {
 		{"fmt.Stringer value", stringerID{"user-9"}, "user-9"},
 		{"fmt.Stringer pointer", &ptrStringerID{"user-10"}, "user-10"},
 	}
-	for _, tc := range tests {
+}
+
+func TestFromContextAccepts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range fromContextAcceptCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			u := identity.FromContext("uid")
@@ -83,13 +92,18 @@ func TestFromContextAccepts(t *testing.T) {
 	}
 }
 
-func TestFromContextRejects(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name   string
-		key    string         // key FromContext reads
-		values map[string]any // values set on the context
-	}{
+// contextRejectCase is the values set on a request's context, and the key
+// FromContext reads, which must give no user.
+type contextRejectCase struct {
+	name   string
+	key    string         // key FromContext reads
+	values map[string]any // values set on the context
+}
+
+// fromContextRejectCases: a missing key, values of other types, ids that
+// are empty or over the bound.
+func fromContextRejectCases() []contextRejectCase {
+	return []contextRejectCase{
 		{"missing key", "uid", map[string]any{"other": "alice"}},
 		{"no values at all", "uid", nil},
 		{"key differs in case", "uid", map[string]any{"UID": "alice"}},
@@ -107,7 +121,11 @@ func TestFromContextRejects(t *testing.T) {
 		{"Stringer over MaxUserIDLen", "uid", map[string]any{"uid": stringerID{strings.Repeat("a", identity.MaxUserIDLen+1)}}},
 		{"empty key, nothing set", "", map[string]any{"uid": "alice"}},
 	}
-	for _, tc := range tests {
+}
+
+func TestFromContextRejects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range fromContextRejectCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := identity.FromContext(tc.key).UserID(ginContext(tc.values))
