@@ -24,7 +24,7 @@ import (
 type backend struct {
 	client    redis.Scripter
 	honours   bool                 // the client bounds reads by the context deadline
-	bound     *redis.Client        // a plain client's clone that bounds reads by the context
+	bound     *redis.Client        // a plain client's clone for ginlimit's calls (see newBackend)
 	pipe      *redis.AutoPipeliner // nil without AutoPipeline or on other clients
 	pipeAbove int64                // pipelineAbove; tests lower it
 	calls     atomic.Int64         // calls now waiting on Redis, when pipelining
@@ -59,12 +59,11 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 		honours:   honoursContext(k.client),
 		pipeAbove: pipelineAbove,
 	}
-	if c, ok := k.client.(*redis.Client); ok && !b.honours {
-		// A clone (the same pool) of the application's client, that bounds
-		// socket reads by the call's deadline: no goroutine per call, and
-		// the application's own client is left as it is.
-		b.bound = c.WithTimeout(c.Options().ReadTimeout)
-		b.bound.Options().ContextTimeoutEnabled = true
+	if c, ok := k.client.(*redis.Client); ok {
+		// A clone (the same pool) of the application's client, whose
+		// options are ginlimit's own; the application's client is left as
+		// it is.
+		b.bound = ownClone(c)
 	}
 	if k.autoPipeline {
 		// Only a plain client: go-redis's cluster auto-pipeliner shares
@@ -78,7 +77,7 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 			// caches its own: its options hold, the application's own
 			// auto-pipeliner is left as it is, and closing the Limiter ends
 			// only ginlimit's.
-			own := c.WithTimeout(c.Options().ReadTimeout)
+			own := ownClone(c)
 			var err error
 			if b.pipe, err = own.AsyncAutoPipelineWithOptions(pipelineOptions()); err != nil {
 				return nil, fmt.Errorf("AutoPipeline(true): %w", err)
@@ -91,8 +90,13 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 	}
 	b.nodes = newNodes(k.client, k.breakFailures, k.breakOpen, slots)
 	wait := time.Duration(0)
-	if b.loaded = b.load(allScripts...); b.loaded {
+	err := b.load(allScripts...)
+	if b.loaded = err == nil; b.loaded {
 		wait = subscribeWait // Redis answers: the subscription will not be long
+	} else if connFailure(err) {
+		// A Redis that is down from the start fails the first decision as
+		// fast as the next ones (see node.call).
+		b.nodes.one.down.Store(true)
 	}
 	if subscribe {
 		b.hub = startHub(b, wait)
@@ -115,8 +119,8 @@ var allScripts = []*redis.Script{severalScript, peekScript, resetScript, publish
 // load loads scripts now, best effort, so that the first burst of
 // decisions does not meet NOSCRIPT and send each script twice. Run handles
 // NOSCRIPT anyway, so a failure here costs nothing, and a dead Redis delays
-// start-up by loadTimeout at most. It reports whether every script loaded.
-func (b *backend) load(scripts ...*redis.Script) bool {
+// start-up by loadTimeout at most. It returns nil once every script loaded.
+func (b *backend) load(scripts ...*redis.Script) error {
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
 	_, err := bounded(ctx, func() (struct{}, error) {
@@ -127,7 +131,7 @@ func (b *backend) load(scripts ...*redis.Script) bool {
 		}
 		return struct{}{}, nil
 	})
-	return err == nil
+	return err
 }
 
 // prepare loads a rule's single-rule script (its settings written in, so
@@ -146,7 +150,7 @@ func (b *backend) prepare(s *redis.Script) {
 	if b.loaded {
 		// After one failure, later rules load on their first call, so a
 		// Redis that hung since start-up delays each route by no timeout.
-		b.loaded = b.load(s)
+		b.loaded = b.load(s) == nil
 	}
 }
 
@@ -300,7 +304,7 @@ func (b *backend) run(ctx context.Context, queue, timeout time.Duration, s *redi
 	}
 	var reply []int64
 	if b.pipe != nil && b.calls.Add(1) > b.pipeAbove {
-		reply, err = b.runPipelined(cctx, s, keys, args)
+		reply, err = b.runPipelined(cctx, n, s, keys, args)
 		b.calls.Add(-1)
 	} else {
 		if b.pipe != nil {
@@ -372,10 +376,11 @@ func isNetTimeout(err error) bool {
 	return !errors.Is(err, context.DeadlineExceeded) && errors.As(err, &ne) && ne.Timeout()
 }
 
-// runDirect runs s and returns no later than ctx is done. It is a plain
-// call, with no goroutine, on a client that bounds its socket reads by the
-// context (ContextTimeoutEnabled), and on a plain *redis.Client without
-// that, through its clone that does (b.bound, on the same pool). On other
+// runDirect runs s on the node n and returns no later than ctx is done,
+// failing fast when n's server is gone (node.call). On a plain
+// *redis.Client it is a plain call, with no goroutine, through its clone
+// b.bound (on the same pool), which bounds socket reads by the context; so
+// is it on another client that does (ContextTimeoutEnabled). On other
 // clients, and on a
 // *redis.ClusterClient (which can block on loading the cluster's slots
 // whatever the context says), the call runs in a goroutine and is abandoned
@@ -384,13 +389,30 @@ func isNetTimeout(err error) bool {
 // goroutines can wait on a hung server, because waiting for a pooled
 // connection does honour ctx.
 func (b *backend) runDirect(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	switch {
-	case b.honours && !b.nodes.isCluster():
-		return ints(s.Run(ctx, b.client, keys, args...))
-	case b.bound != nil:
-		return ints(s.Run(ctx, b.bound, keys, args...))
-	}
-	return boundedCounting(ctx, &n.stranded, func() ([]int64, error) { return ints(s.Run(ctx, b.client, keys, args...)) })
+	return n.call(ctx, func() ([]int64, error) {
+		switch {
+		case b.bound != nil:
+			return ints(s.Run(ctx, b.bound, keys, args...))
+		case b.honours && !b.nodes.isCluster():
+			return ints(s.Run(ctx, b.client, keys, args...))
+		}
+		return boundedCounting(ctx, &n.stranded, func() ([]int64, error) { return ints(s.Run(ctx, b.client, keys, args...)) })
+	})
+}
+
+// ownClone returns the clone of c that ginlimit's calls go through. It
+// bounds socket reads by the call's deadline (ContextTimeoutEnabled), so a
+// call needs no goroutine. And go-redis does not retry its calls
+// (MaxRetries 0): its retry loop repeats a refused dial or a broken
+// connection up to 3 times, with backoff, and each repeat dials again, so a
+// Redis that refuses connections held every call until the Timeout.
+// node.call retries instead, once, and only what is worth it.
+func ownClone(c *redis.Client) *redis.Client {
+	own := c.WithTimeout(c.Options().ReadTimeout)
+	opt := own.Options()
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = 0 // the options are normalised already: 0 is none
+	return own
 }
 
 // ints returns the integers of a script's reply (see lua.Ints).
@@ -421,8 +443,14 @@ const boundedGrace = 20 * time.Millisecond
 // for it no longer than ctx. The pipeliner runs commands on its own context,
 // so WaitContext is what bounds the wait; a command abandoned that way still
 // executes. On NOSCRIPT (after SCRIPT FLUSH or a restart) the script is run
-// once through the plain client, whose EVAL loads it again.
-func (b *backend) runPipelined(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, error) {
+// once through the plain client's clone, whose EVAL loads it again. Like runDirect,
+// it fails fast when n's server is gone (node.call).
+func (b *backend) runPipelined(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
+	return n.call(ctx, func() ([]int64, error) { return b.pipelined(ctx, s, keys, args) })
+}
+
+// pipelined is one call of runPipelined.
+func (b *backend) pipelined(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, error) {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", s.Hash(), len(keys))
 	for _, k := range keys {
@@ -434,7 +462,7 @@ func (b *backend) runPipelined(ctx context.Context, s *redis.Script, keys []stri
 		return ints(cmd)
 	}
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return ints(s.Run(ctx, b.client, keys, args...))
+		return ints(s.Run(ctx, b.bound, keys, args...))
 	}
 	if ctx.Err() != nil {
 		return nil, cause(ctx)

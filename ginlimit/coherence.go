@@ -218,6 +218,12 @@ func (h *hub) loop(sub subscriber) {
 			// Lost, or silent for a whole period after a PING: resets may
 			// have been missed.
 			h.lose()
+			if connFailure(err) {
+				// So may the pool's connections be (Redis stopped): the
+				// next call checks that Redis takes connections before it
+				// waits on go-redis's dial retries (see node.call).
+				h.b.nodes.one.down.Store(true)
+			}
 			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 			select {
 			case <-h.closing:
