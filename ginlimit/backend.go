@@ -24,7 +24,7 @@ import (
 type backend struct {
 	client    redis.Scripter
 	honours   bool                 // the client bounds reads by the context deadline
-	bound     *redis.Client        // a plain client's clone for ginlimit's calls (see newBackend)
+	bound     *redis.Client        // a plain client's clone that bounds reads by the context
 	pipe      *redis.AutoPipeliner // nil without AutoPipeline or on other clients
 	pipeAbove int64                // pipelineAbove; tests lower it
 	calls     atomic.Int64         // calls now waiting on Redis, when pipelining
@@ -59,10 +59,10 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 		honours:   honoursContext(k.client),
 		pipeAbove: pipelineAbove,
 	}
-	if c, ok := k.client.(*redis.Client); ok {
-		// A clone (the same pool) of the application's client, whose
-		// options are ginlimit's own; the application's client is left as
-		// it is.
+	if c, ok := k.client.(*redis.Client); ok && !b.honours {
+		// A clone (the same pool) of the application's client, that bounds
+		// socket reads by the call's deadline: no goroutine per call, and
+		// the application's own client is left as it is.
 		b.bound = ownClone(c)
 	}
 	if k.autoPipeline {
@@ -89,6 +89,9 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 		slots *= pipelineDepth // calls share connections
 	}
 	b.nodes = newNodes(k.client, k.breakFailures, k.breakOpen, slots)
+	if b.bound != nil {
+		b.nodes.one.pool = b.bound // the same pool, and ginlimit's options
+	}
 	wait := time.Duration(0)
 	err := b.load(allScripts...)
 	if b.loaded = err == nil; b.loaded {
@@ -377,10 +380,10 @@ func isNetTimeout(err error) bool {
 }
 
 // runDirect runs s on the node n and returns no later than ctx is done,
-// failing fast when n's server is gone (node.call). On a plain
-// *redis.Client it is a plain call, with no goroutine, through its clone
-// b.bound (on the same pool), which bounds socket reads by the context; so
-// is it on another client that does (ContextTimeoutEnabled). On other
+// failing fast when n's server is gone (node.call). It is a plain call,
+// with no goroutine, on a client that bounds its socket reads by the
+// context (ContextTimeoutEnabled), and on a plain *redis.Client without
+// that, through its clone that does (b.bound, on the same pool). On other
 // clients, and on a
 // *redis.ClusterClient (which can block on loading the cluster's slots
 // whatever the context says), the call runs in a goroutine and is abandoned
@@ -391,22 +394,25 @@ func isNetTimeout(err error) bool {
 func (b *backend) runDirect(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
 	return n.call(ctx, func() ([]int64, error) {
 		switch {
-		case b.bound != nil:
-			return ints(s.Run(ctx, b.bound, keys, args...))
 		case b.honours && !b.nodes.isCluster():
 			return ints(s.Run(ctx, b.client, keys, args...))
+		case b.bound != nil:
+			return ints(s.Run(ctx, b.bound, keys, args...))
 		}
 		return boundedCounting(ctx, &n.stranded, func() ([]int64, error) { return ints(s.Run(ctx, b.client, keys, args...)) })
 	})
 }
 
-// ownClone returns the clone of c that ginlimit's calls go through. It
+// ownClone returns a clone of c (the same pools) for ginlimit's calls. It
 // bounds socket reads by the call's deadline (ContextTimeoutEnabled), so a
 // call needs no goroutine. And go-redis does not retry its calls
 // (MaxRetries 0): its retry loop repeats a refused dial or a broken
 // connection up to 3 times, with backoff, and each repeat dials again, so a
 // Redis that refuses connections held every call until the Timeout.
-// node.call retries instead, once, and only what is worth it.
+// node.call retries instead, once, and only what is worth it. A clone has
+// none of c's hooks (go-redis's WithTimeout does not copy them), so a
+// client with ContextTimeoutEnabled is called as it is, hooks and retries
+// included, except by the auto-pipeliner.
 func ownClone(c *redis.Client) *redis.Client {
 	own := c.WithTimeout(c.Options().ReadTimeout)
 	opt := own.Options()
@@ -443,7 +449,7 @@ const boundedGrace = 20 * time.Millisecond
 // for it no longer than ctx. The pipeliner runs commands on its own context,
 // so WaitContext is what bounds the wait; a command abandoned that way still
 // executes. On NOSCRIPT (after SCRIPT FLUSH or a restart) the script is run
-// once through the plain client's clone, whose EVAL loads it again. Like runDirect,
+// once through the plain client (or its clone), whose EVAL loads it again. Like runDirect,
 // it fails fast when n's server is gone (node.call).
 func (b *backend) runPipelined(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
 	return n.call(ctx, func() ([]int64, error) { return b.pipelined(ctx, s, keys, args) })
@@ -462,7 +468,10 @@ func (b *backend) pipelined(ctx context.Context, s *redis.Script, keys []string,
 		return ints(cmd)
 	}
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return ints(s.Run(ctx, b.bound, keys, args...))
+		if b.bound != nil {
+			return ints(s.Run(ctx, b.bound, keys, args...))
+		}
+		return ints(s.Run(ctx, b.client, keys, args...))
 	}
 	if ctx.Err() != nil {
 		return nil, cause(ctx)

@@ -85,8 +85,10 @@ func MaxStaleness(d time.Duration) Option {
 const hubPing = time.Second
 
 // hubTimeout bounds each call the hub makes (an acknowledgement, a
-// reset's announcement), in Redis and in the queue for a connection.
-const hubTimeout = DefaultTimeout
+// reset's announcement), in Redis and in the queue for a connection. It
+// is longer than a decision's: a reset is rare, and its acknowledgements
+// are what Reset waits for.
+const hubTimeout = time.Second
 
 // subscribeWait bounds how long New waits for the reset subscription, when
 // Redis answered the script load: the deny caches learn nothing until it is
@@ -218,12 +220,6 @@ func (h *hub) loop(sub subscriber) {
 			// Lost, or silent for a whole period after a PING: resets may
 			// have been missed.
 			h.lose()
-			if connFailure(err) {
-				// So may the pool's connections be (Redis stopped): the
-				// next call checks that Redis takes connections before it
-				// waits on go-redis's dial retries (see node.call).
-				h.b.nodes.one.down.Store(true)
-			}
 			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 			select {
 			case <-h.closing:

@@ -202,12 +202,15 @@ func TestSilentRedisCostsATimeout(t *testing.T) {
 	}
 }
 
-// breakingProxy forwards connections to a Redis, and closes the
-// connection of the next command it reads once told to (breakNext),
-// without forwarding it: one connection reset while Redis is fine.
+// breakingProxy forwards connections to a Redis. Told to (breakNext), it
+// closes the connection of the next command it reads without forwarding
+// it: one connection reset while Redis is fine. Told to (holdNext), it
+// holds the reply to the next command it reads for that long: a reply
+// that this process reads late.
 type breakingProxy struct {
 	ln        net.Listener
 	breakNext atomic.Bool
+	holdNext  atomic.Int64 // a time.Duration
 	broken    atomic.Int64
 	wg        sync.WaitGroup
 	mu        sync.Mutex
@@ -235,7 +238,23 @@ func startBreakingProxy(t *testing.T, upstream string) *breakingProxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, client, server)
 			p.mu.Unlock()
-			p.wg.Go(func() { _, _ = io.Copy(client, server); _ = client.Close() })
+			var hold atomic.Int64 // the next reply's, on this connection
+			p.wg.Go(func() {
+				defer client.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := server.Read(buf)
+					if n > 0 {
+						time.Sleep(time.Duration(hold.Swap(0)))
+						if _, err := client.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
 			p.wg.Go(func() {
 				defer server.Close()
 				defer client.Close()
@@ -245,6 +264,9 @@ func startBreakingProxy(t *testing.T, upstream string) *breakingProxy {
 					if n > 0 && p.breakNext.CompareAndSwap(true, false) {
 						p.broken.Add(1)
 						return
+					}
+					if n > 0 {
+						hold.Store(p.holdNext.Swap(0))
 					}
 					if n > 0 {
 						if _, err := server.Write(buf[:n]); err != nil {
@@ -303,5 +325,34 @@ func TestBrokenConnectionIsRetried(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLateReplyIsNoFailure: a call that runs out of its Timeout while
+// Redis answers a PING at once is no Redis failure: its reply was there,
+// read late (a CPU-starved process, here a proxy holding one reply). It
+// gets the saturation answer, and the breaker counts nothing.
+func TestLateReplyIsNoFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, ctxAware := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxAware), func(t *testing.T) {
+			t.Parallel()
+			const timeout = 100 * time.Millisecond
+			proxy := startBreakingProxy(t, srv.Addr)
+			c := redis.NewClient(&redis.Options{Addr: proxy.ln.Addr().String(), ContextTimeoutEnabled: ctxAware})
+			t.Cleanup(func() { _ = c.Close() })
+			p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(100), OnFailure(FailLocal), Timeout(timeout))
+			if _, err := p.Allow(context.Background(), "k"); err != nil {
+				t.Fatalf("a healthy Redis: %v", err)
+			}
+			proxy.holdNext.Store(int64(5 * timeout))
+			_, err := p.Allow(context.Background(), "k")
+			if !errors.Is(err, ErrSaturated) {
+				t.Fatalf("a reply held past the Timeout by a Redis that answers a PING: %v, want ErrSaturated", err)
+			}
+			if n := p.backend.nodes.one.brk.failures.Load(); n != 0 {
+				t.Fatalf("the breaker counted %d failures", n)
+			}
+		})
 	}
 }
