@@ -99,7 +99,7 @@ func TestDeadRedisFailsFast(t *testing.T) {
 // the 19 after it take well under a second. (The first may wait for
 // go-redis's pool to dial the server DialerRetries times: the pool is the
 // application's, and ginlimit learns that Redis went away from that
-// failure, or from its reset subscription, whichever comes first.)
+// failure.)
 func TestStoppedRedisFailsFast(t *testing.T) {
 	for _, ctxAware := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxAware), func(t *testing.T) {
