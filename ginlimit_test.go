@@ -209,7 +209,7 @@ func TestAlgorithmConfusion(t *testing.T) {
 	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 	gin.SetMode(gin.TestMode)
 	e := gin.New()
-	e.GET("/x", ginlimit.RateLimit(ginlimit.Redis(rdb), ginlimit.Type(ginlimit.User), ginlimit.UserIdentity(verifier)),
+	e.GET("/x", ginlimit.RateLimit(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.Type(ginlimit.User), ginlimit.UserIdentity(verifier)),
 		func(c *gin.Context) { c.Status(200) })
 	hour := time.Now().Add(time.Hour).Unix()
 	for _, forged := range [][]byte{pemBytes, der} {

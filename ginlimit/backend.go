@@ -63,8 +63,7 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 		// A clone (the same pool) of the application's client, that bounds
 		// socket reads by the call's deadline: no goroutine per call, and
 		// the application's own client is left as it is.
-		b.bound = c.WithTimeout(c.Options().ReadTimeout)
-		b.bound.Options().ContextTimeoutEnabled = true
+		b.bound = ownClone(c)
 	}
 	if k.autoPipeline {
 		// Only a plain client: go-redis's cluster auto-pipeliner shares
@@ -78,7 +77,7 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 			// caches its own: its options hold, the application's own
 			// auto-pipeliner is left as it is, and closing the Limiter ends
 			// only ginlimit's.
-			own := c.WithTimeout(c.Options().ReadTimeout)
+			own := ownClone(c)
 			var err error
 			if b.pipe, err = own.AsyncAutoPipelineWithOptions(pipelineOptions()); err != nil {
 				return nil, fmt.Errorf("AutoPipeline(true): %w", err)
@@ -90,9 +89,17 @@ func newBackend(k backendKey, subscribe bool) (*backend, error) {
 		slots *= pipelineDepth // calls share connections
 	}
 	b.nodes = newNodes(k.client, k.breakFailures, k.breakOpen, slots)
+	if b.bound != nil {
+		b.nodes.one.pool = b.bound // the same pool, and ginlimit's options
+	}
 	wait := time.Duration(0)
-	if b.loaded = b.load(allScripts...); b.loaded {
+	err := b.load(allScripts...)
+	if b.loaded = err == nil; b.loaded {
 		wait = subscribeWait // Redis answers: the subscription will not be long
+	} else if connFailure(err) {
+		// A Redis that is down from the start fails the first decision as
+		// fast as the next ones (see node.call).
+		b.nodes.one.down.Store(true)
 	}
 	if subscribe {
 		b.hub = startHub(b, wait)
@@ -115,8 +122,8 @@ var allScripts = []*redis.Script{severalScript, peekScript, resetScript, publish
 // load loads scripts now, best effort, so that the first burst of
 // decisions does not meet NOSCRIPT and send each script twice. Run handles
 // NOSCRIPT anyway, so a failure here costs nothing, and a dead Redis delays
-// start-up by loadTimeout at most. It reports whether every script loaded.
-func (b *backend) load(scripts ...*redis.Script) bool {
+// start-up by loadTimeout at most. It returns nil once every script loaded.
+func (b *backend) load(scripts ...*redis.Script) error {
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
 	_, err := bounded(ctx, func() (struct{}, error) {
@@ -127,7 +134,7 @@ func (b *backend) load(scripts ...*redis.Script) bool {
 		}
 		return struct{}{}, nil
 	})
-	return err == nil
+	return err
 }
 
 // prepare loads a rule's single-rule script (its settings written in, so
@@ -146,7 +153,7 @@ func (b *backend) prepare(s *redis.Script) {
 	if b.loaded {
 		// After one failure, later rules load on their first call, so a
 		// Redis that hung since start-up delays each route by no timeout.
-		b.loaded = b.load(s)
+		b.loaded = b.load(s) == nil
 	}
 }
 
@@ -336,7 +343,7 @@ func (b *backend) runOn(ctx context.Context, l lane, queue, timeout time.Duratio
 	}
 	var reply []int64
 	if b.pipe != nil && l == decisionLane && b.calls.Add(1) > b.pipeAbove {
-		reply, err = b.runPipelined(cctx, s, keys, args)
+		reply, err = b.runPipelined(cctx, n, s, keys, args)
 		b.calls.Add(-1)
 	} else {
 		if b.pipe != nil && l == decisionLane {
@@ -414,8 +421,9 @@ func isNetTimeout(err error) bool {
 	return !errors.Is(err, context.DeadlineExceeded) && errors.As(err, &ne) && ne.Timeout()
 }
 
-// runDirect runs s and returns no later than ctx is done. It is a plain
-// call, with no goroutine, on a client that bounds its socket reads by the
+// runDirect runs s on the node n and returns no later than ctx is done,
+// failing fast when n's server is gone (node.call). It is a plain call,
+// with no goroutine, on a client that bounds its socket reads by the
 // context (ContextTimeoutEnabled), and on a plain *redis.Client without
 // that, through its clone that does (b.bound, on the same pool). On other
 // clients, and on a
@@ -426,13 +434,33 @@ func isNetTimeout(err error) bool {
 // goroutines can wait on a hung server, because waiting for a pooled
 // connection does honour ctx.
 func (b *backend) runDirect(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	switch {
-	case b.honours && !b.nodes.isCluster():
-		return ints(s.Run(ctx, b.client, keys, args...))
-	case b.bound != nil:
-		return ints(s.Run(ctx, b.bound, keys, args...))
-	}
-	return boundedCounting(ctx, &n.stranded, func() ([]int64, error) { return ints(s.Run(ctx, b.client, keys, args...)) })
+	return n.call(ctx, func() ([]int64, error) {
+		switch {
+		case b.honours && !b.nodes.isCluster():
+			return ints(s.Run(ctx, b.client, keys, args...))
+		case b.bound != nil:
+			return ints(s.Run(ctx, b.bound, keys, args...))
+		}
+		return boundedCounting(ctx, &n.stranded, func() ([]int64, error) { return ints(s.Run(ctx, b.client, keys, args...)) })
+	})
+}
+
+// ownClone returns a clone of c (the same pools) for ginlimit's calls. It
+// bounds socket reads by the call's deadline (ContextTimeoutEnabled), so a
+// call needs no goroutine. And go-redis does not retry its calls
+// (MaxRetries 0): its retry loop repeats a refused dial or a broken
+// connection up to 3 times, with backoff, and each repeat dials again, so a
+// Redis that refuses connections held every call until the Timeout.
+// node.call retries instead, once, and only what is worth it. A clone has
+// none of c's hooks (go-redis's WithTimeout does not copy them), so a
+// client with ContextTimeoutEnabled is called as it is, hooks and retries
+// included, except by the auto-pipeliner.
+func ownClone(c *redis.Client) *redis.Client {
+	own := c.WithTimeout(c.Options().ReadTimeout)
+	opt := own.Options()
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = 0 // the options are normalised already: 0 is none
+	return own
 }
 
 // ints returns the integers of a script's reply (see lua.Ints).
@@ -463,8 +491,14 @@ const boundedGrace = 20 * time.Millisecond
 // for it no longer than ctx. The pipeliner runs commands on its own context,
 // so WaitContext is what bounds the wait; a command abandoned that way still
 // executes. On NOSCRIPT (after SCRIPT FLUSH or a restart) the script is run
-// once through the plain client, whose EVAL loads it again.
-func (b *backend) runPipelined(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, error) {
+// once through the plain client (or its clone), whose EVAL loads it again. Like runDirect,
+// it fails fast when n's server is gone (node.call).
+func (b *backend) runPipelined(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
+	return n.call(ctx, func() ([]int64, error) { return b.pipelined(ctx, s, keys, args) })
+}
+
+// pipelined is one call of runPipelined.
+func (b *backend) pipelined(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, error) {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", s.Hash(), len(keys))
 	for _, k := range keys {
@@ -476,6 +510,9 @@ func (b *backend) runPipelined(ctx context.Context, s *redis.Script, keys []stri
 		return ints(cmd)
 	}
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if b.bound != nil {
+			return ints(s.Run(ctx, b.bound, keys, args...))
+		}
 		return ints(s.Run(ctx, b.client, keys, args...))
 	}
 	if ctx.Err() != nil {

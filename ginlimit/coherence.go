@@ -85,8 +85,10 @@ func MaxStaleness(d time.Duration) Option {
 const hubPing = time.Second
 
 // hubTimeout bounds each call the hub makes (an acknowledgement, a
-// reset's announcement), in Redis and in the queue for a connection.
-const hubTimeout = DefaultTimeout
+// reset's announcement), in Redis and in the queue for a connection. It
+// is longer than a decision's: a reset is rare, and its acknowledgements
+// are what Reset waits for.
+const hubTimeout = time.Second
 
 // subscribeWait bounds how long New waits for the reset subscription, when
 // Redis answered the script load: the deny caches learn nothing until it is

@@ -22,7 +22,7 @@ func TestPerKeys(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	pre := prefix(t)
-	l, err := New(Redis(c), UserIdentity(identity.FromContext("uid")))
+	l, err := New(Timeout(testTimeout), Redis(c), UserIdentity(identity.FromContext("uid")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -314,11 +314,14 @@
 // auto-pipelined), and a decision waits its turn for one, and for calls in
 // flight on its key, for at most [QueueTimeout] (default 1 s) and its
 // request's context. Once the call has its connection, Redis has [Timeout]
-// (default 1 s) to answer, on every kind of client, even without
+// (default 100 ms) to answer, on every kind of client, even without
 // ContextTimeoutEnabled and before a cluster's slots are loaded. A call
 // that misses the Timeout while Redis answers the backend's other calls to
 // that node in time waited behind this process's own calls, and is not a
-// Redis failure either.
+// Redis failure either; nor is one after which Redis answers a PING within
+// the Timeout (this process read the reply late). A Redis that refuses or resets
+// connections is a failure at once, not after the Timeout: once a call to
+// a node failed, the next one first dials the node.
 //
 // Every reply error has a class and an answer:
 //

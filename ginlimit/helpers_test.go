@@ -56,11 +56,15 @@ func do(e *gin.Engine, method, target string, hdr map[string]string) *httptest.R
 
 func ok(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"ok": true}) }
 
+// testTimeout is the Timeout of the tests that check what Redis decided:
+// a loaded CI machine (the race detector, parallel tests, busy loops) must
+// never turn a late answer into the failure policy's. Tests of timeouts
+// give their own after it.
+const testTimeout = 5 * time.Second
+
 func mustPolicy(t testing.TB, opts ...Option) *Policy {
 	t.Helper()
-	// A generous timeout first, so a loaded CI machine never turns a slow
-	// answer into a failure; tests of timeouts give their own after it.
-	l, err := New(append([]Option{Timeout(5 * time.Second)}, opts...)...)
+	l, err := New(append([]Option{Timeout(testTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +76,10 @@ func mustPolicy(t testing.TB, opts ...Option) *Policy {
 	return p
 }
 
-// testLimit is RateLimit with a generous decision timeout first, so a
-// loaded CI machine never turns a slow miniredis answer into a fail-open;
-// tests of timeouts give their own Timeout after it.
+// testLimit is RateLimit with testTimeout first; tests of timeouts give
+// their own Timeout after it.
 func testLimit(opts ...Option) gin.HandlerFunc {
-	return RateLimit(append([]Option{Timeout(5 * time.Second)}, opts...)...)
+	return RateLimit(append([]Option{Timeout(testTimeout)}, opts...)...)
 }
 
 // ruleKey is the Redis key of rule i of p for Policy.Allow(ctx, key).

@@ -382,7 +382,7 @@ func TestResetWaitsNoLongerThanTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	l, err := New(Redis(c), UserIdentity(identity.FromContext("uid")), MaxStaleness(100*time.Millisecond),
+	l, err := New(Timeout(testTimeout), Redis(c), UserIdentity(identity.FromContext("uid")), MaxStaleness(100*time.Millisecond),
 		Logger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)

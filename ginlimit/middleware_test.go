@@ -45,7 +45,7 @@ func TestHeaders(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	e := gin.New()
-	l, err := New(Redis(c))
+	l, err := New(Timeout(testTimeout), Redis(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestOptionValidation(t *testing.T) {
 	if _, err := New(Redis(c), Type(User)); err == nil || !strings.Contains(err.Error(), "UserIdentity") {
 		t.Errorf("New with Type(User) and no identity: %v", err)
 	}
-	l, _ := New(Redis(c))
+	l, _ := New(Timeout(testTimeout), Redis(c))
 	if msg := panicMessage(func() { l.RateLimit(Type(User)) }); !strings.Contains(msg, "UserIdentity") {
 		t.Errorf("Limiter.RateLimit(Type(User)) without identity: panic %q", msg)
 	}
@@ -318,8 +318,8 @@ func TestLimiterRouteOverridesAndIsolation(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	pre := prefix(t)
-	l1, _ := New(Redis(c), Key(pre+"a:"), Limit(1))
-	l2, _ := New(Redis(c), Key(pre+"b:"), Limit(2))
+	l1, _ := New(Timeout(testTimeout), Redis(c), Key(pre+"a:"), Limit(1))
+	l2, _ := New(Timeout(testTimeout), Redis(c), Key(pre+"b:"), Limit(2))
 	e := gin.New()
 	h := RateLimit() // one annotation shared by two groups with different limiters
 	e.GET("/a", l1.Middleware(), h, ok)

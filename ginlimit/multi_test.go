@@ -178,7 +178,7 @@ func TestRulesValidation(t *testing.T) {
 		{[]Option{Rule(Name("a"), Type(User))}, "UserIdentity"},
 		{[]Option{Rule(Name("a"), Limit(5), Cost(6))}, "Cost(6)"},
 	} {
-		l, err := New(Redis(c))
+		l, err := New(Timeout(testTimeout), Redis(c))
 		if err != nil {
 			t.Fatal(err)
 		}

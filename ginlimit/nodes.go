@@ -2,9 +2,13 @@ package ginlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,6 +55,11 @@ type node struct {
 	// full pool is Redis not answering, not the application's commands
 	// (see backend.run).
 	stranded atomic.Int64
+	// down is set when a call to the server failed other than by a reply
+	// of Redis, and cleared by a dial to the server that connects: while
+	// it is set, a call first dials the server itself (see reach).
+	down    atomic.Bool
+	dialing chan struct{} // one reach dial at a time
 }
 
 func newNodes(client redis.Scripter, failures int, open time.Duration, slots int) *nodes {
@@ -63,7 +72,7 @@ func newNodes(client redis.Scripter, failures int, open time.Duration, slots int
 }
 
 func (ns *nodes) newNode(pool *redis.Client) *node {
-	return &node{brk: newBreaker(ns.failures, ns.open), slots: make(chan struct{}, ns.slots), leases: make(chan struct{}, leaseSlots), pool: pool}
+	return &node{brk: newBreaker(ns.failures, ns.open), slots: make(chan struct{}, ns.slots), leases: make(chan struct{}, leaseSlots), pool: pool, dialing: make(chan struct{}, 1)}
 }
 
 func (ns *nodes) isCluster() bool { return ns.cluster != nil }
@@ -210,4 +219,160 @@ func (n *node) release(l lane) {
 		return
 	}
 	<-n.slots
+}
+
+// call runs f, a call to the node's server, and fails fast when the server
+// is gone. go-redis does not: a connection it cannot make is dialed
+// DialerRetries times (5, 100 ms apart, by default), and its pool belongs
+// to the application, so ginlimit cannot change that. So once a call has
+// failed (down), the next one first dials the server itself (reach), once,
+// as go-redis's pool does (the Options' Dialer, Network and Addr; a
+// DialHook is not followed): a refused connection then fails the call at
+// once, a connection that opens lets it go on to go-redis. A call whose
+// connection broke (reset, or closed by the server) is made once more,
+// when a dial shows the server takes connections: a healthy Redis that
+// reset one connection (a restarted proxy, an idle timeout) fails no
+// request, and a Redis that went away costs one refused dial. The script
+// may have run before the connection broke, so this may count a request
+// twice, as go-redis's own retry of a broken connection does. A call that
+// ran out of its Timeout is a Redis failure only if Redis does not answer
+// a PING either (see answers); otherwise it is ErrSaturated.
+func (n *node) call(ctx context.Context, f func() ([]int64, error)) ([]int64, error) {
+	if err := n.reach(ctx); err != nil {
+		return nil, err
+	}
+	start, answered := time.Now(), n.answered.Load()
+	reply, err := f()
+	if err == nil || !connFailure(err) {
+		return reply, err
+	}
+	n.down.Store(true)
+	if broken(err) && n.reach(ctx) == nil {
+		if reply, err = f(); err == nil || !connFailure(err) {
+			return reply, err
+		}
+		n.down.Store(true)
+	}
+	err = deadlineOf(ctx, err)
+	// A call that ran out of its Timeout (go-redis may report it as the
+	// context's bare error) while no other call was answered, and not for
+	// want of a pooled connection (backend.run tells that apart).
+	timedOut := errors.Is(err, context.DeadlineExceeded) && errors.Is(cause(ctx), errTimedOut)
+	if timedOut && n.answered.Load() == answered && !poolBusy(n.pool) && n.answers(ctx, start) {
+		return nil, mayHaveRun{fmt.Errorf("%w: the call ran out of its Timeout, yet Redis answered a PING: this process read the reply late", ErrSaturated)}
+	}
+	return nil, err
+}
+
+// answers reports whether the node's server answers a PING within the
+// Timeout of a call that started at start and ended at ctx's deadline. A
+// call that ran out of its Timeout while no other call of the node was
+// answered is taken for a Redis that does not answer; but when this
+// process is not given the CPU for longer than the Timeout (stalls of up
+// to 470 ms were measured with two busy loops on 2 cores), every call in
+// flight runs out of its Timeout together, their replies unread in the
+// socket (Go reports a socket deadline that has passed before it reads
+// what has arrived), and none is answered. The PING tells the two apart.
+// A Redis that hangs does not answer it either: each decision that finds
+// it so (until the breaker opens, then its probes) waits up to twice the
+// Timeout.
+func (n *node) answers(ctx context.Context, start time.Time) bool {
+	if n.pool == nil {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.Sub(start))
+	defer cancel()
+	_, err := bounded(pctx, func() (string, error) { return n.pool.Ping(pctx).Result() })
+	return err == nil
+}
+
+// deadlineOf returns ctx's cause for err, a call's error, when err is a
+// socket timeout at ctx's deadline, and err otherwise. go-redis sets the
+// socket's deadline to the context's, and the socket's timer may fire
+// before the context's: the caller then learns why the call ended (the
+// request's own deadline, or the Timeout) from ctx, which ends now.
+func deadlineOf(ctx context.Context, err error) error {
+	if !isNetTimeout(err) {
+		return err
+	}
+	if d, ok := ctx.Deadline(); !ok || time.Now().Before(d) {
+		return err
+	}
+	<-ctx.Done()
+	return cause(ctx)
+}
+
+// reach returns nil when the node may be called: it is not down, or a
+// dial to its server connects now (the connection is closed at once).
+// Otherwise it returns the dial's error, or ctx's cause when ctx ends
+// first. A node of a client ginlimit does not know is never dialed.
+func (n *node) reach(ctx context.Context) error {
+	if !n.down.Load() || n.pool == nil {
+		return nil
+	}
+	select {
+	case n.dialing <- struct{}{}:
+	case <-ctx.Done():
+		return cause(ctx)
+	}
+	defer func() { <-n.dialing }()
+	if !n.down.Load() {
+		return nil // the dial of a call that waited before this one connected
+	}
+	opt := n.pool.Options()
+	type dialed struct {
+		conn net.Conn
+		err  error
+	}
+	// In a goroutine, since a Dialer need not honour ctx (go-redis's own,
+	// with TLS, is bounded by DialTimeout only).
+	done := make(chan dialed, 1)
+	go func() {
+		c, err := opt.Dialer(ctx, opt.Network, opt.Addr)
+		done <- dialed{c, err}
+	}()
+	select {
+	case d := <-done:
+		if d.err != nil {
+			if ctx.Err() != nil {
+				return cause(ctx)
+			}
+			return d.err
+		}
+		_ = d.conn.Close()
+		n.down.Store(false)
+		return nil
+	case <-ctx.Done():
+		go func() {
+			if d := <-done; d.conn != nil {
+				_ = d.conn.Close()
+			}
+		}()
+		return cause(ctx)
+	}
+}
+
+// connFailure reports whether err, a call's error, is the server's
+// connection or time failing, rather than a reply of Redis (or a reply
+// ginlimit could not read).
+func connFailure(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// broken reports whether err says that a connection which was open broke:
+// the server reset or closed it, as opposed to a dial that failed or a
+// reply that did not come in time.
+func broken(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

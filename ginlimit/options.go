@@ -22,12 +22,19 @@ const (
 	// DefaultMessage is the 429 message used when no [Message] is given.
 	DefaultMessage = "Too many requests, please try again later"
 	// DefaultTimeout bounds how long Redis may take to answer a decision's
-	// call when no [Timeout] is given. Redis answers in well under a
-	// millisecond; the bound is there for a Redis that hangs, and the
-	// circuit breaker, not the timeout, keeps an outage cheap. A tighter
-	// bound only turns a busy process's scheduling and GC delays into Redis
-	// failures, which the failure policy answers instead of Redis.
-	DefaultTimeout = time.Second
+	// call when no [Timeout] is given. A Redis that refuses or resets
+	// connections fails a decision at once, whatever the bound; the bound
+	// is what a Redis that does not answer costs: up to twice it (the call,
+	// then a PING that tells a hung Redis from a process that read its
+	// reply late), for the decisions that find it so before the breaker
+	// opens, and one per breaker period. Measured on a 2-core machine with
+	// the default breaker: with Redis SIGSTOPped, at 40 decisions/s, the
+	// p99 a decision waited was 43 ms at 20 ms, 103 ms at 50 ms, 205 ms at
+	// 100 ms and 2 s at 1 s; with a healthy Redis and both cores busy with
+	// other work, 0.04-0.47% of decisions were taken for Redis failures at
+	// 20 ms, 0.06-0.08% at 50 ms, and none at 100 ms or more (3 runs of
+	// 80,000).
+	DefaultTimeout = 100 * time.Millisecond
 	// DefaultDenyCacheSize is how many rejected keys a rule remembers in
 	// process when no [DenyCache] is given.
 	DefaultDenyCacheSize = 10_000

@@ -89,7 +89,7 @@ func TestNewLoadsEveryScript(t *testing.T) {
 	if got, err := c.ScriptExists(ctx, shas...).Result(); err != nil || len(got) != len(shas) || slices.Contains(got, true) {
 		t.Fatalf("before New: %v, %v; want none loaded", got, err)
 	}
-	l, err := New(Redis(c))
+	l, err := New(Timeout(testTimeout), Redis(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestWiringMistakesSayWhere(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	for _, late := range []bool{false, true} {
-		l, err := New(Redis(c))
+		l, err := New(Timeout(testTimeout), Redis(c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +297,7 @@ func TestOddClientsNeverPanic(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	w := unhashable{c, map[string]int{"x": 1}}
-	l, err := New(Redis(w), Limit(1))
+	l, err := New(Timeout(testTimeout), Redis(w), Limit(1))
 	if err != nil {
 		t.Fatal(err)
 	}

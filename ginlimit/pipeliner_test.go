@@ -25,7 +25,7 @@ func TestAutoPipelinerIsItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(Redis(c))
+	l, err := New(Timeout(testTimeout), Redis(c))
 	if err != nil {
 		t.Fatal(err)
 	}
