@@ -214,12 +214,19 @@ func TestFaultRedisKilled(t *testing.T) {
 			if recovered-restarted > 2*time.Second {
 				t.Errorf("decisions came from Redis again %v after the restart, want within 2 s", recovered-restarted)
 			}
-			var total, okBefore, failedDown, circuitOpen, okAfter int
+			var total, okBefore, failedDown, circuitOpen, okAfter, saturated int
 			for _, cs := range calls {
 				for _, c := range cs {
 					total++
 					if el := c.end - c.start; el > faultBound {
 						t.Errorf("a decision started at %v took %v with a %v timeout (killed at %v, restarted at %v): %+v, %v", c.start, el, faultTimeout, stopAt, restarted, c.d, c.err)
+					}
+					if errors.Is(c.err, ErrSaturated) {
+						// This process read a reply late (a CPU-starved
+						// machine) while Redis answered: no verdict on
+						// Redis, whenever it happens.
+						saturated++
+						continue
 					}
 					if c.err == nil {
 						if c.d.Cached || c.d.Time.IsZero() || !c.d.Allowed {
@@ -247,8 +254,8 @@ func TestFaultRedisKilled(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%d decisions: %d from Redis before the kill, %d failed while down (%d by the open breaker), %d from Redis after recovery; recovered %v after the restart",
-				total, okBefore, failedDown, circuitOpen, okAfter, recovered-restarted)
+			t.Logf("%d decisions: %d from Redis before the kill, %d failed while down (%d by the open breaker), %d from Redis after recovery, %d saturation answers; recovered %v after the restart",
+				total, okBefore, failedDown, circuitOpen, okAfter, saturated, recovered-restarted)
 			if okBefore == 0 || failedDown == 0 || circuitOpen == 0 || okAfter == 0 {
 				t.Errorf("the load did not cover every phase: %d ok before, %d failed, %d by the breaker, %d ok after", okBefore, failedDown, circuitOpen, okAfter)
 			}
