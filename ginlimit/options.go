@@ -32,8 +32,8 @@ const (
 	// p99 a decision waited was 43 ms at 20 ms, 103 ms at 50 ms, 205 ms at
 	// 100 ms and 2 s at 1 s; with a healthy Redis and both cores busy with
 	// other work, 0.04-0.47% of decisions were taken for Redis failures at
-	// 20 ms, 0.06-0.08% at 50 ms, and none at 100 ms or more (3 runs of
-	// 80,000).
+	// 20 ms, up to 0.08% at 50 ms, and none at 100 ms or more (4 runs of
+	// about 80,000).
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultDenyCacheSize is how many rejected keys a rule remembers in
 	// process when no [DenyCache] is given.
