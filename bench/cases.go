@@ -468,7 +468,7 @@ func notDecided(d ginlimit.Decision, err error) error {
 		return errLocal
 	}
 	switch o := ginlimit.OutcomeOf(d); o {
-	case ginlimit.OutcomeError, ginlimit.OutcomeFallback:
+	case ginlimit.OutcomeError, ginlimit.OutcomeSaturated, ginlimit.OutcomeFallback:
 		return fmt.Errorf("ginlimit: outcome %q without an error", o)
 	}
 	return nil

@@ -254,11 +254,14 @@ func cause(ctx context.Context) error {
 // not send to Redis in time, although Redis is not failing: every
 // connection was busy and too many decisions were already waiting, or its
 // call waited on the wire past the Timeout behind this process's other
-// calls while Redis answered those in time. It never opens the circuit
-// breaker, and it is never answered by letting the request through
-// unlimited: the in-process fallback of [FailLocal] decides (under
-// [FailOpen] too), continuing from what Redis last said of each key, and
-// [FailClosed] answers 503.
+// calls while Redis answered those in time, or this process read Redis's
+// reply late. It never opens the circuit breaker. It is refused under every
+// [FailPolicy]: only Redis grants while Redis is healthy, because time
+// spent waiting in this process is no evidence that the limit has room
+// (its call may even have run and been counted in Redis). A gin route
+// answers it 503, as [FailClosed] answers a Redis failure, and observers
+// see [OutcomeSaturated]. A saturated process sheds that request's work
+// instead of taking on more.
 var ErrSaturated = errors.New("ginlimit: no decision in time: the process is saturated (Redis is not failing)")
 
 // ErrClientGone is wrapped by the error of a decision that was not taken

@@ -156,7 +156,7 @@
 // RateLimit-Policy item has no w (a count in flight has no window). When
 // Redis fails, [FailLocal] counts n/[LocalInstances] slots per key in
 // process, the slots the instance holds in Redis included, [FailOpen] lets
-// the request through without a slot (never for [ErrSaturated]), and
+// the request through without a slot, and
 // [FailClosed] answers 503. Renewals and releases have capacity of their
 // own, so a flood of decisions never makes a held lease lapse while Redis
 // answers.
@@ -341,9 +341,9 @@
 // ([Breaker]) stops calling a failing Redis and answers at once, so an
 // outage is answered within Timeout and decisions come from Redis again
 // within about half a second of its return. When this process cannot get a
-// decision to a healthy Redis in time ([ErrSaturated]), the answer is never
-// an unlimited admission and never opens the breaker: FailClosed answers
-// 503, FailLocal and FailOpen the in-process limiter. That limiter
+// decision to a healthy Redis in time ([ErrSaturated]), the request is
+// refused with 503 under every policy and the breaker stays as it is: only
+// Redis grants while Redis is healthy. The in-process limiter of FailLocal
 // continues from what Redis last said of each key, never from a full
 // budget: see [FailLocal]. A request whose own context ends before Redis
 // answers ([ErrClientGone]) is decided by nobody: it is aborted with 499

@@ -13,10 +13,9 @@ import (
 // timeout).
 //
 // A process that cannot get a decision to a healthy Redis in time
-// ([ErrSaturated]) is not a Redis failure: it never opens the breaker, and
-// it is never answered by letting the request through unlimited. Under
-// FailClosed it is answered 503; under FailLocal and FailOpen the
-// in-process fallback of FailLocal decides.
+// ([ErrSaturated]) is not a Redis failure: it never opens the breaker, no
+// policy applies, and the request is refused with 503 (only Redis grants
+// while Redis is healthy).
 type FailPolicy int
 
 const (
@@ -88,9 +87,9 @@ func LocalInstances(n int) Option {
 // failed is the decision, and the error, when Redis could not decide the
 // calls of a request: the in-process fallback's under FailLocal, and
 // otherwise the failure policy's. A saturated process (ErrSaturated) is not
-// a Redis failure and never admits unlimited: FailOpen falls back like
-// FailLocal there. The error names the rule and the scope's route, never
-// the key, which holds the identity.
+// a Redis failure, and only Redis grants while Redis is healthy: it is
+// refused under every policy (see [ErrSaturated]). The error names the
+// rule and the scope's route, never the key, which holds the identity.
 func (p *Policy) failed(req *request, err error) (Decision, error) {
 	first := req.calls[0].rule
 	if first.penalty {
@@ -98,12 +97,12 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 	}
 	saturated := errors.Is(err, ErrSaturated)
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
-	if p.onFail == FailLocal || (saturated && p.onFail == FailOpen) {
+	if p.onFail == FailLocal && !saturated {
 		d := p.decideLocal(req)
 		d.Err = err
 		return d, err
 	}
-	return Decision{Rule: first.name, Allowed: p.onFail == FailOpen, Limit: first.limit, Err: err, decider: first}, err
+	return Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, Err: err, decider: first}, err
 }
 
 // describe names what a request was limited by, for error texts: the route
@@ -188,9 +187,9 @@ func (p *Policy) learn(req *request, d *Decision, each []Decision, sent time.Tim
 }
 
 // localLimiter is the in-process fallback of one rule, which decides while
-// Redis cannot (FailLocal) or while this process cannot reach it in time
-// (ErrSaturated): a token bucket per key, holding at most share =
-// limit/instances units and refilling share per window.
+// Redis cannot (FailLocal; never for ErrSaturated, which is refused): a
+// token bucket per key, holding at most share = limit/instances units and
+// refilling share per window.
 //
 // It continues from what Redis last said, never from a full budget: each
 // answer Redis gives for a key (learn) sets the key's bucket to the

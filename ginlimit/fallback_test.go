@@ -12,20 +12,72 @@ import (
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
-// TestFallbackContinuesFromRedis: while this process cannot get decisions
-// to a healthy Redis in time (every connection slot taken, as by a flood on
-// another route), the FailLocal fallback continues from what Redis last
-// said of each key, never from a full budget:
+// TestFallbackContinuesFromRedis: while Redis fails, the FailLocal
+// fallback continues from what Redis last said of each key, never from a
+// full budget:
 //   - a route-wide Limit(50) that Redis has counted 30 on admits 20 more,
-//     and one Redis has counted 50 on admits none (before: up to 50 more
-//     each, 110 in one window in the reported case);
+//     and one Redis has counted 50 on admits none;
 //   - a key this instance has never seen gets the per-instance share;
 //   - an identity Redis banned stays banned.
 func TestFallbackContinuesFromRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	l, err := New(Redis(srv.Client()), Timeout(5*time.Second), QueueTimeout(20*time.Millisecond),
-		Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	_, e := fallbackRoutes(t, srv)
+	send := sender(t, e)
+	learnFromRedis(t, send)
+
+	srv.Stop() // Redis fails: the fallback of FailLocal decides
+	if n := send("/partly", 40, http.StatusTooManyRequests); n != 20 {
+		t.Errorf("/partly with Redis down: the fallback admitted %d, want the 20 Redis last reported", n)
+	}
+	if n := send("/used", 40, http.StatusTooManyRequests); n != 0 {
+		t.Errorf("/used with Redis down: the fallback admitted %d after Redis reported none left", n)
+	}
+	if n := send("/unseen", 60, http.StatusTooManyRequests); n != 50 {
+		t.Errorf("/unseen with Redis down: the fallback admitted %d, want the share (50)", n)
+	}
+	if n := send("/banned", 5, http.StatusTooManyRequests); n != 0 {
+		t.Errorf("/banned with Redis down: the fallback admitted %d of a banned identity", n)
+	}
+}
+
+// TestSaturationAdmitsNothing: while this process cannot get decisions to
+// a healthy Redis in time (every connection slot taken, as by a flood on
+// another route), nothing is admitted, under every failure policy: not a
+// key Redis said has room, not a key this instance has never seen. Only
+// Redis grants while Redis is healthy; every such request is answered 503
+// and its handler does not run. Before, the fallback admitted what Redis
+// last reported (20 on /partly) and the per-instance share on a key it had
+// never seen (50 on /unseen), which, with calls of the same key still on
+// the wire, admitted beyond an exact limit.
+func TestSaturationAdmitsNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, fp := range []FailPolicy{FailLocal, FailOpen, FailClosed} {
+		t.Run(fp.String(), func(t *testing.T) {
+			t.Parallel()
+			l, e := fallbackRoutes(t, srv, OnFailure(fp))
+			send := sender(t, e)
+			learnFromRedis(t, send)
+
+			saturate(t, l)
+			for _, path := range []string{"/partly", "/used", "/unseen", "/banned"} {
+				if n := send(path, 10, http.StatusServiceUnavailable); n != 0 {
+					t.Errorf("%s under saturation: %d admitted, want none", path, n)
+				}
+			}
+		})
+	}
+}
+
+// fallbackRoutes is a limiter on srv (QueueTimeout 20 ms, so a saturated
+// decision is answered soon) and an engine with four routes, each limited
+// per hour with no deny cache: /partly, /used and /unseen by Limit(50),
+// /banned by IP with Limit(1) and Ban(1, ...).
+func fallbackRoutes(t *testing.T, srv *redistest.Server, opts ...Option) (*Limiter, *gin.Engine) {
+	t.Helper()
+	l, err := New(append([]Option{Redis(srv.Client()), Timeout(5 * time.Second), QueueTimeout(20 * time.Millisecond),
+		Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,40 +91,40 @@ func TestFallbackContinuesFromRedis(t *testing.T) {
 	route("/used", Limit(50))
 	route("/unseen", Limit(50))
 	route("/banned", Type(IP), Limit(1), Ban(1, time.Hour, time.Hour))
-	send := func(path string, n int) (admitted int) {
+	return l, e
+}
+
+// sender returns a function that sends n requests to path from one client
+// and returns how many were admitted; a request not admitted must get
+// refused (or 429, which Redis's own refusals get).
+func sender(t *testing.T, e *gin.Engine) func(path string, n, refused int) int {
+	return func(path string, n, refused int) (admitted int) {
+		t.Helper()
 		for range n {
 			switch code := do(e, http.MethodGet, path, map[string]string{"RemoteAddr": "192.0.2.9:1"}).Code; code {
 			case http.StatusOK:
 				admitted++
-			case http.StatusTooManyRequests:
+			case refused, http.StatusTooManyRequests:
 			default:
-				t.Fatalf("%s: %d", path, code)
+				t.Fatalf("%s: %d, want 200, %d or 429", path, code, refused)
 			}
 		}
 		return admitted
 	}
-	if n := send("/partly", 30); n != 30 {
+}
+
+// learnFromRedis has Redis count 30 of 50 on /partly, all 50 on /used, and
+// ban the client on /banned.
+func learnFromRedis(t *testing.T, send func(path string, n, refused int) int) {
+	t.Helper()
+	if n := send("/partly", 30, http.StatusTooManyRequests); n != 30 {
 		t.Fatalf("/partly: Redis admitted %d of 30", n)
 	}
-	if n := send("/used", 60); n != 50 {
+	if n := send("/used", 60, http.StatusTooManyRequests); n != 50 {
 		t.Fatalf("/used: Redis admitted %d of 60", n)
 	}
-	send("/banned", 2) // one admitted, one refused: a strike, and Ban(1, ...) bans
-	if n := send("/banned", 1); n != 0 {
+	send("/banned", 2, http.StatusTooManyRequests) // one admitted, one refused: a strike, and Ban(1, ...) bans
+	if n := send("/banned", 1, http.StatusTooManyRequests); n != 0 {
 		t.Fatal("/banned: the identity is not banned")
-	}
-
-	saturate(t, l)
-	if n := send("/partly", 40); n != 20 {
-		t.Errorf("/partly under saturation: the fallback admitted %d, want the 20 Redis last reported", n)
-	}
-	if n := send("/used", 40); n != 0 {
-		t.Errorf("/used under saturation: the fallback admitted %d after Redis reported none left", n)
-	}
-	if n := send("/unseen", 60); n != 50 {
-		t.Errorf("/unseen under saturation: the fallback admitted %d, want the share (50)", n)
-	}
-	if n := send("/banned", 5); n != 0 {
-		t.Errorf("/banned under saturation: the fallback admitted %d of a banned identity", n)
 	}
 }

@@ -563,8 +563,8 @@ func TestFaultSlowRedis(t *testing.T) {
 // Timeout(100ms) and QueueTimeout(100ms) wait for a connection. Redis is
 // healthy, so this is saturation, not failure: each decision returns within
 // its bound (not the client's 1 s PoolTimeout) with ErrSaturated, the
-// breaker stays closed, and nothing is admitted unlimited: FailOpen falls
-// back to the in-process limiter, FailClosed answers 503. Once the
+// breaker stays closed, and nothing is admitted, under FailOpen as under
+// FailClosed: only Redis grants while Redis is healthy. Once the
 // connections are free the same client counts exactly.
 func TestFaultPoolExhausted(t *testing.T) {
 	faultNoLeaks(t)
@@ -625,8 +625,8 @@ func TestFaultPoolExhausted(t *testing.T) {
 						if !errors.Is(err, ErrSaturated) || !isTimeout(err) || d.Err == nil {
 							t.Errorf("error %v (decision %+v): want ErrSaturated from a timeout", err, d)
 						}
-						if fp == FailOpen && !(d.Local && d.Allowed) || fp == FailClosed && (d.Allowed || d.Local) {
-							t.Errorf("%v: decision %+v: want the saturation answer (FailOpen: the local fallback; FailClosed: refused)", fp, d)
+						if d.Allowed || d.Local {
+							t.Errorf("%v: decision %+v: want the saturation answer (refused, by no fallback)", fp, d)
 						}
 					})
 				}
@@ -652,7 +652,7 @@ func TestFaultPoolExhausted(t *testing.T) {
 // miss the Timeout waited behind this process's own calls, and a busy client
 // is not a failing Redis. So no decision fails open and the breaker stays
 // closed: a call that times out while Redis answers others of this node is
-// saturation (the in-process fallback), not a Redis failure. Once the proxy
+// saturation (refused: it may have run in Redis), not a Redis failure. Once the proxy
 // is fast, the same client counts exactly; and once it holds every reply,
 // Redis answers nothing in time: that is a failure, and the breaker opens.
 func TestFaultPipelineBacklog(t *testing.T) {
@@ -680,7 +680,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 			switch {
 			case err == nil:
 				fromRedis.Add(1)
-			case !errors.Is(err, ErrSaturated) || !d.Local || !d.Allowed:
+			case !errors.Is(err, ErrSaturated) || d.Local || d.Allowed:
 				wrong.Add(1)
 				firstWrong.CompareAndSwap(nil, fmt.Sprintf("decision %+v, error %v", d, err))
 			}
@@ -690,7 +690,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d of %d decisions answered by Redis, %d timed out behind the backlog", fromRedis.Load(), callers, timedOut.Load())
 	if wrong.Load() != 0 {
-		t.Errorf("%d decisions were neither answered by Redis nor given the saturation answer (the in-process fallback); the first: %v", wrong.Load(), firstWrong.Load())
+		t.Errorf("%d decisions were neither answered by Redis nor given the saturation answer (refused); the first: %v", wrong.Load(), firstWrong.Load())
 	}
 	if fromRedis.Load() == 0 || timedOut.Load() == 0 {
 		t.Fatalf("%d answered by Redis, %d timed out: the test needs both (a backlog that outlasts the Timeout while Redis answers)", fromRedis.Load(), timedOut.Load())

@@ -79,9 +79,9 @@ const InFlightRetryAfter = time.Second
 // key, counted in process together with the slots the instance already
 // holds in Redis, so an instance never runs more than that cap, or the
 // slots Redis granted it, whichever is more; under [FailOpen] the request
-// runs without a slot (a saturated process, [ErrSaturated], gets the
-// in-process count instead); under [FailClosed] it gets 503. A request
-// whose client has gone ([ErrClientGone]) gets no slot from anyone.
+// runs without a slot; under [FailClosed] it gets 503. A saturated process
+// ([ErrSaturated]) gets 503 under every policy, and a request whose client
+// has gone ([ErrClientGone]) gets no slot from anyone.
 //
 // Renewals and releases have capacity of their own on each Redis node,
 // and skip the auto-pipeliner: they never wait behind the decisions queued
@@ -148,7 +148,7 @@ func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*rule, error) 
 	// No window: the IETF draft's w is optional, and a count of requests
 	// in flight has none.
 	r.policyHeader = r.quotedName + ";q=" + r.limitText
-	if route.onFail != FailClosed { // the fallback of FailLocal, and of a saturated FailOpen
+	if route.onFail == FailLocal { // the fallback decides only for FailLocal
 		r.sem = newLocalSlots(max(1, rc.slots/route.localInstances))
 	}
 	return r, nil
@@ -219,10 +219,12 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 	case gone:
 		// No fallback decides for a client that has gone (ErrClientGone).
 		req.d = Decision{Rule: first.name, Limit: first.limit, decider: first}
-	case p.onFail == FailLocal || saturated && p.onFail == FailOpen:
+	case p.onFail == FailLocal && !saturated:
 		req.d = p.takeLocal(req, h)
 	default:
-		req.d = Decision{Rule: first.name, Allowed: p.onFail == FailOpen, Limit: first.limit, decider: first}
+		// A saturated process is refused under every policy: only Redis
+		// grants while Redis is healthy (see ErrSaturated).
+		req.d = Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, decider: first}
 	}
 	req.d.Err = err
 	if !req.d.Allowed {

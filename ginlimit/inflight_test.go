@@ -401,9 +401,10 @@ func TestInFlightRefusalIsNotCached(t *testing.T) {
 // TestInFlightFailurePolicy: with Redis down, FailLocal allows
 // n/LocalInstances in flight in process, FailOpen lets every request
 // through, FailClosed answers 503; a saturated process (ErrSaturated,
-// here every connection slot taken and a short QueueTimeout) never gets
-// FailOpen's unlimited admission, only the in-process count; and a request
-// whose context has ended gets no admission at all (ErrClientGone: 499).
+// here every connection slot taken and a short QueueTimeout) admits
+// nothing under any policy (503: only Redis grants while Redis is
+// healthy); and a request whose context has ended gets no admission at all
+// (ErrClientGone: 499).
 func TestInFlightFailurePolicy(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -420,7 +421,9 @@ func TestInFlightFailurePolicy(t *testing.T) {
 		{"FailLocal", FailLocal, down, "", 2, http.StatusTooManyRequests},
 		{"FailOpen", FailOpen, down, "", 5, 0},
 		{"FailClosed", FailClosed, down, "", 0, http.StatusServiceUnavailable},
-		{"FailOpen saturated", FailOpen, srv, "saturated", 2, http.StatusTooManyRequests},
+		{"FailLocal saturated", FailLocal, srv, "saturated", 0, http.StatusServiceUnavailable},
+		{"FailOpen saturated", FailOpen, srv, "saturated", 0, http.StatusServiceUnavailable},
+		{"FailClosed saturated", FailClosed, srv, "saturated", 0, http.StatusServiceUnavailable},
 		{"FailOpen client gone", FailOpen, srv, "ended", 0, statusClientClosedRequest},
 		{"FailLocal client gone", FailLocal, srv, "ended", 0, statusClientClosedRequest},
 	}
@@ -442,14 +445,7 @@ func TestInFlightFailurePolicy(t *testing.T) {
 				g.handle(c)
 			})
 			if tc.how == "saturated" {
-				// Every call waits for a slot that never frees: each
-				// decision runs out of its QueueTimeout, whatever the
-				// machine's speed.
-				for _, b := range l.owned {
-					for range cap(b.nodes.one.slots) {
-						b.nodes.one.slots <- struct{}{}
-					}
-				}
+				saturate(t, l)
 			}
 			codes := make(chan int, 5)
 			for range 5 {
@@ -489,12 +485,12 @@ func TestInFlightFailurePolicy(t *testing.T) {
 			}
 			mu.Lock()
 			for _, isLocal := range local {
-				if isLocal != (tc.fp == FailLocal || tc.how == "saturated") {
+				if isLocal != (tc.fp == FailLocal) {
 					t.Errorf("an admitted request's decision has Local %v", isLocal)
 				}
 			}
 			mu.Unlock()
-			if tc.fp == FailLocal {
+			if tc.fp == FailLocal && tc.how != "saturated" {
 				// Released in process too: the slots are free again.
 				if w := do(e, http.MethodGet, "/order?fast=1", nil); w.Code != http.StatusOK {
 					t.Errorf("after the release: %d, want 200", w.Code)

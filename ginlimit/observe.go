@@ -20,6 +20,9 @@ const (
 	OutcomeShadowLimited Outcome = "shadow_limited"
 	// OutcomeError: Redis could not decide; FailOpen or FailClosed applied.
 	OutcomeError Outcome = "error"
+	// OutcomeSaturated: this process could not get the decision to a
+	// healthy Redis in time (see [ErrSaturated]); it was refused with 503.
+	OutcomeSaturated Outcome = "saturated"
 	// OutcomeFallback: Redis could not decide and FailLocal's in-process
 	// limiter did.
 	OutcomeFallback Outcome = "fallback"
@@ -40,6 +43,8 @@ func OutcomeOf(d Decision) Outcome {
 	switch {
 	case errors.Is(d.Err, ErrClientGone):
 		return OutcomeClientGone
+	case errors.Is(d.Err, ErrSaturated):
+		return OutcomeSaturated
 	case d.Local:
 		return OutcomeFallback
 	case d.Err != nil:

@@ -269,14 +269,14 @@ func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
 	p.bringStrikes(req)
 	script, args := p.call(req)
 	var sent time.Time
-	if p.onFail != FailClosed {
+	if p.onFail == FailLocal {
 		sent = time.Now()
 	}
 	reply, brk, err := p.backend.run(ctx, p.queue, p.timeout, script, req.keys, args)
 	var d Decision
 	var each []Decision
 	if err == nil {
-		if d, each, err = p.parse(req, reply); err == nil && p.onFail != FailClosed {
+		if d, each, err = p.parse(req, reply); err == nil && p.onFail == FailLocal {
 			p.learn(req, &d, each, sent)
 		}
 	}

@@ -237,7 +237,7 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		r.script = redis.NewScript(lua.Single(rc.alg.String(), rc.window.Microseconds(), int64(rc.limit), int64(param)))
 	}
 	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
-	if route.onFail != FailClosed { // the fallback of FailLocal, and of a saturated FailOpen
+	if route.onFail == FailLocal { // the fallback decides only for FailLocal
 		r.local = newLocalLimiter(rc.limit, route.localInstances, rc.window)
 	}
 	if rc.ban != nil {

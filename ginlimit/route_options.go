@@ -79,8 +79,8 @@ const DefaultQueueTimeout = time.Second
 // times that when they are auto-pipelined), and the rest wait their turn,
 // up to d and the request's own context. A
 // decision that waited longer is not a Redis failure and does not open the
-// breaker; it gets the saturation answer (see [ErrSaturated]), never an
-// unlimited admission. [Timeout] starts when the call has its connection.
+// breaker; it gets the saturation answer (see [ErrSaturated]): 503, never
+// an admission. [Timeout] starts when the call has its connection.
 // The default is [DefaultQueueTimeout]; it must be positive.
 func QueueTimeout(d time.Duration) Option {
 	return routeOption(func(r *routeConfig) error {

@@ -39,6 +39,7 @@ var outcomes = [...]ginlimit.Outcome{
 	ginlimit.OutcomeLimited,
 	ginlimit.OutcomeShadowLimited,
 	ginlimit.OutcomeError,
+	ginlimit.OutcomeSaturated,
 	ginlimit.OutcomeFallback,
 	ginlimit.OutcomeBanned,
 	ginlimit.OutcomeClientGone,
@@ -47,7 +48,7 @@ var outcomes = [...]ginlimit.Outcome{
 // outcomeIndex returns the index in outcomes of e's outcome. An outcome this
 // package does not know (an Event made by hand, or a newer ginlimit) is
 // classified again from the decision, so that the decision label keeps its
-// six values.
+// eight values.
 func outcomeIndex(e *ginlimit.Event) int {
 	if i := indexOf(e.Outcome); i >= 0 {
 		return i

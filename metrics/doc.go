@@ -36,8 +36,8 @@
 // (an admin tool's name, say); the identity whose count was cleared is never
 // a label. route is "" for a policy used through Policy.Allow.
 //
-// decision is one of the seven ginlimit outcomes: allowed, limited,
-// shadow_limited, error, fallback, banned and client_gone
+// decision is one of the eight ginlimit outcomes: allowed, limited,
+// shadow_limited, error, saturated, fallback, banned and client_gone
 // (string(ginlimit.Outcome)). The
 // histogram's buckets run from 50µs (a deny-cache answer) to 1s (far beyond
 // any sane decision timeout): 50µs, 100µs, 250µs, 500µs, 1ms, 2.5ms, 5ms,
@@ -70,8 +70,8 @@
 // breaker gauge is that of whichever folded pair decided last). The first
 // pairs seen keep their own labels for the life of the Collector, which is
 // why a route="other" series is worth an alert: it means the cap was reached.
-// A pair has 25 series (5 decisions, 17 for the histogram, 3 more), so the
-// default cap bounds a Collector at about 25,000 series.
+// A pair has 28 series (8 decisions, 17 for the histogram, 3 more), so the
+// default cap bounds a Collector at about 28,000 series.
 //
 // One part of a route label comes from the client: on a request that matched
 // no route (a 404 or 405 that runs a rate limit, given to engine.Use or

@@ -74,6 +74,7 @@ func Example() {
 	// ginlimit_decisions_total{decision="error",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="fallback",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="limited",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 2
+	// ginlimit_decisions_total{decision="saturated",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="shadow_limited",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_deny_cache_hits_total{route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 2
 	// ginlimit_near_limit_total{route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 1

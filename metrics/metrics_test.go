@@ -62,6 +62,7 @@ var (
 	failedClosed  = ginlimit.Decision{Limit: 10, Err: errDown}
 	fallback      = ginlimit.Decision{Allowed: true, Limit: 10, Remaining: 3, Local: true, Err: errDown}
 	clientGone    = ginlimit.Decision{Limit: 10, Err: fmt.Errorf("ginlimit: GET /a: %w", ginlimit.ErrClientGone)}
+	saturated     = ginlimit.Decision{Limit: 10, Err: fmt.Errorf("ginlimit: GET /a: %w", ginlimit.ErrSaturated)}
 )
 
 // snapshot is one scrape of a Collector: its metric families by name.
@@ -240,6 +241,7 @@ func TestOutcomes(t *testing.T) {
 		{"error, fail closed", ev("GET /a", "a", failedClosed), "error"},
 		{"fallback", ev("GET /a", "a", fallback), "fallback"},
 		{"client gone", ev("GET /a", "a", clientGone), "client_gone"},
+		{"saturated", ev("GET /a", "a", saturated), "saturated"},
 		{"no outcome: classified from the decision",
 			ginlimit.Event{Route: "GET /a", Rule: "a", Decision: limited}, "limited"},
 		{"unknown outcome: classified from the decision",
@@ -251,7 +253,7 @@ func TestOutcomes(t *testing.T) {
 			c := metrics.New()
 			c.Observe(t.Context(), tt.event)
 			s := scrape(t, c)
-			for _, o := range []string{"allowed", "limited", "shadow_limited", "error", "fallback", "client_gone"} {
+			for _, o := range []string{"allowed", "limited", "shadow_limited", "error", "saturated", "fallback", "client_gone"} {
 				want := 0.0
 				if o == tt.want {
 					want = 1
@@ -260,8 +262,8 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("decision=%q: %v, want %v", o, got, want)
 				}
 			}
-			if n := len(s[decisions].GetMetric()); n != 7 {
-				t.Errorf("%d decision series, want 7 (an unknown outcome must not add one)", n)
+			if n := len(s[decisions].GetMetric()); n != 8 {
+				t.Errorf("%d decision series, want 8 (an unknown outcome must not add one)", n)
 			}
 		})
 	}
@@ -269,19 +271,19 @@ func TestOutcomes(t *testing.T) {
 	t.Run("every outcome in one collector", func(t *testing.T) {
 		t.Parallel()
 		c := metrics.New()
-		for d, n := range map[*ginlimit.Decision]int{&allowed: 7, &limited: 5, &shadowLimited: 4, &failedOpen: 2, &failedClosed: 1, &fallback: 3} {
+		for d, n := range map[*ginlimit.Decision]int{&allowed: 7, &limited: 5, &shadowLimited: 4, &failedOpen: 2, &failedClosed: 1, &fallback: 3, &saturated: 6} {
 			for range n {
 				c.Observe(t.Context(), ev("POST /b", "b", *d))
 			}
 		}
 		s := scrape(t, c)
-		for o, want := range map[string]float64{"allowed": 7, "limited": 5, "shadow_limited": 4, "error": 3, "fallback": 3} {
+		for o, want := range map[string]float64{"allowed": 7, "limited": 5, "shadow_limited": 4, "error": 3, "fallback": 3, "saturated": 6} {
 			if got := s.must(t, decisions, "route", "POST /b", "rule", "b", "decision", o); got != want {
 				t.Errorf("decision=%q: %v, want %v", o, got, want)
 			}
 		}
-		if got := s.must(t, latency, "route", "POST /b", "rule", "b"); got != 22 {
-			t.Errorf("%s count: %v, want 22 (every decision)", latency, got)
+		if got := s.must(t, latency, "route", "POST /b", "rule", "b"); got != 28 {
+			t.Errorf("%s count: %v, want 28 (every decision)", latency, got)
 		}
 	})
 }
@@ -431,8 +433,8 @@ func TestMaxSeries(t *testing.T) {
 			t.Errorf("%s: no route=%q, rule=%q series", name, metrics.Other, metrics.Other)
 		}
 	}
-	if n := len(s[decisions].GetMetric()); n != (metrics.DefaultMaxSeries+1)*7 {
-		t.Errorf("%s: %d series, want %d", decisions, n, (metrics.DefaultMaxSeries+1)*7)
+	if n := len(s[decisions].GetMetric()); n != (metrics.DefaultMaxSeries+1)*8 {
+		t.Errorf("%s: %d series, want %d", decisions, n, (metrics.DefaultMaxSeries+1)*8)
 	}
 	for _, tt := range []struct {
 		route, rule, decision string
