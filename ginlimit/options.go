@@ -27,22 +27,25 @@ const (
 	// is what a Redis that does not answer costs: up to twice it (the call,
 	// then a PING that tells a hung Redis from a process that read its
 	// reply late), for the decisions that find it so before the breaker
-	// opens, and one per breaker period. Measured on a 2-core machine with
-	// the default breaker: with Redis SIGSTOPped, at 40 decisions/s, the
-	// p99 a decision waited was 43 ms at 20 ms, 103 ms at 50 ms, 205 ms at
-	// 100 ms and 2 s at 1 s; with a healthy Redis and both cores busy with
-	// other work, 0.04-0.47% of decisions were taken for Redis failures at
-	// 20 ms, up to 0.08% at 50 ms, and none at 100 ms or more (4 runs of
-	// about 80,000). It stays 1 s all the same, because a call that ran
-	// out of its Timeout while Redis answered may have run in Redis, and
-	// its saturation answer comes from the in-process fallback: with 100 ms,
-	// a 2-core machine under heavier load (three test suites and fuzzers,
-	// load average 10-15) read replies late often enough that the fallback
-	// admitted beyond exact limits (43 of 40 on one cluster key). Until a
-	// late read can never become an admission, a hung Redis costing 1 s per
-	// decision, for at most the breaker's 5 decisions per 500 ms, is the
-	// smaller harm.
-	DefaultTimeout = time.Second
+	// opens, and one per breaker period. A call that runs out of it while
+	// Redis answers the PING is saturation, refused with 503 (see
+	// [ErrSaturated]), never an admission; one that runs out while Redis
+	// answers nothing is a Redis failure, which the breaker counts and
+	// FailLocal's fallback answers.
+	//
+	// 250 ms is the shortest bound that took no healthy decision for a
+	// Redis failure in any run on a loaded 2-core machine (load average
+	// 4-14: busy loops, test suites under -race, 64 goroutines deciding
+	// paced or flat out, Redis on the same cores). Per Timeout, with
+	// Redis SIGSTOPped: the p99 wait of a decision was 42 ms at 20 ms,
+	// 103 ms at 50 ms, 205 ms at 100 ms, 510 ms at 250 ms and 2,033 ms at
+	// 1 s. With Redis healthy and the machine loaded, the decisions taken
+	// for Redis failures (and the breaker's fast failures that follow them)
+	// were 0.9-4.5% at 20 ms, up to 0.5% at 50 ms, up to 1.1% paced and
+	// 10% flat out at 100 ms, and none at 250 ms or 1 s; at 250 ms at most
+	// 0.024% were saturated (flat out), none when paced. So 250 ms costs a
+	// quarter of 1 s's wait during an outage and no false failure.
+	DefaultTimeout = 250 * time.Millisecond
 	// DefaultDenyCacheSize is how many rejected keys a rule remembers in
 	// process when no [DenyCache] is given.
 	DefaultDenyCacheSize = 10_000

@@ -56,8 +56,10 @@ func Redis(client redis.Scripter) Option {
 // waits for the answer, at most d, since the script runs all the same);
 // time spent waiting in this process for a connection is bounded by
 // [QueueTimeout] instead. A call may be given up to d/64 more than d. A call
-// that Redis does not answer in time counts as a Redis failure: the failure
-// policy answers it, and the circuit breaker counts it. The default is
+// that Redis does not answer in time counts as a Redis failure (the failure
+// policy answers it, and the circuit breaker counts it) unless Redis
+// answered this process's other calls, or a PING, meanwhile: then this
+// process was late, and it is saturation ([ErrSaturated]). The default is
 // [DefaultTimeout]. It must be positive.
 func Timeout(d time.Duration) Option {
 	return routeOption(func(r *routeConfig) error {

@@ -70,7 +70,7 @@ type Config struct {
 	// rate limiter's errors. When it is nil, slog.Default() is used.
 	Logger *slog.Logger
 	// DecisionTimeout bounds each rate limit decision's Redis call. When it
-	// is zero, ginlimit.DefaultTimeout (1 s) is used. Tests raise it so
+	// is zero, ginlimit.DefaultTimeout (250 ms) is used. Tests raise it so
 	// that a loaded machine never turns a slow answer into a fail-open.
 	DecisionTimeout time.Duration
 	// WriteOrder stands for writing an order to the database in GET
