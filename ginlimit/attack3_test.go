@@ -139,7 +139,7 @@ func TestAttackConcurrentPlans(t *testing.T) {
 					plans["silver"] = Plan{Limit: 25, Window: w / 4}
 				}
 				want := map[string]int64{"gold": 40, "silver": 25, "tiny": 3, "": 10}
-				l, err := New(Redis(tg.client), Timeout(5*time.Second), UserIdentity(identity.FromContext("uid")))
+				l, err := New(Redis(tg.client), Timeout(testTimeout), QueueTimeout(testTimeout), UserIdentity(identity.FromContext("uid")))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -56,15 +56,16 @@ func do(e *gin.Engine, method, target string, hdr map[string]string) *httptest.R
 
 func ok(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"ok": true}) }
 
-// testTimeout is the Timeout of the tests that check what Redis decided:
-// a loaded CI machine (the race detector, parallel tests, busy loops) must
-// never turn a late answer into the failure policy's. Tests of timeouts
-// give their own after it.
+// testTimeout is the Timeout and QueueTimeout of the tests that check what
+// Redis decided: a loaded CI machine (the race detector, parallel tests,
+// busy loops) must never turn a late answer, or a long wait for a
+// connection, into the failure policy's or the saturation answer. Tests of
+// timeouts give their own after it.
 const testTimeout = 5 * time.Second
 
 func mustPolicy(t testing.TB, opts ...Option) *Policy {
 	t.Helper()
-	l, err := New(append([]Option{Timeout(testTimeout)}, opts...)...)
+	l, err := New(append([]Option{Timeout(testTimeout), QueueTimeout(testTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func slotEngine(limit gin.HandlerFunc, g *gate) *gin.Engine {
 // the test ends.
 func slotLimiter(t *testing.T, c redis.Scripter, opts ...Option) *Limiter {
 	t.Helper()
-	l, err := New(append([]Option{Redis(c), Timeout(5 * time.Second)}, opts...)...)
+	l, err := New(append([]Option{Redis(c), Timeout(testTimeout), QueueTimeout(testTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
