@@ -185,7 +185,7 @@ func TestFaultRedisKilled(t *testing.T) {
 				err        error
 			}
 			base := time.Now()
-			var restartedAt, recoveredAt atomic.Int64 // since base; 0: not yet
+			var restartedAt, recoveredAt atomic.Int64            // since base; 0: not yet
 			var fromRedis, byBreaker, afterRecovery atomic.Int64 // so far
 			var stop atomic.Bool
 			calls := make([][]call, 32)
