@@ -21,7 +21,10 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	t.Parallel()
 	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = hung.Close() })
-	p := mustPolicy(t, Redis(hung), Key(prefix(t)), Timeout(100*time.Millisecond), Breaker(3, 300*time.Millisecond), OnFailure(FailClosed))
+	// Open for an hour: the breaker must still be open at the last of the
+	// 50 calls below however slowly a loaded machine runs them (with 300 ms
+	// it could let a probe through to the hung Redis).
+	p := mustPolicy(t, Redis(hung), Key(prefix(t)), Timeout(100*time.Millisecond), Breaker(3, time.Hour), OnFailure(FailClosed))
 	ctx := context.Background()
 	for i := range 3 {
 		d, err := p.Allow(ctx, "k")
@@ -32,17 +35,14 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	if got := p.backend.nodes.state(); got != "open" {
 		t.Fatalf("after 3 failures the breaker is %s", got)
 	}
-	start := time.Now()
+	// Each answered by the open breaker (ErrCircuitOpen), so none waited
+	// for the hung Redis: that is checked by what they answered, not by
+	// how long they took.
 	for i := range 50 {
 		d, err := p.Allow(ctx, "k")
 		if !errors.Is(err, ErrCircuitOpen) || d.Allowed || d.Err == nil {
 			t.Fatalf("open breaker, call %d: %+v, %v", i, d, err)
 		}
-	}
-	// Bound, not a benchmark: 50 calls without Redis take microseconds; 50
-	// timeouts would take 5 s.
-	if el := time.Since(start); el > time.Second {
-		t.Fatalf("50 decisions with the breaker open took %v", el)
 	}
 
 	srv := redistest.Start(t)
@@ -64,8 +64,9 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 		if err == nil && d.Err == nil {
 			break
 		}
-		if time.Since(back) > 2*time.Second {
-			t.Fatalf("decisions did not come from Redis again within 2s of its return: %v", err)
+		// The breaker is open for 200 ms: 30 s is room for a loaded machine.
+		if time.Since(back) > 30*time.Second {
+			t.Fatalf("decisions did not come from Redis again within 30 s of its return: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -354,7 +354,11 @@ func TestClusterMasterDown(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
 	// Short client timeouts so that abandoned calls to the dead master end
-	// soon; the decisions' own bound is the policies' 300 ms.
+	// soon. The decisions' own Timeout is long: the healthy masters answer
+	// every call, and on a loaded machine a call to them must not run out
+	// of a short Timeout and fail while another master is being stopped.
+	// The stopped master refuses connections, which fails its decisions
+	// without waiting for the Timeout.
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:        cl.Addrs(),
 		MaxRedirects: 1,
@@ -364,7 +368,7 @@ func TestClusterMasterDown(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = cc.Close() })
 	const (
-		timeout = 300 * time.Millisecond
+		timeout = 10 * time.Second
 		limit   = 10
 		victim  = 1
 	)
@@ -403,9 +407,9 @@ func TestClusterMasterDown(t *testing.T) {
 		t.Helper()
 		start := time.Now()
 		d, err := pol.p.Allow(ctx, ids[m])
-		// A hang guard, not a performance goal: generous for a loaded CI
-		// machine, yet below the seconds a missing timeout would cost.
-		if el := time.Since(start); el > timeout+1200*time.Millisecond {
+		// A hang guard, not a performance goal: the call and the PING
+		// that confirms a timeout, and room for a loaded machine.
+		if el := time.Since(start); el > 3*timeout {
 			t.Fatalf("%s, %s, master %d: took %v with a %v timeout", phase, pol.name, m, el, timeout)
 		}
 		if m == victim && phase != "before" {
@@ -457,8 +461,8 @@ func TestClusterMasterDown(t *testing.T) {
 
 	t.Run("concurrent", func(t *testing.T) {
 		// 32 callers over 15 identities, 5 per master: the stopped
-		// master's decisions, each waiting out the timeout, do not disturb
-		// the others, which admit exactly their limit.
+		// master's decisions do not disturb the others, which admit
+		// exactly their limit.
 		const limit = 20
 		pre := prefix(t)
 		p := mustPolicy(t, Redis(cc), Key(pre), Window(time.Hour), Limit(limit), Timeout(timeout), Breaker(0, 0), quiet, OnFailure(FailClosed))
@@ -501,9 +505,8 @@ func TestClusterMasterDown(t *testing.T) {
 		}
 		wg.Wait()
 		t.Logf("%d decisions on the live masters (%d failed), %d on the stopped one", live.Load(), liveFailed.Load(), deadFailed.Load())
-		// Under -race on a loaded machine a live call can rarely outlast the
-		// 300 ms; such a call may still have been counted by Redis.
-		if liveFailed.Load()*100 > live.Load() {
+		// No live call can outlast the long Timeout, so none fails.
+		if liveFailed.Load() != 0 {
 			t.Fatalf("%d of %d decisions on the live masters failed", liveFailed.Load(), live.Load())
 		}
 		for _, id := range ids {
@@ -512,7 +515,7 @@ func TestClusterMasterDown(t *testing.T) {
 				continue
 			}
 			n, err := cl.NodeClient(m).ZCard(ctx, pre+"{"+id+"}").Result()
-			if err != nil || n != limit || admitted[id] > limit || (liveFailed.Load() == 0 && admitted[id] != limit) {
+			if err != nil || n != limit || admitted[id] != limit {
 				t.Fatalf("%s on master %d: admitted %d, the key holds %d (%v); want exactly %d", id, m, admitted[id], n, err, limit)
 			}
 		}

@@ -76,6 +76,24 @@ func newInstance(t *testing.T, c redis.Scripter, opts ...Option) *instance {
 	return &instance{e: e, policy: p, seen: seen}
 }
 
+// waitSubscribed waits, up to 30 s, until the reset subscription of p's
+// backend is up. Until then its deny cache learns nothing (so a refusal
+// comes from Redis, not the cache) and a Reset cannot count the
+// acknowledgements: New waits for the subscription only up to a second,
+// which a loaded machine can outlast.
+func waitSubscribed(t *testing.T, p *Policy) {
+	t.Helper()
+	h := p.backend.hub
+	if h == nil {
+		t.Fatal("the policy's backend has no reset subscription")
+	}
+	for deadline := time.Now().Add(30 * time.Second); !h.live.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reset subscription was not up within 30 s")
+		}
+	}
+}
+
 // claim sends one claim by user and returns the status and the decision.
 func (in *instance) claim(user string) (int, Decision) {
 	w := do(in.e, http.MethodGet, "/claim", map[string]string{"X-User": user})
@@ -129,14 +147,22 @@ func exhaust(t *testing.T, in *instance, user string) {
 // her claims on instance A; instance B refuses her too, from its deny cache;
 // a Reset through A; her next claim on B, sent as soon as Reset returns, is
 // admitted; Peek on either instance shows the new count.
+//
+// Nothing here waits on time: both instances' reset subscriptions are up
+// before the claims (B's deny cache learns only then, and A's Reset counts
+// acknowledgements only then), and MaxStaleness is a minute, so neither
+// B's cached refusal nor A's wait for B's acknowledgement can lapse on a
+// loaded machine.
 func TestResetIsSeenAtOnceByEveryInstance(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for _, tc := range inspectCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			opts := tc.opts(prefix(t))
+			opts := append(tc.opts(prefix(t)), MaxStaleness(time.Minute))
 			a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
+			waitSubscribed(t, a.policy)
+			waitSubscribed(t, b.policy)
 			ctx := context.Background()
 			target := Target{Route: claimRoute, Rule: tc.rule, User: "alice"}
 
@@ -204,25 +230,32 @@ func TestResetIsSeenAtOnceByEveryInstance(t *testing.T) {
 // staleness bound has passed: each admits again. Before that, an instance
 // may still answer from its cache (checked only while the bound certainly
 // has not passed, so that the test also proves the cache was in use).
+//
+// The times are taken around the calls, on the safe side of each: a cached
+// answer lasts the bound from when its call was sent, which is after
+// before and before after.
 func TestChangesBehindTheBackAreSeenWithinTheStalenessBound(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const bound = 2 * time.Second
 	opts := []Option{Key(prefix(t)), Window(time.Hour), Limit(3), Type(User), MaxStaleness(bound)}
 	a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
+	waitSubscribed(t, a.policy) // the deny caches learn only then
+	waitSubscribed(t, b.policy)
 	exhaust(t, a, "alice")
-	learned := time.Now()
+	before := time.Now()
 	if code, _ := b.claim("alice"); code != http.StatusTooManyRequests {
 		t.Fatalf("B: %d, want 429", code)
 	}
+	after := time.Now()
 	if err := srv.Client().FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	code, d := b.claim("alice")
-	if time.Since(learned) < bound/2 && (code != http.StatusTooManyRequests || !d.Cached) {
+	if time.Since(before) < bound && (code != http.StatusTooManyRequests || !d.Cached) {
 		t.Fatalf("B right after FLUSHALL: %d, cached %v: want the cached refusal (the bound has not passed)", code, d.Cached)
 	}
-	time.Sleep(time.Until(learned.Add(bound)))
+	time.Sleep(time.Until(after.Add(bound)))
 	for name, in := range map[string]*instance{"A": a, "B": b} {
 		if code, d := in.claim("alice"); code != http.StatusOK {
 			t.Fatalf("%s, the staleness bound after FLUSHALL: %d (cached %v), want 200", name, code, d.Cached)
@@ -414,8 +447,12 @@ func TestResetWaitsNoLongerThanTheBound(t *testing.T) {
 func TestResetOnACluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
-	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User)}
+	// As in TestResetIsSeenAtOnceByEveryInstance: subscribed first, and a
+	// staleness bound no loaded machine outlasts.
+	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User), MaxStaleness(time.Minute)}
 	a, b := newInstance(t, cl.Client(), opts...), newInstance(t, cl.Client(), opts...)
+	waitSubscribed(t, a.policy)
+	waitSubscribed(t, b.policy)
 	for _, user := range []string{"alice", "bob", "carol", "dave"} { // several slots
 		exhaust(t, a, user)
 		for i := range 2 {
@@ -447,7 +484,8 @@ func TestResetOnACluster(t *testing.T) {
 func TestALostSubscriptionDropsTheCache(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
-	in := newInstance(t, c, Key(prefix(t)), Window(time.Minute), Limit(3), Type(User))
+	in := newInstance(t, c, Key(prefix(t)), Window(time.Minute), Limit(3), Type(User), MaxStaleness(time.Minute))
+	waitSubscribed(t, in.policy) // the deny cache learns only then
 	exhaust(t, in, "alice")
 	if _, d := in.claim("alice"); !d.Cached {
 		t.Fatal("the refusal was not cached: the test proves nothing")
@@ -466,7 +504,9 @@ func TestALostSubscriptionDropsTheCache(t *testing.T) {
 func TestResetAfterRedisRestarts(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User)}
+	// A staleness bound no loaded machine outlasts: B's cached refusal
+	// and A's wait for B's acknowledgement must not lapse.
+	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User), MaxStaleness(time.Minute)}
 	a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
 	srv.Restart()
 	// Each hub notices the loss and subscribes again by itself: wait (as

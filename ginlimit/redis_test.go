@@ -190,7 +190,9 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	if err == nil || d.Allowed {
 		t.Fatalf("hung server: %+v, %v; want a fail-closed error", d, err)
 	}
-	if el := time.Since(start); el > time.Second {
+	// A hang guard (faultHang), far above a loaded machine's stalls: the
+	// pipeliner would wait for the reply for as long as the server is hung.
+	if el := time.Since(start); el > faultHang {
 		t.Fatalf("auto-pipelined call on a hung server took %v with a 100ms timeout", el)
 	}
 }
@@ -244,17 +246,35 @@ func TestRealRedisClockAndTTL(t *testing.T) {
 	pre := prefix(t)
 	p := mustPolicy(t, Redis(c), Key(pre), Window(250*time.Millisecond), Limit(1))
 	ctx := context.Background()
-	d, err := p.Allow(ctx, "k")
-	if err != nil || !d.Allowed {
-		t.Fatalf("%+v, %v", d, err)
-	}
-	ttl, err := c.PTTL(ctx, pre+"{k}").Result()
-	if err != nil || ttl <= 0 || ttl > 250*time.Millisecond {
-		t.Fatalf("PTTL = %v, %v; want (0, 250ms]", ttl, err)
-	}
-	tm, err := c.Time(ctx).Result()
-	if err != nil || d.Time.After(tm) || tm.Sub(d.Time) > time.Second {
-		t.Fatalf("decision time %v, server TIME %v", d.Time, tm)
+	// On a loaded machine the key can expire before PTTL reads it: that
+	// attempt proves nothing unless it expired too early, and a new key is
+	// tried. Likewise the server's TIME is compared with the time this
+	// process took, not with a fixed second.
+	for attempt := 0; ; attempt++ {
+		key := "k" + strconv.Itoa(attempt)
+		start := time.Now()
+		d, err := p.Allow(ctx, key)
+		if err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		ttl, err := c.PTTL(ctx, pre+"{"+key+"}").Result()
+		tm, terr := c.Time(ctx).Result()
+		took := time.Since(start)
+		if err != nil || ttl > 250*time.Millisecond {
+			t.Fatalf("PTTL = %v, %v; want (0, 250ms]", ttl, err)
+		}
+		if terr != nil || d.Time.After(tm) || tm.Sub(d.Time) > took+100*time.Millisecond {
+			t.Fatalf("decision time %v, server TIME %v %v, %v later", d.Time, tm, terr, took)
+		}
+		if ttl > 0 {
+			break
+		}
+		if took < 250*time.Millisecond {
+			t.Fatalf("PTTL = %v %v after the admission; want (0, 250ms]", ttl, took)
+		}
+		if attempt == 20 {
+			t.Fatalf("20 keys expired before PTTL read them")
+		}
 	}
 }
 
@@ -297,12 +317,13 @@ func TestFailurePolicies(t *testing.T) {
 	srv := redistest.Start(t)
 	stopped := srv.Client()
 	srv.Stop()
-	// Without our timeout a hung Redis would hold each request for go-redis's
-	// 3 s read timeout.
-	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 3 * time.Second})
+	// Without our timeout a hung Redis would hold each request for the
+	// client's read timeout, faultStall: an order of magnitude above the
+	// hang guard, faultHang, which is far above a loaded machine's stalls.
+	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: faultStall})
 	t.Cleanup(func() { _ = hung.Close() })
 	// The same, on a client that bounds reads by the context itself.
-	hungCtx := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 3 * time.Second, ContextTimeoutEnabled: true})
+	hungCtx := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: faultStall, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = hungCtx.Close() })
 	const timeout = 100 * time.Millisecond
 	for _, tc := range []struct {
@@ -331,9 +352,8 @@ func TestFailurePolicies(t *testing.T) {
 			for i := range 5 {
 				start := time.Now()
 				w := do(e, http.MethodGet, "/x", nil)
-				// A bound, not a performance goal: generous for a loaded CI
-				// machine, yet far below the 3 s a missing timeout would cost.
-				if el := time.Since(start); el > timeout+900*time.Millisecond {
+				// A hang guard, not a performance goal.
+				if el := time.Since(start); el > faultHang {
 					t.Fatalf("request %d took %v with a %v timeout", i, el, timeout)
 				}
 				if w.Code != tc.status || w.Body.String() != tc.body {
@@ -447,15 +467,14 @@ func TestKeyOverItsLimit(t *testing.T) {
 		}
 	}
 	for _, cache := range []int{0, 100} {
-		lowered := mustPolicy(t, Redis(c), Key(pre), Window(time.Minute), Limit(3), DenyCache(cache), Timeout(2*time.Second))
+		// A wait that timed out would be an error, which the check below
+		// refuses; how long a rejection took is not checked, since on a
+		// loaded machine a healthy call can take seconds.
+		lowered := mustPolicy(t, Redis(c), Key(pre), Window(time.Minute), Limit(3), DenyCache(cache))
 		for i := range 3 {
-			start := time.Now()
 			d, err := lowered.Allow(ctx, "k")
 			if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
 				t.Fatalf("cache %d request %d: %+v, %v; want a rejection with 0 remaining", cache, i, d, err)
-			}
-			if el := time.Since(start); el > time.Second {
-				t.Fatalf("cache %d request %d took %v: it waited instead of rejecting", cache, i, el)
 			}
 		}
 	}

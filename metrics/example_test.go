@@ -57,8 +57,14 @@ func Example() {
 	w := httptest.NewRecorder()
 	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	sc := bufio.NewScanner(w.Body)
-	for sc.Scan() { // the counters; the latency histogram varies from run to run
-		if line := sc.Text(); strings.HasPrefix(line, "ginlimit_") && !strings.HasPrefix(line, "ginlimit_decision_seconds") {
+	// The counters. Left out: the latency histogram, which varies from run
+	// to run, and the deny cache's hits, which depend on when the limiter's
+	// reset subscription came up (the deny cache learns only once it is;
+	// New waits for it up to a second, which a loaded machine can outlast).
+	// TestEndToEnd and TestDenyCacheHits count the hits.
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "ginlimit_") && !strings.HasPrefix(line, "ginlimit_decision_seconds") &&
+			!strings.HasPrefix(line, "ginlimit_deny_cache_hits_total") {
 			fmt.Println(line)
 		}
 	}
@@ -76,7 +82,6 @@ func Example() {
 	// ginlimit_decisions_total{decision="limited",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 2
 	// ginlimit_decisions_total{decision="saturated",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
 	// ginlimit_decisions_total{decision="shadow_limited",route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 0
-	// ginlimit_deny_cache_hits_total{route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 2
 	// ginlimit_near_limit_total{route="GET /voucher-order/seckill/:id",rule="voucher:seckill"} 1
 }
 

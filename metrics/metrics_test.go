@@ -637,11 +637,15 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 	observe := ginlimit.Observe(collector)
+	// These routes have no Limiter, so no reset subscription, and their
+	// deny caches learn at once; a staleness bound no loaded machine
+	// outlasts keeps what they learned for the whole test.
+	stale := ginlimit.MaxStaleness(time.Minute)
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	r.GET("/api/coupon/claim", ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Timeout(5*time.Second),
+	r.GET("/api/coupon/claim", ginlimit.RateLimit(ginlimit.Redis(rdb), observe, stale, ginlimit.Timeout(5*time.Second),
 		ginlimit.Key("coupon:claim:"), ginlimit.Window(time.Minute), ginlimit.Limit(2),
 		ginlimit.Type(ginlimit.User), ginlimit.UserIdentity(identity.FromContext("user_id"))), ok)
-	r.GET("/merchant/:id", ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Timeout(5*time.Second),
+	r.GET("/merchant/:id", ginlimit.RateLimit(ginlimit.Redis(rdb), observe, stale, ginlimit.Timeout(5*time.Second),
 		ginlimit.Key("merchant:"), ginlimit.Window(time.Minute), ginlimit.Limit(3),
 		ginlimit.Type(ginlimit.IP)), ok)
 	r.GET("/report", ginlimit.RateLimit(ginlimit.Redis(dead), observe,
