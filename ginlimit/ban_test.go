@@ -3,6 +3,7 @@ package ginlimit
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -10,8 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"net/http/httptest"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
@@ -221,5 +220,71 @@ func TestBanOnARouteWithRules(t *testing.T) {
 	d := in.seen.last().Decision
 	if !d.Banned || d.Rule != "per-ip" || !strings.Contains(last.Body.String(), `"rule":"per-ip"`) {
 		t.Fatalf("after 2 admitted and 3 refusals by the route rule: %+v %s, want per-ip's ban", d, last.Body)
+	}
+}
+
+// TestAttack5LongBanRefusedAtStartUpOrWorks: the penalty passes the ban's
+// length to the several-rule script as its param in milliseconds, which
+// rule.lua's bad() caps at 1e9 (about 11.6 days). A Ban of 30 days was
+// accepted at start-up, and then every decision of the rule was an error
+// reply from Redis, so under FailOpen the rule limited nothing (review 5).
+// A configuration the scripts would refuse is refused at start-up: Ban
+// takes at most MaxBan, and a longer one must either be refused or work.
+func TestAttack5LongBanRefusedAtStartUpOrWorks(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	l, err := New(Redis(c), Timeout(5*time.Second), OnFailure(FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := l.Policy(Key(prefix(t)), Window(time.Hour), Limit(2), Ban(3, time.Hour, 30*24*time.Hour))
+	if err != nil {
+		return // refused at start-up: the promise holds
+	}
+	admitted := 0
+	var firstErr error
+	for range 10 {
+		d, err := p.Allow(context.Background(), "client")
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted > 2 || firstErr != nil {
+		t.Fatalf("Ban(3, 1h, 720h) accepted at start-up, then %d of 10 admitted at Limit(2); first error: %v", admitted, firstErr)
+	}
+}
+
+// TestAttack5BanUpTo1e9MillisecondsHolds is the control of
+// TestAttack5LongBanRefusedAtStartUpOrWorks: a ban of 11 days (under 1e9
+// ms) decides in Redis without error, and the limit holds under FailOpen.
+func TestAttack5BanUpTo1e9MillisecondsHolds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, err := New(Redis(srv.Client()), Timeout(5*time.Second), OnFailure(FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := l.Policy(Key(prefix(t)), Window(time.Hour), Limit(2), Ban(3, time.Hour, 11*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range 10 {
+		d, err := p.Allow(context.Background(), "client")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("%d admitted at Limit(2)", admitted)
 	}
 }

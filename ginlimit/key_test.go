@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,5 +235,46 @@ func TestCharsets(t *testing.T) {
 	}
 	if got, want := escape("GET /a b/{x}%", routeSafe), "GET%20/a%20b/%7Bx%7D%25"; got != want {
 		t.Errorf("escape(routeSafe) = %q, want %q", got, want)
+	}
+}
+
+// TestAttack5UnmatchedOddMethodsAndPathsHold: made-up methods and paths of
+// 64 KiB with spaces, braces and control bytes, on 404 and 405 requests
+// seen by an annotation given to Use, all land in the fixed unmatched
+// scope of one IP bucket: one short key, limit respected.
+func TestAttack5UnmatchedOddMethodsAndPathsHold(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	l, err := New(Redis(c), Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.Use(l.RateLimit(Key(prefix(t)), Type(IP), Window(time.Hour), Limit(3)))
+	e.GET("/x/:id", ok)
+	long := strings.Repeat("A{ }%\x01", 64<<10/6)
+	admitted := 0
+	for i, target := range []string{"/x/1", "/nowhere", "/x/1/" + url.PathEscape(long), "/" + url.PathEscape(long), "/x/1"} {
+		for _, method := range []string{"FOO", "F{O}O", strings.Repeat("M", 64<<10)} {
+			req := httptest.NewRequest(http.MethodGet, target, nil)
+			req.Method = method
+			req.RemoteAddr = "192.0.2.9:1"
+			w := httptest.NewRecorder()
+			e.ServeHTTP(w, req)
+			if w.Code != http.StatusTooManyRequests {
+				admitted++
+			}
+			_ = i
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("%d unmatched requests passed the limiter, want 3", admitted)
+	}
+	for _, k := range m.Keys() {
+		if len(k) > 100 || !strings.Contains(k, "{* unmatched ip:192.0.2.9}") {
+			t.Fatalf("unexpected key %q", k)
+		}
 	}
 }
