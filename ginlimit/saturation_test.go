@@ -10,6 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,4 +135,252 @@ func TestAttack5BusyClusterPoolTripsBreaker(t *testing.T) {
 	if admitted > 1 || open > 0 || (lastErr != nil && !errors.Is(lastErr, ErrSaturated)) {
 		t.Fatalf("application holds the master's only connection (cluster healthy): %d of 3 admitted at Limit(1), %d breakers open, last error %v", admitted, open, lastErr)
 	}
+}
+
+// healthyTraffic makes decisions on keys, one goroutine each, a
+// millisecond apart, until the returned stop is called; stop waits for
+// them and returns how many Redis answered.
+func healthyTraffic(p *Policy, keys []string) (stop func() int64) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	for _, k := range keys {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, err := p.Allow(context.Background(), k); err == nil {
+					answered.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	return func() int64 {
+		close(done)
+		wg.Wait()
+		return answered.Load()
+	}
+}
+
+// TestAttack6RingSlowShardIsAFailure: a Ring of two shards, one healthy and
+// one behind a proxy that delays every reply by 300 ms (a Redis that never
+// answers within the 100 ms Timeout, though its PINGs come back within the
+// ReadTimeout, so go-redis's heartbeat keeps it in the ring). The slow
+// shard answers no call in time: its timeouts are Redis failures and get
+// the failure policy (FailOpen: admitted, not the local fallback), exactly
+// as on a plain client (TestFaultSlowRedis). The healthy shard's answers
+// say nothing about the slow one, so none of its timeouts may be taken for
+// saturation.
+func TestAttack6RingSlowShardIsAFailure(t *testing.T) {
+	faultNoLeaks(t)
+	srv := redistest.Start(t)
+	proxy := startSlowProxy(t, srv.Addr, 300*time.Millisecond)
+	for _, cte := range []bool{true, false} {
+		t.Run("ContextTimeoutEnabled="+strconv.FormatBool(cte), func(t *testing.T) {
+			ring := redis.NewRing(&redis.RingOptions{
+				Addrs:                 map[string]string{"fast": srv.Addr, "slow": proxy.Addr()},
+				ContextTimeoutEnabled: cte,
+				// Room for the calls ginlimit abandons (without
+				// ContextTimeoutEnabled they hold their connection until the
+				// reply): a full pool is saturation by another rule (poolBusy).
+				PoolSize:    200,
+				ReadTimeout: time.Second, WriteTimeout: time.Second,
+			})
+			t.Cleanup(func() { _ = ring.Close() })
+			p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000),
+				OnFailure(FailOpen), Timeout(faultTimeout), Breaker(0, 0))
+			redisKey := func(k string) string { return p.rules[0].prefix + "{" + k + "}" }
+			var slowKeys, fastKeys []string
+			for i := 0; len(slowKeys) < 4 || len(fastKeys) < 4; i++ {
+				k := "k" + strconv.Itoa(i)
+				c, err := ring.GetShardClientForKey(redisKey(k))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Options().Addr == proxy.Addr() {
+					slowKeys = append(slowKeys, k)
+				} else {
+					fastKeys = append(fastKeys, k)
+				}
+			}
+			stopFast := healthyTraffic(p, fastKeys) // on the fast shard throughout
+			var saturated, failedOpen, other atomic.Int64
+			var first, firstFailed atomic.Value
+			var wg sync.WaitGroup
+			for _, k := range slowKeys {
+				wg.Go(func() {
+					for range 5 {
+						d, err := p.Allow(context.Background(), k)
+						switch {
+						case errors.Is(err, ErrSaturated):
+							saturated.Add(1)
+							first.CompareAndSwap(nil, fmt.Sprintf("decision %+v, error %v", d, err))
+						case err != nil && d.Allowed && !d.Local:
+							failedOpen.Add(1)
+							firstFailed.CompareAndSwap(nil, err.Error())
+						default:
+							other.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			fastOK := stopFast()
+			t.Logf("slow shard: %d saturated, %d failed open, %d other; fast shard answered %d; first failure: %v", saturated.Load(), failedOpen.Load(), other.Load(), fastOK, firstFailed.Load())
+			if saturated.Load() != 0 {
+				t.Errorf("%d of %d decisions on a shard that answers nothing in time were taken for saturation, because another shard answered; the first: %v",
+					saturated.Load(), 5*len(slowKeys), first.Load())
+			}
+		})
+	}
+}
+
+// TestAttack6ClusterPausedMasterIsAFailure: on a three-master cluster, one
+// master is paused (CLIENT PAUSE ALL, 1.5 s) while the other two answer
+// decisions steadily. Each master is its own node, with its own count of
+// calls answered in time, so the paused master's timeouts are Redis
+// failures (FailOpen: admitted, not the local fallback), never saturation.
+// With PoolSize(200) this holds. It does not with go-redis's default pool
+// (10 per CPU) and no ContextTimeoutEnabled: the calls ginlimit abandons
+// hold their connections until the reply or the 3 s ReadTimeout, so after
+// about a pool's worth of timeouts the master's pool is full, and poolBusy
+// takes every later timeout for the application's own commands holding
+// the pool. poolBusy took every later timeout for the application's own
+// commands holding it (ErrSaturated: the local fallback, no failure
+// counted): 30 of 40 decisions. Now a node counts its stranded calls (abandoned,
+// still waiting for Redis), and while there are any, a full pool is not
+// the application's.
+func TestAttack6ClusterPausedMasterIsAFailure(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	for _, pool := range []int{200, 0} {
+		t.Run("PoolSize="+strconv.Itoa(pool), func(t *testing.T) {
+			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: pool})
+			t.Cleanup(func() { _ = cc.Close() })
+			p := mustPolicy(t, Redis(cc), Key(prefix(t)), Window(time.Minute), Limit(1000),
+				OnFailure(FailOpen), Timeout(faultTimeout), Breaker(0, 0))
+			redisKey := func(k string) string { return p.rules[0].prefix + "{" + k + "}" }
+			var slowKeys, fastKeys []string
+			for i := 0; len(slowKeys) < 4 || len(fastKeys) < 8; i++ {
+				k := "k" + strconv.Itoa(i)
+				if cl.MasterForKey(redisKey(k)) == 0 {
+					slowKeys = append(slowKeys, k)
+				} else {
+					fastKeys = append(fastKeys, k)
+				}
+			}
+			for _, k := range append(slowKeys, fastKeys...) { // warm: slots and connections
+				if _, err := p.Allow(context.Background(), k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			admin := cl.NodeClient(0)
+			if err := admin.Do(context.Background(), "client", "pause", "1500", "all").Err(); err != nil {
+				t.Fatal(err)
+			}
+			pausedAt := time.Now()
+			stopFast := healthyTraffic(p, fastKeys) // on the other masters throughout
+			var saturated, failedOpen, other atomic.Int64
+			var first, firstOther atomic.Value
+			var wg sync.WaitGroup
+			for _, k := range slowKeys {
+				wg.Go(func() {
+					for time.Since(pausedAt) < time.Second {
+						d, err := p.Allow(context.Background(), k)
+						switch {
+						case errors.Is(err, ErrSaturated):
+							saturated.Add(1)
+							first.CompareAndSwap(nil, err.Error())
+						case err != nil && d.Allowed && !d.Local:
+							failedOpen.Add(1)
+						default:
+							other.Add(1)
+							firstOther.CompareAndSwap(nil, fmt.Sprintf("%+v %v", d, err))
+						}
+					}
+				})
+			}
+			wg.Wait()
+			fastOK := stopFast()
+			_ = admin.Do(context.Background(), "client", "unpause").Err()
+			t.Logf("paused master: %d saturated, %d failed open, %d other (%v); the others answered %d",
+				saturated.Load(), failedOpen.Load(), other.Load(), firstOther.Load(), fastOK)
+			if saturated.Load() != 0 {
+				t.Errorf("%d decisions on a paused master were taken for saturation; the first: %v", saturated.Load(), first.Load())
+			}
+			time.Sleep(2 * time.Second) // the abandoned calls end before the next round
+		})
+	}
+}
+
+// TestAttack6SaturatedProbeKeepsTheBreakerOpen: a call that is saturation
+// (ErrSaturated: no verdict on Redis) told the breaker it succeeded
+// (done(probe, false)), so a half-open probe that was taken for saturation
+// closed the breaker of a master that answers nothing. On a cluster with
+// go-redis's default options the calls ginlimit abandons on a paused master
+// hold their connections (until the reply or the 3 s ReadTimeout), so once
+// the breaker is half-open the probe finds the master's pool full: poolBusy
+// makes it saturation, and the breaker closed, letting every decision wait
+// the full Timeout again. Want: while the master is paused, the breaker
+// lets about one call per open period through, and the rest fail fast.
+func TestAttack6SaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = cc.Close() })
+	const open = 100 * time.Millisecond
+	p := mustPolicy(t, Redis(cc), Key(prefix(t)), Window(time.Minute), Limit(1000),
+		OnFailure(FailOpen), Timeout(faultTimeout), Breaker(3, open))
+	redisKey := func(k string) string { return p.rules[0].prefix + "{" + k + "}" }
+	var slowKeys []string
+	for i := 0; len(slowKeys) < 8; i++ {
+		if k := "k" + strconv.Itoa(i); cl.MasterForKey(redisKey(k)) == 0 {
+			slowKeys = append(slowKeys, k)
+		}
+	}
+	for _, k := range slowKeys {
+		if _, err := p.Allow(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := cl.NodeClient(0)
+	if err := admin.Do(context.Background(), "client", "pause", "3000", "all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(context.Background(), "client", "unpause")
+	const run = 2500 * time.Millisecond
+	start := time.Now()
+	var slow, saturated, total atomic.Int64
+	var wg sync.WaitGroup
+	for _, k := range slowKeys {
+		wg.Go(func() {
+			for time.Since(start) < run {
+				t0 := time.Now()
+				_, err := p.Allow(context.Background(), k)
+				total.Add(1)
+				if time.Since(t0) >= faultTimeout {
+					slow.Add(1)
+				}
+				if errors.Is(err, ErrSaturated) {
+					saturated.Add(1)
+				}
+				if errors.Is(err, ErrCircuitOpen) {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// At most: the calls that opened it, the callers that were already
+	// waiting, and one probe at a time (each waits the Timeout; a probe
+	// taken for saturation lets the next call probe at once), with room to
+	// spare (the bug made 187).
+	bound := int64(3 + 2*int(run/open) + len(slowKeys))
+	t.Logf("%d decisions in %v on a paused master: %d waited the Timeout (bound %d), %d saturated", total.Load(), run, slow.Load(), bound, saturated.Load())
+	if slow.Load() > bound {
+		t.Errorf("%d decisions waited the full Timeout on a master that answers nothing, more than %d: the breaker did not stay open", slow.Load(), bound)
+	}
+	time.Sleep(time.Second) // the pause ends; the abandoned calls end
 }
