@@ -384,3 +384,34 @@ func TestAttack6SaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	}
 	time.Sleep(time.Second) // the pause ends; the abandoned calls end
 }
+
+// TestAttack7StrandedCountEndsAtZero: boundedCounting's count of stranded
+// calls, after many calls that return right about when they are abandoned
+// (some before the grace ends, some after): every one it counted, it
+// uncounts when the call returns, so it ends at zero (a count stuck above
+// zero would make every later full pool a Redis failure).
+func TestAttack7StrandedCountEndsAtZero(t *testing.T) {
+	var stranded atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 100 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				d := time.Millisecond + time.Duration((g*100+i)%50)*time.Millisecond
+				_, _ = boundedCounting(ctx, &stranded, func() (int, error) {
+					time.Sleep(d)
+					return 0, nil
+				})
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for stranded.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if v := stranded.Load(); v != 0 {
+		t.Errorf("stranded ends at %d, want 0", v)
+	}
+}
