@@ -1,8 +1,10 @@
 package ginlimit
 
-// attack8: commit 39a19b3 (a request's identity text in req.buf, a call
-// keeping only its log tag, key escaping by charset), against the code
-// before it.
+// A request's identity text (built in req.buf, shared by its keys, its
+// header values and its calls' log tags): the keys, debug lines' identity
+// tags, Targets' keys and Policy.Allow keys it gives, byte for byte as
+// recorded; the tag when debug is switched on mid-request; and concurrent
+// requests that never share it.
 
 import (
 	"context"
