@@ -132,7 +132,7 @@ func TestBanOnTheVeryNextRequest(t *testing.T) {
 	}
 }
 
-// TestAttackReview2CachedBanStrikesItself: in Redis (lua/penalty.lua) a
+// TestCachedBanStrikesItself: in Redis (lua/penalty.lua) a
 // request refused because its identity is banned is no strike for that
 // same ban: the penalty's report returns before counting. With the deny
 // cache on, a refusal answered from a cached ban is struck on the rule's
@@ -142,7 +142,7 @@ func TestBanOnTheVeryNextRequest(t *testing.T) {
 // identity again at once: a client that keeps retrying while banned is
 // banned for ever. With DenyCache(0) (every refusal reaches Redis) the
 // same client is admitted once the ban is over.
-func TestAttackReview2CachedBanStrikesItself(t *testing.T) {
+func TestCachedBanStrikesItself(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string

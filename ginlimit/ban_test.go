@@ -223,14 +223,14 @@ func TestBanOnARouteWithRules(t *testing.T) {
 	}
 }
 
-// TestAttack5LongBanRefusedAtStartUpOrWorks: the penalty passes the ban's
+// TestLongBanRefusedAtStartUpOrWorks: the penalty passes the ban's
 // length to the several-rule script as its param in milliseconds, which
 // rule.lua's bad() caps at 1e9 (about 11.6 days). A Ban of 30 days was
 // accepted at start-up, and then every decision of the rule was an error
 // reply from Redis, so under FailOpen the rule limited nothing (review 5).
 // A configuration the scripts would refuse is refused at start-up: Ban
 // takes at most MaxBan, and a longer one must either be refused or work.
-func TestAttack5LongBanRefusedAtStartUpOrWorks(t *testing.T) {
+func TestLongBanRefusedAtStartUpOrWorks(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client()
@@ -259,10 +259,10 @@ func TestAttack5LongBanRefusedAtStartUpOrWorks(t *testing.T) {
 	}
 }
 
-// TestAttack5BanUpTo1e9MillisecondsHolds is the control of
-// TestAttack5LongBanRefusedAtStartUpOrWorks: a ban of 11 days (under 1e9
+// TestBanUpTo1e9MillisecondsHolds is the control of
+// TestLongBanRefusedAtStartUpOrWorks: a ban of 11 days (under 1e9
 // ms) decides in Redis without error, and the limit holds under FailOpen.
-func TestAttack5BanUpTo1e9MillisecondsHolds(t *testing.T) {
+func TestBanUpTo1e9MillisecondsHolds(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	l, err := New(Redis(srv.Client()), Timeout(5*time.Second), OnFailure(FailOpen))
@@ -289,7 +289,7 @@ func TestAttack5BanUpTo1e9MillisecondsHolds(t *testing.T) {
 	}
 }
 
-// TestAttackBanCountsCachedRefusalsOfAnotherRule: Ban says a refusal by any
+// TestBanCountsCachedRefusalsOfAnotherRule: Ban says a refusal by any
 // rule of the route is a strike, and that refusals answered from the deny
 // cache count as surely as Redis's. On a route with Rules, when the rule
 // that refuses is not the one with the Ban, its cached refusals are never
@@ -297,7 +297,7 @@ func TestAttack5BanUpTo1e9MillisecondsHolds(t *testing.T) {
 // MaxStaleness, so Ban(5, ...) does not ban a client that was refused 40
 // times (it is banned at once with DenyCache(0), see
 // TestBanOnARouteWithRules).
-func TestAttackBanCountsCachedRefusalsOfAnotherRule(t *testing.T) {
+func TestBanCountsCachedRefusalsOfAnotherRule(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	const bound = 300 * time.Millisecond

@@ -166,12 +166,12 @@ func TestFailLocal(t *testing.T) {
 	}
 }
 
-// TestAttack5BreakerFailuresOverflow: newBreaker stores the threshold as an
+// TestBreakerFailuresOverflow: newBreaker stores the threshold as an
 // int32, so a failures count of 2^32 (someone asking for "practically
 // never") wrapped to 0 and the breaker opened on the very first failure
 // (review 5). Breaker now refuses more than math.MaxInt32 at start-up; the
 // test accepts a refusal or a breaker that does not open at once.
-func TestAttack5BreakerFailuresOverflow(t *testing.T) {
+func TestBreakerFailuresOverflow(t *testing.T) {
 	t.Parallel()
 	const failures = 1 << 32
 	l, err := New(Redis(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})), Timeout(time.Second),

@@ -19,21 +19,21 @@ import (
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
-// attackWindow is a window no test run crosses: the fixed window's
+// uncrossedWindow is a window no test run crosses: the fixed window's
 // boundaries are aligned on the clock, so it takes the longest.
-func attackWindow(alg AlgorithmKind) time.Duration {
+func uncrossedWindow(alg AlgorithmKind) time.Duration {
 	if alg == FixedWindow {
 		return maxWindow
 	}
 	return 24 * time.Hour
 }
 
-// TestAttackConcurrentExactEveryAlgorithm: 32 goroutines race on one key of
+// TestConcurrentExactEveryAlgorithm: 32 goroutines race on one key of
 // each algorithm, with costs of 1 to 3, while the scripts are flushed from
 // Redis midway (NOSCRIPT); the units admitted never exceed the limit, and
 // once the race is over, requests of cost 1 fill it exactly. On one
 // redis-server and on a 3-master cluster.
-func TestAttackConcurrentExactEveryAlgorithm(t *testing.T) {
+func TestConcurrentExactEveryAlgorithm(t *testing.T) {
 	t.Parallel()
 	type target struct {
 		name   string
@@ -58,7 +58,7 @@ func TestAttackConcurrentExactEveryAlgorithm(t *testing.T) {
 	for _, tg := range targets {
 		for _, alg := range []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket} {
 			t.Run(tg.name+"/"+alg.String(), func(t *testing.T) {
-				p := mustPolicy(t, Redis(tg.client), Key(prefix(t)), Window(attackWindow(alg)), Limit(limit), Algorithm(alg), DenyCache(0), AutoPipeline(tg.pipe))
+				p := mustPolicy(t, Redis(tg.client), Key(prefix(t)), Window(uncrossedWindow(alg)), Limit(limit), Algorithm(alg), DenyCache(0), AutoPipeline(tg.pipe))
 				var units, calls atomic.Int64
 				var once sync.Once
 				var wg sync.WaitGroup
@@ -106,7 +106,7 @@ func TestAttackConcurrentExactEveryAlgorithm(t *testing.T) {
 	}
 }
 
-// TestAttackRedisClockWindowExact: on the Redis clock, 16 goroutines send
+// TestRedisClockWindowExact: on the Redis clock, 16 goroutines send
 // requests of cost 1 to 3 to one key, through a window of about three
 // limits' worth of their own decisions (40 ms on a quiet machine, longer on
 // a loaded one, measured first), until there have been at least 100
@@ -117,7 +117,7 @@ func TestAttackConcurrentExactEveryAlgorithm(t *testing.T) {
 // no window-long span (T - w, T] of admissions holds more than the limit,
 // and no rejection at T had room (the admissions up to T, ties included,
 // plus its cost fit). On one redis-server and on a cluster.
-func TestAttackRedisClockWindowExact(t *testing.T) {
+func TestRedisClockWindowExact(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	cl := redistest.StartCluster(t)

@@ -12,12 +12,12 @@ import (
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
-// TestAttackTokenBucketAt2Pow53: settings ginlimit accepts at start-up
+// TestTokenBucketAt2Pow53: settings ginlimit accepts at start-up
 // (Window 2^24 µs, Limit 1, Burst 2^29: burst × window = 2^53, the bound
 // validate allows) admit a request one µs before GCRA conforms it: the
 // script's ahead + cost*window is 2^53 + 1, which rounds to 2^53, the
 // capacity. So one unit more than the bucket holds passes.
-func TestAttackTokenBucketAt2Pow53(t *testing.T) {
+func TestTokenBucketAt2Pow53(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	window := time.Duration(1<<24) * time.Microsecond
@@ -38,12 +38,12 @@ func TestAttackTokenBucketAt2Pow53(t *testing.T) {
 	}
 }
 
-// TestAttackExtremeSettings: settings at the edges of what ginlimit accepts
+// TestExtremeSettings: settings at the edges of what ginlimit accepts
 // at start-up, now written into the script text, never make the script
 // refuse a call: each rule admits its first request (of cost 1, and the
 // most it can cost on a fresh key), then rejects once full when that is
 // quick to reach, on a real redis-server with the Redis clock.
-func TestAttackExtremeSettings(t *testing.T) {
+func TestExtremeSettings(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	ctx := context.Background()

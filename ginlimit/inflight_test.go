@@ -581,13 +581,13 @@ func (p *panicOnce) Observe(context.Context, Event) {
 	}
 }
 
-// TestAttackInFlightObserverPanicLeaksSlot: InFlight promises the slot is
+// TestInFlightObserverPanicLeaksSlot: InFlight promises the slot is
 // given back "when the chain returns, a panic included". An observer runs
 // after the slot is taken and before the release is deferred (serve); when
 // it panics, gin's recovery answers 500 and the slot is never released:
 // its lease is renewed every lease/3 for ever, so it is lost until the
 // process exits, not until the lease ends.
-func TestAttackInFlightObserverPanicLeaksSlot(t *testing.T) {
+func TestInFlightObserverPanicLeaksSlot(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	l := slotLimiter(t, srv.Client())
@@ -611,13 +611,13 @@ func TestAttackInFlightObserverPanicLeaksSlot(t *testing.T) {
 	}
 }
 
-// TestAttackInFlightDeadlineLeaksSlot: a request whose context ends while
+// TestInFlightDeadlineLeaksSlot: a request whose context ends while
 // its acquire is on the wire (a client that hangs up, a timeout middleware)
 // is taken as ErrSaturated ("the call never left this process"), so no
 // release is sent; but the script did run and leased a slot, which stays
 // taken until its lease ends (30 s here) while nothing holds it. Redis is
 // made to answer late by a 600 ms script on another connection.
-func TestAttackInFlightDeadlineLeaksSlot(t *testing.T) {
+func TestInFlightDeadlineLeaksSlot(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	l := slotLimiter(t, srv.Client())

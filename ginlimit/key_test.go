@@ -240,11 +240,11 @@ func TestCharsets(t *testing.T) {
 	}
 }
 
-// TestAttack5UnmatchedOddMethodsAndPathsHold: made-up methods and paths of
+// TestUnmatchedOddMethodsAndPathsHold: made-up methods and paths of
 // 64 KiB with spaces, braces and control bytes, on 404 and 405 requests
 // seen by an annotation given to Use, all land in the fixed unmatched
 // scope of one IP bucket: one short key, limit respected.
-func TestAttack5UnmatchedOddMethodsAndPathsHold(t *testing.T) {
+func TestUnmatchedOddMethodsAndPathsHold(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	l, err := New(Redis(c), Timeout(5*time.Second))
@@ -281,13 +281,13 @@ func TestAttack5UnmatchedOddMethodsAndPathsHold(t *testing.T) {
 	}
 }
 
-// TestAttackShortValueSpellsLongValuesHash: a value longer than maxKeyText
+// TestShortValueSpellsLongValuesHash: a value longer than maxKeyText
 // goes into the key hashed. It once went in as "~" and 32 hex digits, which
 // a short value could spell ('~' and hex digits stand for themselves in a
 // key), sharing the long value's count; the hashed form now starts with a
 // bare '%', which no escaped value contains, and this short value keeps a
 // count of its own.
-func TestAttackShortValueSpellsLongValuesHash(t *testing.T) {
+func TestShortValueSpellsLongValuesHash(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	e := gin.New()
@@ -303,12 +303,12 @@ func TestAttackShortValueSpellsLongValuesHash(t *testing.T) {
 	}
 }
 
-// TestAttackHashedPartsAreNotInjective: with HashIdentities, several
+// TestHashedPartsAreNotInjective: with HashIdentities, several
 // dimensions are sealed into one HMAC. Of " <label>:<value>" per part, with
 // the values unescaped, A="x h.b:y", B="z" and A="x", B="y h.b:z" hashed
 // alike and shared one count; each value's length now goes before it, and
 // they stay apart.
-func TestAttackHashedPartsAreNotInjective(t *testing.T) {
+func TestHashedPartsAreNotInjective(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	secret := []byte("0123456789abcdef0123456789abcdef")

@@ -200,11 +200,11 @@ func TestLimitByOptions(t *testing.T) {
 	}
 }
 
-// TestAttackConcurrentPlans: routes whose rule has plans (LimitBy), every
+// TestConcurrentPlans: routes whose rule has plans (LimitBy), every
 // plan its own single-rule script, and a Tiers route, raced by 32
 // goroutines with the scripts flushed midway: every plan admits exactly its
 // limit, on one redis-server and on a cluster.
-func TestAttackConcurrentPlans(t *testing.T) {
+func TestConcurrentPlans(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	cl := redistest.StartCluster(t)
@@ -222,7 +222,7 @@ func TestAttackConcurrentPlans(t *testing.T) {
 	} {
 		for _, alg := range []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket} {
 			t.Run(tg.name+"/"+alg.String(), func(t *testing.T) {
-				w := attackWindow(alg)
+				w := uncrossedWindow(alg)
 				plans := map[string]Plan{"gold": {Limit: 40}, "silver": {Limit: 25, Window: w / 2}, "tiny": {Limit: 3}}
 				if alg == SlidingCounter {
 					plans["silver"] = Plan{Limit: 25, Window: w / 4}

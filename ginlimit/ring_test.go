@@ -18,13 +18,13 @@ import (
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
-// TestAttack6RingShardBreakerIsItsOwn: on a Ring, each shard has its own
+// TestRingShardBreakerIsItsOwn: on a Ring, each shard has its own
 // breaker, as each cluster master has. One shard sits behind a proxy that
 // holds every reply (a hung Redis); Breaker(2, 1h) opens for it after two
 // timeouts, and decisions on the other shard are still answered by Redis,
 // not refused with ErrCircuitOpen (with one breaker for the whole Ring they
 // were).
-func TestAttack6RingShardBreakerIsItsOwn(t *testing.T) {
+func TestRingShardBreakerIsItsOwn(t *testing.T) {
 	faultNoLeaks(t)
 	srv := redistest.Start(t)
 	proxy := startSlowProxy(t, srv.Addr, time.Hour)
@@ -83,7 +83,7 @@ func (o *eventLog) last() Event {
 	return o.events[len(o.events)-1]
 }
 
-// TestAttack7RingRecoveredReportsClosedBreaker: a Ring whose every shard
+// TestRingRecoveredReportsClosedBreaker: a Ring whose every shard
 // is gone for a moment (SetAddrs with none: GetShardClientForKey fails)
 // opens the Ring-wide breaker (ns.one). Once the shards are back, every
 // decision is answered by Redis, yet ns.one is never told: a decision that
@@ -91,7 +91,7 @@ func (o *eventLog) last() Event {
 // "half-open" for ever, and the metrics collector's breaker gauge stays 1
 // on a healthy Ring. On a cluster, ns.one is asked on every call and closes
 // with the first answer.
-func TestAttack7RingRecoveredReportsClosedBreaker(t *testing.T) {
+func TestRingRecoveredReportsClosedBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	addrs := map[string]string{"a": srv.Addr}
 	ring := redis.NewRing(&redis.RingOptions{Addrs: addrs})
@@ -132,13 +132,13 @@ func TestAttack7RingRecoveredReportsClosedBreaker(t *testing.T) {
 	}
 }
 
-// TestAttack7RingShardChurnKeepsNoStaleNodes: service discovery moves a
+// TestRingShardChurnKeepsNoStaleNodes: service discovery moves a
 // Ring shard between two addresses (a failover, a rescheduled pod) many
 // times. Each move makes go-redis a new shard *redis.Client and closes the
 // old one; ginlimit makes a node for each, and kept every one for ever
 // (the closed client, its pool and a slot channel of PoolSize each): the
 // sync.Map grew by one per move. Want: no more nodes than shards in use.
-func TestAttack7RingShardChurnKeepsNoStaleNodes(t *testing.T) {
+func TestRingShardChurnKeepsNoStaleNodes(t *testing.T) {
 	a, b := redistest.Start(t), redistest.Start(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s": a.Addr}})
 	t.Cleanup(func() { _ = ring.Close() })
@@ -163,10 +163,10 @@ func TestAttack7RingShardChurnKeepsNoStaleNodes(t *testing.T) {
 	}
 }
 
-// TestAttack7RingReaddedShardGetsAFreshBreaker: a shard removed (its
+// TestRingReaddedShardGetsAFreshBreaker: a shard removed (its
 // breaker open) and added back at the same address is a new go-redis
 // client; its node must not be the old one's with the breaker still open.
-func TestAttack7RingReaddedShardGetsAFreshBreaker(t *testing.T) {
+func TestRingReaddedShardGetsAFreshBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := startSlowProxy(t, srv.Addr, time.Hour)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s": proxy.Addr()}, ContextTimeoutEnabled: true})
@@ -186,10 +186,10 @@ func TestAttack7RingReaddedShardGetsAFreshBreaker(t *testing.T) {
 	}
 }
 
-// TestAttack7RingExactUnderLoad: a Ring of two shards, 400 concurrent
+// TestRingExactUnderLoad: a Ring of two shards, 400 concurrent
 // callers on 8 keys of limit 40 (ten calls each): every key admits exactly
 // 40, nothing errs.
-func TestAttack7RingExactUnderLoad(t *testing.T) {
+func TestRingExactUnderLoad(t *testing.T) {
 	a, b := redistest.Start(t), redistest.Start(t)
 	for _, cte := range []bool{false, true} {
 		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}, ContextTimeoutEnabled: cte})

@@ -66,11 +66,11 @@ func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Co
 		return true
 	}
 	p.backend.nodes.byAddr.Range(count)
-	p.backend.nodes.byShard.Range(count) // a Ring's shards (attack7)
+	p.backend.nodes.byShard.Range(count) // a Ring's shards
 	return admitted, open, lastErr
 }
 
-// TestAttack5BusyRingPoolTripsBreaker: a busy client is not a failing
+// TestBusyRingPoolTripsBreaker: a busy client is not a failing
 // Redis: a decision that cannot get a connection in time is ErrSaturated,
 // never trips the breaker and is never answered by FailOpen's unlimited
 // admission. poolBusy, which tells a wait for a pooled connection from a
@@ -79,7 +79,7 @@ func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Co
 // hold (here one BLPOP on a pool of 1) turned every decision into a Redis
 // failure, the breaker opened and FailOpen let requests through (review
 // 5). It now asks the pool of the shard that serves the key.
-func TestAttack5BusyRingPoolTripsBreaker(t *testing.T) {
+func TestBusyRingPoolTripsBreaker(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for _, cte := range []bool{false, true} {
@@ -100,11 +100,11 @@ func TestAttack5BusyRingPoolTripsBreaker(t *testing.T) {
 	}
 }
 
-// TestAttack5BusyPlainPoolHolds is the control of
-// TestAttack5BusyRingPoolTripsBreaker: the same application command on a
+// TestBusyPlainPoolHolds is the control of
+// TestBusyRingPoolTripsBreaker: the same application command on a
 // plain *redis.Client's pool of 1 gives ErrSaturated, no admission beyond
 // the in-process fallback's and no open breaker.
-func TestAttack5BusyPlainPoolHolds(t *testing.T) {
+func TestBusyPlainPoolHolds(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
@@ -117,10 +117,10 @@ func TestAttack5BusyPlainPoolHolds(t *testing.T) {
 	}
 }
 
-// TestAttack5BusyClusterPoolTripsBreaker is TestAttack5BusyRingPoolTripsBreaker
+// TestBusyClusterPoolTripsBreaker is TestBusyRingPoolTripsBreaker
 // on a real 3-master Redis Cluster: the application's BLPOP holds the one
 // connection of the master that owns the decision's key.
-func TestAttack5BusyClusterPoolTripsBreaker(t *testing.T) {
+func TestBusyClusterPoolTripsBreaker(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 1, ContextTimeoutEnabled: true})
@@ -166,7 +166,7 @@ func healthyTraffic(p *Policy, keys []string) (stop func() int64) {
 	}
 }
 
-// TestAttack6RingSlowShardIsAFailure: a Ring of two shards, one healthy and
+// TestRingSlowShardIsAFailure: a Ring of two shards, one healthy and
 // one behind a proxy that delays every reply by 300 ms (a Redis that never
 // answers within the 100 ms Timeout, though its PINGs come back within the
 // ReadTimeout, so go-redis's heartbeat keeps it in the ring). The slow
@@ -175,7 +175,7 @@ func healthyTraffic(p *Policy, keys []string) (stop func() int64) {
 // as on a plain client (TestFaultSlowRedis). The healthy shard's answers
 // say nothing about the slow one, so none of its timeouts may be taken for
 // saturation.
-func TestAttack6RingSlowShardIsAFailure(t *testing.T) {
+func TestRingSlowShardIsAFailure(t *testing.T) {
 	faultNoLeaks(t)
 	srv := redistest.Start(t)
 	proxy := startSlowProxy(t, srv.Addr, 300*time.Millisecond)
@@ -239,7 +239,7 @@ func TestAttack6RingSlowShardIsAFailure(t *testing.T) {
 	}
 }
 
-// TestAttack6ClusterPausedMasterIsAFailure: on a three-master cluster, one
+// TestClusterPausedMasterIsAFailure: on a three-master cluster, one
 // master is paused (CLIENT PAUSE ALL, 1.5 s) while the other two answer
 // decisions steadily. Each master is its own node, with its own count of
 // calls answered in time, so the paused master's timeouts are Redis
@@ -254,7 +254,7 @@ func TestAttack6RingSlowShardIsAFailure(t *testing.T) {
 // counted): 30 of 40 decisions. Now a node counts its stranded calls (abandoned,
 // still waiting for Redis), and while there are any, a full pool is not
 // the application's.
-func TestAttack6ClusterPausedMasterIsAFailure(t *testing.T) {
+func TestClusterPausedMasterIsAFailure(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	for _, pool := range []int{200, 0} {
 		t.Run("PoolSize="+strconv.Itoa(pool), func(t *testing.T) {
@@ -316,7 +316,7 @@ func TestAttack6ClusterPausedMasterIsAFailure(t *testing.T) {
 	}
 }
 
-// TestAttack6SaturatedProbeKeepsTheBreakerOpen: a call that is saturation
+// TestSaturatedProbeKeepsTheBreakerOpen: a call that is saturation
 // (ErrSaturated: no verdict on Redis) told the breaker it succeeded
 // (done(probe, false)), so a half-open probe that was taken for saturation
 // closed the breaker of a master that answers nothing. On a cluster with
@@ -326,7 +326,7 @@ func TestAttack6ClusterPausedMasterIsAFailure(t *testing.T) {
 // makes it saturation, and the breaker closed, letting every decision wait
 // the full Timeout again. Want: while the master is paused, the breaker
 // lets about one call per open period through, and the rest fail fast.
-func TestAttack6SaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
+func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 	t.Cleanup(func() { _ = cc.Close() })
@@ -385,12 +385,12 @@ func TestAttack6SaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	time.Sleep(time.Second) // the pause ends; the abandoned calls end
 }
 
-// TestAttack7StrandedCountEndsAtZero: boundedCounting's count of stranded
+// TestStrandedCountEndsAtZero: boundedCounting's count of stranded
 // calls, after many calls that return right about when they are abandoned
 // (some before the grace ends, some after): every one it counted, it
 // uncounts when the call returns, so it ends at zero (a count stuck above
 // zero would make every later full pool a Redis failure).
-func TestAttack7StrandedCountEndsAtZero(t *testing.T) {
+func TestStrandedCountEndsAtZero(t *testing.T) {
 	var stranded atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 64 {

@@ -257,7 +257,7 @@ func TestTokenBucketFormat(t *testing.T) {
 	})
 }
 
-// TestAttackTokenBucketOlderTextOf21Bytes: the older format's text
+// TestTokenBucketOlderTextOf21Bytes: the older format's text
 // "<base>:<ahead>" is 21 bytes whenever base has 16 digits (every µs time
 // since 2001) and ahead 4: a window of 1 to 10 ms gives ahead = cost*window
 // of 4 digits on an admission to a full bucket. token_bucket.lua tells the
@@ -265,7 +265,7 @@ func TestTokenBucketFormat(t *testing.T) {
 // in the 25th century, an enormous ahead, and it rejects a request the
 // stored state admits, with a retry of centuries. (Its first byte is an
 // ASCII digit, never the first byte of a 7-byte µs time before 2^53.)
-func TestAttackTokenBucketOlderTextOf21Bytes(t *testing.T) {
+func TestTokenBucketOlderTextOf21Bytes(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()

@@ -644,7 +644,7 @@ func (m *refLog) decide(now, window, limit, cost int64, record bool) (bool, int6
 	return false, max(0, limit-units), m.at[oldest] + window - now, retry
 }
 
-// TestAttackSlidingLogRandomExact runs random timelines on one sliding-log
+// TestSlidingLogRandomExact runs random timelines on one sliding-log
 // key (the clock never goes back; many requests share a microsecond; costs
 // mix 1 and more; the limit and exact-below change between calls, as a
 // redeploy would change them, with the key holding more than a lowered
@@ -655,7 +655,7 @@ func (m *refLog) decide(now, window, limit, cost int64, record bool) (bool, int6
 // with a second rule that rejects (nothing may be recorded then). Each step
 // PERSISTs the key so that the real server never expires what the test
 // clock still counts.
-func TestAttackSlidingLogRandomExact(t *testing.T) {
+func TestSlidingLogRandomExact(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()

@@ -12,7 +12,7 @@ import (
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
-// TestAttackTokenBucketCapacityAt2Pow53: the bucket's settings allow
+// TestTokenBucketCapacityAt2Pow53: the bucket's settings allow
 // burst*window = 2^53 exactly (lua.go, token_bucket_validate, and ginlimit's
 // start-up check: Window 2^24 µs, Limit 1, Burst 2^29 is accepted). Then
 // ahead + cost*window can be 2^53 + 1, which a double rounds to 2^53, the
@@ -20,7 +20,7 @@ import (
 // admitted. Here the bucket is emptied at once (cost = burst), and 2^24 - 1
 // µs later, one µs before a token is back, a request of cost 1 is admitted;
 // GCRA says: rejected, retry 1 µs.
-func TestAttackTokenBucketCapacityAt2Pow53(t *testing.T) {
+func TestTokenBucketCapacityAt2Pow53(t *testing.T) {
 	t.Parallel()
 	// On the real server only: miniredis keeps a TTL in ns, and this
 	// bucket's (1.1e13 ms) overflows it, so the key is gone at once there
