@@ -134,14 +134,14 @@ func TestBanOnTheVeryNextRequest(t *testing.T) {
 
 // TestCachedBanStrikesItself: in Redis (lua/penalty.lua) a
 // request refused because its identity is banned is no strike for that
-// same ban: the penalty's report returns before counting. With the deny
-// cache on, a refusal answered from a cached ban is struck on the rule's
-// own Ban (pipeline.go decide: every call whose rule has a Ban), so the
-// refusals answered in process during the last MaxStaleness of the ban
-// are drained into the first Redis call after it ends and ban the
-// identity again at once: a client that keeps retrying while banned is
-// banned for ever. With DenyCache(0) (every refusal reaches Redis) the
-// same client is admitted once the ban is over.
+// same ban: the penalty's report returns before counting. A refusal
+// answered from a cached ban must be no strike either: struck on the
+// rule's own Ban, the refusals answered in process during the last
+// MaxStaleness of the ban would be drained into the first Redis call after
+// it ends and ban the identity again at once, so a client that keeps
+// retrying while banned would be banned for ever. The test runs with the
+// deny cache on and with DenyCache(0) (every refusal reaches Redis): in
+// both, the client is admitted once the ban is over.
 func TestCachedBanStrikesItself(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

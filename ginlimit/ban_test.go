@@ -225,9 +225,9 @@ func TestBanOnARouteWithRules(t *testing.T) {
 
 // TestLongBanRefusedAtStartUpOrWorks: the penalty passes the ban's
 // length to the several-rule script as its param in milliseconds, which
-// rule.lua's bad() caps at 1e9 (about 11.6 days). A Ban of 30 days was
-// accepted at start-up, and then every decision of the rule was an error
-// reply from Redis, so under FailOpen the rule limited nothing (review 5).
+// rule.lua's bad() caps at 1e9 (about 11.6 days). A Ban of 30 days
+// accepted at start-up would make every decision of the rule an error
+// reply from Redis, so that under FailOpen the rule would limit nothing.
 // A configuration the scripts would refuse is refused at start-up: Ban
 // takes at most MaxBan, and a longer one must either be refused or work.
 func TestLongBanRefusedAtStartUpOrWorks(t *testing.T) {
@@ -292,10 +292,10 @@ func TestBanUpTo1e9MillisecondsHolds(t *testing.T) {
 // TestBanCountsCachedRefusalsOfAnotherRule: Ban says a refusal by any
 // rule of the route is a strike, and that refusals answered from the deny
 // cache count as surely as Redis's. On a route with Rules, when the rule
-// that refuses is not the one with the Ban, its cached refusals are never
-// reported to the ban: a flood refused in process collects one strike per
-// MaxStaleness, so Ban(5, ...) does not ban a client that was refused 40
-// times (it is banned at once with DenyCache(0), see
+// that refuses is not the one with the Ban, its cached refusals must still
+// be reported to the ban: otherwise a flood refused in process collects one
+// strike per MaxStaleness, and Ban(5, ...) does not ban a client that was
+// refused 40 times (it is banned at once with DenyCache(0), see
 // TestBanOnARouteWithRules).
 func TestBanCountsCachedRefusalsOfAnotherRule(t *testing.T) {
 	t.Parallel()

@@ -168,9 +168,9 @@ func TestFailLocal(t *testing.T) {
 
 // TestBreakerFailuresOverflow: newBreaker stores the threshold as an
 // int32, so a failures count of 2^32 (someone asking for "practically
-// never") wrapped to 0 and the breaker opened on the very first failure
-// (review 5). Breaker now refuses more than math.MaxInt32 at start-up; the
-// test accepts a refusal or a breaker that does not open at once.
+// never") would wrap to 0 and open the breaker on the very first failure.
+// Breaker refuses more than math.MaxInt32 at start-up; the test accepts a
+// refusal or a breaker that does not open at once.
 func TestBreakerFailuresOverflow(t *testing.T) {
 	t.Parallel()
 	const failures = 1 << 32

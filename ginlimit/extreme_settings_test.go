@@ -14,9 +14,10 @@ import (
 
 // TestTokenBucketAt2Pow53: settings ginlimit accepts at start-up
 // (Window 2^24 µs, Limit 1, Burst 2^29: burst × window = 2^53, the bound
-// validate allows) admit a request one µs before GCRA conforms it: the
-// script's ahead + cost*window is 2^53 + 1, which rounds to 2^53, the
-// capacity. So one unit more than the bucket holds passes.
+// validate allows) must not admit a request one µs before GCRA conforms
+// it: the script's ahead + cost*window is then 2^53 + 1, which a double
+// rounds to 2^53, the capacity, so one unit more than the bucket holds
+// could pass.
 func TestTokenBucketAt2Pow53(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
@@ -39,7 +40,7 @@ func TestTokenBucketAt2Pow53(t *testing.T) {
 }
 
 // TestExtremeSettings: settings at the edges of what ginlimit accepts
-// at start-up, now written into the script text, never make the script
+// at start-up, written into the script text, never make the script
 // refuse a call: each rule admits its first request (of cost 1, and the
 // most it can cost on a fresh key), then rejects once full when that is
 // quick to reach, on a real redis-server with the Redis clock.

@@ -27,9 +27,9 @@ import (
 	"github.com/ginlimit/ginlimit/identity"
 )
 
-// keysAndTagsDigest is the SHA-256 of keysAndTagsLines as the code before 39a19b3
-// wrote them (bb2d903~2, with the per-who 96-byte buffer, a copy of who per
-// call, and func(byte) bool escaping).
+// keysAndTagsDigest is the SHA-256 of keysAndTagsLines as an earlier,
+// simpler implementation of keys and tags wrote them (bb2d903~2: a per-who
+// 96-byte buffer, a copy of who per call, and func(byte) bool escaping).
 const keysAndTagsDigest = "0beb2e7f210f17ba0fb91bde305bf135365f72470361b1347343f42ad191b676"
 
 // TestKeysAndTagsMatchRecordedDigest: for 16 route configurations (IP,
@@ -38,7 +38,8 @@ const keysAndTagsDigest = "0beb2e7f210f17ba0fb91bde305bf135365f72470361b1347343f
 // InFlight) and 856 requests (every single byte, random text of 1 to 1000
 // bytes with '%', '{', '}', NUL, DEL, non-UTF-8), every key, every debug
 // line's identity tag, every Target's keys and every Policy.Allow key is
-// what the code before the change produced, byte for byte.
+// what the earlier implementation of keysAndTagsDigest produced, byte for
+// byte.
 func TestKeysAndTagsMatchRecordedDigest(t *testing.T) {
 	lines := keysAndTagsLines(t)
 	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
@@ -256,10 +257,10 @@ func keysAndTagsLines(t *testing.T) []string {
 
 // TestDebugSwitchedOnMidRequestNamesIdentity: a logger switched to
 // debug while a request is being decided (here by its CostFunc, after
-// prepare) still gets the identity tag in the refusal's debug line. The
-// first version of 39a19b3 computed the tag in prepare, only when the logger
-// wrote debug lines then, and this test failed with ["-" "<tag>"]; debug now
-// finds the identity again when it writes a line.
+// prepare) still gets the identity tag in the refusal's debug line. A tag
+// computed in prepare, only when the logger wrote debug lines then, would
+// give ["-" "<tag>"]; debug finds the identity again when it writes a
+// line.
 func TestDebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
 	_, c := newMini(t)
 	var level slog.LevelVar

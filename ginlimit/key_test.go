@@ -282,11 +282,10 @@ func TestUnmatchedOddMethodsAndPathsHold(t *testing.T) {
 }
 
 // TestShortValueSpellsLongValuesHash: a value longer than maxKeyText
-// goes into the key hashed. It once went in as "~" and 32 hex digits, which
-// a short value could spell ('~' and hex digits stand for themselves in a
-// key), sharing the long value's count; the hashed form now starts with a
-// bare '%', which no escaped value contains, and this short value keeps a
-// count of its own.
+// goes into the key hashed. As "~" and 32 hex digits, a short value could
+// spell it ('~' and hex digits stand for themselves in a key) and share the
+// long value's count; the hashed form starts with a bare '%', which no
+// escaped value contains, so this short value keeps a count of its own.
 func TestShortValueSpellsLongValuesHash(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
@@ -305,8 +304,8 @@ func TestShortValueSpellsLongValuesHash(t *testing.T) {
 
 // TestHashedPartsAreNotInjective: with HashIdentities, several
 // dimensions are sealed into one HMAC. Of " <label>:<value>" per part, with
-// the values unescaped, A="x h.b:y", B="z" and A="x", B="y h.b:z" hashed
-// alike and shared one count; each value's length now goes before it, and
+// the values unescaped, A="x h.b:y", B="z" and A="x", B="y h.b:z" would
+// hash alike and share one count; each value's length goes before it, so
 // they stay apart.
 func TestHashedPartsAreNotInjective(t *testing.T) {
 	t.Parallel()

@@ -22,8 +22,8 @@ import (
 // breaker, as each cluster master has. One shard sits behind a proxy that
 // holds every reply (a hung Redis); Breaker(2, 1h) opens for it after two
 // timeouts, and decisions on the other shard are still answered by Redis,
-// not refused with ErrCircuitOpen (with one breaker for the whole Ring they
-// were).
+// not refused with ErrCircuitOpen (as one breaker for the whole Ring would
+// refuse them).
 func TestRingShardBreakerIsItsOwn(t *testing.T) {
 	faultNoLeaks(t)
 	srv := redistest.Start(t)
@@ -86,11 +86,11 @@ func (o *eventLog) last() Event {
 // TestRingRecoveredReportsClosedBreaker: a Ring whose every shard
 // is gone for a moment (SetAddrs with none: GetShardClientForKey fails)
 // opens the Ring-wide breaker (ns.one). Once the shards are back, every
-// decision is answered by Redis, yet ns.one is never told: a decision that
-// reaches no node (a cached rejection) reports ns.one's state, "open" then
-// "half-open" for ever, and the metrics collector's breaker gauge stays 1
-// on a healthy Ring. On a cluster, ns.one is asked on every call and closes
-// with the first answer.
+// decision is answered by Redis, and ns.one must be told: a decision that
+// reaches no node (a cached rejection) reports ns.one's state, which would
+// otherwise stay "open" then "half-open" for ever, with the metrics
+// collector's breaker gauge at 1 on a healthy Ring. On a cluster, ns.one
+// is asked on every call and closes with the first answer.
 func TestRingRecoveredReportsClosedBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	addrs := map[string]string{"a": srv.Addr}
@@ -135,9 +135,10 @@ func TestRingRecoveredReportsClosedBreaker(t *testing.T) {
 // TestRingShardChurnKeepsNoStaleNodes: service discovery moves a
 // Ring shard between two addresses (a failover, a rescheduled pod) many
 // times. Each move makes go-redis a new shard *redis.Client and closes the
-// old one; ginlimit makes a node for each, and kept every one for ever
-// (the closed client, its pool and a slot channel of PoolSize each): the
-// sync.Map grew by one per move. Want: no more nodes than shards in use.
+// old one; ginlimit makes a node for each. Keeping every one for ever
+// (the closed client, its pool and a slot channel of PoolSize each) would
+// grow the sync.Map by one per move. Want: no more nodes than shards in
+// use.
 func TestRingShardChurnKeepsNoStaleNodes(t *testing.T) {
 	a, b := redistest.Start(t), redistest.Start(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s": a.Addr}})

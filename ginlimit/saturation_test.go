@@ -74,11 +74,11 @@ func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Co
 // Redis: a decision that cannot get a connection in time is ErrSaturated,
 // never trips the breaker and is never answered by FailOpen's unlimited
 // admission. poolBusy, which tells a wait for a pooled connection from a
-// Redis that does not answer, used to know only *redis.Client: on a
-// *redis.Ring, a pool whose connections the application's own commands
-// hold (here one BLPOP on a pool of 1) turned every decision into a Redis
-// failure, the breaker opened and FailOpen let requests through (review
-// 5). It now asks the pool of the shard that serves the key.
+// Redis that does not answer, asks the pool of the shard that serves the
+// key: knowing only *redis.Client, on a *redis.Ring it would take a pool
+// whose connections the application's own commands hold (here one BLPOP
+// on a pool of 1) for a Redis failure on every decision, the breaker would
+// open and FailOpen would let requests through.
 func TestBusyRingPoolTripsBreaker(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -244,16 +244,15 @@ func TestRingSlowShardIsAFailure(t *testing.T) {
 // decisions steadily. Each master is its own node, with its own count of
 // calls answered in time, so the paused master's timeouts are Redis
 // failures (FailOpen: admitted, not the local fallback), never saturation.
-// With PoolSize(200) this holds. It does not with go-redis's default pool
-// (10 per CPU) and no ContextTimeoutEnabled: the calls ginlimit abandons
-// hold their connections until the reply or the 3 s ReadTimeout, so after
+// With PoolSize(200) this holds. With go-redis's default pool (10 per
+// CPU) and no ContextTimeoutEnabled, the calls ginlimit abandons hold
+// their connections until the reply or the 3 s ReadTimeout, so after
 // about a pool's worth of timeouts the master's pool is full, and poolBusy
-// takes every later timeout for the application's own commands holding
-// the pool. poolBusy took every later timeout for the application's own
-// commands holding it (ErrSaturated: the local fallback, no failure
-// counted): 30 of 40 decisions. Now a node counts its stranded calls (abandoned,
-// still waiting for Redis), and while there are any, a full pool is not
-// the application's.
+// alone would take every later timeout for the application's own commands
+// holding the pool (ErrSaturated: the local fallback, no failure counted):
+// 30 of 40 decisions. A node counts its stranded calls (abandoned, still
+// waiting for Redis), and while there are any, a full pool is not the
+// application's.
 func TestClusterPausedMasterIsAFailure(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	for _, pool := range []int{200, 0} {
@@ -317,15 +316,16 @@ func TestClusterPausedMasterIsAFailure(t *testing.T) {
 }
 
 // TestSaturatedProbeKeepsTheBreakerOpen: a call that is saturation
-// (ErrSaturated: no verdict on Redis) told the breaker it succeeded
-// (done(probe, false)), so a half-open probe that was taken for saturation
-// closed the breaker of a master that answers nothing. On a cluster with
-// go-redis's default options the calls ginlimit abandons on a paused master
-// hold their connections (until the reply or the 3 s ReadTimeout), so once
-// the breaker is half-open the probe finds the master's pool full: poolBusy
-// makes it saturation, and the breaker closed, letting every decision wait
-// the full Timeout again. Want: while the master is paused, the breaker
-// lets about one call per open period through, and the rest fail fast.
+// (ErrSaturated: no verdict on Redis) must not tell the breaker it
+// succeeded (done(probe, false)), or a half-open probe taken for
+// saturation closes the breaker of a master that answers nothing. On a
+// cluster with go-redis's default options the calls ginlimit abandons on a
+// paused master hold their connections (until the reply or the 3 s
+// ReadTimeout), so once the breaker is half-open the probe finds the
+// master's pool full: poolBusy makes it saturation, and a closed breaker
+// would let every decision wait the full Timeout again. Want: while the
+// master is paused, the breaker lets about one call per open period
+// through, and the rest fail fast.
 func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
@@ -376,7 +376,7 @@ func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	// At most: the calls that opened it, the callers that were already
 	// waiting, and one probe at a time (each waits the Timeout; a probe
 	// taken for saturation lets the next call probe at once), with room to
-	// spare (the bug made 187).
+	// spare (with a breaker that a saturated probe closes, 187 waited it).
 	bound := int64(3 + 2*int(run/open) + len(slowKeys))
 	t.Logf("%d decisions in %v on a paused master: %d waited the Timeout (bound %d), %d saturated", total.Load(), run, slow.Load(), bound, saturated.Load())
 	if slow.Load() > bound {

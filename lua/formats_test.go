@@ -260,11 +260,12 @@ func TestTokenBucketFormat(t *testing.T) {
 // TestTokenBucketOlderTextOf21Bytes: the older format's text
 // "<base>:<ahead>" is 21 bytes whenever base has 16 digits (every µs time
 // since 2001) and ahead 4: a window of 1 to 10 ms gives ahead = cost*window
-// of 4 digits on an admission to a full bucket. token_bucket.lua tells the
-// formats apart by length alone, so it reads those digits as binary: a base
-// in the 25th century, an enormous ahead, and it rejects a request the
-// stored state admits, with a retry of centuries. (Its first byte is an
-// ASCII digit, never the first byte of a 7-byte µs time before 2^53.)
+// of 4 digits on an admission to a full bucket. Told apart from the
+// current format by length alone, those digits would be read as binary: a
+// base in the 25th century, an enormous ahead, and a rejection of a
+// request the stored state admits, with a retry of centuries. (Its first
+// byte is an ASCII digit, never the first byte of a 7-byte µs time before
+// 2^53.)
 func TestTokenBucketOlderTextOf21Bytes(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {

@@ -16,15 +16,14 @@ import (
 // burst*window = 2^53 exactly (lua.go, token_bucket_validate, and ginlimit's
 // start-up check: Window 2^24 µs, Limit 1, Burst 2^29 is accepted). Then
 // ahead + cost*window can be 2^53 + 1, which a double rounds to 2^53, the
-// capacity: a request that needs one more 1/limit µs to conform is
+// capacity: a request that needs one more 1/limit µs to conform could be
 // admitted. Here the bucket is emptied at once (cost = burst), and 2^24 - 1
-// µs later, one µs before a token is back, a request of cost 1 is admitted;
-// GCRA says: rejected, retry 1 µs.
+// µs later, one µs before a token is back, a request of cost 1 comes; GCRA
+// says: rejected, retry 1 µs.
 func TestTokenBucketCapacityAt2Pow53(t *testing.T) {
 	t.Parallel()
 	// On the real server only: miniredis keeps a TTL in ns, and this
-	// bucket's (1.1e13 ms) overflows it, so the key is gone at once there
-	// (see the report).
+	// bucket's (1.1e13 ms) overflows it, so the key is gone at once there.
 	func(c *redis.Client) {
 		ctx := context.Background()
 		const window, limit, burst = 1 << 24, 1, 1 << 29
