@@ -3,6 +3,7 @@ package ginlimit
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -10,8 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"net/http/httptest"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
@@ -221,5 +220,109 @@ func TestBanOnARouteWithRules(t *testing.T) {
 	d := in.seen.last().Decision
 	if !d.Banned || d.Rule != "per-ip" || !strings.Contains(last.Body.String(), `"rule":"per-ip"`) {
 		t.Fatalf("after 2 admitted and 3 refusals by the route rule: %+v %s, want per-ip's ban", d, last.Body)
+	}
+}
+
+// TestLongBanRefusedAtStartUpOrWorks: the penalty passes the ban's
+// length to the several-rule script as its param in milliseconds, which
+// rule.lua's bad() caps at 1e9 (about 11.6 days). A Ban of 30 days
+// accepted at start-up would make every decision of the rule an error
+// reply from Redis, so that under FailOpen the rule would limit nothing.
+// A configuration the scripts would refuse is refused at start-up: Ban
+// takes at most MaxBan, and a longer one must either be refused or work.
+func TestLongBanRefusedAtStartUpOrWorks(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	l, err := New(Redis(c), Timeout(5*time.Second), OnFailure(FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := l.Policy(Key(prefix(t)), Window(time.Hour), Limit(2), Ban(3, time.Hour, 30*24*time.Hour))
+	if err != nil {
+		return // refused at start-up: the promise holds
+	}
+	admitted := 0
+	var firstErr error
+	for range 10 {
+		d, err := p.Allow(context.Background(), "client")
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted > 2 || firstErr != nil {
+		t.Fatalf("Ban(3, 1h, 720h) accepted at start-up, then %d of 10 admitted at Limit(2); first error: %v", admitted, firstErr)
+	}
+}
+
+// TestBanUpTo1e9MillisecondsHolds is the control of
+// TestLongBanRefusedAtStartUpOrWorks: a ban of 11 days (under 1e9
+// ms) decides in Redis without error, and the limit holds under FailOpen.
+func TestBanUpTo1e9MillisecondsHolds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, err := New(Redis(srv.Client()), Timeout(5*time.Second), OnFailure(FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := l.Policy(Key(prefix(t)), Window(time.Hour), Limit(2), Ban(3, time.Hour, 11*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range 10 {
+		d, err := p.Allow(context.Background(), "client")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("%d admitted at Limit(2)", admitted)
+	}
+}
+
+// TestBanCountsCachedRefusalsOfAnotherRule: Ban says a refusal by any
+// rule of the route is a strike, and that refusals answered from the deny
+// cache count as surely as Redis's. On a route with Rules, when the rule
+// that refuses is not the one with the Ban, its cached refusals must still
+// be reported to the ban: otherwise a flood refused in process collects one
+// strike per MaxStaleness, and Ban(5, ...) does not ban a client that was
+// refused 40 times (it is banned at once with DenyCache(0), see
+// TestBanOnARouteWithRules).
+func TestBanCountsCachedRefusalsOfAnotherRule(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	const bound = 300 * time.Millisecond
+	in := newInstance(t, c, Key(prefix(t)), MaxStaleness(bound),
+		Rule(Name("per-ip"), Type(IP), Window(time.Hour), Limit(100), Ban(5, time.Hour, time.Hour)),
+		Rule(Name("route"), Window(time.Hour), Limit(2)))
+	hdr := map[string]string{"RemoteAddr": "192.0.2.7:1"}
+	cached, redisRefused := 0, 0
+	for range 42 { // 2 admitted, 40 refused by "route"
+		do(in.e, http.MethodGet, "/claim", hdr)
+		if d := in.seen.last().Decision; d.Cached {
+			cached++
+		} else if !d.Allowed {
+			redisRefused++
+		}
+	}
+	if cached == 0 {
+		t.Fatal("no refusal came from the deny cache: the test proves nothing")
+	}
+	// The next Redis call on the key reports the cached refusals.
+	time.Sleep(2 * bound)
+	do(in.e, http.MethodGet, "/claim", hdr)
+	time.Sleep(2 * bound)
+	do(in.e, http.MethodGet, "/claim", hdr)
+	if d := in.seen.last().Decision; !d.Banned {
+		t.Fatalf("after 42 refusals (%d from the deny cache, %d from Redis) and two Redis calls: %+v, want per-ip's ban", cached, redisRefused, d)
 	}
 }

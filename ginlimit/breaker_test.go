@@ -165,3 +165,30 @@ func TestFailLocal(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerFailuresOverflow: newBreaker stores the threshold as an
+// int32, so a failures count of 2^32 (someone asking for "practically
+// never") would wrap to 0 and open the breaker on the very first failure.
+// Breaker refuses more than math.MaxInt32 at start-up; the test accepts a
+// refusal or a breaker that does not open at once.
+func TestBreakerFailuresOverflow(t *testing.T) {
+	t.Parallel()
+	const failures = 1 << 32
+	l, err := New(Redis(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})), Timeout(time.Second),
+		Breaker(failures, time.Hour), OnFailure(FailClosed))
+	if err != nil {
+		return // refused at start-up: the promise holds
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := l.Policy(Key(prefix(t)))
+	if err != nil {
+		return
+	}
+	ctx := context.Background()
+	if _, err := p.Allow(ctx, "k"); err == nil {
+		t.Fatal("a call to a closed port succeeded")
+	}
+	if _, err := p.Allow(ctx, "k"); errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("Breaker(%d, 1h) accepted at start-up, and the breaker opened after 1 failure (threshold %d)", failures, p.backend.nodes.one.brk.threshold)
+	}
+}

@@ -310,14 +310,14 @@ func FuzzKeys(f *testing.F) {
 		{"u", "p", "a ip:192.0.2.1", "f", v4, "u", "p", "a", "f", v4},
 		{"u", "p", "a}", "f", v4, "u", "p", "a ip:192.0.2.1}", "f", v4},
 		{"u", "p", strings.Repeat("z", 10_000), "f", v4, "u", "p", strings.Repeat("z", 9_999), "f", v4},
-		// TestAttackShortValueSpellsLongValuesHash.
+		// TestShortValueSpellsLongValuesHash.
 		{"u", "p", long, "f", v4, "u", "p", "~" + hex.EncodeToString(sum[:16]), "f", v4},
-		// TestAttackHashedPartsAreNotInjective, with this route's labels.
+		// TestHashedPartsAreNotInjective, with this route's labels.
 		{"u", "x h.x-k:y", "z", "f", v4, "u", "x", "y h.x-k:z", "f", v4},
 		// TestCharsets: a value and its escaped text.
 		{"a b{c}%d\x00é~", "p", "h", "f", v4, "a%20b%7Bc%7D%25d%00%C3%A9~", "p", "h", "f", v4},
-		// attack8's clients: one IPv6 /64, an IPv4-mapped address and its
-		// IPv4 address.
+		// The clients of TestKeysAndTagsMatchRecordedDigest: one IPv6 /64,
+		// an IPv4-mapped address and its IPv4 address.
 		{"u", "p", "h", "f", v6, "u", "p", "h", "f", v6b},
 		{"", "p", "h", "f", mapped, "", "p", "h", "f", []byte{198, 51, 100, 7}},
 		// TestFromContextRejects and Accepts: ids at and over the bound.

@@ -2,8 +2,11 @@ package ginlimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,5 +237,86 @@ func TestCharsets(t *testing.T) {
 	}
 	if got, want := escape("GET /a b/{x}%", routeSafe), "GET%20/a%20b/%7Bx%7D%25"; got != want {
 		t.Errorf("escape(routeSafe) = %q, want %q", got, want)
+	}
+}
+
+// TestUnmatchedOddMethodsAndPathsHold: made-up methods and paths of
+// 64 KiB with spaces, braces and control bytes, on 404 and 405 requests
+// seen by an annotation given to Use, all land in the fixed unmatched
+// scope of one IP bucket: one short key, limit respected.
+func TestUnmatchedOddMethodsAndPathsHold(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	l, err := New(Redis(c), Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.Use(l.RateLimit(Key(prefix(t)), Type(IP), Window(time.Hour), Limit(3)))
+	e.GET("/x/:id", ok)
+	long := strings.Repeat("A{ }%\x01", 64<<10/6)
+	admitted := 0
+	for i, target := range []string{"/x/1", "/nowhere", "/x/1/" + url.PathEscape(long), "/" + url.PathEscape(long), "/x/1"} {
+		for _, method := range []string{"FOO", "F{O}O", strings.Repeat("M", 64<<10)} {
+			req := httptest.NewRequest(http.MethodGet, target, nil)
+			req.Method = method
+			req.RemoteAddr = "192.0.2.9:1"
+			w := httptest.NewRecorder()
+			e.ServeHTTP(w, req)
+			if w.Code != http.StatusTooManyRequests {
+				admitted++
+			}
+			_ = i
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("%d unmatched requests passed the limiter, want 3", admitted)
+	}
+	for _, k := range m.Keys() {
+		if len(k) > 100 || !strings.Contains(k, "{* unmatched ip:192.0.2.9}") {
+			t.Fatalf("unexpected key %q", k)
+		}
+	}
+}
+
+// TestShortValueSpellsLongValuesHash: a value longer than maxKeyText
+// goes into the key hashed. As "~" and 32 hex digits, a short value could
+// spell it ('~' and hex digits stand for themselves in a key) and share the
+// long value's count; the hashed form starts with a bare '%', which no
+// escaped value contains, so this short value keeps a count of its own.
+func TestShortValueSpellsLongValuesHash(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	e := gin.New()
+	e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Limit(1), Per(ByHeader("X-Key"))), ok)
+	long := strings.Repeat("k", maxKeyText+1)
+	sum := sha256.Sum256([]byte(long))
+	short := "~" + hex.EncodeToString(sum[:16])
+	if w := do(e, http.MethodGet, "/x", map[string]string{"X-Key": long}); w.Code != http.StatusOK {
+		t.Fatalf("the long value: %d", w.Code)
+	}
+	if w := do(e, http.MethodGet, "/x", map[string]string{"X-Key": short}); w.Code != http.StatusOK {
+		t.Errorf("X-Key %q shares the count of a %d-byte value: %d, want 200", short, len(long), w.Code)
+	}
+}
+
+// TestHashedPartsAreNotInjective: with HashIdentities, several
+// dimensions are sealed into one HMAC. Of " <label>:<value>" per part, with
+// the values unescaped, A="x h.b:y", B="z" and A="x", B="y h.b:z" would
+// hash alike and share one count; each value's length goes before it, so
+// they stay apart.
+func TestHashedPartsAreNotInjective(t *testing.T) {
+	t.Parallel()
+	_, c := newMini(t)
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	e := gin.New()
+	e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Limit(1), Per(ByHeader("A"), ByHeader("B")), HashIdentities(secret)), ok)
+	if w := do(e, http.MethodGet, "/x", map[string]string{"A": "x h.b:y", "B": "z"}); w.Code != http.StatusOK {
+		t.Fatalf("first: %d", w.Code)
+	}
+	if w := do(e, http.MethodGet, "/x", map[string]string{"A": "x", "B": "y h.b:z"}); w.Code != http.StatusOK {
+		t.Errorf("A=\"x\" B=\"y h.b:z\" shares the count of A=\"x h.b:y\" B=\"z\": %d, want 200", w.Code)
 	}
 }

@@ -3,12 +3,16 @@ package ginlimit
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/internal/redistest"
@@ -192,6 +196,84 @@ func TestLimitByOptions(t *testing.T) {
 			t.Errorf("%s: New accepted it", name)
 		} else if !strings.Contains(err.Error(), "LimitBy") && !strings.Contains(err.Error(), "plan") {
 			t.Errorf("%s: %v does not name the option", name, err)
+		}
+	}
+}
+
+// TestConcurrentPlans: routes whose rule has plans (LimitBy), every
+// plan its own single-rule script, and a Tiers route, raced by 32
+// goroutines with the scripts flushed midway: every plan admits exactly its
+// limit, on one redis-server and on a cluster.
+func TestConcurrentPlans(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := redistest.StartCluster(t)
+	for _, tg := range []struct {
+		name   string
+		client redis.Scripter
+		flush  func()
+	}{
+		{"redis", srv.Client(), func() { srv.Client().ScriptFlush(context.Background()) }},
+		{"cluster", cl.Client(), func() {
+			for i := range 3 {
+				cl.NodeClient(i).ScriptFlush(context.Background())
+			}
+		}},
+	} {
+		for _, alg := range []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket} {
+			t.Run(tg.name+"/"+alg.String(), func(t *testing.T) {
+				w := uncrossedWindow(alg)
+				plans := map[string]Plan{"gold": {Limit: 40}, "silver": {Limit: 25, Window: w / 2}, "tiny": {Limit: 3}}
+				if alg == SlidingCounter {
+					plans["silver"] = Plan{Limit: 25, Window: w / 4}
+				}
+				want := map[string]int64{"gold": 40, "silver": 25, "tiny": 3, "": 10}
+				l, err := New(Redis(tg.client), Timeout(testTimeout), QueueTimeout(testTimeout), UserIdentity(identity.FromContext("uid")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = l.Close() })
+				p, err := l.Policy(Key(prefix(t)), Type(User), Window(w), Limit(10), Algorithm(alg), DenyCache(0),
+					LimitBy(func(c *gin.Context) string { return c.GetHeader("X-Plan") }, plans))
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := gin.New()
+				e.GET("/x", func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) }, p.Handler(), ok)
+				names := []string{"gold", "silver", "tiny", ""}
+				var admitted [4]atomic.Int64
+				var calls atomic.Int64
+				var once sync.Once
+				var wg sync.WaitGroup
+				for g := range 32 {
+					wg.Go(func() {
+						for i := range 8 {
+							if calls.Add(1) == 100 {
+								once.Do(tg.flush)
+							}
+							k := (g + i) % 4
+							r := httptest.NewRequest(http.MethodGet, "/x", nil)
+							r.Header.Set("X-User", "u1")
+							r.Header.Set("X-Plan", names[k])
+							rec := httptest.NewRecorder()
+							e.ServeHTTP(rec, r)
+							switch rec.Code {
+							case http.StatusOK:
+								admitted[k].Add(1)
+							case http.StatusTooManyRequests:
+							default:
+								t.Errorf("plan %q: status %d %s", names[k], rec.Code, rec.Body)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				for k, name := range names {
+					if got := admitted[k].Load(); got != want[name] {
+						t.Errorf("plan %q: %d admitted of 64, want %d", name, got, want[name])
+					}
+				}
+			})
 		}
 	}
 }

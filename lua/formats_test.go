@@ -256,3 +256,38 @@ func TestTokenBucketFormat(t *testing.T) {
 		}
 	})
 }
+
+// TestTokenBucketOlderTextOf21Bytes: the older format's text
+// "<base>:<ahead>" is 21 bytes whenever base has 16 digits (every µs time
+// since 2001) and ahead 4: a window of 1 to 10 ms gives ahead = cost*window
+// of 4 digits on an admission to a full bucket. Told apart from the
+// current format by length alone, those digits would be read as binary: a
+// base in the 25th century, an enormous ahead, and a rejection of a
+// request the stored state admits, with a retry of centuries. (Its first
+// byte is an ASCII digit, never the first byte of a 7-byte µs time before
+// 2^53.)
+func TestTokenBucketOlderTextOf21Bytes(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		// 2 per 5 ms, burst 2: T = 5000 units of 1/2 µs, capacity 10000.
+		r := rule{alg: 3, window: 5000, limit: 2, param: 2, cost: 1}
+		script := singleFor(r)
+		now := startClock()
+		key := prefix(t) + "k"
+		// One token taken 1 µs ago: ahead 5000 (4 digits), 21 bytes.
+		old := fmt.Sprintf("%d:%d", now-1, 5000)
+		if len(old) != 21 {
+			t.Fatalf("older text %q is %d bytes, want 21", old, len(old))
+		}
+		if err := c.Set(ctx, key, old, time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(now, 1)...).Val())
+		// ahead 5000 - 2 = 4998; + 5000 = 9998 <= 10000: admitted, 0
+		// left, the next token in ceil((9998 - 5000)/2) = 2499 µs.
+		if want := []int64{now, 0, 1, 0, 2499, 0}; !slices.Equal(got, want) {
+			t.Fatalf("on the older text %q: reply %v, want %v", old, got, want)
+		}
+	})
+}

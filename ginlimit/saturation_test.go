@@ -1,8 +1,10 @@
 package ginlimit
 
-// attack6: the "Redis answered another call of the node in time" rule of
-// backend.run (a timed-out call is then ErrSaturated, not a Redis failure),
-// against real redis-servers.
+// Saturation told apart from a Redis failure: a decision that gets no
+// verdict from Redis because this process is out of connections or a call
+// slot is ErrSaturated (never a breaker failure, never FailOpen's unlimited
+// admission), while a Redis that answers nothing in time is a failure, on a
+// plain client, a Ring and a cluster, against real redis-servers.
 
 import (
 	"context"
@@ -18,6 +20,122 @@ import (
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
+
+// busyPoolDecisions is the busy-pool scenario on client, whose pool has one
+// connection: hold, the application's own blocking command, takes it for
+// 1.5 s, and meanwhile three decisions are asked of a Limit(1) rule with
+// Timeout(100ms), QueueTimeout(1s), Breaker(1, 1m), FailOpen and no deny
+// cache (plus extra). Redis is healthy, so none may be admitted beyond the
+// fallback's one, no breaker may open, and an error must be ErrSaturated.
+// It returns how many were admitted, how many breakers are open and the
+// last error.
+func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Context) error, extra ...Option) (admitted, open int, lastErr error) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := New(append([]Option{Redis(client), Timeout(100 * time.Millisecond), QueueTimeout(time.Second),
+		Breaker(1, time.Minute), OnFailure(FailOpen), DenyCache(0)}, extra...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := l.Policy(Key(prefix(t)), Window(time.Hour), Limit(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = hold(ctx)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	for range 3 {
+		d, err := p.Allow(ctx, "client")
+		lastErr = err
+		if d.Allowed {
+			admitted++
+		}
+	}
+	<-done
+	if p.backend.nodes.one.brk.state() == "open" {
+		open++
+	}
+	count := func(_, v any) bool {
+		if v.(*node).brk.state() == "open" {
+			open++
+		}
+		return true
+	}
+	p.backend.nodes.byAddr.Range(count)
+	p.backend.nodes.byShard.Range(count) // a Ring's shards
+	return admitted, open, lastErr
+}
+
+// TestBusyRingPoolTripsBreaker: a busy client is not a failing
+// Redis: a decision that cannot get a connection in time is ErrSaturated,
+// never trips the breaker and is never answered by FailOpen's unlimited
+// admission. poolBusy, which tells a wait for a pooled connection from a
+// Redis that does not answer, asks the pool of the shard that serves the
+// key: knowing only *redis.Client, on a *redis.Ring it would take a pool
+// whose connections the application's own commands hold (here one BLPOP
+// on a pool of 1) for a Redis failure on every decision, the breaker would
+// open and FailOpen would let requests through.
+func TestBusyRingPoolTripsBreaker(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, cte := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", cte), func(t *testing.T) {
+			ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}, PoolSize: 1, ContextTimeoutEnabled: cte})
+			t.Cleanup(func() { _ = ring.Close() })
+			ctx := context.Background()
+			if err := ring.Ping(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			admitted, open, lastErr := busyPoolDecisions(t, ring, func(ctx context.Context) error {
+				return ring.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
+			}, AutoPipeline(false))
+			if admitted > 1 || open > 0 || (lastErr != nil && !errors.Is(lastErr, ErrSaturated)) {
+				t.Fatalf("application holds the Ring's only connection (Redis healthy): %d of 3 admitted at Limit(1), %d breakers open, last error %v", admitted, open, lastErr)
+			}
+		})
+	}
+}
+
+// TestBusyPlainPoolHolds is the control of
+// TestBusyRingPoolTripsBreaker: the same application command on a
+// plain *redis.Client's pool of 1 gives ErrSaturated, no admission beyond
+// the in-process fallback's and no open breaker.
+func TestBusyPlainPoolHolds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	admitted, open, lastErr := busyPoolDecisions(t, c, func(ctx context.Context) error {
+		return c.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
+	}, AutoPipeline(false))
+	if admitted > 1 || open > 0 || !errors.Is(lastErr, ErrSaturated) {
+		t.Fatalf("plain client: %d of 3 admitted, %d breakers open, last error %v", admitted, open, lastErr)
+	}
+}
+
+// TestBusyClusterPoolTripsBreaker is TestBusyRingPoolTripsBreaker
+// on a real 3-master Redis Cluster: the application's BLPOP holds the one
+// connection of the master that owns the decision's key.
+func TestBusyClusterPoolTripsBreaker(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cc.Close() })
+	ctx := context.Background()
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	admitted, open, lastErr := busyPoolDecisions(t, cc, func(ctx context.Context) error {
+		return cc.BLPop(ctx, 1500*time.Millisecond, "{client}:nothing").Err() // the decision key's slot
+	})
+	if admitted > 1 || open > 0 || (lastErr != nil && !errors.Is(lastErr, ErrSaturated)) {
+		t.Fatalf("application holds the master's only connection (cluster healthy): %d of 3 admitted at Limit(1), %d breakers open, last error %v", admitted, open, lastErr)
+	}
+}
 
 // healthyTraffic makes decisions on keys, one goroutine each, a
 // millisecond apart, until the returned stop is called; stop waits for
@@ -48,7 +166,7 @@ func healthyTraffic(p *Policy, keys []string) (stop func() int64) {
 	}
 }
 
-// TestAttack6RingSlowShardIsAFailure: a Ring of two shards, one healthy and
+// TestRingSlowShardIsAFailure: a Ring of two shards, one healthy and
 // one behind a proxy that delays every reply by 300 ms (a Redis that never
 // answers within the 100 ms Timeout, though its PINGs come back within the
 // ReadTimeout, so go-redis's heartbeat keeps it in the ring). The slow
@@ -57,7 +175,7 @@ func healthyTraffic(p *Policy, keys []string) (stop func() int64) {
 // as on a plain client (TestFaultSlowRedis). The healthy shard's answers
 // say nothing about the slow one, so none of its timeouts may be taken for
 // saturation.
-func TestAttack6RingSlowShardIsAFailure(t *testing.T) {
+func TestRingSlowShardIsAFailure(t *testing.T) {
 	faultNoLeaks(t)
 	srv := redistest.Start(t)
 	proxy := startSlowProxy(t, srv.Addr, 300*time.Millisecond)
@@ -121,22 +239,21 @@ func TestAttack6RingSlowShardIsAFailure(t *testing.T) {
 	}
 }
 
-// TestAttack6ClusterPausedMasterIsAFailure: on a three-master cluster, one
+// TestClusterPausedMasterIsAFailure: on a three-master cluster, one
 // master is paused (CLIENT PAUSE ALL, 1.5 s) while the other two answer
 // decisions steadily. Each master is its own node, with its own count of
 // calls answered in time, so the paused master's timeouts are Redis
 // failures (FailOpen: admitted, not the local fallback), never saturation.
-// With PoolSize(200) this holds. It does not with go-redis's default pool
-// (10 per CPU) and no ContextTimeoutEnabled: the calls ginlimit abandons
-// hold their connections until the reply or the 3 s ReadTimeout, so after
+// With PoolSize(200) this holds. With go-redis's default pool (10 per
+// CPU) and no ContextTimeoutEnabled, the calls ginlimit abandons hold
+// their connections until the reply or the 3 s ReadTimeout, so after
 // about a pool's worth of timeouts the master's pool is full, and poolBusy
-// takes every later timeout for the application's own commands holding
-// the pool. poolBusy took every later timeout for the application's own
-// commands holding it (ErrSaturated: the local fallback, no failure
-// counted): 30 of 40 decisions. Now a node counts its stranded calls (abandoned,
-// still waiting for Redis), and while there are any, a full pool is not
-// the application's.
-func TestAttack6ClusterPausedMasterIsAFailure(t *testing.T) {
+// alone would take every later timeout for the application's own commands
+// holding the pool (ErrSaturated: the local fallback, no failure counted):
+// 30 of 40 decisions. A node counts its stranded calls (abandoned, still
+// waiting for Redis), and while there are any, a full pool is not the
+// application's.
+func TestClusterPausedMasterIsAFailure(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	for _, pool := range []int{200, 0} {
 		t.Run("PoolSize="+strconv.Itoa(pool), func(t *testing.T) {
@@ -198,17 +315,18 @@ func TestAttack6ClusterPausedMasterIsAFailure(t *testing.T) {
 	}
 }
 
-// TestAttack6SaturatedProbeKeepsTheBreakerOpen: a call that is saturation
-// (ErrSaturated: no verdict on Redis) told the breaker it succeeded
-// (done(probe, false)), so a half-open probe that was taken for saturation
-// closed the breaker of a master that answers nothing. On a cluster with
-// go-redis's default options the calls ginlimit abandons on a paused master
-// hold their connections (until the reply or the 3 s ReadTimeout), so once
-// the breaker is half-open the probe finds the master's pool full: poolBusy
-// makes it saturation, and the breaker closed, letting every decision wait
-// the full Timeout again. Want: while the master is paused, the breaker
-// lets about one call per open period through, and the rest fail fast.
-func TestAttack6SaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
+// TestSaturatedProbeKeepsTheBreakerOpen: a call that is saturation
+// (ErrSaturated: no verdict on Redis) must not tell the breaker it
+// succeeded (done(probe, false)), or a half-open probe taken for
+// saturation closes the breaker of a master that answers nothing. On a
+// cluster with go-redis's default options the calls ginlimit abandons on a
+// paused master hold their connections (until the reply or the 3 s
+// ReadTimeout), so once the breaker is half-open the probe finds the
+// master's pool full: poolBusy makes it saturation, and a closed breaker
+// would let every decision wait the full Timeout again. Want: while the
+// master is paused, the breaker lets about one call per open period
+// through, and the rest fail fast.
+func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 	t.Cleanup(func() { _ = cc.Close() })
@@ -258,7 +376,7 @@ func TestAttack6SaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	// At most: the calls that opened it, the callers that were already
 	// waiting, and one probe at a time (each waits the Timeout; a probe
 	// taken for saturation lets the next call probe at once), with room to
-	// spare (the bug made 187).
+	// spare (with a breaker that a saturated probe closes, 187 waited it).
 	bound := int64(3 + 2*int(run/open) + len(slowKeys))
 	t.Logf("%d decisions in %v on a paused master: %d waited the Timeout (bound %d), %d saturated", total.Load(), run, slow.Load(), bound, saturated.Load())
 	if slow.Load() > bound {
@@ -267,49 +385,33 @@ func TestAttack6SaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	time.Sleep(time.Second) // the pause ends; the abandoned calls end
 }
 
-// TestAttack6RingShardBreakerIsItsOwn: on a Ring, each shard has its own
-// breaker, as each cluster master has. One shard sits behind a proxy that
-// holds every reply (a hung Redis); Breaker(2, 1h) opens for it after two
-// timeouts, and decisions on the other shard are still answered by Redis,
-// not refused with ErrCircuitOpen (with one breaker for the whole Ring they
-// were).
-func TestAttack6RingShardBreakerIsItsOwn(t *testing.T) {
-	faultNoLeaks(t)
-	srv := redistest.Start(t)
-	proxy := startSlowProxy(t, srv.Addr, time.Hour)
-	ring := redis.NewRing(&redis.RingOptions{
-		Addrs:                 map[string]string{"fast": srv.Addr, "hung": proxy.Addr()},
-		ContextTimeoutEnabled: true,
-	})
-	t.Cleanup(func() { _ = ring.Close() })
-	p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000),
-		OnFailure(FailClosed), Timeout(faultTimeout), Breaker(2, time.Hour))
-	var hung, fast string
-	for i := 0; hung == "" || fast == ""; i++ {
-		k := "k" + strconv.Itoa(i)
-		c, err := ring.GetShardClientForKey(p.rules[0].prefix + "{" + k + "}")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.Options().Addr == proxy.Addr() {
-			hung = k
-		} else {
-			fast = k
-		}
+// TestStrandedCountEndsAtZero: boundedCounting's count of stranded
+// calls, after many calls that return right about when they are abandoned
+// (some before the grace ends, some after): every one it counted, it
+// uncounts when the call returns, so it ends at zero (a count stuck above
+// zero would make every later full pool a Redis failure).
+func TestStrandedCountEndsAtZero(t *testing.T) {
+	var stranded atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 100 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				d := time.Millisecond + time.Duration((g*100+i)%50)*time.Millisecond
+				_, _ = boundedCounting(ctx, &stranded, func() (int, error) {
+					time.Sleep(d)
+					return 0, nil
+				})
+				cancel()
+			}
+		})
 	}
-	ctx := context.Background()
-	for range 2 {
-		if _, err := p.Allow(ctx, hung); err == nil || errors.Is(err, ErrSaturated) {
-			t.Fatalf("the hung shard: error %v, want a failure", err)
-		}
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for stranded.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
 	}
-	if _, err := p.Allow(ctx, hung); !errors.Is(err, ErrCircuitOpen) {
-		t.Fatalf("the hung shard after two failures: error %v, want ErrCircuitOpen", err)
+	if v := stranded.Load(); v != 0 {
+		t.Errorf("stranded ends at %d, want 0", v)
 	}
-	for range 5 {
-		if d, err := p.Allow(ctx, fast); err != nil || !d.Allowed {
-			t.Fatalf("the healthy shard while the hung one's breaker is open: decision %+v, error %v; want an admission from Redis", d, err)
-		}
-	}
-	proxy.SetDelay(0) // the held replies come: the clients close at once
 }

@@ -1,8 +1,10 @@
 package ginlimit
 
-// attack8: commit 39a19b3 (a request's identity text in req.buf, a call
-// keeping only its log tag, key escaping by charset), against the code
-// before it.
+// A request's identity text (built in req.buf, shared by its keys, its
+// header values and its calls' log tags): the keys, debug lines' identity
+// tags, Targets' keys and Policy.Allow keys it gives, byte for byte as
+// recorded; the tag when debug is switched on mid-request; and concurrent
+// requests that never share it.
 
 import (
 	"context"
@@ -25,38 +27,39 @@ import (
 	"github.com/ginlimit/ginlimit/identity"
 )
 
-// attack8Digest is the SHA-256 of attack8Lines as the code before 39a19b3
-// wrote them (bb2d903~2, with the per-who 96-byte buffer, a copy of who per
-// call, and func(byte) bool escaping).
-const attack8Digest = "0beb2e7f210f17ba0fb91bde305bf135365f72470361b1347343f42ad191b676"
+// keysAndTagsDigest is the SHA-256 of keysAndTagsLines as an earlier,
+// simpler implementation of keys and tags wrote them (bb2d903~2: a per-who
+// 96-byte buffer, a copy of who per call, and func(byte) bool escaping).
+const keysAndTagsDigest = "0beb2e7f210f17ba0fb91bde305bf135365f72470361b1347343f42ad191b676"
 
-// TestAttack8KeysAndTagsMatchPreChange: for 16 route configurations (IP,
+// TestKeysAndTagsMatchRecordedDigest: for 16 route configurations (IP,
 // IPv6 buckets of /128 and /7, users, AnonymousByIP, several IP parts in
 // one rule, params, headers, funcs, HashIdentities, Ban, plans, Rules,
 // InFlight) and 856 requests (every single byte, random text of 1 to 1000
 // bytes with '%', '{', '}', NUL, DEL, non-UTF-8), every key, every debug
 // line's identity tag, every Target's keys and every Policy.Allow key is
-// what the code before the change produced, byte for byte.
-func TestAttack8KeysAndTagsMatchPreChange(t *testing.T) {
-	lines := attack8Lines(t)
+// what the earlier implementation of keysAndTagsDigest produced, byte for
+// byte.
+func TestKeysAndTagsMatchRecordedDigest(t *testing.T) {
+	lines := keysAndTagsLines(t)
 	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
-	if got := hex.EncodeToString(sum[:]); got != attack8Digest {
-		t.Fatalf("%d lines, digest %s, want %s (the pre-change keys and tags)", len(lines), got, attack8Digest)
+	if got := hex.EncodeToString(sum[:]); got != keysAndTagsDigest {
+		t.Fatalf("%d lines, digest %s, want %s (the pre-change keys and tags)", len(lines), got, keysAndTagsDigest)
 	}
 }
 
-// attack8Tags is a slog handler that keeps the identity attribute of each
+// identityTags is a slog handler that keeps the identity attribute of each
 // record ("-" for none), at level's level or, without one, every level.
-type attack8Tags struct {
+type identityTags struct {
 	level *slog.LevelVar
 	mu    sync.Mutex
 	tags  []string
 }
 
-func (h *attack8Tags) Enabled(_ context.Context, l slog.Level) bool {
+func (h *identityTags) Enabled(_ context.Context, l slog.Level) bool {
 	return h.level == nil || l >= h.level.Level()
 }
-func (h *attack8Tags) Handle(_ context.Context, r slog.Record) error {
+func (h *identityTags) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	tag := "-"
@@ -69,15 +72,15 @@ func (h *attack8Tags) Handle(_ context.Context, r slog.Record) error {
 	h.tags = append(h.tags, tag)
 	return nil
 }
-func (h *attack8Tags) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *attack8Tags) WithGroup(string) slog.Handler      { return h }
+func (h *identityTags) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *identityTags) WithGroup(string) slog.Handler      { return h }
 
-type attack8In struct {
+type keysAndTagsInput struct {
 	remote, uid, param, hdr, fv string
 	hasUID                      bool
 }
 
-func attack8Text(r *rand.Rand, n int) string {
+func keysAndTagsText(r *rand.Rand, n int) string {
 	b := make([]byte, n)
 	alpha := "aZ09-._~@:+=%{} /\x00\x7f\xff\xc3\xa9"
 	for i := range b {
@@ -90,11 +93,11 @@ func attack8Text(r *rand.Rand, n int) string {
 	return string(b)
 }
 
-// attack8Lines serves many requests through many route configurations and
+// keysAndTagsLines serves many requests through many route configurations and
 // returns, per request, the keys prepare builds, the identity tag a debug
 // line gives each call, the keys Policy.Peek/Reset address for the same
 // identity (Target), and Policy.Allow keys.
-func attack8Lines(t *testing.T) []string {
+func keysAndTagsLines(t *testing.T) []string {
 	_, rc := newMini(t)
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	users := UserIdentity(identity.FromContext("uid"))
@@ -138,11 +141,11 @@ func attack8Lines(t *testing.T) []string {
 	remotes := []string{"192.0.2.1:1", "10.1.2.3:5", "[2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:1", "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe]:2",
 		"[::ffff:198.51.100.7]:3", "[fe80::1%eth0]:4", "[::1]:5", "255.255.255.255:6"}
 	r := rand.New(rand.NewPCG(8, 8))
-	var ins []attack8In
+	var ins []keysAndTagsInput
 	for i := range 600 {
-		in := attack8In{remote: remotes[i%len(remotes)], hasUID: i%5 != 0}
+		in := keysAndTagsInput{remote: remotes[i%len(remotes)], hasUID: i%5 != 0}
 		lens := []int{1, 2, 5, 40, 255, 256, 257, 300, 1000}
-		pick := func() string { return attack8Text(r, lens[r.IntN(len(lens))]) }
+		pick := func() string { return keysAndTagsText(r, lens[r.IntN(len(lens))]) }
 		in.uid = pick()
 		if len(in.uid) > 256 {
 			in.uid = in.uid[:256]
@@ -157,14 +160,14 @@ func attack8Lines(t *testing.T) []string {
 		ins = append(ins, in)
 	}
 	for i := range 256 {
-		ins = append(ins, attack8In{remote: remotes[i%len(remotes)], hasUID: true, uid: string([]byte{byte(i)}), param: string([]byte{byte(i)}), hdr: "h" + string([]byte{byte(i)}), fv: string([]byte{byte(i), byte(i)})})
+		ins = append(ins, keysAndTagsInput{remote: remotes[i%len(remotes)], hasUID: true, uid: string([]byte{byte(i)}), param: string([]byte{byte(i)}), hdr: "h" + string([]byte{byte(i)}), fv: string([]byte{byte(i), byte(i)})})
 	}
 	var lines []string
 	for _, cfg := range configs {
-		h := &attack8Tags{}
+		h := &identityTags{}
 		p := mustPolicy(t, append([]Option{Redis(rc), Key("pre%:"), Logger(slog.New(h))}, cfg.opts...)...)
 		p.secret = []byte("fixed secret")
-		var cur attack8In
+		var cur keysAndTagsInput
 		e := gin.New()
 		e.Use(func(c *gin.Context) {
 			if cur.hasUID {
@@ -252,17 +255,17 @@ func attack8Lines(t *testing.T) []string {
 	return lines
 }
 
-// TestAttack8DebugSwitchedOnMidRequestNamesIdentity: a logger switched to
+// TestDebugSwitchedOnMidRequestNamesIdentity: a logger switched to
 // debug while a request is being decided (here by its CostFunc, after
-// prepare) still gets the identity tag in the refusal's debug line. The
-// first version of 39a19b3 computed the tag in prepare, only when the logger
-// wrote debug lines then, and this test failed with ["-" "<tag>"]; debug now
-// finds the identity again when it writes a line.
-func TestAttack8DebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
+// prepare) still gets the identity tag in the refusal's debug line. A tag
+// computed in prepare, only when the logger wrote debug lines then, would
+// give ["-" "<tag>"]; debug finds the identity again when it writes a
+// line.
+func TestDebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
 	_, c := newMini(t)
 	var level slog.LevelVar
 	level.Set(slog.LevelInfo)
-	h := &attack8Tags{level: &level}
+	h := &identityTags{level: &level}
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(1), Type(IP), Logger(slog.New(h)),
 		CostFunc(func(*gin.Context) int { level.Set(slog.LevelDebug); return 1 }))
 	e := gin.New()
@@ -288,19 +291,19 @@ func TestAttack8DebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
 	}
 }
 
-// TestAttack8ConcurrentRulesBanInFlight: concurrent requests of distinct
+// TestConcurrentRulesBanInFlight: concurrent requests of distinct
 // IPv6 clients, anonymous and not, on a route with Rules (a Ban, an
 // AnonymousByIP rule whose two IP parts pass the 80 bytes of req.buf, a
 // hashed rule) and two in-flight rules, with debug lines on: every key in
 // Redis is one of the keys the identities must have, each client's are all
 // there, and every answer's RateLimit header is well formed. Run with
 // -race: each request's identity text and header values share req.buf.
-func TestAttack8ConcurrentRulesBanInFlight(t *testing.T) {
+func TestConcurrentRulesBanInFlight(t *testing.T) {
 	m, c := newMini(t)
 	ip128, _ := identity.NewIP()
 	ip128, _ = ip128.WithIPv6Prefix(128)
 	users := UserIdentity(identity.FromContext("uid"))
-	h := &attack8Tags{}
+	h := &identityTags{}
 	p := mustPolicy(t, Redis(c), Logger(slog.New(h)),
 		Rule(Name("a"), Key("ka:"), Limit(1000), Type(IP), IPIdentity(ip128), Ban(500, time.Minute, time.Minute)),
 		Rule(Name("b"), Key("kb:"), Limit(1000), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
