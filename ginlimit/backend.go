@@ -479,10 +479,10 @@ func ints(cmd *redis.Cmd) ([]int64, error) {
 // return: go-redis ends a wait for a pooled connection with the context, so
 // such a call returns its own context error at once, while a call on the
 // wire of a client that ignores the context does not return. "At once" is
-// its goroutine being scheduled: 1 ms was too little on a loaded machine
-// (an attack helper saw it, under two busy loops and the race detector:
-// four BLPOPs of the application held a Ring's pool of 4, and 16 decisions
-// gave 24 Redis failures), and a call that only waited for a connection the
+// its goroutine being scheduled: 1 ms is too little on a loaded machine
+// (under two busy loops and the race detector, with four BLPOPs of the
+// application holding a Ring's pool of 4, 16 decisions gave 24 Redis
+// failures), and a call that only waited for a connection the
 // application held was then taken for one Redis left unanswered (a
 // failure, and a stranded call making its siblings' pool waits failures
 // too). 20 ms is a heuristic, not a proof: go-redis does not say whether a

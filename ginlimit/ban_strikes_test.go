@@ -132,7 +132,7 @@ func TestBanOnTheVeryNextRequest(t *testing.T) {
 	}
 }
 
-// TestCachedBanStrikesItself: in Redis (lua/penalty.lua) a
+// TestCachedBanIsNoStrikeOnItself: in Redis (lua/penalty.lua) a
 // request refused because its identity is banned is no strike for that
 // same ban: the penalty's report returns before counting. A refusal
 // answered from a cached ban must be no strike either: struck on the
@@ -142,7 +142,7 @@ func TestBanOnTheVeryNextRequest(t *testing.T) {
 // retrying while banned would be banned for ever. The test runs with the
 // deny cache on and with DenyCache(0) (every refusal reaches Redis): in
 // both, the client is admitted once the ban is over.
-func TestCachedBanStrikesItself(t *testing.T) {
+func TestCachedBanIsNoStrikeOnItself(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string

@@ -581,14 +581,14 @@ func (p *panicOnce) Observe(context.Context, Event) {
 	}
 }
 
-// TestInFlightObserverPanicLeaksSlot: InFlight promises the slot is
+// TestInFlightObserverPanicReleasesTheSlot: InFlight promises the slot is
 // given back "when the chain returns, a panic included". An observer runs
 // after the slot is taken; when it panics, gin's recovery answers 500, and
 // the slot must still be released: a release deferred only after the
 // observers (serve) would never run, and the lease, renewed every lease/3
 // for ever, would lose the slot until the process exits, not until the
 // lease ends.
-func TestInFlightObserverPanicLeaksSlot(t *testing.T) {
+func TestInFlightObserverPanicReleasesTheSlot(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	l := slotLimiter(t, srv.Client())
@@ -612,13 +612,13 @@ func TestInFlightObserverPanicLeaksSlot(t *testing.T) {
 	}
 }
 
-// TestInFlightDeadlineLeaksSlot: a request whose context ends while
+// TestInFlightDeadlineReleasesTheSlot: a request whose context ends while
 // its acquire is on the wire (a client that hangs up, a timeout middleware)
 // must not be taken as ErrSaturated ("the call never left this process")
 // with no release sent: the script did run and leased a slot, which would
 // stay taken until its lease ends (30 s here) while nothing holds it.
 // Redis is made to answer late by a 600 ms script on another connection.
-func TestInFlightDeadlineLeaksSlot(t *testing.T) {
+func TestInFlightDeadlineReleasesTheSlot(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	l := slotLimiter(t, srv.Client())

@@ -310,9 +310,9 @@ func FuzzKeys(f *testing.F) {
 		{"u", "p", "a ip:192.0.2.1", "f", v4, "u", "p", "a", "f", v4},
 		{"u", "p", "a}", "f", v4, "u", "p", "a ip:192.0.2.1}", "f", v4},
 		{"u", "p", strings.Repeat("z", 10_000), "f", v4, "u", "p", strings.Repeat("z", 9_999), "f", v4},
-		// TestShortValueSpellsLongValuesHash.
+		// TestShortValueCannotSpellALongValuesHash.
 		{"u", "p", long, "f", v4, "u", "p", "~" + hex.EncodeToString(sum[:16]), "f", v4},
-		// TestHashedPartsAreNotInjective, with this route's labels.
+		// TestHashedPartsStayApart, with this route's labels.
 		{"u", "x h.x-k:y", "z", "f", v4, "u", "x", "y h.x-k:z", "f", v4},
 		// TestCharsets: a value and its escaped text.
 		{"a b{c}%d\x00é~", "p", "h", "f", v4, "a%20b%7Bc%7D%25d%00%C3%A9~", "p", "h", "f", v4},

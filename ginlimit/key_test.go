@@ -281,12 +281,12 @@ func TestUnmatchedOddMethodsAndPathsHold(t *testing.T) {
 	}
 }
 
-// TestShortValueSpellsLongValuesHash: a value longer than maxKeyText
+// TestShortValueCannotSpellALongValuesHash: a value longer than maxKeyText
 // goes into the key hashed. As "~" and 32 hex digits, a short value could
 // spell it ('~' and hex digits stand for themselves in a key) and share the
 // long value's count; the hashed form starts with a bare '%', which no
 // escaped value contains, so this short value keeps a count of its own.
-func TestShortValueSpellsLongValuesHash(t *testing.T) {
+func TestShortValueCannotSpellALongValuesHash(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	e := gin.New()
@@ -302,12 +302,12 @@ func TestShortValueSpellsLongValuesHash(t *testing.T) {
 	}
 }
 
-// TestHashedPartsAreNotInjective: with HashIdentities, several
+// TestHashedPartsStayApart: with HashIdentities, several
 // dimensions are sealed into one HMAC. Of " <label>:<value>" per part, with
 // the values unescaped, A="x h.b:y", B="z" and A="x", B="y h.b:z" would
 // hash alike and share one count; each value's length goes before it, so
 // they stay apart.
-func TestHashedPartsAreNotInjective(t *testing.T) {
+func TestHashedPartsStayApart(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	secret := []byte("0123456789abcdef0123456789abcdef")

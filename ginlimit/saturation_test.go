@@ -2,14 +2,15 @@ package ginlimit
 
 // Saturation told apart from a Redis failure: a decision that gets no
 // verdict from Redis because this process is out of connections or a call
-// slot is ErrSaturated (never a breaker failure, never FailOpen's unlimited
-// admission), while a Redis that answers nothing in time is a failure, on a
+// slot is ErrSaturated (never a breaker failure, never an admission, under
+// any failure policy), while a Redis that answers nothing in time is a failure, on a
 // plain client, a Ring and a cluster, against real redis-servers.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,7 @@ import (
 // 1.5 s, and meanwhile three decisions are asked of a Limit(1) rule with
 // Timeout(100ms), QueueTimeout(1s), Breaker(1, 1m), FailOpen and no deny
 // cache (plus extra). Redis is healthy, so none may be admitted beyond the
-// fallback's one, no breaker may open, and an error must be ErrSaturated.
+// limit's one, no breaker may open, and an error must be ErrSaturated.
 // It returns how many were admitted, how many breakers are open and the
 // last error.
 func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Context) error, extra ...Option) (admitted, open int, lastErr error) {
@@ -70,7 +71,7 @@ func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Co
 	return admitted, open, lastErr
 }
 
-// TestBusyRingPoolTripsBreaker: a busy client is not a failing
+// TestBusyRingPoolKeepsTheBreakerClosed: a busy client is not a failing
 // Redis: a decision that cannot get a connection in time is ErrSaturated,
 // never trips the breaker and is never answered by FailOpen's unlimited
 // admission. poolBusy, which tells a wait for a pooled connection from a
@@ -79,7 +80,7 @@ func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Co
 // whose connections the application's own commands hold (here one BLPOP
 // on a pool of 1) for a Redis failure on every decision, the breaker would
 // open and FailOpen would let requests through.
-func TestBusyRingPoolTripsBreaker(t *testing.T) {
+func TestBusyRingPoolKeepsTheBreakerClosed(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for _, cte := range []bool{false, true} {
@@ -100,11 +101,11 @@ func TestBusyRingPoolTripsBreaker(t *testing.T) {
 	}
 }
 
-// TestBusyPlainPoolHolds is the control of
-// TestBusyRingPoolTripsBreaker: the same application command on a
+// TestBusyPlainPoolKeepsTheBreakerClosed is the control of
+// TestBusyRingPoolKeepsTheBreakerClosed: the same application command on a
 // plain *redis.Client's pool of 1 gives ErrSaturated, no admission beyond
-// the in-process fallback's and no open breaker.
-func TestBusyPlainPoolHolds(t *testing.T) {
+// the limit's and no open breaker.
+func TestBusyPlainPoolKeepsTheBreakerClosed(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
@@ -117,10 +118,10 @@ func TestBusyPlainPoolHolds(t *testing.T) {
 	}
 }
 
-// TestBusyClusterPoolTripsBreaker is TestBusyRingPoolTripsBreaker
+// TestBusyClusterPoolKeepsTheBreakerClosed is TestBusyRingPoolKeepsTheBreakerClosed
 // on a real 3-master Redis Cluster: the application's BLPOP holds the one
 // connection of the master that owns the decision's key.
-func TestBusyClusterPoolTripsBreaker(t *testing.T) {
+func TestBusyClusterPoolKeepsTheBreakerClosed(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 1, ContextTimeoutEnabled: true})
@@ -413,5 +414,34 @@ func TestStrandedCountEndsAtZero(t *testing.T) {
 	}
 	if v := stranded.Load(); v != 0 {
 		t.Errorf("stranded ends at %d, want 0", v)
+	}
+}
+
+// TestSaturationAdmitsNothing: while this process cannot get decisions to
+// a healthy Redis in time (every connection slot taken, as by a flood on
+// another route), nothing is admitted, under every failure policy: not a
+// key Redis said has room, not a key this instance has never seen. Only
+// Redis grants while Redis is healthy; every such request is answered 503
+// and its handler does not run. Before, the fallback admitted what Redis
+// last reported (20 on /partly) and the per-instance share on a key it had
+// never seen (50 on /unseen), which, with calls of the same key still on
+// the wire, admitted beyond an exact limit.
+func TestSaturationAdmitsNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, fp := range []FailPolicy{FailLocal, FailOpen, FailClosed} {
+		t.Run(fp.String(), func(t *testing.T) {
+			t.Parallel()
+			l, e := fallbackRoutes(t, srv, OnFailure(fp))
+			send := sender(t, e)
+			learnFromRedis(t, send)
+
+			saturate(t, l)
+			for _, path := range []string{"/partly", "/used", "/unseen", "/banned"} {
+				if n := send(path, 10, http.StatusServiceUnavailable); n != 0 {
+					t.Errorf("%s under saturation: %d admitted, want none", path, n)
+				}
+			}
+		})
 	}
 }
