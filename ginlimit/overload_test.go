@@ -154,9 +154,9 @@ func TestExactUnderOverload(t *testing.T) {
 
 // TestOverloadWithRedisMissingTheTimeout: the same flood with Timeout(1ms),
 // which Redis (or this loaded process) really does miss. Those decisions are
-// Redis failures, or saturation where Redis answered other calls in time,
-// and the default policy, FailLocal, answers both with each instance's
-// in-process limiter: what is admitted beyond the limit is
+// Redis failures, which the default policy, FailLocal, answers with each
+// instance's in-process limiter, or saturation where Redis answered other
+// calls in time, which is refused: what is admitted beyond the limit is
 // bounded by one more limit per instance (LocalInstances(1)), never
 // unbounded.
 func TestOverloadWithRedisMissingTheTimeout(t *testing.T) {
