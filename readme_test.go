@@ -3,6 +3,7 @@ package ginlimit_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,20 +11,29 @@ import (
 	"github.com/ginlimit/ginlimit/internal/gobuild"
 )
 
-// TestREADMESnippetsCompile: every Go snippet of the README compiles as
-// written. A snippet that is a whole program is built as it is; a fragment
-// is built inside a function that gives it the names the README's Usage
-// section defines (r, limiter, and the handlers claim and search). The
-// programs are built through a go build overlay, so nothing is written into
-// the module.
+// TestREADMESnippetsCompile: every Go snippet of the README and of the
+// pages in docs/ compiles as written. A snippet that is a whole program is
+// built as it is; a fragment is built inside a function that gives it the
+// names the README's Usage section defines (r, limiter, and the handlers
+// claim and search). The programs are built through a go build overlay, so
+// nothing is written into the module.
 func TestREADMESnippetsCompile(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	pages, err := filepath.Glob("docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
-	if len(blocks) < 3 {
-		t.Fatalf("found %d Go snippets in the README, want the Usage program and its fragments", len(blocks))
+	var blocks [][]string
+	snippets := regexp.MustCompile("(?s)```go\n(.*?)```")
+	for i, page := range append([]string{"README.md"}, pages...) {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := snippets.FindAllStringSubmatch(string(text), -1)
+		if i == 0 && len(found) < 3 {
+			t.Fatalf("found %d Go snippets in the README, want the Usage program and its fragments", len(found))
+		}
+		blocks = append(blocks, found...)
 	}
 	progs := make([]string, len(blocks))
 	for i, b := range blocks {
@@ -35,7 +45,7 @@ func TestREADMESnippetsCompile(t *testing.T) {
 	outs, errs := gobuild.Build(t, "zz_readme", progs...)
 	for i, err := range errs {
 		if err != nil {
-			t.Errorf("README snippet %d does not compile:\n%s\n%s", i+1, blocks[i][1], outs[i])
+			t.Errorf("snippet %d (README, then docs/) does not compile:\n%s\n%s", i+1, blocks[i][1], outs[i])
 		}
 	}
 }
