@@ -344,40 +344,8 @@ func (b *backend) runOn(ctx context.Context, l lane, queue, timeout time.Duratio
 	if cancel != nil {
 		defer cancel()
 	}
-	var reply []int64
-	if b.pipe != nil && l == decisionLane && b.calls.Add(1) > b.pipeAbove {
-		reply, err = b.runPipelined(cctx, n, s, keys, args)
-		b.calls.Add(-1)
-	} else {
-		if b.pipe != nil && l == decisionLane {
-			defer b.calls.Add(-1)
-		}
-		reply, err = b.runDirect(cctx, n, s, keys, args)
-	}
-	failed := false
-	switch {
-	case err == nil:
-		n.answered.Add(1)
-	case ctx.Err() != nil:
-		// The request's own context ended: that says nothing about Redis.
-		// The call may have reached Redis all the same (mayHaveRun).
-		err = mayHaveRun{fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))}
-	case (errors.Is(err, errTimedOut) || isNetTimeout(err)) && n.answered.Load() == answered:
-		failed = true // on the wire, and Redis answered nothing of this node's in time
-	case errors.Is(err, errTimedOut) || isNetTimeout(err):
-		// Redis answered other calls in time while this one waited, so it
-		// serves: this call waited behind this process's own.
-		err = mayHaveRun{fmt.Errorf("%w: %w", ErrSaturated, err)}
-	case errors.Is(err, context.DeadlineExceeded) && n.stranded.Load() == 0 && poolBusy(n.pool):
-		// go-redis gave up before the call reached the socket, with every
-		// connection of the pool busy: ginlimit never has more calls on the
-		// wire than the pool has connections, and none of its abandoned
-		// calls hold one, so the application's own commands hold them.
-		// That is a busy client, not a failing Redis.
-		err = fmt.Errorf("%w: %w", ErrSaturated, err)
-	default:
-		failed = unavailable(err)
-	}
+	reply, err := b.send(cctx, l, n, s, keys, args)
+	failed, err := n.judge(ctx, answered, err)
 	if noVerdict(err) {
 		// No verdict on Redis, either way: the breaker's count of failures
 		// in a row stands, and a probe lets the next call probe.
@@ -388,6 +356,50 @@ func (b *backend) runOn(ctx context.Context, l lane, queue, timeout time.Duratio
 		n.brk.done(probe, failed)
 	}
 	return reply, n.brk, err
+}
+
+// send puts one call on the wire of n: through the auto-pipeliner when
+// enough decisions already wait on Redis, otherwise directly. Lease calls
+// never go through the pipeliner, so they never wait behind its backlog.
+func (b *backend) send(ctx context.Context, l lane, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
+	if b.pipe == nil || l != decisionLane {
+		return b.runDirect(ctx, n, s, keys, args)
+	}
+	defer b.calls.Add(-1)
+	if b.calls.Add(1) > b.pipeAbove {
+		return b.runPipelined(ctx, n, s, keys, args)
+	}
+	return b.runDirect(ctx, n, s, keys, args)
+}
+
+// judge classifies how a call of n ended, for the breaker and the caller:
+// it returns whether the call is a Redis failure, and the error to answer
+// with. answered is n's count of answered calls when the call started;
+// ctx is the request's own context.
+func (n *node) judge(ctx context.Context, answered uint64, err error) (bool, error) {
+	switch {
+	case err == nil:
+		n.answered.Add(1)
+		return false, nil
+	case ctx.Err() != nil:
+		// The request's own context ended: that says nothing about Redis.
+		// The call may have reached Redis all the same (mayHaveRun).
+		return false, mayHaveRun{fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))}
+	case (errors.Is(err, errTimedOut) || isNetTimeout(err)) && n.answered.Load() == answered:
+		return true, err // on the wire, and Redis answered nothing of this node's in time
+	case errors.Is(err, errTimedOut) || isNetTimeout(err):
+		// Redis answered other calls in time while this one waited, so it
+		// serves: this call waited behind this process's own.
+		return false, mayHaveRun{fmt.Errorf("%w: %w", ErrSaturated, err)}
+	case errors.Is(err, context.DeadlineExceeded) && n.stranded.Load() == 0 && poolBusy(n.pool):
+		// go-redis gave up before the call reached the socket, with every
+		// connection of the pool busy: ginlimit never has more calls on the
+		// wire than the pool has connections, and none of its abandoned
+		// calls hold one, so the application's own commands hold them.
+		// That is a busy client, not a failing Redis.
+		return false, fmt.Errorf("%w: %w", ErrSaturated, err)
+	}
+	return unavailable(err), err
 }
 
 // noVerdict reports whether err says nothing about Redis: the process was
