@@ -180,28 +180,10 @@ func (h *hub) close() {
 func (h *hub) loop(sub subscriber) {
 	defer close(h.stopped)
 	ctx := context.Background()
-	var ps *redis.PubSub
-	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		var err error
-		if ps, err = subscribe(ctx, sub); err == nil {
-			break
-		}
-		select {
-		case <-h.closing:
-			return
-		case <-time.After(backoff):
-		}
-	}
-	h.mu.Lock()
-	select {
-	case <-h.closing:
-		h.mu.Unlock()
-		_ = ps.Close()
+	ps, ok := h.subscribeRetrying(ctx, sub)
+	if !ok || !h.adopt(ps) {
 		return
-	default:
 	}
-	h.ps = ps
-	h.mu.Unlock()
 	pinged, backoff := false, time.Duration(0)
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, hubPing)
@@ -243,6 +225,37 @@ func (h *hub) loop(sub subscriber) {
 			h.handle(m.Payload)
 		}
 	}
+}
+
+// subscribeRetrying subscribes sub, trying again with a growing backoff
+// until it succeeds; ok is false when the hub closes first.
+func (h *hub) subscribeRetrying(ctx context.Context, sub subscriber) (ps *redis.PubSub, ok bool) {
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		if ps, err := subscribe(ctx, sub); err == nil {
+			return ps, true
+		}
+		select {
+		case <-h.closing:
+			return nil, false
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// adopt makes ps the hub's subscription, for close to close it; when the
+// hub is already closing it closes ps instead and returns false.
+func (h *hub) adopt(ps *redis.PubSub) bool {
+	h.mu.Lock()
+	select {
+	case <-h.closing:
+		h.mu.Unlock()
+		_ = ps.Close()
+		return false
+	default:
+	}
+	h.ps = ps
+	h.mu.Unlock()
+	return true
 }
 
 // subscribe subscribes sub to ResetChannel. go-redis's Ring panics

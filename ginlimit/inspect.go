@@ -64,42 +64,12 @@ const maxRouteText = 1024
 // its plans', each after its Ban's when it has one, those of the rule t
 // names first (its ban's, then its own).
 func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrBadTarget, fmt.Sprintf(format, args...))
+	if r, err = p.targetRule(t); err != nil {
+		return nil, nil, err
 	}
-	switch {
-	case t.Rule == "" && len(p.all) == 1:
-		r = p.all[0]
-	case t.Rule == "":
-		return nil, nil, bad("the route has rules %s: give Target.Rule", p.Name())
-	default:
-		for _, x := range p.all {
-			if x.name == t.Rule {
-				r = x
-			}
-		}
-		if r == nil {
-			return nil, nil, bad("no rule named %q (the route has %s)", t.Rule, p.Name())
-		}
-	}
-	var s scope
-	switch {
-	case t.Route != "" && t.Key != "":
-		return nil, nil, bad("give Target.Route (a gin route) or Target.Key (Policy.Allow), not both")
-	case t.Key != "":
-		if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
-			return nil, nil, bad("Target.Key is the whole identity of Policy.Allow: leave User, IP and Values empty")
-		}
-		s = scope{route: t.Key}
-	case t.Route == unmatchedRoute:
-		s = scope{method: unmatchedMethod, route: unmatchedRoute}
-	default:
-		method, path, ok := strings.Cut(t.Route, " ")
-		if !ok || method == "" || !strings.HasPrefix(path, "/") || len(t.Route) > maxRouteText ||
-			!printableASCII(t.Route) || strings.ContainsAny(method, " /") {
-			return nil, nil, bad("Target.Route %q: want a method, a space and a route template, such as \"GET /api/coupon/claim\", or \"unmatched\"", t.Route)
-		}
-		s = scope{method: method, route: path}
+	s, err := targetScope(t)
+	if err != nil {
+		return nil, nil, err
 	}
 	rules := []*rule{r}
 	for _, pr := range r.plans {
@@ -108,7 +78,7 @@ func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 	if t.Plan != "" {
 		pr := r.plans[t.Plan]
 		if pr == nil {
-			return nil, nil, bad("rule %q has no plan %q", r.name, t.Plan)
+			return nil, nil, badTarget("rule %q has no plan %q", r.name, t.Plan)
 		}
 		r = pr
 	}
@@ -130,6 +100,57 @@ func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
 		}
 	}
 	return r, keys, nil
+}
+
+// badTarget is an ErrBadTarget error saying what is wrong.
+func badTarget(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadTarget, fmt.Sprintf(format, args...))
+}
+
+// targetRule is the rule of p that t names, or its only rule when t names
+// none.
+func (p *Policy) targetRule(t Target) (r *rule, err error) {
+	switch {
+	case t.Rule == "" && len(p.all) == 1:
+		r = p.all[0]
+	case t.Rule == "":
+		return nil, badTarget("the route has rules %s: give Target.Rule", p.Name())
+	default:
+		for _, x := range p.all {
+			if x.name == t.Rule {
+				r = x
+			}
+		}
+		if r == nil {
+			return nil, badTarget("no rule named %q (the route has %s)", t.Rule, p.Name())
+		}
+	}
+	return r, nil
+}
+
+// targetScope is the scope t names: a Policy.Allow key, the unmatched
+// routes or a gin route, checking that t names exactly one of them.
+func targetScope(t Target) (scope, error) {
+	var s scope
+	switch {
+	case t.Route != "" && t.Key != "":
+		return scope{}, badTarget("give Target.Route (a gin route) or Target.Key (Policy.Allow), not both")
+	case t.Key != "":
+		if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
+			return scope{}, badTarget("Target.Key is the whole identity of Policy.Allow: leave User, IP and Values empty")
+		}
+		s = scope{route: t.Key}
+	case t.Route == unmatchedRoute:
+		s = scope{method: unmatchedMethod, route: unmatchedRoute}
+	default:
+		method, path, ok := strings.Cut(t.Route, " ")
+		if !ok || method == "" || !strings.HasPrefix(path, "/") || len(t.Route) > maxRouteText ||
+			!printableASCII(t.Route) || strings.ContainsAny(method, " /") {
+			return scope{}, badTarget("Target.Route %q: want a method, a space and a route template, such as \"GET /api/coupon/claim\", or \"unmatched\"", t.Route)
+		}
+		s = scope{method: method, route: path}
+	}
+	return s, nil
 }
 
 // targetWho sets w to the identity t names for rule r, as identify would

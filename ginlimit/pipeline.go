@@ -450,39 +450,15 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 	if err != nil {
 		return Decision{}, nil, err
 	}
-	at := func(i int) int64 { return reply[i] }
-	one := func(i int) Decision {
-		r := req.calls[i].rule
-		d := Decision{
-			Rule:    r.name,
-			Allowed: fired == 0,
-			Limit:   r.limit,
-			// A key can hold more than the limit (a limit lowered on
-			// redeploy, two rules sharing a key): remaining is never
-			// reported below 0.
-			Remaining: int(max(at(2+4*i+1), 0)),
-			Reset:     time.Duration(at(2+4*i+2)) * time.Microsecond,
-			Time:      now,
-			decider:   r,
-		}
-		// A penalty reports 0 remaining for a banned identity, from the
-		// request that made the ban on (lua/penalty.lua); that request
-		// reads as banned when it was refused anyway.
-		if at(2+4*i) == 0 || r.penalty && d.Remaining == 0 && fired != 0 {
-			d.RetryAfter = time.Duration(at(2+4*i+3)) * time.Microsecond
-			d.Banned = r.penalty
-		}
-		return d
-	}
 	if n == 1 && !every {
-		return one(0), nil, nil
+		return callDecision(req.calls[0].rule, reply, 0, fired, now), nil, nil
 	}
 	each := make([]Decision, n)
 	rules := make([]Decision, 0, len(p.rules))
 	var retry time.Duration
 	best, firedRule := -1, -1
 	for i := range each {
-		each[i] = one(i)
+		each[i] = callDecision(req.calls[i].rule, reply, i, fired, now)
 		retry = max(retry, each[i].RetryAfter)
 		if req.calls[i].rule.penalty {
 			continue // folded into the next call, its rule
@@ -508,6 +484,31 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 		d.Rules = rules
 	}
 	return d, each, nil
+}
+
+// callDecision is the decision of call i, of rule r, alone, from the
+// script's reply (see parseFor), fired and now being the reply's header.
+func callDecision(r *rule, reply []int64, i, fired int, now time.Time) Decision {
+	d := Decision{
+		Rule:    r.name,
+		Allowed: fired == 0,
+		Limit:   r.limit,
+		// A key can hold more than the limit (a limit lowered on
+		// redeploy, two rules sharing a key): remaining is never
+		// reported below 0.
+		Remaining: int(max(reply[2+4*i+1], 0)),
+		Reset:     time.Duration(reply[2+4*i+2]) * time.Microsecond,
+		Time:      now,
+		decider:   r,
+	}
+	// A penalty reports 0 remaining for a banned identity, from the
+	// request that made the ban on (lua/penalty.lua); that request
+	// reads as banned when it was refused anyway.
+	if reply[2+4*i] == 0 || r.penalty && d.Remaining == 0 && fired != 0 {
+		d.RetryAfter = time.Duration(reply[2+4*i+3]) * time.Microsecond
+		d.Banned = r.penalty
+	}
+	return d
 }
 
 // replyHead checks that a decision script's reply (the decision scripts',

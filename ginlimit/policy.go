@@ -98,8 +98,32 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	if rc.client == nil {
 		return nil, errNoBackend
 	}
-	p := &Policy{
-		named:     len(c.rules) > 0,
+	p := l.newPolicy(&rc, len(c.rules) > 0)
+	if !p.named {
+		r, err := compileRule(c.rule, &rc, false)
+		if err != nil {
+			return nil, err
+		}
+		p.rules = []*rule{r}
+	}
+	if err := p.compileNamed(c, &rc); err != nil {
+		return nil, err
+	}
+	b, err := l.backendFor(rc)
+	if err != nil {
+		return nil, err
+	}
+	p.backend = b
+	p.register(b)
+	p.partition()
+	return p, nil
+}
+
+// newPolicy is the route's policy before its rules are compiled: the
+// route-wide settings copied from rc and the limiter.
+func (l *Limiter) newPolicy(rc *routeConfig, named bool) *Policy {
+	return &Policy{
+		named:     named,
 		timeout:   rc.timeout,
 		queue:     rc.queueTimeout,
 		staleness: rc.staleness,
@@ -115,46 +139,53 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 		logs:      l.logs,
 		secret:    l.secret,
 	}
-	if !p.named {
-		r, err := compileRule(c.rule, &rc, false)
-		if err != nil {
-			return nil, err
-		}
-		p.rules = []*rule{r}
-	}
+}
+
+// compileNamed compiles the rules the route declares with Rule, in order,
+// appending them to p.rules; an error names the rule it is about.
+func (p *Policy) compileNamed(c config, rc *routeConfig) error {
 	names := map[string]bool{}
 	for i, g := range c.rules {
-		rcfg := c.rule
-		rcfg.name = ""
-		var errs []error
-		for _, o := range g {
-			if err := o.applyRule(&rcfg); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		err := errors.Join(errs...)
-		switch {
-		case err != nil:
-		case rcfg.name == "":
-			err = errors.New("give each rule of a route a Name")
-		case names[rcfg.name]:
-			err = fmt.Errorf("the name %q is used twice", rcfg.name)
-		}
+		rcfg, err := namedRuleConfig(c.rule, g, names)
 		var r *rule
 		if err == nil {
-			r, err = compileRule(rcfg, &rc, true)
+			r, err = compileRule(rcfg, rc, true)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("Rule %d (%q): %w", i+1, rcfg.name, err)
+			return fmt.Errorf("Rule %d (%q): %w", i+1, rcfg.name, err)
 		}
 		names[r.name] = true
 		p.rules = append(p.rules, r)
 	}
-	b, err := l.backendFor(rc)
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+// namedRuleConfig applies one Rule's options g over the route's rule
+// settings base, and checks that the rule has a name not in names. It
+// returns the settings even with an error, for the error to name the rule.
+func namedRuleConfig(base ruleConfig, g ruleGroup, names map[string]bool) (ruleConfig, error) {
+	rcfg := base
+	rcfg.name = ""
+	var errs []error
+	for _, o := range g {
+		if err := o.applyRule(&rcfg); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	p.backend = b
+	err := errors.Join(errs...)
+	switch {
+	case err != nil:
+	case rcfg.name == "":
+		err = errors.New("give each rule of a route a Name")
+	case names[rcfg.name]:
+		err = fmt.Errorf("the name %q is used twice", rcfg.name)
+	}
+	return rcfg, err
+}
+
+// register prepares the scripts of p's rules and their plans on b, and has
+// b's hub track their deny caches and local fallbacks, their bans' too.
+func (p *Policy) register(b *backend) {
 	for _, r := range p.rules {
 		for _, x := range append([]*rule{r}, slices.Collect(maps.Values(r.plans))...) {
 			if x.script != nil {
@@ -166,6 +197,13 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 			}
 		}
 	}
+}
+
+// partition moves every compiled rule to p.all, then sorts them into the
+// rate rules (p.rules) and the in-flight rules (p.slots), and precomputes
+// what follows from them: the script calls a request makes, whether any
+// rule is tiered, and the RateLimit-Policy header.
+func (p *Policy) partition() {
 	p.all = p.rules
 	p.rules, p.slots = nil, nil
 	items := make([]string, len(p.all))
@@ -183,7 +221,6 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 		}
 	}
 	p.policyHeader = strings.Join(items, ", ")
-	return p, nil
 }
 
 // compileRule compiles one rule of a route. named says whether the route
@@ -198,12 +235,9 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	if rc.slots > 0 {
 		return compileSlots(rc, route, named)
 	}
-	if err := rc.alg.validate(&rc); err != nil {
+	maxCost, err := rc.checkRate()
+	if err != nil {
 		return nil, err
-	}
-	maxCost := rc.alg.maxCost(&rc)
-	if rc.costFunc == nil && rc.cost > maxCost {
-		return nil, fmt.Errorf("Cost(%d): more than the rule can ever admit (%d)", rc.cost, maxCost)
 	}
 	name := rc.ruleName()
 	body429, err := rc.body429(name, named)
@@ -240,19 +274,41 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	if route.onFail == FailLocal { // the fallback decides only for FailLocal
 		r.local = newLocalLimiter(rc.limit, route.localInstances, rc.window)
 	}
+	if err := r.compileExtras(rc, route, named); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// checkRate checks a rate rule's algorithm settings and its fixed cost, and
+// returns the most one request can ever be admitted with.
+func (rc *ruleConfig) checkRate() (int, error) {
+	if err := rc.alg.validate(rc); err != nil {
+		return 0, err
+	}
+	maxCost := rc.alg.maxCost(rc)
+	if rc.costFunc == nil && rc.cost > maxCost {
+		return 0, fmt.Errorf("Cost(%d): more than the rule can ever admit (%d)", rc.cost, maxCost)
+	}
+	return maxCost, nil
+}
+
+// compileExtras compiles what a rate rule may add to its limit: its Ban
+// (checking that a BanMessage has one) and its plans.
+func (r *rule) compileExtras(rc ruleConfig, route *routeConfig, named bool) error {
 	if rc.ban != nil {
 		if err := r.compileBan(rc, route, named); err != nil {
-			return nil, err
+			return err
 		}
 	} else if rc.banMessage != "" {
-		return nil, errors.New("BanMessage: the rule has no Ban")
+		return errors.New("BanMessage: the rule has no Ban")
 	}
 	if rc.plans != nil {
 		if err := r.compilePlans(rc, route, named); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // ruleName is the rule's name: its [Name], or one derived from its key
