@@ -385,6 +385,8 @@ func (n *node) judge(ctx context.Context, answered uint64, err error) (bool, err
 		// The request's own context ended: that says nothing about Redis.
 		// The call may have reached Redis all the same (mayHaveRun).
 		return false, mayHaveRun{fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))}
+	case errors.Is(err, ErrSaturated):
+		return false, err // the node said this process was late (node.call)
 	case (errors.Is(err, errTimedOut) || isNetTimeout(err)) && n.answered.Load() == answered:
 		return true, err // on the wire, and Redis answered nothing of this node's in time
 	case errors.Is(err, errTimedOut) || isNetTimeout(err):
@@ -397,6 +399,11 @@ func (n *node) judge(ctx context.Context, answered uint64, err error) (bool, err
 		// wire than the pool has connections, and none of its abandoned
 		// calls hold one, so the application's own commands hold them.
 		// That is a busy client, not a failing Redis.
+		return false, fmt.Errorf("%w: %w", ErrSaturated, err)
+	case (errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)) && n.stranded.Load() == 0:
+		// go-redis found no free connection (its PoolTimeout ran out, or
+		// MaxActiveConns was reached), and none of ginlimit's abandoned
+		// calls holds one: a busy client, not a failing Redis.
 		return false, fmt.Errorf("%w: %w", ErrSaturated, err)
 	}
 	return unavailable(err), err
@@ -574,17 +581,20 @@ const pipelineDepth = 64
 // calls it can have on the wire at once without making one wait for a
 // connection. For a client ginlimit does not know, go-redis's default.
 func poolSize(client redis.Scripter) int {
-	n := 0
+	n, active := 0, 0
 	switch c := client.(type) {
 	case *redis.Client:
-		n = c.Options().PoolSize
+		n, active = c.Options().PoolSize, c.Options().MaxActiveConns
 	case *redis.ClusterClient:
-		n = c.Options().PoolSize
+		n, active = c.Options().PoolSize, c.Options().MaxActiveConns
 	case *redis.Ring:
-		n = c.Options().PoolSize
+		n, active = c.Options().PoolSize, c.Options().MaxActiveConns
 	}
 	if n <= 0 {
 		n = 10 * runtime.GOMAXPROCS(0)
+	}
+	if active > 0 && active < n {
+		n = active // go-redis refuses a connection beyond MaxActiveConns
 	}
 	return n
 }

@@ -317,7 +317,9 @@ func (n *node) reach(ctx context.Context) error {
 	select {
 	case n.dialing <- struct{}{}:
 	case <-ctx.Done():
-		return cause(ctx)
+		// Waiting for another call's dial is time in this process: the
+		// dial that call makes gives the verdict on Redis.
+		return fmt.Errorf("%w: waiting for another call's dial: %w", ErrSaturated, cause(ctx))
 	}
 	defer func() { <-n.dialing }()
 	if !n.down.Load() {

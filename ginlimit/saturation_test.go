@@ -118,6 +118,34 @@ func TestBusyPlainPoolKeepsTheBreakerClosed(t *testing.T) {
 	}
 }
 
+// TestBusyPoolErrorsAreSaturation: go-redis's own "no connection" errors,
+// with the application's BLPOP holding the pool, are saturation too, never
+// a Redis failure that FailOpen or FailLocal would answer by admitting: a
+// PoolTimeout shorter than the Timeout (ErrPoolTimeout), and MaxActiveConns
+// below PoolSize (ErrPoolExhausted, at once; ginlimit takes no more calls
+// at once than MaxActiveConns). Before, both admitted 3 of 3 under FailOpen
+// and opened the breaker.
+func TestBusyPoolErrorsAreSaturation(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for name, opt := range map[string]*redis.Options{
+		"PoolTimeout":    {Addr: srv.Addr, PoolSize: 1, PoolTimeout: 30 * time.Millisecond},
+		"MaxActiveConns": {Addr: srv.Addr, PoolSize: 10, MaxActiveConns: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := redis.NewClient(opt)
+			t.Cleanup(func() { _ = c.Close() })
+			admitted, open, lastErr := busyPoolDecisions(t, c, func(ctx context.Context) error {
+				return c.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
+			}, AutoPipeline(false))
+			if admitted > 1 || open > 0 || !errors.Is(lastErr, ErrSaturated) {
+				t.Fatalf("%s: %d of 3 admitted (Limit 1), %d breakers open, last error %v", name, admitted, open, lastErr)
+			}
+		})
+	}
+}
+
 // TestBusyClusterPoolKeepsTheBreakerClosed is TestBusyRingPoolKeepsTheBreakerClosed
 // on a real 3-master Redis Cluster: the application's BLPOP holds the one
 // connection of the master that owns the decision's key.
