@@ -188,7 +188,7 @@ func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
 			ticks[i], gens[i] = cl.rule.deny.now(), cl.rule.deny.generation()
 		}
 	}
-	reply, _, err := p.backend.run(ctx, p.queue, p.timeout, severalScript, sub.keys, p.severalArgs(&sub))
+	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, severalScript, sub.keys, p.severalArgs(&sub))
 	var now time.Time
 	if err == nil {
 		now, _, err = replyHead(reply, len(sub.calls), 4)

@@ -39,14 +39,9 @@ func TestCarriedStrikesFlushedAfterAFailedReport(t *testing.T) {
 		t.Skip("the deny cache answered fewer than two refusals: the machine was too slow for its bound")
 	}
 	// Every decision slot of A taken while its timer reports.
-	slots := pa.backend.nodes.one.slots
-	for range cap(slots) {
-		slots <- struct{}{}
-	}
+	release := pa.engine.HoldSlots()
 	time.Sleep(3 * staleness)
-	for range cap(slots) {
-		<-slots
-	}
+	release()
 	// A is healthy again, and so is Redis, all along.
 	if d, ok := eventuallyBanned(t, pb, netip.MustParseAddr("192.0.2.41"), 10*staleness); !ok {
 		t.Fatalf("three refusals under Ban(3, ...), two carried, a saturation of %v, then %v with A healthy: not banned (%+v): the strikes stay carried with no timer to report them", 3*staleness, 10*staleness, d)

@@ -1,19 +1,10 @@
 package ginlimit
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"strings"
-	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// ErrCircuitOpen is wrapped by the error of a decision that was not sent to
-// Redis because the backend's circuit breaker is open (see [Breaker]).
-var ErrCircuitOpen = errors.New("ginlimit: circuit breaker open: Redis is failing")
 
 // Defaults of the circuit breaker.
 const (
@@ -52,105 +43,4 @@ func Breaker(failures int, open time.Duration) Option {
 		r.breakFailures, r.breakOpen = failures, open
 		return nil
 	})
-}
-
-// breaker is a consecutive-failure circuit breaker. It is safe for
-// concurrent use and takes no lock.
-type breaker struct {
-	threshold int32
-	open      int64 // ns
-	base      time.Time
-
-	failures  atomic.Int32
-	openUntil atomic.Int64 // ns since base; 0 when closed
-	probing   atomic.Bool
-}
-
-// newBreaker returns a breaker, or nil for failures <= 0 (none).
-func newBreaker(failures int, open time.Duration) *breaker {
-	if failures <= 0 {
-		return nil
-	}
-	return &breaker{threshold: int32(failures), open: int64(open), base: time.Now()}
-}
-
-func (b *breaker) now() int64 { return int64(time.Since(b.base)) }
-
-// allow reports whether a call may go to Redis, and whether it is the
-// half-open probe (which must be followed by done).
-func (b *breaker) allow() (ok, probe bool) {
-	if b == nil {
-		return true, false
-	}
-	until := b.openUntil.Load()
-	if until == 0 {
-		return true, false
-	}
-	if b.now() < until || !b.probing.CompareAndSwap(false, true) {
-		return false, false
-	}
-	return true, true
-}
-
-// done records a call's outcome.
-func (b *breaker) done(probe, failed bool) {
-	if b == nil {
-		return
-	}
-	if !failed {
-		if b.openUntil.Load() != 0 || b.failures.Load() != 0 {
-			b.failures.Store(0)
-			b.openUntil.Store(0)
-		}
-		if probe {
-			b.probing.Store(false)
-		}
-		return
-	}
-	if n := b.failures.Add(1); n >= b.threshold || probe {
-		b.openUntil.Store(b.now() + b.open)
-	}
-	if probe {
-		b.probing.Store(false)
-	}
-}
-
-// abandon ends a probe that allow let through without a verdict on Redis
-// (the call never reached it), so that the next call can probe.
-func (b *breaker) abandon() {
-	if b != nil {
-		b.probing.Store(false)
-	}
-}
-
-// state returns "closed", "open" or "half-open", or "" for no breaker.
-func (b *breaker) state() string {
-	if b == nil {
-		return ""
-	}
-	until := b.openUntil.Load()
-	switch {
-	case until == 0:
-		return "closed"
-	case b.now() < until:
-		return "open"
-	}
-	return "half-open"
-}
-
-// unavailable reports whether err means Redis could not serve, as opposed to
-// a reply error from a healthy server (WRONGTYPE on one bad key, say), which
-// must not open the breaker for every other key of the rule.
-func unavailable(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return true // network errors, timeouts, closed pools
-	}
-	msg := rerr.Error()
-	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "TRYAGAIN"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
 }

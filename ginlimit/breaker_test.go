@@ -32,7 +32,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatalf("failure %d: %+v, %v; want a Redis timeout", i, d, err)
 		}
 	}
-	if got := p.backend.nodes.state(); got != "open" {
+	if got := p.engine.Breaker().State(); got != "open" {
 		t.Fatalf("after 3 failures the breaker is %s", got)
 	}
 	// Each answered by the open breaker (ErrCircuitOpen), so none waited
@@ -54,7 +54,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatal("a stopped Redis answered")
 		}
 	}
-	if got := q.backend.nodes.state(); got != "open" {
+	if got := q.engine.Breaker().State(); got != "open" {
 		t.Fatalf("after 2 failures the breaker is %s", got)
 	}
 	srv.Restart()
@@ -71,7 +71,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("decisions came from Redis again %v after it returned", time.Since(back).Round(time.Millisecond))
-	if got := q.backend.nodes.state(); got != "closed" {
+	if got := q.engine.Breaker().State(); got != "closed" {
 		t.Fatalf("after a good probe the breaker is %s", got)
 	}
 }
@@ -85,7 +85,7 @@ func TestBreakerOption(t *testing.T) {
 		}
 	}
 	p := mustPolicy(t, Redis(c), Breaker(0, 0))
-	if p.backend.nodes.one.brk != nil {
+	if p.engine.Breaker() != nil {
 		t.Fatal("Breaker(0, 0) left a breaker")
 	}
 }
@@ -189,6 +189,6 @@ func TestBreakerFailuresOverflow(t *testing.T) {
 		t.Fatal("a call to a closed port succeeded")
 	}
 	if _, err := p.Allow(ctx, "k"); errors.Is(err, ErrCircuitOpen) {
-		t.Fatalf("Breaker(%d, 1h) accepted at start-up, and the breaker opened after 1 failure (threshold %d)", failures, p.backend.nodes.one.brk.threshold)
+		t.Fatalf("Breaker(%d, 1h) accepted at start-up, and the breaker opened after 1 failure (%d failures counted)", failures, p.engine.Breaker().Failures())
 	}
 }

@@ -106,8 +106,8 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 			for i, c := range clients {
 				opts := append([]Option{Redis(c), Key(pre), Window(time.Hour), Limit(500)}, tc.opts...)
 				policies[i] = mustPolicy(t, opts...)
-				if (policies[i].backend.pipe != nil) != tc.pipe {
-					t.Fatalf("auto-pipeliner %v, want %v", policies[i].backend.pipe != nil, tc.pipe)
+				if (policies[i].engine.Pipeliner() != nil) != tc.pipe {
+					t.Fatalf("auto-pipeliner %v, want %v", policies[i].engine.Pipeliner() != nil, tc.pipe)
 				}
 				pipelined -= hooks[i].n.Load()
 			}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,9 +114,9 @@ var resetScript = redis.NewScript(`return {redis.call('DEL', unpack(KEYS))}`)
 // ResetChannel, and the deny caches and fallbacks it keeps coherent. It is
 // safe for concurrent use.
 type hub struct {
-	b    *backend
-	live atomic.Bool   // subscribed, and nothing lost since
-	gen  atomic.Uint64 // bumped by every reset seen and every loss: see learnable
+	publish publishFunc   // sends a payload on ResetChannel
+	live    atomic.Bool   // subscribed, and nothing lost since
+	gen     atomic.Uint64 // bumped by every reset seen and every loss: see learnable
 
 	mu      sync.Mutex
 	caches  []weak.Pointer[denyCache]
@@ -129,16 +130,21 @@ type hub struct {
 	stopped chan struct{}
 }
 
-// startHub subscribes b's client to ResetChannel, if it can subscribe, and
-// keeps the subscription up until close. wait bounds how long it waits for
-// the subscription to be confirmed.
-func startHub(b *backend, wait time.Duration) *hub {
-	sub, ok := b.client.(subscriber)
+// publishFunc sends payload on ResetChannel and returns how many
+// subscribers received it.
+type publishFunc func(ctx context.Context, payload string) (int64, error)
+
+// startHub subscribes client to ResetChannel, if it can subscribe, and
+// keeps the subscription up until close; the hub acknowledges resets
+// through publish. wait bounds how long it waits for the subscription to
+// be confirmed.
+func startHub(client any, publish publishFunc, wait time.Duration) *hub {
+	sub, ok := client.(subscriber)
 	if !ok {
 		return nil
 	}
 	h := &hub{
-		b:       b,
+		publish: publish,
 		waiters: map[string]*acks{},
 		first:   make(chan struct{}),
 		closing: make(chan struct{}),
@@ -271,6 +277,14 @@ func subscribe(ctx context.Context, sub subscriber) (ps *redis.PubSub, err error
 	return sub.Subscribe(ctx, ResetChannel), nil
 }
 
+// isNetTimeout reports whether err is a timeout of a network operation (a
+// socket deadline, as ReceiveTimeout's), as opposed to a context's
+// deadline, which implements net.Error too.
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return !errors.Is(err, context.DeadlineExceeded) && errors.As(err, &ne) && ne.Timeout()
+}
+
 // confirm closes first, once.
 func (h *hub) confirm() {
 	h.mu.Lock()
@@ -381,7 +395,7 @@ func (h *hub) handle(payload string) {
 		h.forget(keys)
 		ctx, cancel := context.WithTimeout(context.Background(), hubTimeout)
 		defer cancel()
-		_, _ = publish(ctx, h.b, ackPrefix+id)
+		_, _ = h.publish(ctx, ackPrefix+id)
 	}
 }
 
@@ -410,19 +424,6 @@ func (h *hub) forget(keys []string) {
 	}
 }
 
-// publish sends payload on ResetChannel through b and returns how many
-// subscribers received it.
-func publish(ctx context.Context, b *backend, payload string) (int64, error) {
-	reply, _, err := b.run(ctx, hubTimeout, hubTimeout, publishScript, []string{ResetChannel}, []any{ResetChannel, payload})
-	if err != nil {
-		return 0, err
-	}
-	if len(reply) != 1 {
-		return 0, fmt.Errorf("unexpected PUBLISH reply of %d elements", len(reply))
-	}
-	return reply[0], nil
-}
-
 // acks counts the acknowledgements of one reset.
 type acks struct {
 	n    atomic.Int64
@@ -433,8 +434,9 @@ type acks struct {
 // subscriber has dropped what it held for them, or after wait (the
 // staleness bound, after which every instance is coherent anyway). Without
 // a live subscription of its own it cannot count the acknowledgements: it
-// drops its own state, and waits out the bound if anyone else heard.
-func announce(ctx context.Context, b *backend, keys []string, wait time.Duration) error {
+// drops its own state, and waits out the bound if anyone else heard. h is
+// nil without a subscription; publish sends on ResetChannel.
+func announce(ctx context.Context, h *hub, publish publishFunc, keys []string, wait time.Duration) error {
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	id := hex.EncodeToString(idb[:])
@@ -442,7 +444,6 @@ func announce(ctx context.Context, b *backend, keys []string, wait time.Duration
 	if err != nil {
 		return err
 	}
-	h := b.hub
 	counting := h != nil && h.live.Load()
 	a := &acks{wake: make(chan struct{}, 1)}
 	if counting {
@@ -457,7 +458,7 @@ func announce(ctx context.Context, b *backend, keys []string, wait time.Duration
 	} else if h != nil {
 		h.forget(keys)
 	}
-	n, err := publish(ctx, b, resetPrefix+id+" "+string(list))
+	n, err := publish(ctx, resetPrefix+id+" "+string(list))
 	if err != nil || n == 0 {
 		return err
 	}

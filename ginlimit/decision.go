@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 )
 
 // Decision is the outcome of one rate limit decision. The middleware stores
@@ -62,7 +64,7 @@ type Decision struct {
 	Banned bool
 	// brk is the breaker that served the decision's call (per master on a
 	// cluster, per shard on a Ring), for observers; nil if none did.
-	brk *breaker
+	brk *engine.Breaker
 	// decider is the rule that decided.
 	decider *rule
 	// Err is non-nil when Redis could not decide. Allowed then follows the

@@ -46,7 +46,7 @@ const failFastTimeout = time.Minute
 // and that the 20 take well under the Timeout in all.
 func checkFailsFast(t *testing.T, p *Policy) {
 	t.Helper()
-	brk := p.backend.nodes.one.brk
+	brk := p.engine.Breaker()
 	start := time.Now()
 	for i := range 20 {
 		d, err := p.Allow(context.Background(), "k")
@@ -63,9 +63,9 @@ func checkFailsFast(t *testing.T, p *Policy) {
 		if i < DefaultBreakerFailures {
 			// Counted: the breaker opens at the default's fifth failure,
 			// not before.
-			opened := brk.openUntil.Load() != 0
+			opened := brk.State() != "closed"
 			if want := i+1 == DefaultBreakerFailures; opened != want {
-				t.Fatalf("after %d failures the breaker has opened: %v, want %v (%d failures counted)", i+1, opened, want, brk.failures.Load())
+				t.Fatalf("after %d failures the breaker has opened: %v, want %v (%d failures counted)", i+1, opened, want, brk.Failures())
 			}
 		}
 	}
@@ -90,7 +90,7 @@ func TestDeadRedisFailsFast(t *testing.T) {
 				t.Cleanup(func() { _ = c.Close() })
 				p := mustPolicy(t, Redis(c), Key(prefix(t)), OnFailure(FailLocal), AutoPipeline(pipelined), Timeout(failFastTimeout))
 				if pipelined {
-					p.backend.pipeAbove = 0 // every call through the auto-pipeliner
+					p.engine.SetPipelineAbove(0) // every call through the auto-pipeliner
 				}
 				checkFailsFast(t, p)
 			})
@@ -184,7 +184,7 @@ func TestSilentRedisCostsATimeout(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: silentServer(t), ContextTimeoutEnabled: ctxAware, ReadTimeout: time.Second})
 			t.Cleanup(func() { _ = c.Close() })
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), OnFailure(FailLocal), Timeout(timeout))
-			brk := p.backend.nodes.one.brk
+			brk := p.engine.Breaker()
 			for i := range DefaultBreakerFailures {
 				start := time.Now()
 				_, err := p.Allow(context.Background(), "k")
@@ -195,11 +195,11 @@ func TestSilentRedisCostsATimeout(t *testing.T) {
 				if !isTimeout(err) || errors.Is(err, ErrSaturated) {
 					t.Fatalf("decision %d: %v, want a Redis failure for not answering in time", i, err)
 				}
-				if got := brk.failures.Load(); got != int32(i+1) {
+				if got := brk.Failures(); got != i+1 {
 					t.Fatalf("after %d decisions the breaker counted %d failures", i+1, got)
 				}
 			}
-			if brk.openUntil.Load() == 0 {
+			if brk.State() == "closed" {
 				t.Fatalf("the breaker did not open after %d failures", DefaultBreakerFailures)
 			}
 		})
@@ -312,7 +312,7 @@ func TestBrokenConnectionIsRetried(t *testing.T) {
 				t.Cleanup(func() { _ = c.Close() })
 				p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(100), OnFailure(FailClosed), AutoPipeline(pipelined))
 				if pipelined {
-					p.backend.pipeAbove = 0
+					p.engine.SetPipelineAbove(0)
 				}
 				for i := range 3 {
 					proxy.breakNext.Store(i == 1)
@@ -324,7 +324,7 @@ func TestBrokenConnectionIsRetried(t *testing.T) {
 				if proxy.broken.Load() != 1 {
 					t.Fatalf("the proxy broke %d connections, want 1", proxy.broken.Load())
 				}
-				if n := p.backend.nodes.one.brk.failures.Load(); n != 0 {
+				if n := p.engine.Breaker().Failures(); n != 0 {
 					t.Fatalf("the breaker counted %d failures", n)
 				}
 			})
@@ -354,7 +354,7 @@ func TestLateReplyIsNoFailure(t *testing.T) {
 			if !errors.Is(err, ErrSaturated) {
 				t.Fatalf("a reply held past the Timeout by a Redis that answers a PING: %v, want ErrSaturated", err)
 			}
-			if n := p.backend.nodes.one.brk.failures.Load(); n != 0 {
+			if n := p.engine.Breaker().Failures(); n != 0 {
 				t.Fatalf("the breaker counted %d failures", n)
 			}
 		})

@@ -42,6 +42,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
@@ -175,7 +176,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			// Redis's, never the deny cache's.
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1_000_000),
 				OnFailure(fp), Timeout(faultStall))
-			if p.backend.nodes.one.brk == nil {
+			if p.engine.Breaker() == nil {
 				t.Fatal("the default circuit breaker is off")
 			}
 
@@ -226,7 +227,7 @@ func TestFaultRedisKilled(t *testing.T) {
 				t.Helper()
 				for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
 					if time.Now().After(deadline) {
-						t.Fatalf("%s: not within 30 s (breaker %s)", what, p.backend.nodes.state())
+						t.Fatalf("%s: not within 30 s (breaker %s)", what, p.engine.Breaker().State())
 					}
 				}
 			}
@@ -236,7 +237,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			// Redis stays down until the breaker is open and has answered.
 			sawOpen := false
 			waitFor("the breaker opening while Redis is down", func() bool {
-				if p.backend.nodes.state() == "open" {
+				if p.engine.Breaker().State() == "open" {
 					sawOpen = true
 				}
 				return sawOpen && byBreaker.Load() > 0
@@ -569,8 +570,8 @@ func TestFaultSlowRedis(t *testing.T) {
 				// No breaker: every decision meets the slow Redis.
 				p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1000),
 					OnFailure(fp), Timeout(faultTimeout), Breaker(0, 0))
-				if p.backend.honours != ctxAware {
-					t.Fatalf("honours = %v for ContextTimeoutEnabled = %v", p.backend.honours, ctxAware)
+				if p.engine.HonoursContext() != ctxAware {
+					t.Fatalf("honours = %v for ContextTimeoutEnabled = %v", p.engine.HonoursContext(), ctxAware)
 				}
 				for round := range 3 {
 					var wg sync.WaitGroup
@@ -665,7 +666,7 @@ func TestFaultPoolExhausted(t *testing.T) {
 						<-gate
 						start := time.Now()
 						d, err := p.Allow(ctx, "k"+strconv.Itoa(g))
-						if errors.Is(err, errQueueTimedOut) {
+						if errors.Is(err, engine.ErrQueueTimedOut) {
 							queueTimedOut.Add(1)
 						}
 						if el := time.Since(start); el > faultHang {
@@ -688,7 +689,7 @@ func TestFaultPoolExhausted(t *testing.T) {
 				if queueTimedOut.Load() == 0 {
 					t.Errorf("no decision ran out of the QueueTimeout waiting for one of the 2 slots: the wait for a slot is not bounded by it")
 				}
-				if st := p.backend.nodes.state(); st != "closed" {
+				if st := p.engine.Breaker().State(); st != "closed" {
 					t.Errorf("waiting for a connection opened the breaker (%s): it is not a Redis failure", st)
 				}
 				release()
@@ -734,13 +735,13 @@ func TestFaultPipelineBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.backend.pipe == nil {
+	if p.engine.Pipeliner() == nil {
 		t.Fatal("the auto-pipeliner is off")
 	}
-	if hung.backend != p.backend {
+	if hung.engine != p.engine {
 		t.Fatal("the two routes of one limiter and client have backends of their own")
 	}
-	const callers = 2 * pipelineDepth
+	const callers = 2 * engine.PipelineDepth
 	var fromRedis, timedOut, wrong atomic.Int64
 	var firstWrong atomic.Value
 	var wg sync.WaitGroup
@@ -770,7 +771,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 	if fromRedis.Load() == 0 || timedOut.Load() == 0 {
 		t.Fatalf("%d answered by Redis, %d timed out: the test needs both (a backlog that outlasts the Timeout while Redis answers)", fromRedis.Load(), timedOut.Load())
 	}
-	if st := p.backend.nodes.state(); st != "closed" {
+	if st := p.engine.Breaker().State(); st != "closed" {
 		t.Errorf("a backlog opened the breaker (%s): it is not a Redis failure", st)
 	}
 	proxy.SetDelay(0)
@@ -789,7 +790,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if st := p.backend.nodes.state(); st != "open" || failedOpen.Load() != 16 {
+	if st := p.engine.Breaker().State(); st != "open" || failedOpen.Load() != 16 {
 		t.Errorf("Redis answering nothing: the breaker is %s and %d of 16 decisions failed open; want open and 16", st, failedOpen.Load())
 	}
 	proxy.SetDelay(0) // the held replies come: the Limiter's Close waits for its pipeliner's calls
@@ -819,13 +820,13 @@ func TestFaultSaturationIsNoVerdict(t *testing.T) {
 	if _, err := p.Allow(short, "b"); !errors.Is(err, ErrClientGone) {
 		t.Fatalf("the request's context ended first: error %v, want ErrClientGone", err)
 	}
-	if st := p.backend.nodes.state(); st != "closed" {
+	if st := p.engine.Breaker().State(); st != "closed" {
 		t.Fatalf("after one failure the breaker is %s, want closed", st)
 	}
 	if _, err := p.Allow(ctx, "c"); err == nil || errors.Is(err, ErrSaturated) {
 		t.Fatalf("a hung Redis: error %v, want a failure", err)
 	}
-	if st := p.backend.nodes.state(); st != "open" {
+	if st := p.engine.Breaker().State(); st != "open" {
 		t.Errorf("after two failures with a saturation answer between them the breaker is %s, want open: saturation counted as a success", st)
 	}
 	proxy.SetDelay(0) // the held replies come: the clients close at once
@@ -1054,6 +1055,6 @@ func TestFaultErrorReplyLeavesTheBreakerClosed(t *testing.T) {
 	}
 	if d, err := p.Allow(ctx, "healthy"); err != nil || !d.Allowed {
 		t.Fatalf("a healthy key, after %d error replies on another key: %+v, %v; want an admission from Redis (breaker %s)",
-			DefaultBreakerFailures, d, err, p.backend.nodes.state())
+			DefaultBreakerFailures, d, err, p.engine.Breaker().State())
 	}
 }

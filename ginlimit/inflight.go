@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -189,7 +190,7 @@ func newHolder() string {
 // failure policy gave.
 func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) {
 	h := &holding{p: p, req: req, holder: newHolder(), ctx: context.WithoutCancel(ctx)}
-	reply, brk, err := p.backend.run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(req, "acquire", h.holder))
+	reply, brk, err := p.engine.Run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(req, "acquire", h.holder))
 	if err == nil {
 		if req.d, err = p.parseSlots(req, reply); err == nil {
 			req.d.brk = brk
@@ -207,8 +208,7 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 	// the background (Redis is failing: the request need not wait for it).
 	saturated := errors.Is(err, ErrSaturated)
 	gone := errors.Is(err, ErrClientGone) || ctx.Err() != nil
-	var ran mayHaveRun
-	h.redis = (!noVerdict(err) || errors.As(err, &ran)) && !errors.Is(err, ErrCircuitOpen)
+	h.redis = (!engine.NoVerdict(err) || engine.MayHaveRun(err)) && !errors.Is(err, ErrCircuitOpen)
 	h.uncertain = true
 	if gone && !errors.Is(err, ErrClientGone) {
 		err = fmt.Errorf("%w: %w", ErrClientGone, err)
@@ -287,7 +287,7 @@ func (p *Policy) takeLocal(req *request, h *holding) Decision {
 // the slots free now, and Allowed whether a request would get one.
 func (p *Policy) peekSlots(ctx context.Context, r *rule, key string) (Decision, error) {
 	req := &request{calls: []call{{rule: r, key: key, cost: 1}}, keys: []string{key}}
-	reply, _, err := p.backend.run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(req, "peek", "peek"))
+	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(req, "peek", "peek"))
 	if err == nil {
 		var d Decision
 		if d, err = p.parseSlots(req, reply); err == nil {
@@ -346,7 +346,7 @@ func (h *holding) renewLater() {
 // (the script renews only a lease that is there).
 func (h *holding) renew() {
 	p := h.p
-	reply, _, err := p.backend.runLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "renew", h.holder))
+	reply, _, err := p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "renew", h.holder))
 	if err == nil {
 		if n, ok := one(reply); !ok {
 			err = fmt.Errorf("unexpected reply %v", reply)
@@ -395,13 +395,13 @@ func (h *holding) release() {
 	if h.uncertain {
 		h.giveLocal()
 		go func() {
-			_, _, _ = p.backend.runLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
+			_, _, _ = p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
 		}()
 		return
 	}
 	// The in-process count keeps the slot until Redis has it back.
 	defer h.giveLocal()
-	_, _, err := p.backend.runLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
+	_, _, err := p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
 	if err != nil {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not release an in-flight slot; its lease will free it",
 			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.calls[0].rule.name), errAttr(err))

@@ -20,21 +20,9 @@ func saturate(t *testing.T, l *Limiter) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var taken []chan struct{}
 	for _, b := range l.owned {
-		slots := b.nodes.one.slots
-		for range cap(slots) {
-			slots <- struct{}{}
-		}
-		taken = append(taken, slots)
+		t.Cleanup(b.engine.HoldSlots())
 	}
-	t.Cleanup(func() {
-		for _, slots := range taken {
-			for range cap(slots) {
-				<-slots
-			}
-		}
-	})
 }
 
 // TestInFlightLeaseHeldThroughAFlood: a flood on instance A that takes

@@ -225,7 +225,7 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	}
 	req.calls[len(req.calls)-1] = call{rule: r, key: keys[0], cost: max(r.cost, 1)}
 	req.keys[len(req.keys)-1] = keys[0]
-	reply, _, err := p.backend.run(ctx, p.queue, p.timeout, peekScript, req.keys, p.severalArgs(req))
+	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, peekScript, req.keys, p.severalArgs(req))
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
 	}
@@ -257,14 +257,14 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 	}
 	by = boundLabel(by)
 	start := time.Now()
-	if _, _, err := p.backend.run(ctx, p.queue, p.timeout, resetScript, keys, nil); err != nil {
+	if _, _, err := p.engine.Run(ctx, p.queue, p.timeout, resetScript, keys, nil); err != nil {
 		return fmt.Errorf("ginlimit: Reset: rule %q: %w", r.name, err)
 	}
 	route := t.Route
 	if t.Key != "" {
 		route = ""
 	}
-	if err := announce(ctx, p.backend, keys, p.staleness); err != nil {
+	if err := announce(ctx, p.hub, publishVia(p.engine), keys, p.staleness); err != nil {
 		// The count is reset; an instance that did not hear of it in time
 		// is coherent by the staleness bound now.
 		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",

@@ -83,7 +83,7 @@ func newInstance(t *testing.T, c redis.Scripter, opts ...Option) *instance {
 // which a loaded machine can outlast.
 func waitSubscribed(t *testing.T, p *Policy) {
 	t.Helper()
-	h := p.backend.hub
+	h := p.hub
 	if h == nil {
 		t.Fatal("the policy's backend has no reset subscription")
 	}
@@ -428,7 +428,7 @@ func TestResetWaitsNoLongerThanTheBound(t *testing.T) {
 	// Until this instance's own subscription is live, Reset cannot count
 	// acknowledgements and only waits out the bound (announce): on a
 	// loaded machine that can take a while.
-	for deadline := time.Now().Add(30 * time.Second); p.backend.hub == nil || !p.backend.hub.live.Load(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); p.hub == nil || !p.hub.live.Load(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the reset subscription never went live")
 		}
@@ -490,7 +490,7 @@ func TestALostSubscriptionDropsTheCache(t *testing.T) {
 	if _, d := in.claim("alice"); !d.Cached {
 		t.Fatal("the refusal was not cached: the test proves nothing")
 	}
-	in.policy.backend.hub.lose()
+	in.policy.hub.lose()
 	for i := range 2 {
 		if code, d := in.claim("alice"); code != http.StatusTooManyRequests || d.Cached {
 			t.Fatalf("claim %d after the loss: %d, cached %v: want Redis's 429", i+1, code, d.Cached)
@@ -516,7 +516,7 @@ func TestResetAfterRedisRestarts(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		subs, err := admin.PubSubNumSub(context.Background(), ResetChannel).Result()
-		if err == nil && subs[ResetChannel] == 2 && a.policy.backend.hub.live.Load() && b.policy.backend.hub.live.Load() {
+		if err == nil && subs[ResetChannel] == 2 && a.policy.hub.live.Load() && b.policy.hub.live.Load() {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -1,13 +1,18 @@
 package ginlimit
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 )
 
 // Limiter holds what the routes of an application share: the Redis
@@ -30,11 +35,11 @@ type Limiter struct {
 	secret []byte // keys the identity tags of log lines
 
 	mu       sync.Mutex
-	backends map[backendKey]*backend
+	backends map[engine.Config]*backend
 	owned    []*backend // every backend made, for Close
 	closed   bool
 
-	subscribe bool // the backends subscribe to resets
+	subscribe bool // the backends' hubs subscribe to resets
 }
 
 // New returns a Limiter with opts as the defaults of every route it serves.
@@ -62,7 +67,7 @@ func New(opts ...Option) (*Limiter, error) {
 func newLimiter(base config, subscribe bool) *Limiter {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret) // never fails (crypto/rand)
-	return &Limiter{base: base, logs: &logThrottle{}, secret: secret, backends: map[backendKey]*backend{}, subscribe: subscribe}
+	return &Limiter{base: base, logs: &logThrottle{}, secret: secret, backends: map[engine.Config]*backend{}, subscribe: subscribe}
 }
 
 // RateLimit returns the rate limit of one route, its options applied on top
@@ -125,30 +130,73 @@ func (l *Limiter) Middleware() gin.HandlerFunc {
 
 type limiterKey struct{}
 
+// backend is what the routes of a Limiter on one Redis client share: the
+// engine that makes their calls, and the hub that keeps their deny caches
+// and fallbacks coherent with Redis (nil without a subscription).
+type backend struct {
+	engine *engine.Engine
+	hub    *hub
+}
+
+// close ends what b runs in the background: the hub first, since its
+// acknowledgements go through the engine.
+func (b *backend) close() {
+	b.hub.close()
+	b.engine.Close()
+}
+
 // backendFor returns l's backend for the client and backend settings of rc,
-// making it the first time.
+// making it the first time: its engine loads every script, and, when l
+// subscribes, its hub subscribes to resets (coherence.go).
 func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
-	k := backendKey{rc.client, rc.breakFailures, rc.breakOpen, rc.autoPipeline}
+	k := engine.Config{Client: rc.client, BreakerFailures: rc.breakFailures, BreakerOpen: rc.breakOpen, AutoPipeline: rc.autoPipeline}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil, errClosed
 	}
-	shared := k.shareable()
+	shared := k.Shareable()
 	if shared {
 		if b := l.backends[k]; b != nil {
 			return b, nil
 		}
 	}
-	b, err := newBackend(k, l.subscribe)
+	e, err := engine.New(k, allScripts...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("AutoPipeline(true): %w", err)
+	}
+	b := &backend{engine: e}
+	if l.subscribe {
+		wait := time.Duration(0)
+		if e.Loaded() {
+			wait = subscribeWait // Redis answers: the subscription will not be long
+		}
+		b.hub = startHub(rc.client, publishVia(e), wait)
 	}
 	if shared {
 		l.backends[k] = b
 	}
 	l.owned = append(l.owned, b)
 	return b, nil
+}
+
+// allScripts are the scripts every engine loads at start-up; each rule's
+// single-rule script is loaded when its route is compiled (Policy.register).
+var allScripts = []*redis.Script{severalScript, peekScript, resetScript, publishScript, slotScript}
+
+// publishVia returns how a hub publishes on ResetChannel through e: it
+// returns how many subscribers received the payload.
+func publishVia(e *engine.Engine) func(ctx context.Context, payload string) (int64, error) {
+	return func(ctx context.Context, payload string) (int64, error) {
+		reply, _, err := e.Run(ctx, hubTimeout, hubTimeout, publishScript, []string{ResetChannel}, []any{ResetChannel, payload})
+		if err != nil {
+			return 0, err
+		}
+		if len(reply) != 1 {
+			return 0, fmt.Errorf("unexpected PUBLISH reply of %d elements", len(reply))
+		}
+		return reply[0], nil
+	}
 }
 
 // errClosed is the error of compiling a route on a closed Limiter.

@@ -110,9 +110,9 @@ func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency
 	e := Event{Route: route, Rule: d.Rule, Outcome: OutcomeOf(*d), Decision: *d, Latency: latency}
 	switch {
 	case d.brk != nil:
-		e.Breaker = d.brk.state()
+		e.Breaker = d.brk.State()
 	default:
-		e.Breaker = p.backend.nodes.state()
+		e.Breaker = p.engine.Breaker().State()
 	}
 	for _, o := range p.observers {
 		o.Observe(ctx, e)

@@ -142,7 +142,7 @@ func TestExactUnderOverload(t *testing.T) {
 				}
 				for _, l := range fleet {
 					for _, b := range l.backends {
-						if st := b.nodes.state(); st != "closed" {
+						if st := b.engine.Breaker().State(); st != "closed" {
 							t.Fatalf("a breaker is %s after an overload on a healthy Redis", st)
 						}
 					}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 )
 
 // The decision pipeline, the one path every decision takes, for one rule or
@@ -250,7 +252,7 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 		// once they are on the wire.
 		if wctx == nil {
 			var cancel context.CancelFunc
-			wctx, cancel = context.WithTimeoutCause(ctx, p.queue, errQueueTimedOut)
+			wctx, cancel = context.WithTimeoutCause(ctx, p.queue, engine.ErrQueueTimedOut)
 			defer cancel()
 		}
 		if err := wait(wctx, snap.wake); err != nil {
@@ -272,7 +274,7 @@ func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
 	if p.onFail == FailLocal {
 		sent = time.Now()
 	}
-	reply, brk, err := p.backend.run(ctx, p.queue, p.timeout, script, req.keys, args)
+	reply, brk, err := p.engine.Run(ctx, p.queue, p.timeout, script, req.keys, args)
 	var d Decision
 	var each []Decision
 	if err == nil {

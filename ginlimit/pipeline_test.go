@@ -132,7 +132,7 @@ func TestOneBreakerPerRedis(t *testing.T) {
 	if err := errors.Join(errA, errB, errO); err != nil {
 		t.Fatal(err)
 	}
-	if a.backend != b.backend || a.backend == own.backend {
+	if a.engine != b.engine || a.engine == own.engine {
 		t.Fatal("routes on one Redis do not share one backend, or a route with its own breaker settings shares it")
 	}
 	ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/lua"
 )
@@ -25,14 +26,15 @@ import (
 //
 // A Policy is immutable and safe for concurrent use.
 type Policy struct {
-	all          []*rule // every rule, in the order declared
-	rules        []*rule // the rate rules, decided by one script call
-	slots        []*rule // the in-flight rules (inflight.go)
-	calls        int     // calls per decision of the rate rules: one per rule, and one per rule's Ban
-	named        bool    // declared with Rule: keys and 429 bodies name the rule
-	tiered       bool    // some rule has plans (LimitBy, Tiers): the policy header is per request
-	backend      *backend
-	policyHeader string // RateLimit-Policy: every rule's, joined
+	all          []*rule        // every rule, in the order declared
+	rules        []*rule        // the rate rules, decided by one script call
+	slots        []*rule        // the in-flight rules (inflight.go)
+	calls        int            // calls per decision of the rate rules: one per rule, and one per rule's Ban
+	named        bool           // declared with Rule: keys and 429 bodies name the rule
+	tiered       bool           // some rule has plans (LimitBy, Tiers): the policy header is per request
+	engine       *engine.Engine // makes the route's Redis calls
+	hub          *hub           // keeps its caches coherent; nil without a subscription
+	policyHeader string         // RateLimit-Policy: every rule's, joined
 
 	timeout   time.Duration
 	queue     time.Duration // QueueTimeout
@@ -113,8 +115,8 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.backend = b
-	p.register(b)
+	p.engine, p.hub = b.engine, b.hub
+	p.register()
 	p.partition()
 	return p, nil
 }
@@ -183,17 +185,18 @@ func namedRuleConfig(base ruleConfig, g ruleGroup, names map[string]bool) (ruleC
 	return rcfg, err
 }
 
-// register prepares the scripts of p's rules and their plans on b, and has
-// b's hub track their deny caches and local fallbacks, their bans' too.
-func (p *Policy) register(b *backend) {
+// register prepares the scripts of p's rules and their plans on p's engine,
+// and has p's hub track their deny caches and local fallbacks, their bans'
+// too.
+func (p *Policy) register() {
 	for _, r := range p.rules {
 		for _, x := range append([]*rule{r}, slices.Collect(maps.Values(r.plans))...) {
 			if x.script != nil {
-				b.prepare(x.script)
+				p.engine.Prepare(x.script)
 			}
-			b.hub.track(x.deny, x.local)
+			p.hub.track(x.deny, x.local)
 			if x.ban != nil {
-				b.hub.track(x.ban.deny, x.ban.local)
+				p.hub.track(x.ban.deny, x.ban.local)
 			}
 		}
 	}

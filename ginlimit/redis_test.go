@@ -164,10 +164,10 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(5), AutoPipeline(true), DenyCache(0))
-	if p.backend.pipe == nil {
+	if p.engine.Pipeliner() == nil {
 		t.Fatal("AutoPipeline(true) on a *redis.Client did not auto-pipeline")
 	}
-	p.backend.pipeAbove = 0 // pipeline even a lone decision
+	p.engine.SetPipelineAbove(0) // pipeline even a lone decision
 	ctx := context.Background()
 	for i, want := range []int{4, 3} {
 		if i == 1 {
@@ -184,7 +184,7 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = hung.Close() })
 	hp := mustPolicy(t, Redis(hung), Key(prefix(t)), AutoPipeline(true), Timeout(100*time.Millisecond), OnFailure(FailClosed))
-	hp.backend.pipeAbove = 0
+	hp.engine.SetPipelineAbove(0)
 	start := time.Now()
 	d, err := hp.Allow(ctx, "k")
 	if err == nil || d.Allowed {
@@ -204,7 +204,7 @@ func TestAutoPipelineFallsBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	p := mustPolicy(t, Redis(wrapped{srv.Client()}), Key(prefix(t)), Limit(1), AutoPipeline(true))
-	if p.backend.pipe != nil {
+	if p.engine.Pipeliner() != nil {
 		t.Fatal("a wrapped client was auto-pipelined")
 	}
 	for i, want := range []bool{true, false} {

@@ -127,7 +127,7 @@ func TestRingRecoveredReportsClosedBreaker(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if s := p.backend.nodes.state(); s != "closed" {
+	if s := p.engine.Breaker().State(); s != "closed" {
 		t.Errorf("the Ring answers every decision again, but its Ring-wide breaker, reported for decisions that reach no node, is %q", s)
 	}
 }
@@ -156,8 +156,7 @@ func TestRingShardChurnKeepsNoStaleNodes(t *testing.T) {
 			t.Fatalf("move %d: %v", i, err)
 		}
 	}
-	n := 0
-	p.backend.nodes.byShard.Range(func(_, _ any) bool { n++; return true })
+	n := len(p.engine.NodeBreakers())
 	t.Logf("%d nodes after %d moves of one shard", n, moves)
 	if n > 2 {
 		t.Errorf("%d nodes kept for a Ring of one shard after %d moves: stale shards' nodes leak", n, moves)

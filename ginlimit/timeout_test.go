@@ -2,12 +2,13 @@ package ginlimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 )
 
 // TestTimeoutHoldsForEveryClientKind: against a Redis that accepts
@@ -38,7 +39,7 @@ func TestTimeoutHoldsForEveryClientKind(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", name, ctxAware), func(t *testing.T) {
 				start := time.Now()
 				p := mustPolicy(t, Redis(c), Key(prefix(t)), Timeout(timeout), OnFailure(FailClosed), Breaker(0, 0))
-				if el := time.Since(start); el > bound+loadTimeout {
+				if el := time.Since(start); el > bound+engine.LoadTimeout {
 					t.Fatalf("New took %v: loading the scripts is not bounded", el)
 				}
 				for i := range 3 {
@@ -53,54 +54,5 @@ func TestTimeoutHoldsForEveryClientKind(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// TestCallContext: a call's context ends no earlier than its Timeout and
-// carries the request's values; its cause is errTimedOut; a request whose
-// own deadline comes first, or whose context has ended, gets a context of
-// its own that keeps them.
-func TestCallContext(t *testing.T) {
-	t.Parallel()
-	b := &backend{}
-	type key struct{}
-	req := context.WithValue(context.Background(), key{}, "v")
-	const timeout = time.Hour
-	start := time.Now()
-	ctx, cancel := b.callContext(req, timeout)
-	if cancel != nil {
-		t.Fatal("a shared deadline has nothing to cancel")
-	}
-	dl, ok := ctx.Deadline()
-	if !ok || dl.Before(start.Add(timeout)) || dl.After(time.Now().Add(timeout+timeout/deadlineSteps)) {
-		t.Fatalf("deadline %v after the start, want within [%v, %v]", dl.Sub(start), timeout, timeout+timeout/deadlineSteps)
-	}
-	if ctx.Value(key{}) != "v" || ctx.Err() != nil {
-		t.Fatalf("value %v, err %v; want the request's value and no error", ctx.Value(key{}), ctx.Err())
-	}
-
-	short, cancelShort := context.WithTimeout(req, time.Minute)
-	defer cancelShort()
-	ctx, cancel = b.callContext(short, timeout)
-	if cancel == nil {
-		t.Fatal("a request deadline before the Timeout needs a context of its own")
-	}
-	defer cancel()
-	if dl, _ := ctx.Deadline(); dl.After(time.Now().Add(time.Minute)) {
-		t.Fatalf("deadline %v from now, want the request's minute", time.Until(dl))
-	}
-
-	ended, end := context.WithCancel(req)
-	end()
-	ctx, cancel = b.callContext(ended, timeout)
-	if cancel == nil || ctx.Err() == nil {
-		t.Fatal("an ended request's call must end at once")
-	}
-	cancel()
-
-	ctx, _ = b.callContext(req, time.Nanosecond)
-	<-ctx.Done()
-	if err := cause(ctx); !errors.Is(err, errTimedOut) {
-		t.Fatalf("cause %v, want errTimedOut", err)
 	}
 }

@@ -1,4 +1,4 @@
-package ginlimit
+package engine
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // faster than Redis can answer them, and a longer queue only adds latency.
 const maxWaiting = 10_000
 
-// nodes is what a backend keeps per Redis server: one node for a plain
+// nodes is what an engine keeps per Redis server: one node for a plain
 // client, one per master for a *redis.ClusterClient and one per shard for a
 // *redis.Ring, so that a dead master or shard opens the breaker only for
 // the keys it owns, and another's answers say nothing about it.
@@ -40,20 +40,20 @@ type nodes struct {
 // whose connection pool serves the node (a plain client, a cluster's master
 // or a Ring's shard), nil for a client of another kind.
 type node struct {
-	brk     *breaker
+	brk     *Breaker
 	slots   chan struct{}
-	leases  chan struct{} // the slots of lease renewals and releases (backend.runLease)
+	leases  chan struct{} // the slots of lease renewals and releases (Engine.RunLease)
 	waiting atomic.Int64
 	pool    *redis.Client
 	// answered counts the calls Redis answered within their Timeout: a
 	// call that times out while it grows was not left waiting by Redis
-	// (see backend.run).
+	// (see node.judge).
 	answered atomic.Uint64
 	// stranded counts the calls this process abandoned at their Timeout
 	// on a client that does not bound its reads by the context, and whose
 	// connection still waits for Redis's reply: while there are any, a
 	// full pool is Redis not answering, not the application's commands
-	// (see backend.run).
+	// (see node.judge).
 	stranded atomic.Int64
 	// down is set when a call to the server failed other than by a reply
 	// of Redis, and cleared by a dial to the server that connects: while
@@ -165,14 +165,6 @@ func (ns *nodes) addShard(shard *redis.Client) *node {
 	return n
 }
 
-// state is the state of the breaker of the client as a whole, for
-// decisions that reached no node's (a cached rejection, say).
-func (ns *nodes) state() string { return ns.one.brk.state() }
-
-// errQueueTimedOut is the cause of a wait for a slot that ran out of its
-// QueueTimeout.
-var errQueueTimedOut = fmt.Errorf("no Redis connection free within the QueueTimeout: %w", context.DeadlineExceeded)
-
 // leaseSlots is how many lease renewals and releases a node has on the
 // wire at once. They are few (a renewal per held slot per lease/3, a
 // release per request that held one) and small, and they go directly to
@@ -206,7 +198,7 @@ func (n *node) acquire(ctx context.Context, l lane, queue time.Duration) error {
 	case slots <- struct{}{}:
 		return nil
 	case <-timer.C:
-		return fmt.Errorf("%w: %w", ErrSaturated, errQueueTimedOut)
+		return fmt.Errorf("%w: %w", ErrSaturated, ErrQueueTimedOut)
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))
 	}
@@ -224,7 +216,7 @@ func (n *node) release(l lane) {
 // call runs f, a call to the node's server, and fails fast when the server
 // is gone. go-redis does not: a connection it cannot make is dialed
 // DialerRetries times (5, 100 ms apart, by default), and its pool belongs
-// to the application, so ginlimit cannot change that. So once a call has
+// to the application, so the engine cannot change that. So once a call has
 // failed (down), the next one first dials the server itself (reach), once,
 // as go-redis's pool does (the Options' Dialer, Network and Addr; a
 // DialHook is not followed): a refused connection then fails the call at
@@ -256,7 +248,7 @@ func (n *node) call(ctx context.Context, f func() ([]int64, error)) ([]int64, er
 	err = deadlineOf(ctx, err)
 	// A call that ran out of its Timeout (go-redis may report it as the
 	// context's bare error) while no other call was answered, and not for
-	// want of a pooled connection (backend.run tells that apart).
+	// want of a pooled connection (judge tells that apart).
 	timedOut := errors.Is(err, context.DeadlineExceeded) && errors.Is(cause(ctx), errTimedOut)
 	if timedOut && n.answered.Load() == answered && !poolBusy(n.pool) && n.answers(ctx, start) {
 		return nil, mayHaveRun{fmt.Errorf("%w: the call ran out of its Timeout, yet Redis answered a PING: this process read the reply late", ErrSaturated)}
@@ -268,8 +260,8 @@ func (n *node) call(ctx context.Context, f func() ([]int64, error)) ([]int64, er
 // Timeout of a call that started at start and ended at ctx's deadline. A
 // call that ran out of its Timeout while no other call of the node was
 // answered is taken for a Redis that does not answer; but when this
-// process is not given the CPU for longer than the Timeout (stalls of up
-// to 470 ms were measured with two busy loops on 2 cores), every call in
+// process is not given the CPU for longer than the Timeout (busy loops
+// on a small machine do that), every call in
 // flight runs out of its Timeout together, their replies unread in the
 // socket (Go reports a socket deadline that has passed before it reads
 // what has arrived), and none is answered. The PING tells the two apart.
@@ -309,7 +301,7 @@ func deadlineOf(ctx context.Context, err error) error {
 // reach returns nil when the node may be called: it is not down, or a
 // dial to its server connects now (the connection is closed at once).
 // Otherwise it returns the dial's error, or ctx's cause when ctx ends
-// first. A node of a client ginlimit does not know is never dialed.
+// first. A node of a client the engine does not know is never dialed.
 func (n *node) reach(ctx context.Context) error {
 	if !n.down.Load() || n.pool == nil {
 		return nil
@@ -360,7 +352,7 @@ func (n *node) reach(ctx context.Context) error {
 
 // connFailure reports whether err, a call's error, is the server's
 // connection or time failing, rather than a reply of Redis (or a reply
-// ginlimit could not read).
+// the engine could not read).
 func connFailure(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
