@@ -20,7 +20,7 @@ import (
 //
 // and then, for a request, the answer (response.go) and the observers
 // (observe.go). The pipeline decides policy and knows nothing about
-// connections; the backend (backend.go) knows Redis and nothing about
+// connections; the engine (internal/engine) knows Redis and nothing about
 // policy.
 
 // call is one rule's share of a decision.

@@ -132,37 +132,6 @@ func TestRingRecoveredReportsClosedBreaker(t *testing.T) {
 	}
 }
 
-// TestRingShardChurnKeepsNoStaleNodes: service discovery moves a
-// Ring shard between two addresses (a failover, a rescheduled pod) many
-// times. Each move makes go-redis a new shard *redis.Client and closes the
-// old one; ginlimit makes a node for each. Keeping every one for ever
-// (the closed client, its pool and a slot channel of PoolSize each) would
-// grow the sync.Map by one per move. Want: no more nodes than shards in
-// use.
-func TestRingShardChurnKeepsNoStaleNodes(t *testing.T) {
-	a, b := redistest.Start(t), redistest.Start(t)
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s": a.Addr}})
-	t.Cleanup(func() { _ = ring.Close() })
-	p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000), OnFailure(FailClosed))
-	ctx := context.Background()
-	const moves = 100
-	for i := range moves {
-		addr := a.Addr
-		if i%2 == 1 {
-			addr = b.Addr
-		}
-		ring.SetAddrs(map[string]string{"s": addr})
-		if _, err := p.Allow(ctx, "k"); err != nil {
-			t.Fatalf("move %d: %v", i, err)
-		}
-	}
-	n := len(p.engine.NodeBreakers())
-	t.Logf("%d nodes after %d moves of one shard", n, moves)
-	if n > 2 {
-		t.Errorf("%d nodes kept for a Ring of one shard after %d moves: stale shards' nodes leak", n, moves)
-	}
-}
-
 // TestRingReaddedShardGetsAFreshBreaker: a shard removed (its
 // breaker open) and added back at the same address is a new go-redis
 // client; its node must not be the old one's with the breaker still open.

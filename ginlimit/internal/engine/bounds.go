@@ -8,6 +8,8 @@ import (
 )
 
 // errTimedOut is the cause of a call's context when its Timeout ran out.
+//
+//lint:ignore ST1005 Redis is a proper noun, and the text is what a user reads
 var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", context.DeadlineExceeded)
 
 // callContext returns the context that bounds one call on the wire: it
