@@ -2,7 +2,9 @@ package ginlimit
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -62,25 +64,33 @@ const DefaultSubWindows = 10
 
 // The several-rule scripts are immutable: redis.Script holds only the
 // source and its SHA1, and Run sends EVALSHA and falls back to EVAL on
-// NOSCRIPT. The numbering of the algorithms in their arguments is
-// AlgorithmKind's: the scripts are built from this enum, so Lua never
-// depends on the order of these constants by hand. Each rule's single-rule
-// script has its settings written into it (backend.single).
+// NOSCRIPT. They number the algorithms as lua.Numbered lists them, which
+// ruleArgs looks up by name, so that no Go constant's order has to match
+// the Lua's. Each rule's single-rule script has its settings written into
+// it (lua.Single, in compileRule).
 var (
-	severalScript = redis.NewScript(lua.Several(algorithmNames()...))
+	severalScript = redis.NewScript(lua.Several())
 	// peekScript is severalScript recording nothing: Policy.Peek.
-	peekScript = redis.NewScript(lua.Peek(algorithmNames()...))
+	peekScript = redis.NewScript(lua.Peek())
 )
 
-// algorithmNames returns the names of the algorithms and of the penalty
-// (ban.go), numbered as AlgorithmKind numbers them: the several-rule
-// scripts carry them all.
-func algorithmNames() []string {
-	names := make([]string, penaltyAlg+1)
-	for a := range names {
-		names[a] = AlgorithmKind(a).String()
-	}
-	return names
+// ruleArgs returns a rule's settings in the several-rule script's
+// arguments: ArgsPerRule values with the algorithm's number, the window
+// in µs, the limit and param at their offsets, and the cost's left for
+// each call to fill in (severalArgs).
+func ruleArgs(a AlgorithmKind, window time.Duration, limit, param int) []any {
+	args := make([]any, lua.ArgsPerRule)
+	args[lua.ArgAlgorithm] = slices.Index(lua.Numbered(), a.String())
+	args[lua.ArgWindow], args[lua.ArgLimit], args[lua.ArgParam] = window.Microseconds(), limit, param
+	return args
+}
+
+// singleArgs returns the single-rule script's arguments: the test clock
+// ("" for Redis TIME), then the cost.
+func singleArgs(clock any, cost int) []any {
+	args := make([]any, lua.SingleArgs)
+	args[lua.ArgClock], args[lua.SingleArgCost] = clock, cost
+	return args
 }
 
 // keyTag is what the algorithm adds to a rule's key prefix: nothing for the
@@ -142,7 +152,7 @@ func (a AlgorithmKind) param(r *ruleConfig) int {
 	case TokenBucket:
 		return r.burstOrLimit()
 	case SlidingLog:
-		return exactBelow
+		return lua.ExactBelow
 	}
 	return 0
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // Bans: a rule with [Ban] gets a companion rule, the penalty (lua/penalty.lua),
@@ -14,8 +16,9 @@ import (
 // its decision into the rule's (pipeline.go: parse), so a ban reads as the
 // rule's refusal with Banned set and the ban's message.
 
-// penaltyAlg numbers the penalty in the several-rule scripts, after the
-// algorithms. It is not an algorithm a rule can choose.
+// penaltyAlg is the penalty's AlgorithmKind, after the algorithms: its
+// name, "penalty", is its number in the several-rule scripts
+// (lua.Numbered). It is not an algorithm a rule can choose.
 const penaltyAlg = TokenBucket + 1
 
 // DefaultBanMessage is the message of a ban's 429 when no [BanMessage] is
@@ -31,10 +34,10 @@ type ban struct {
 }
 
 // MaxBan is the longest ban [Ban] takes: 1e9 milliseconds, about 11.6
-// days. The penalty script counts a ban in milliseconds and takes at most
-// 1e9 of them (lua/rule.lua), so a longer one would be refused by Redis on
+// days. The penalty script counts a ban in milliseconds, its param, and
+// takes at most lua.MaxParam of them (lua/rule.lua), so a longer one would be refused by Redis on
 // every decision; [Ban] refuses it at start-up instead.
-const MaxBan = 1e9 * time.Millisecond
+const MaxBan = lua.MaxParam * time.Millisecond
 
 // Ban bans an identity from the rule for duration once it has collected
 // after refusals within within: while banned, every request of that
@@ -113,8 +116,8 @@ func (r *rule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
 		return fmt.Errorf("Ban: %w", err)
 	}
 	pr.penalty = true
-	pr.maxCost = 1e9 // its cost is strikes, not units of a request
-	pr.settings[3] = int(b.duration.Milliseconds())
+	pr.maxCost = lua.MaxCost // its cost is strikes, not units of a request
+	pr.settings[lua.ArgParam] = int(b.duration.Milliseconds())
 	pr.limit, pr.limitText, pr.policyHeader = r.limit, r.limitText, r.policyHeader
 	if pr.local != nil {
 		// A ban is Redis's: the fallback starts none, but keeps the one
@@ -174,7 +177,7 @@ func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
 		if n <= 0 {
 			continue
 		}
-		sub.calls = append(sub.calls, call{rule: pc.rule, key: pc.key, cost: int(min(1+n, 1e9))})
+		sub.calls = append(sub.calls, call{rule: pc.rule, key: pc.key, cost: int(min(1+n, lua.MaxCost))})
 		sub.keys = append(sub.keys, pc.key)
 		owners = append(owners, owner)
 	}
@@ -191,7 +194,7 @@ func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, severalScript, sub.keys, p.severalArgs(&sub))
 	var now time.Time
 	if err == nil {
-		now, _, err = replyHead(reply, len(sub.calls), 4)
+		now, _, err = replyHead(reply, len(sub.calls), lua.ReplyPerRule)
 	}
 	if err != nil {
 		for i, o := range owners {
@@ -200,7 +203,7 @@ func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
 		return
 	}
 	for i, cl := range sub.calls {
-		d := Decision{Remaining: int(max(reply[2+4*i+1], 0)), Reset: time.Duration(reply[2+4*i+2]) * time.Microsecond, Time: now}
+		d := Decision{Remaining: int(max(reply[lua.At(i, lua.ReplyRemaining)], 0)), Reset: time.Duration(reply[lua.At(i, lua.ReplyReset)]) * time.Microsecond, Time: now}
 		if cl.rule.deny != nil {
 			cl.rule.deny.leave(cl.key, nil, 1, ticks[i], gens[i], false, &d, true)
 		}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 const (
@@ -15,12 +17,13 @@ const (
 	// lowRemaining is the remaining quota under which a key's in-flight
 	// calls are counted, so that no more calls are sent than could still be
 	// admitted.
-	lowRemaining = 64
-	// exactBelow is the script's ARGV[3]: below this remaining quota (and on
-	// every rejection) the script reports the exact time until the oldest
-	// entry leaves the window, which the cache's bounds need; above it, it
-	// reports the window, an upper bound, and saves a ZRANGE.
-	exactBelow = lowRemaining
+	lowRemaining = lua.ExactBelow
+	// exactBelow is the sliding log's exact-below, lua.ExactBelow: below
+	// this remaining quota (and on every rejection) the script reports the
+	// exact time until the oldest entry leaves the window, which the
+	// cache's bounds need; above it, it reports the window, an upper bound,
+	// and saves a read.
+	exactBelow = lua.ExactBelow
 )
 
 // DenyCache sets how many keys near or over their limit each rule of the

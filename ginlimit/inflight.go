@@ -162,15 +162,17 @@ func (p *Policy) newSlotRequest(s scope) *request {
 
 // slotArgs returns the script's arguments for op on req's slots.
 func (p *Policy) slotArgs(req *request, op, holder string) []any {
-	args := make([]any, 3, 3+2*len(req.calls))
+	args := make([]any, lua.InFlightArgRules, lua.InFlightArgRules+lua.InFlightArgsPerRule*len(req.calls))
 	if p.clock != nil {
-		args[0] = p.clock()
+		args[lua.ArgClock] = p.clock()
 	} else {
-		args[0] = ""
+		args[lua.ArgClock] = ""
 	}
-	args[1], args[2] = op, holder
+	args[lua.InFlightArgOp], args[lua.InFlightArgHolder] = op, holder
 	for _, cl := range req.calls {
-		args = append(args, cl.rule.slots, cl.rule.lease.Microseconds())
+		at := len(args)
+		args = args[:at+lua.InFlightArgsPerRule]
+		args[at+lua.InFlightArgLimit], args[at+lua.InFlightArgLease] = cl.rule.slots, cl.rule.lease.Microseconds()
 	}
 	return args
 }
@@ -240,7 +242,7 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 // holds each one's.
 func (p *Policy) parseSlots(req *request, reply []int64) (Decision, error) {
 	n := len(req.calls)
-	now, fired, err := replyHead(reply, n, 1)
+	now, fired, err := replyHead(reply, n, lua.InFlightPerRule)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -248,7 +250,7 @@ func (p *Policy) parseSlots(req *request, reply []int64) (Decision, error) {
 	best := 0
 	for i := range rules {
 		r := req.calls[i].rule
-		rules[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.slots, Remaining: max(r.slots-int(reply[2+i]), 0), Time: now, decider: r}
+		rules[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.slots, Remaining: max(r.slots-int(reply[lua.ReplyHead+lua.InFlightPerRule*i+lua.InFlightInUse]), 0), Time: now, decider: r}
 		if fired == 0 && rules[i].Remaining < rules[best].Remaining {
 			best = i
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // The decision pipeline, the one path every decision takes, for one rule or
@@ -318,7 +319,7 @@ func (p *Policy) bringStrikes(req *request) {
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.rule.penalty {
 			owner := &req.calls[i+1]
-			cl.cost = int(min(1+owner.rule.deny.drain(owner.key), 1e9))
+			cl.cost = int(min(1+owner.rule.deny.drain(owner.key), lua.MaxCost))
 		}
 	}
 }
@@ -414,21 +415,22 @@ func (p *Policy) call(req *request) (*redis.Script, []any) {
 	if p.clock != nil {
 		clock = p.clock()
 	}
-	return cl.rule.script, []any{clock, cl.cost}
+	return cl.rule.script, singleArgs(clock, cl.cost)
 }
 
 // severalArgs returns the several-rule script's arguments for req: the
-// test clock ("" for Redis TIME), then algorithm, window µs, limit,
-// parameter and cost per call.
+// test clock ("" for Redis TIME), then each call's rule's settings and
+// its cost (see package lua).
 func (p *Policy) severalArgs(req *request) []any {
-	args := make([]any, 1, 1+5*len(req.calls))
-	args[0] = ""
+	args := make([]any, lua.ArgRules, lua.ArgRules+lua.ArgsPerRule*len(req.calls))
+	args[lua.ArgClock] = ""
 	if p.clock != nil {
-		args[0] = p.clock()
+		args[lua.ArgClock] = p.clock()
 	}
 	for _, cl := range req.calls {
+		at := len(args)
 		args = append(args, cl.rule.settings...)
-		args = append(args, cl.cost)
+		args[at+lua.ArgCost] = cl.cost
 	}
 	return args
 }
@@ -448,7 +450,7 @@ func (p *Policy) parse(req *request, reply []int64) (Decision, []Decision, error
 // parseFor is parse, with Rules filled when every is true.
 func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []Decision, error) {
 	n := len(req.calls)
-	now, fired, err := replyHead(reply, n, 4)
+	now, fired, err := replyHead(reply, n, lua.ReplyPerRule)
 	if err != nil {
 		return Decision{}, nil, err
 	}
@@ -498,16 +500,16 @@ func callDecision(r *rule, reply []int64, i, fired int, now time.Time) Decision 
 		// A key can hold more than the limit (a limit lowered on
 		// redeploy, two rules sharing a key): remaining is never
 		// reported below 0.
-		Remaining: int(max(reply[2+4*i+1], 0)),
-		Reset:     time.Duration(reply[2+4*i+2]) * time.Microsecond,
+		Remaining: int(max(reply[lua.At(i, lua.ReplyRemaining)], 0)),
+		Reset:     time.Duration(reply[lua.At(i, lua.ReplyReset)]) * time.Microsecond,
 		Time:      now,
 		decider:   r,
 	}
 	// A penalty reports 0 remaining for a banned identity, from the
 	// request that made the ban on (lua/penalty.lua); that request
 	// reads as banned when it was refused anyway.
-	if reply[2+4*i] == 0 || r.penalty && d.Remaining == 0 && fired != 0 {
-		d.RetryAfter = time.Duration(reply[2+4*i+3]) * time.Microsecond
+	if reply[lua.At(i, lua.ReplyOK)] == 0 || r.penalty && d.Remaining == 0 && fired != 0 {
+		d.RetryAfter = time.Duration(reply[lua.At(i, lua.ReplyRetry)]) * time.Microsecond
 		d.Banned = r.penalty
 	}
 	return d
@@ -518,13 +520,13 @@ func callDecision(r *rule, reply []int64, i, fired int, now time.Time) Decision 
 // header and per integers for each of n calls, and returns the header: the
 // Redis time, and the 1-based index of the call that fired (0: none).
 func replyHead(reply []int64, n, per int) (time.Time, int, error) {
-	if len(reply) != 2+per*n {
+	if len(reply) != lua.ReplyHead+per*n {
 		return time.Time{}, 0, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}
-	if fired := reply[1]; fired < 0 || fired > int64(n) {
+	if fired := reply[lua.ReplyFired]; fired < 0 || fired > int64(n) {
 		return time.Time{}, 0, fmt.Errorf("unexpected firing rule %d", fired)
 	}
-	return time.UnixMicro(reply[0]), int(reply[1]), nil
+	return time.UnixMicro(reply[lua.ReplyNow]), int(reply[lua.ReplyFired]), nil
 }
 
 // cached is the decision for a rejection the deny cache is certain of at now.

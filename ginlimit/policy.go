@@ -83,7 +83,7 @@ type rule struct {
 
 	script       *redis.Script // the single-rule script with this rule's settings written in (nil for a penalty or an in-flight rule)
 	args         []any         // that script's arguments at the fixed cost: the clock (""), the cost
-	settings     []any         // this rule in the several-rule script: algorithm, window µs, limit, param
+	settings     []any         // this rule's arguments of the several-rule script, but the cost (ruleArgs)
 	quotedName   string
 	limitText    string
 	policyHeader string // this rule's RateLimit-Policy item
@@ -264,8 +264,8 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		hashKey:     rc.hashKey,
 		anonByIP:    rc.anonByIP,
 		deny:        newDenyCache(route.deny, route.staleness),
-		args:        []any{"", rc.cost},
-		settings:    []any{int(rc.alg), rc.window.Microseconds(), rc.limit, param},
+		args:        singleArgs("", rc.cost),
+		settings:    ruleArgs(rc.alg, rc.window, rc.limit, param),
 		quotedName:  sfString(name),
 		limitText:   strconv.Itoa(rc.limit),
 		body429:     body429,

@@ -132,40 +132,37 @@
 // miniredis has no struct library; prologue.lua writes out the
 // little of it the scripts use.
 //
-// Scripts are returned by functions, assembled from the embedded files, so
-// no caller can change what another one runs.
+// Scripts are returned by functions, so no caller can change what another
+// one runs.
 package lua
 
+//go:generate go run gen.go
+
 import (
-	_ "embed"
+	"embed"
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
 var (
-	//go:embed prologue.lua
-	prologue string
-	//go:embed rule.lua
-	ruleChecks string
-	//go:embed single.lua
-	single string
-	//go:embed several.lua
-	severalDriver string
-	//go:embed sliding_log.lua
-	slidingLog string
-	//go:embed sliding_counter.lua
-	slidingCounter string
-	//go:embed fixed_window.lua
-	fixedWindow string
-	//go:embed token_bucket.lua
-	tokenBucket string
-	//go:embed penalty.lua
-	penalty string
+	//go:embed gen
+	generated embed.FS
 	//go:embed inflight.lua
 	inflight string
 )
+
+// file returns the generated file named name, and panics if there is none:
+// the generator writes every file this package reads.
+func file(name string) string {
+	b, err := generated.ReadFile("gen/" + name)
+	if err != nil {
+		panic(fmt.Sprintf("lua: %v: run go generate ./lua", err))
+	}
+	return string(b)
+}
 
 // InFlight returns the script of in-flight limits (inflight.lua, which
 // documents its arguments and replies): it acquires, releases, renews and
@@ -173,42 +170,22 @@ var (
 // driver.
 func InFlight() string { return inflight }
 
-// algorithms lists each algorithm's name, which also starts the names of
-// the functions its file defines, and its file.
-var algorithms = [...]struct{ name, src string }{
-	{"sliding_log", slidingLog},
-	{"sliding_counter", slidingCounter},
-	{"fixed_window", fixedWindow},
-	{"token_bucket", tokenBucket},
-}
-
-// companions lists the algorithms that are never a rule alone, only next
-// to one in a [Several] call: "penalty" (penalty.lua), which bans an
-// identity after too many refusals. [Algorithms] does not list them.
-var companions = [...]struct{ name, src string }{
-	{"penalty", penalty},
-}
-
-// algorithm returns the file of the algorithm or companion named name, and
-// panics if there is none.
-func algorithm(name string) string {
-	for _, a := range append(algorithms[:], companions[:]...) {
-		if a.name == name {
-			return a.src
-		}
-	}
-	panic(fmt.Sprintf("lua: unknown algorithm %q: want one of %s", name, strings.Join(Algorithms(), ", ")))
-}
+// numbered lists the algorithms of the several-rule scripts by their
+// number in ARGV: the four of [Algorithms], then the companion "penalty"
+// (penalty.lua), which bans an identity after too many refusals and is
+// never a rule alone.
+var numbered = [...]string{"sliding_log", "sliding_counter", "fixed_window", "token_bucket", "penalty"}
 
 // Algorithms returns the names of the algorithms this package has scripts
 // for.
 func Algorithms() []string {
-	names := make([]string, len(algorithms))
-	for i, a := range algorithms {
-		names[i] = a.name
-	}
-	return names
+	return slices.Clone(numbered[:len(numbered)-1])
 }
+
+// Numbered returns the names of the algorithms the several-rule scripts
+// take, each at its number in their ARGV: those of [Algorithms], then
+// "penalty".
+func Numbered() []string { return slices.Clone(numbered[:]) }
 
 // The ranges of a rule's settings and of a request's cost that every
 // decision script accepts (rule.lua checks them in the scripts; Single
@@ -217,165 +194,110 @@ const (
 	MinWindow = 1000 // the shortest window, in µs (1 ms)
 	MaxWindow = 1e15 // the longest window, in µs (about 31 years)
 	MaxLimit  = 1e9  // the largest limit
-	MaxParam  = 1e9  // the largest param (burst, sub-windows, exact-below)
+	MaxParam  = 1e9  // the largest param (burst, sub-windows, exact-below, ban ms)
 	MaxCost   = 1e9  // the largest cost of one request
+)
+
+// ExactBelow is the sliding log's param that ginlimit sends: below this
+// remaining quota, and on every rejection, the script reports the exact
+// time until the oldest entry leaves the window; above it, the window, an
+// upper bound, which saves a read. ginlimit's deny cache counts a key's
+// calls in flight below the same quota, so its bounds always have the
+// exact reset they need.
+const ExactBelow = 64
+
+// The decision scripts' reply: ReplyHead integers, then ReplyPerRule for
+// each rule, rule i's (from 0) field f at [At](i, f). The in-flight
+// acquire replies the same head, then InFlightPerRule per key.
+const (
+	ReplyNow   = 0 // the Redis time, µs
+	ReplyFired = 1 // the 1-based index of the first rule that rejected, 0 when admitted
+	ReplyHead  = 2 // integers before the first rule's
+
+	ReplyOK        = 0 // 1 when the rule alone admits the request
+	ReplyRemaining = 1 // the rule's remaining quota
+	ReplyReset     = 2 // µs until the rule's remaining grows
+	ReplyRetry     = 3 // µs until the request would fit, 0 unless rejected and this rule refuses it
+	ReplyPerRule   = 4 // integers per rule
+
+	InFlightInUse   = 0 // the key's live leases
+	InFlightPerRule = 1 // integers per key of the in-flight acquire
+)
+
+// At returns the index in a decision script's reply of field f (ReplyOK to
+// ReplyRetry) of rule i, counted from 0.
+func At(i, f int) int { return ReplyHead + ReplyPerRule*i + f }
+
+// The scripts' arguments, as indices into the Go slice of arguments (Lua's
+// ARGV[k+1] is the slice's k). Every script takes the clock first. The
+// single-rule script then takes the cost; the several-rule scripts take
+// ArgsPerRule per rule, rule i's at ArgRules + ArgsPerRule*i, its
+// settings (ArgAlgorithm to ArgParam, the algorithm numbered as in
+// [Numbered]) then its cost; the in-flight script the operation, the
+// holder, then InFlightArgsPerRule per key.
+const (
+	ArgClock = 0 // a test clock in µs, or "" for Redis TIME
+
+	SingleArgCost = 1 // the request's cost
+	SingleArgs    = 2 // arguments of the single-rule script
+
+	ArgRules     = 1 // where the first rule's arguments start
+	ArgAlgorithm = 0 // the rule's algorithm number
+	ArgWindow    = 1 // its window in µs
+	ArgLimit     = 2 // its limit
+	ArgParam     = 3 // its param
+	ArgCost      = 4 // the request's cost under it
+	ArgsPerRule  = 5 // arguments per rule
+
+	InFlightArgOp       = 1 // "acquire", "release", "renew" or "peek"
+	InFlightArgHolder   = 2 // the holder's id
+	InFlightArgRules    = 3 // where the first key's arguments start
+	InFlightArgLimit    = 0 // the key's limit
+	InFlightArgLease    = 1 // its lease in µs
+	InFlightArgsPerRule = 2 // arguments per key
+)
+
+// The placeholders of a generated single-rule script, which [Single]
+// replaces with the rule's settings.
+const (
+	placeWindow = "@WINDOW@"
+	placeLimit  = "@LIMIT@"
+	placeParam  = "@PARAM@"
+	placeBad    = "@SETTINGS_BAD@"
 )
 
 // Single returns the script that decides one rule of the algorithm named name
 // ("sliding_log", "sliding_counter", "fixed_window" or "token_bucket") with
 // the given window (µs), limit and param, which are written into the script
-// (see single.lua): a call sends only the clock and the cost. The script
-// runs the algorithm's sections inline. Single checks the settings' ranges
-// here, once, not on every call; when one is out of range, every call of
-// the script replies with an error naming it, so a caller checks them
-// first (ginlimit does, at start-up). It panics if name is unknown.
+// (gen/single_<name>.lua, whose placeholders they replace): a call sends
+// only the clock and the cost. Single checks the settings' ranges here,
+// once, not on every call; when one is out of range, every call of the
+// script replies with an error naming it, so a caller checks them first
+// (ginlimit does, at start-up). It panics if name is unknown.
 func Single(name string, window, limit, param int64) string {
-	alg := parts(name)
-	head, tail := cut(single, "-- prologue.lua")
-	var b strings.Builder
-	b.WriteString(head)
-	b.WriteString(prologue)
-	b.WriteString("local peek = false -- generated by lua.Single: a decision\n")
-	b.WriteString(alg.helpers)
-	// The ranges of rule.lua's bad, which names the setting when a call
-	// finds settings_bad.
+	if !slices.Contains(Algorithms(), name) {
+		panic(fmt.Sprintf("lua: unknown algorithm %q: want one of %s", name, strings.Join(Algorithms(), ", ")))
+	}
 	bad := window < MinWindow || window > MaxWindow || limit < 1 || limit > MaxLimit || param < 0 || param > MaxParam
-	fmt.Fprintf(&b, "\n-- Generated by lua.Single.\nlocal alg_name = '%s'\nlocal window, limit, param = %d, %d, %d\nlocal settings_bad = %t\n",
-		name, window, limit, param, bad)
-	// rule.lua goes inside the error branch, where its marker is, so that
-	// the hot path does not make its functions.
-	tail = splice(tail, "-- rule.lua", ruleChecks)
-	for i, s := range sections {
-		tail = splice(tail, "-- @"+s.name, alg.sections[i])
-	}
-	b.WriteString(tail)
-	return b.String()
+	return strings.NewReplacer(
+		placeWindow, strconv.FormatInt(window, 10),
+		placeLimit, strconv.FormatInt(limit, 10),
+		placeParam, strconv.FormatInt(param, 10),
+		placeBad, strconv.FormatBool(bad),
+	).Replace(file("single_" + name + ".lua"))
 }
 
-// sections are the parts of an algorithm's file, in the order the file
-// gives them, with what each reads (besides now, peek, pack and
-// unpack_ints from prologue.lua, and the file's helpers) and what it
-// assigns. [Single] runs them inline; [Several] wraps each in a function,
-// <algorithm>_<section>(reads), that returns what it assigns.
-var sections = [...]struct{ name, reads, assigns string }{
-	{"validate", "window, limit, param, cost", "invalid"},
-	{"check", "key, window, limit, param, cost", "ok, a, b"},
-	{"commit", "key, window, limit, param, cost, a, b", "a, b"},
-	{"report", "key, window, limit, param, cost, ok, admitted, a, b", "remaining, reset, retry"},
-}
+// Several returns the script that decides several rules at once, of the
+// algorithms numbered as in [Numbered] (gen/several.lua).
+func Several() string { return file("several.lua") }
 
-// algorithmParts is an algorithm's file split at its section markers.
-type algorithmParts struct {
-	helpers  string // the text before the first section: its comments and helper functions
-	sections [len(sections)]string
-}
-
-// parts splits the file of the algorithm or companion named name at its
-// marker lines "-- @validate", "-- @check", "-- @commit" and "-- @report",
-// which must each be there once, in that order. It panics if name is
-// unknown or its file is not so.
-func parts(name string) algorithmParts {
-	rest := algorithm(name)
-	var p algorithmParts
-	for i, s := range sections {
-		before, after, ok := strings.Cut(rest, "\n-- @"+s.name+"\n")
-		if !ok {
-			panic(fmt.Sprintf("lua: %s.lua has no \"-- @%s\" line after its earlier sections", name, s.name))
-		}
-		if i == 0 {
-			p.helpers = before + "\n"
-		} else {
-			p.sections[i-1] = before + "\n"
-		}
-		rest = after
-	}
-	p.sections[len(sections)-1] = rest
-	return p
-}
-
-// functions returns the sections of the algorithm named name wrapped as
-// functions, after its helpers, for [Several].
-func functions(name string) string {
-	alg := parts(name)
-	var b strings.Builder
-	b.WriteString(alg.helpers)
-	for i, s := range sections {
-		fmt.Fprintf(&b, "\nlocal function %s_%s(%s)\n", name, s.name, s.reads)
-		if !strings.Contains(s.reads, s.assigns) {
-			fmt.Fprintf(&b, "  local %s\n", s.assigns)
-		}
-		fmt.Fprintf(&b, "  repeat\n%s  until true\n  return %s\nend\n", alg.sections[i], s.assigns)
-	}
-	return b.String()
-}
-
-// splice replaces the one line of text that is marker, once trimmed of its
-// indentation, with insert, and panics if there is no such line.
-func splice(text, marker, insert string) string {
-	for line := range strings.Lines(text) {
-		if strings.TrimSpace(line) == marker {
-			before, after, _ := strings.Cut(text, line)
-			return before + insert + after
-		}
-	}
-	panic(fmt.Sprintf("lua: a driver has no %q line", marker))
-}
-
-// cut splits a driver at its marker line, which it drops, and panics if
-// there is none.
-func cut(driver, marker string) (before, after string) {
-	before, after, ok := strings.Cut(driver, "\n"+marker+"\n")
-	if !ok {
-		panic(fmt.Sprintf("lua: a driver has no %q line", marker))
-	}
-	return before + "\n", after
-}
-
-// Several returns the script that decides several rules at once; names[i] is
-// the algorithm numbered i in ARGV. A name may appear more than once. It
-// panics if names is empty or has an unknown name.
-func Several(names ...string) string {
-	return several(false, names)
-}
-
-// Peek returns the several-rule script that records nothing: it takes
-// [Several]'s arguments and gives its reply, where fired is the first rule
-// that would reject the request and 0 when every rule would admit it, and
-// each rule's report is the state of its key without the request (a
-// sliding log's report may still delete entries that have left the window,
-// which changes no decision). It panics as Several does.
-func Peek(names ...string) string {
-	return several(true, names)
-}
-
-func several(peek bool, names []string) string {
-	if len(names) == 0 {
-		panic("lua: Several needs at least one algorithm")
-	}
-	head, tail := cut(severalDriver, "-- prologue.lua")
-	var b strings.Builder
-	b.WriteString(head)
-	b.WriteString(prologue)
-	fmt.Fprintf(&b, "local peek = %t -- generated by lua.Several or lua.Peek\n", peek)
-	b.WriteString(ruleChecks)
-	for i, name := range names {
-		if !slices.Contains(names[:i], name) {
-			b.WriteString(functions(name))
-		}
-	}
-	b.WriteString("\n-- Generated by lua.Several.\nlocal algorithms = {")
-	numbers := make([]string, len(names))
-	for i, name := range names {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "[%[1]d] = {%[2]s_validate, %[2]s_check, %[2]s_commit, %[2]s_report}", i, name)
-		numbers[i] = fmt.Sprintf("%d (%s)", i, name)
-	}
-	fmt.Fprintf(&b, "}\nlocal algorithm_numbers = '%s'\n\n", strings.Join(numbers, ", "))
-	b.WriteString(tail)
-	return b.String()
-}
+// Peek returns the several-rule script that records nothing
+// (gen/peek.lua): it takes [Several]'s arguments and gives its reply,
+// where fired is the first rule that would reject the request and 0 when
+// every rule would admit it, and each rule's report is the state of its
+// key without the request (a sliding log's report may still delete entries
+// that have left the window, which changes no decision).
+func Peek() string { return file("peek.lua") }
 
 // Ints decodes a script's reply into its integers: a string of 8 bytes per
 // integer, big-endian and two's complement, as the scripts reply; or, from

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -153,10 +152,10 @@ func sameTTL(a, b time.Duration) bool {
 	return a-b < 100*time.Millisecond && b-a < 100*time.Millisecond
 }
 
-// number returns the number of the algorithm named name in Algorithms().
+// number returns the number of the algorithm named name in Numbered().
 func number(t *testing.T, name string) int {
 	t.Helper()
-	i := slices.Index(Algorithms(), name)
+	i := slices.Index(Numbered(), name)
 	if i < 0 {
 		t.Fatalf("no algorithm %q", name)
 	}
@@ -179,96 +178,34 @@ func TestAlgorithms(t *testing.T) {
 	if got := Algorithms(); !slices.Equal(got, want) {
 		t.Fatalf("Algorithms() after changing a returned slice = %v, want %v", got, want)
 	}
+	numbered := append(slices.Clone(want), "penalty")
+	if got := Numbered(); !slices.Equal(got, numbered) {
+		t.Fatalf("Numbered() = %v, want %v", got, numbered)
+	}
 	for _, name := range want {
-		src := Single(name, 1e6, 10, 1)
-		check := parts(name).sections[1]
-		if !strings.Contains(src, check) {
-			t.Errorf("Single(%q) does not carry its check section", name)
+		src := Single(name, 1234567, 89, 10)
+		if !strings.Contains(src, "local window, limit, param, settings_bad = 1234567, 89, 10, false\n") {
+			t.Errorf("Single(%q) does not carry its settings", name)
 		}
-		if strings.Contains(src, "local function "+name+"_check(") {
-			t.Errorf("Single(%q) makes its check a function; it runs the sections inline", name)
+		if strings.Contains(src, "@WINDOW@") || strings.Contains(src, "@LIMIT@") || strings.Contains(src, "@PARAM@") || strings.Contains(src, "@SETTINGS_BAD@") {
+			t.Errorf("Single(%q) keeps a placeholder", name)
 		}
-		for _, other := range want {
-			if other != name && strings.Contains(src, parts(other).sections[1]) {
-				t.Errorf("Single(%q) carries the algorithm %s too", name, other)
-			}
+		if !strings.Contains(src, "local alg_name = '"+name+"'") {
+			t.Errorf("Single(%q) does not name its algorithm", name)
 		}
 	}
-	if src := Several("fixed_window", "fixed_window"); strings.Count(src, "local function fixed_window_check(") != 1 {
-		t.Errorf("Several with a repeated name defines its functions %d times, want once", strings.Count(src, "local function fixed_window_check("))
-	}
-}
-
-// TestSectionsKeepTheirNames checks what lets a section run both inline
-// (Single) and as a function (Several): no section declares a local named
-// as one of the names the drivers give the sections (it would hide the
-// driver's), and none assigns to one it does not own (inline, the next
-// section would see it). A section owns what it assigns (see sections) and
-// the algorithm's state, a and b, except validate. It reads the lines that
-// start with local or with an assignment, so it is a guard, not a parser.
-func TestSectionsKeepTheirNames(t *testing.T) {
-	t.Parallel()
-	shared := []string{"now", "peek", "pack", "unpack_ints", "a", "b"}
-	for _, s := range sections {
-		for _, f := range strings.Split(s.reads+", "+s.assigns, ", ") {
-			if !slices.Contains(shared, f) {
-				shared = append(shared, f)
-			}
-		}
-	}
-	// Declarations: local names, local functions and loop variables.
-	decl := regexp.MustCompile(`(?m)(?:^\s*local\s+(?:function\s+)?|\bfor\s+)(\w+(?:\s*,\s*\w+)*)\s*(=|\bin\b|\(|$)`)
-	// Assignments: at the start of a line or after then, do, else or ;.
-	assign := regexp.MustCompile(`(?m)(?:^|\bthen\b|\bdo\b|\belse\b|;)\s*(\w+(?:\s*,\s*\w+)*)\s*=[^=]`)
-	names := append(Algorithms(), "penalty")
-	for _, name := range names {
-		p := parts(name)
-		for i, s := range sections {
-			owns := strings.Split(s.assigns, ", ")
-			if s.name != "validate" {
-				owns = append(owns, "a", "b")
-			}
-			for _, m := range decl.FindAllStringSubmatch(p.sections[i], -1) {
-				for _, v := range strings.Split(m[1], ",") {
-					if v = strings.TrimSpace(v); slices.Contains(shared, v) {
-						t.Errorf("%s.lua's %s section declares a local %s, which hides the driver's", name, s.name, v)
-					}
-				}
-			}
-			for _, m := range assign.FindAllStringSubmatch(p.sections[i], -1) {
-				if strings.HasPrefix(strings.TrimSpace(m[1]), "local") {
-					continue
-				}
-				for _, v := range strings.Split(m[1], ",") {
-					if v = strings.TrimSpace(v); slices.Contains(shared, v) && !slices.Contains(owns, v) {
-						t.Errorf("%s.lua's %s section assigns %s, which it does not own", name, s.name, v)
-					}
-				}
-			}
-		}
-	}
-	// The guard can fail: sections that hide the driver's names or assign
-	// a setting.
-	for _, src := range []string{"  local total, a = 0, s\n", "for ok = 1, 2 do end\n", "local function retry() end\n"} {
-		if m := decl.FindStringSubmatch(src); m == nil || !slices.Contains(shared, strings.TrimSpace(strings.Split(m[1], ",")[len(strings.Split(m[1], ","))-1])) {
-			t.Errorf("the guard does not see the declaration in %q", src)
-		}
-	}
-	if m := assign.FindStringSubmatch("if b then cost = 1 end\n"); m == nil || strings.TrimSpace(m[1]) != "cost" {
-		t.Errorf("the guard does not see the assignment in an if: %v", m)
+	if src := Single("token_bucket", 999, 1, 1); !strings.Contains(src, "= 999, 1, 1, true\n") {
+		t.Errorf("Single with a window out of range does not say its settings are bad")
 	}
 }
 
 func TestUnknownNamesPanic(t *testing.T) {
 	t.Parallel()
 	for name, f := range map[string]func(){
-		"Single unknown":   func() { Single("leaky_bucket", 1e6, 10, 0) },
-		"Single empty":     func() { Single("", 1e6, 10, 0) },
-		"Several none":     func() { Several() },
-		"Several unknown":  func() { Several("fixed_window", "Sliding_Log") },
-		"Several driver":   func() { Several("single") },
-		"Single prologue":  func() { Single("prologue", 1e6, 10, 0) },
-		"Several prologue": func() { Several("prologue") },
+		"Single unknown":  func() { Single("leaky_bucket", 1e6, 10, 0) },
+		"Single empty":    func() { Single("", 1e6, 10, 0) },
+		"Single prologue": func() { Single("prologue", 1e6, 10, 0) },
+		"Single penalty":  func() { Single("penalty", 1e6, 10, 1) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -306,7 +243,9 @@ var equivConfigs = []equivConfig{
 // (random gaps, including none, and random costs) through Single and
 // through two Several scripts with different numberings, each on its own
 // key, in one transaction per step so that all three run at the same
-// moment. Their replies, stored state and TTLs must agree at every step.
+// moment: the committed several.lua, and one the generator numbers in
+// reverse (severalNumbered), which shows that a rule's algorithm follows
+// its number whatever the numbering. Their replies, stored state and TTLs must agree at every step.
 // Each step also PERSISTs the keys, so that a real server, which expires
 // keys on its own clock, never expires state that the test clock still
 // counts.
@@ -314,9 +253,9 @@ func TestSingleMatchesSeveral(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		all := Algorithms()
-		severalA := redis.NewScript(Several(all...))
-		severalB := redis.NewScript(Several(reversed(all)...))
+		all := Numbered()
+		severalA := redis.NewScript(Several())
+		severalB := redis.NewScript(severalNumbered(t, reversed(all)...))
 		for _, s := range []*redis.Script{severalA, severalB} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				t.Fatal(err)
@@ -412,7 +351,7 @@ func TestSeveralAllOrNothing(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Several(Algorithms()...))
+		script := redis.NewScript(Several())
 		fixed := number(t, "fixed_window")
 		for _, name := range Algorithms() {
 			p := prefix(t)
@@ -493,7 +432,7 @@ func TestSeveralLogReportsExactly(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		script := redis.NewScript(Several(Algorithms()...))
+		script := redis.NewScript(Several())
 		p := prefix(t)
 		keys := []string{p + "log", p + "fixed"}
 		clock := startClock()
@@ -533,7 +472,7 @@ func TestReplyLayout(t *testing.T) {
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		all := Algorithms()
-		script := redis.NewScript(Several(all...))
+		script := redis.NewScript(Several())
 		rules := []rule{
 			{alg: number(t, "sliding_log"), window: 1e6, limit: 5, param: 64, cost: 1},
 			{alg: number(t, "sliding_counter"), window: 1e6, limit: 5, param: 10, cost: 2},
@@ -594,7 +533,7 @@ func TestArgumentErrors(t *testing.T) {
 	}
 	type tc struct {
 		what string
-		alg  string // for Single, built with r's settings; "" means Several(Algorithms()...)
+		alg  string // for Single, built with r's settings; "" means Several()
 		r    rule
 		keys int
 		argv []any
@@ -645,7 +584,7 @@ func TestArgumentErrors(t *testing.T) {
 		tc{what: "several no keys", keys: 0, argv: []any{clock}, want: "want 1 + 5*#KEYS arguments"},
 		tc{what: "several short", keys: 2, argv: args(clock, good["sliding_log"], good["fixed_window"])[:10], want: "want 1 + 5*#KEYS arguments"},
 		tc{what: "several keys without arguments", keys: 2, argv: args(clock, good["sliding_log"]), want: "want 1 + 5*#KEYS arguments"},
-		tc{what: "several unknown algorithm", keys: 2, argv: args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.alg = 4 })), want: "rule 2: algorithm (ARGV[7]) must be one of 0 (sliding_log), 1 (sliding_counter), 2 (fixed_window), 3 (token_bucket)"},
+		tc{what: "several unknown algorithm", keys: 2, argv: args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.alg = 5 })), want: "rule 2: algorithm (ARGV[7]) must be one of 0 (sliding_log), 1 (sliding_counter), 2 (fixed_window), 3 (token_bucket), 4 (penalty), got 5"},
 		tc{what: "several negative algorithm", keys: 1, argv: args(clock, with("fixed_window", func(r *rule) { r.alg = -1 })), want: "rule 1: algorithm (ARGV[2])"},
 		tc{what: "several bad window", keys: 2, argv: args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.window = 10 })), want: "rule 2: window (ARGV[8])"},
 		tc{what: "several bad limit", keys: 2, argv: args(clock, good["sliding_log"], with("fixed_window", func(r *rule) { r.limit = 0 })), want: "rule 2: limit (ARGV[9])"},
@@ -659,7 +598,7 @@ func TestArgumentErrors(t *testing.T) {
 	)
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		several := Several(Algorithms()...)
+		several := Several()
 		for _, tc := range cases {
 			src := several
 			if tc.alg != "" {
@@ -698,9 +637,8 @@ func TestPeekRecordsNothing(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		all := Algorithms()
-		peek := redis.NewScript(Peek(all...))
-		several := redis.NewScript(Several(all...))
+		peek := redis.NewScript(Peek())
+		several := redis.NewScript(Several())
 		for _, s := range []*redis.Script{peek, several} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				t.Fatal(err)
@@ -768,7 +706,7 @@ func TestPeekRecordsNothing(t *testing.T) {
 func TestPack(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
-		src := prologue + `
+		src := "local ARG_CLOCK = 1\n" + prologue + `
 local a, b, c, p = unpack_ints('>I7I7I4', pack('>I7I7I4', 1795418952522849, 4503599627370495, 4294967295))
 local d, q = unpack_ints('>I4', pack('>I7I7I4I4', 1, 2, 3, 123456789), 19)
 local e, f, g, h, r = unpack_ints('>I7I2I4I4', pack('>I7I2I4I4', 17954189525228, 999, 1000000000, 65536))

@@ -65,8 +65,8 @@ func TestPenaltyMatchesItsModel(t *testing.T) {
 		ctx := context.Background()
 		names := append(Algorithms(), "penalty")
 		pen := len(names) - 1
-		several := redis.NewScript(Several(names...))
-		peekScript := redis.NewScript(Peek(names...))
+		several := redis.NewScript(Several())
+		peekScript := redis.NewScript(Peek())
 		fixed := number(t, "fixed_window")
 		for _, s := range []*redis.Script{several, peekScript} {
 			if err := s.Load(ctx, c).Err(); err != nil {

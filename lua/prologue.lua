@@ -1,9 +1,10 @@
--- The start of every decision script (lua.go puts it after the driver's
--- check of its argument counts): it reads the clock.
+-- The start of every decision script (the generator puts it after the
+-- driver's check of its argument counts): it reads the clock.
 --
--- ARGV[1] is the time in microseconds, for tests (an integer from 0 to
--- 2^53); empty means the Redis clock (TIME). The other arguments are the
--- driver's: see single.lua and several.lua.
+-- ARGV[ARG_CLOCK] (ARGV[1], from the driver's layout) is the time in
+-- microseconds, for tests (an integer from 0 to 2^53); empty means the
+-- Redis clock (TIME). The other arguments are the driver's: see single.lua
+-- and several.lua.
 --
 -- It leaves now, the time in µs (a number, exact below 2^53), and pack and
 -- unpack_ints, which turn integers into big-endian bytes and back: Redis's
@@ -20,14 +21,14 @@
 -- cost about 0.2 and 0.13 µs more per argument (measured in a script loop
 -- on Redis 7.0); the sliding log's every admission passes its score.
 
-local now = ARGV[1]
+local now = ARGV[ARG_CLOCK]
 if now == '' then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2] -- Lua reads the digits itself: no tonumber call
 else
   now = tonumber(now)
   if not now or now < 0 or now > 9007199254740992 or now % 1 ~= 0 then
-    return redis.error_reply('ERR ginlimit: the test clock (ARGV[1]) must be an integer number of microseconds from 0 to 2^53, or empty for the Redis clock')
+    return redis.error_reply('ERR ginlimit: the test clock (ARGV[' .. ARG_CLOCK .. ']) must be an integer number of microseconds from 0 to 2^53, or empty for the Redis clock')
   end
 end
 

@@ -48,7 +48,7 @@ func TestOOMRefusedBeforeAnyWrite(t *testing.T) {
 	ctx := context.Background()
 	const window, limit = 10e6, 3
 	names := Algorithms()
-	several := redis.NewScript(Several(names...))
+	several := redis.NewScript(Several())
 	singles := map[string]*redis.Script{}
 	for _, name := range names {
 		singles[name] = singleFor(robustRule(t, name, window, limit))

@@ -1,8 +1,8 @@
 -- rule.lua: int and bad, the checks of one rule's settings that name what
--- is wrong. lua.go puts this file after prologue.lua in the several-rule
--- script, which checks every rule with it, and inside the single-rule
--- script's error branch, so that the hot path does not make these
--- functions.
+-- is wrong. The generator puts this file after prologue.lua in the
+-- several-rule scripts, which check every rule with it, and inside the
+-- single-rule scripts' error branch, so that the hot path does not make
+-- these functions.
 --
 -- int(v, lo, hi) is v (a number, or a string of one) as an integer from lo
 -- to hi, or nil. bad(window, limit, param, cost) returns nil when the four

@@ -6,33 +6,39 @@
 -- check only reads, so the first write of an admission is the first rule's
 -- commit: see lua.go about maxmemory.
 --
--- lua.go builds the script as this file down to the line "-- prologue.lua",
--- then prologue.lua, rule.lua, the files of the algorithms it is given, each
--- section wrapped in a function (<name>_check and so on: see lua.go), then
--- generated lines that map each algorithm number in ARGV to its four
--- functions and list the numbers for error messages,
+-- The generator (go generate ./lua) writes gen/several.lua and gen/peek.lua
+-- from this file: at "-- @layout", the positions of the arguments and of
+-- the reply from package lua's constants; at "-- prologue.lua",
+-- prologue.lua, then local peek (false, or true in peek.lua, which the
+-- algorithms read too), rule.lua, the files of the algorithms numbered as
+-- lua.Numbered lists them, each section wrapped in a function
+-- (<name>_check and so on), then lines that map each algorithm number in
+-- ARGV to its four functions and list the numbers for error messages,
 --
---   local algorithms = {[0] = {sliding_log_validate, sliding_log_check,
---     sliding_log_commit, sliding_log_report}, [1] = {token_bucket_validate, ...}}
---   local algorithm_numbers = '0 (sliding_log), 1 (token_bucket)'
+--   local algorithms = {
+--     [0] = {sliding_log_validate, sliding_log_check, sliding_log_commit, sliding_log_report},
+--     ...
+--   }
+--   local algorithm_numbers = '0 (sliding_log), 1 (sliding_counter), ...'
 --
--- (and, right after prologue.lua, local peek = false, which the algorithms
--- can read too)
 -- then the rest of this file. With peek true (lua.Peek), nothing is recorded: every
 -- rule checks and reports, and fired says which rule would reject the
 -- request, so the reply is what a request would be told, without counting
 -- it. The arguments: KEYS[i] rule i's key (all in one Redis Cluster slot:
--- the caller's job), ARGV[1] the test clock or '' (prologue.lua),
--- ARGV[2 + 5*(i-1) ...] rule i's algorithm number, window, limit, param and
--- cost, each checked with rule.lua's bad and the algorithm's validate.
+-- the caller's job), ARGV[ARG_CLOCK] the test clock or '' (prologue.lua),
+-- then ARGS_PER_RULE per rule from ARG_RULES: rule i's algorithm number,
+-- window, limit, param and cost (at ARG_ALGORITHM ... ARG_COST past its
+-- first), each checked with rule.lua's bad and the algorithm's validate.
 --
 -- Returns {now_us, fired, then per rule: ok, remaining, reset_us,
--- retry_us}, packed as lua.go says: fired is the index of the first rule
+-- retry_us}, at the positions REPLY_* of the layout, packed as lua.go says: fired is the index of the first rule
 -- that rejected the request, 0 when it was admitted and recorded; ok is 1
 -- when that rule alone would admit it; retry_us is 0 for a rule that would.
 
-if #KEYS < 1 or #ARGV ~= 1 + 5 * #KEYS then
-  return redis.error_reply('ERR ginlimit: want 1 + 5*#KEYS arguments (the clock, then algorithm, window, limit, param and cost per key) and at least 1 key; got '
+-- @layout
+
+if #KEYS < 1 or #ARGV ~= ARG_RULES - 1 + ARGS_PER_RULE * #KEYS then
+  return redis.error_reply('ERR ginlimit: want ' .. (ARG_RULES - 1) .. ' + ' .. ARGS_PER_RULE .. '*#KEYS arguments (the clock, then algorithm, window, limit, param and cost per key) and at least 1 key; got '
     .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
 end
 -- prologue.lua
@@ -40,16 +46,18 @@ end
 local n = #KEYS
 local algs, keys, windows, limits, params, costs = {}, {}, {}, {}, {}, {}
 for i = 1, n do
-  local a = 5 * i - 3
-  local number = int(ARGV[a], 0, 1e9)
+  local a = ARG_RULES + ARGS_PER_RULE * (i - 1) -- rule i's first argument
+  local number = int(ARGV[a + ARG_ALGORITHM], 0, 1e9)
   local alg = number and algorithms[number]
   if not alg then
-    return redis.error_reply('ERR ginlimit: rule ' .. i .. ': algorithm (ARGV[' .. a .. ']) must be one of '
-      .. algorithm_numbers .. ', got ' .. tostring(ARGV[a]))
+    return redis.error_reply('ERR ginlimit: rule ' .. i .. ': algorithm (ARGV[' .. (a + ARG_ALGORITHM) .. ']) must be one of '
+      .. algorithm_numbers .. ', got ' .. tostring(ARGV[a + ARG_ALGORITHM]))
   end
-  local window, limit, param, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local window, limit, param, cost = tonumber(ARGV[a + ARG_WINDOW]), tonumber(ARGV[a + ARG_LIMIT]), tonumber(ARGV[a + ARG_PARAM]), tonumber(ARGV[a + ARG_COST])
   local at, name, must = bad(window, limit, param, cost)
   if at then
+    -- bad numbers the four as they come: window, limit, param, cost.
+    at = ({ARG_WINDOW, ARG_LIMIT, ARG_PARAM, ARG_COST})[at]
     return redis.error_reply('ERR ginlimit: rule ' .. i .. ': ' .. name .. ' (ARGV[' .. (a + at) .. ']) must be ' .. must)
   end
   local err = alg[1](window, limit, param, cost)
@@ -75,10 +83,11 @@ if admitted then
   end
 end
 
-local out = {now, fired}
+local out = {}
+out[REPLY_NOW], out[REPLY_FIRED] = now, fired
 for i = 1, n do
   local remaining, reset, retry = algs[i][4](keys[i], windows[i], limits[i], params[i], costs[i], oks[i], admitted, as[i], bs[i])
-  local j = 4 * i - 1
-  out[j], out[j + 1], out[j + 2], out[j + 3] = oks[i] and 1 or 0, remaining, reset, retry
+  local j = REPLY_HEAD + REPLY_PER_RULE * (i - 1) + 1 -- rule i's first integer
+  out[j + REPLY_OK], out[j + REPLY_REMAINING], out[j + REPLY_RESET], out[j + REPLY_RETRY] = oks[i] and 1 or 0, remaining, reset, retry
 end
 return pack('>' .. string.rep('i8', #out), unpack(out))

@@ -659,8 +659,8 @@ func TestSlidingLogRandomExact(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		peek := redis.NewScript(Peek(Algorithms()...))
-		several := redis.NewScript(Several(Algorithms()...))
+		peek := redis.NewScript(Peek())
+		several := redis.NewScript(Several())
 		fw := number(t, "fixed_window")
 		for _, s := range []*redis.Script{peek, several} {
 			if err := s.Load(ctx, c).Err(); err != nil {
