@@ -1,89 +1,47 @@
-// Package lua holds the Redis Lua scripts that ginlimit runs, embedded from
-// the .lua files beside this one so they can be read, reviewed and tested as
-// Lua. Each file documents its details at its top.
+// Package lua holds the Redis Lua scripts that ginlimit runs. What Redis
+// runs is committed in gen/, so that a reviewer reads it whole:
 //
-// A script is assembled from these files:
+//   - gen/single_<algorithm>.lua decides one rule of that algorithm
+//     ([Single]), with the rule's settings as placeholders on its first
+//     line of code, which Single replaces;
+//   - gen/several.lua decides n rules of any algorithms, all or nothing
+//     ([Several]), and gen/peek.lua is the same recording nothing ([Peek]);
+//   - inflight.lua, written by hand, holds in-flight slots ([InFlight]).
 //
-//   - prologue.lua, the start of every script, after its driver's check of
-//     the argument counts: it reads the clock (a test clock or Redis TIME)
-//     into now, and provides pack and unpack_ints (Redis's struct library,
-//     or its stand-in on miniredis). rule.lua defines int, an integer
-//     check, and bad, which checks a rule's window, limit, param and cost
-//     against the ranges below and names the first that is wrong:
-//     [Several] runs it for every rule, [Single] only in its error branch.
+// The generated files are made from the hand-written ones beside this file
+// by go generate ./lua (gen.go, which runs package lua/internal/luagen,
+// whose doc says how): a driver (single.lua, several.lua), prologue.lua
+// and rule.lua, and one file per algorithm, each in four sections
+// (validate, check, commit, report) that run inline in a single-rule
+// script and as functions in the several-rule ones. Edit those, run go
+// generate ./lua and commit both; a test fails while gen/ is out of date.
+// Each file documents its details at its top.
 //
-//   - One file per algorithm (sliding_log.lua, sliding_counter.lua,
-//     fixed_window.lua, token_bucket.lua): its comments and helper
-//     functions (named after the file, as sliding_log_exact), then four
-//     sections, each introduced by a marker line "-- @<section>":
+// check only reads, and commit's first write is a command that can grow
+// memory (ZADD, SET, SETRANGE): Redis checks a script against maxmemory
+// only at its first write, and only when that command is one of those, so
+// an admission at maxmemory gets Redis's OOM error before anything is
+// written. Deletions of expired data come after commit's first write, or
+// in report when nothing is committed, where Redis allows them even out of
+// memory. The companion penalty.lua goes before a rule in a [Several]
+// call: it refuses while the identity is banned and counts a refused
+// request's strikes in its report, which writes through pcall, so that out
+// of memory a strike is lost, never the decision.
 //
-//     validate: reads window, limit, param, cost; assigns invalid (nil, or what is wrong)
-//     check:    reads key, window, limit, param, cost; assigns ok, a, b
-//     commit:   reads key, window, limit, param, cost, a, b; assigns a, b
-//     report:   reads key, window, limit, param, cost, ok, admitted, a, b; assigns remaining, reset, retry
+// # Arguments and replies
 //
-//     A section is statements, not a function: it reads those names (and
-//     now, peek, pack and unpack_ints), assigns its results to the names
-//     it assigns, may leave early with break (it runs inside repeat ...
-//     until true; a break inside a loop of its own ends only that loop),
-//     never returns, declares no local of a name above, and assigns none
-//     it does not own (its results, and a and b but in validate). So the
-//     one text runs both inline, in [Single], which then makes no function
-//     and calls none on its hot path, and wrapped in a function per
-//     section, <name>_<section>(reads) returning what it assigns, in
-//     [Several]. Plain values, so the hot path builds no table.
-//
-//     validate is the algorithm's own argument checks; check reads the
-//     rule's state and says whether the rule alone admits the request; commit
-//     records it; report gives what the reply says. a and b are the
-//     algorithm's state between them (its file says what they are).
-//
-//     check only reads, and commit's first write is a command that can
-//     grow memory (ZADD, SET, SETRANGE): Redis checks a script against
-//     maxmemory only at its first write, and only when that command is one
-//     of those, so an admission at maxmemory gets Redis's OOM error before
-//     anything is written. Deletions of expired data (the sliding
-//     log's ZREMRANGEBYSCORE) come after commit's first write, or in report when nothing is
-//     committed, where Redis allows them even out of memory.
-//
-//   - One companion, penalty.lua, with the same four sections: it is never
-//     a rule alone but goes before a rule in a [Several] call, refuses while
-//     the identity is banned, and counts a refused request's strikes in its
-//     report, starting a ban at its limit. Its report writes through pcall,
-//     so that out of memory a strike is lost, never the decision. Scripts
-//     define peek (false, or true for [Peek]) before the algorithms, so
-//     that it records no strike on a Peek. [Algorithms] does not list it.
-//
-//   - Two drivers, which run those sections: single.lua decides one rule,
-//     of the algorithm and with the settings it was built with ([Single]),
-//     inline and with no loops, for the hot path; several.lua decides n
-//     rules of any of the algorithms it
-//     was built with ([Several]) atomically and all or nothing: it checks
-//     every rule, commits every rule only if every one admits, then reports
-//     every rule. lua.go generates the lines that tie a driver to its
-//     algorithms' functions and numbers. [Peek] is several.lua built to
-//     record nothing: what a request would be told, without counting it.
-//
-// [Several] takes, for n rules:
-//
-//	KEYS[i]            rule i's key (all in one cluster slot)
-//	ARGV[1]            a test clock in µs (an integer, 0 to 2^53), or ""
-//	                   for Redis TIME
-//	ARGV[2 + 5*(i-1)]  rule i's algorithm number
-//	ARGV[3 + 5*(i-1)]  its window in µs (an integer, 1000 to 1e15)
-//	ARGV[4 + 5*(i-1)]  its limit (an integer, 1 to 1e9)
-//	ARGV[5 + 5*(i-1)]  its param (an integer, 0 to 1e9): exact-below for
-//	                   sliding_log; sub-windows for sliding_counter (1 to
-//	                   1000, dividing the window); unused (0) for
-//	                   fixed_window; burst for token_bucket (at least 1,
-//	                   with burst*window at most 2^53)
-//	ARGV[6 + 5*(i-1)]  the request's cost (an integer, 1 to 1e9, and at most
-//	                   the limit, or the burst for token_bucket)
-//
-// so #ARGV is 1 + 5*#KEYS. [Single] has its rule's window, limit and param
-// written into it, in the same ranges, and takes only KEYS[1], ARGV[1] (the
-// clock, as above) and ARGV[2] (the cost). Both return one reply layout,
-// 2 + 4n integers (n = 1 for [Single]),
+// The constants below name every position. [Several] takes, for n rules,
+// KEYS[i] rule i's key (all in one cluster slot) and the arguments
+// ArgClock, a test clock in µs (an integer, 0 to 2^53) or "" for Redis
+// TIME, then ArgsPerRule per rule from ArgRules: its algorithm's number in
+// [Numbered], its window in µs (MinWindow to MaxWindow), its limit (1 to
+// MaxLimit), its param (0 to MaxParam: exact-below for sliding_log;
+// sub-windows for sliding_counter, 1 to 1000, dividing the window; unused
+// for fixed_window; burst for token_bucket, at least 1, with burst*window
+// at most 2^53) and the request's cost (1 to MaxCost, and at most the
+// limit, or the burst). [Single] has its rule's settings written in and
+// takes only KEYS[1], the clock and the cost (SingleArgCost). Both reply
+// ReplyHead + ReplyPerRule*n integers (n = 1 for Single),
 //
 //	{now_us, fired, then per rule: ok, remaining, reset_us, retry_us}
 //
@@ -92,9 +50,8 @@
 // when that rule alone admits it; retry_us is 0 unless the request was
 // rejected and that rule does not admit it. The integers come as one bulk
 // string of 8 bytes each, big-endian and two's complement (struct.pack's
-// '>i8'), which [Ints] decodes: Redis turns a Lua table into an array reply
-// at a fixed cost of several field lookups, about a third of a
-// microsecond, which a string does not pay.
+// '>i8'), which [Ints] decodes: Redis turns a Lua table into an array
+// reply at a cost per field, which a string does not pay.
 //
 // Bad arguments give an error reply "ERR ginlimit: ..." that names the
 // argument or setting (and, from [Several], the rule). [Single] tests its
@@ -105,32 +62,28 @@
 // # Costs
 //
 // The scripts run inside Redis one at a time, so their time per call sets
-// the ceiling of one Redis: 1e6 ÷ µs per call decisions per second. Redis
-// runs a script's whole text on every call: each function it defines is
-// made again, each table reply is converted field by field, and each
-// string.format or tonumber is a C call. So a rule's settings are written
-// into its single-rule script, and only the clock and the cost travel (a
-// cost of 1 is compared, not converted); the single-rule script runs the
-// algorithm's sections inline, so its hot path makes no function and calls
-// none of its own (rule.lua's only in the error branch; on the lab harness,
-// Redis time per call fell 8-16 % for the fixed window, the bucket and the
-// counter when the sections stopped being functions), replies with a string, keeps each
-// key's state where one read gets it (a string for the counters and the
-// bucket, read with one unpack; the sliding log's newest member), rewrites
-// a string in place with SETRANGE where its expiry already covers it (a SET
-// with an expiry costs Redis about a microsecond more), packs and unpacks
-// with Redis's struct library, and gives Redis
-// numbers rather than formatted strings where Redis reads a double (the
-// scores of ZADD, ZRANGEBYSCORE, ZREMRANGEBYSCORE and ZCOUNT: Redis 7.0
-// writes a Lua number with %.17g and 7.2 as the shortest exact decimal,
-// both exact below 2^53). Arguments that Redis reads as integers (PEXPIRE,
-// ranks) are never passed as numbers, as 7.2 may write 1e8 as
-// "1e+08": those below 1e14 (milliseconds, counts, costs) are turned into
-// text by concatenation with the empty string (Lua's %.14g: exact, with no
-// exponent, below 1e14), which is an instruction rather than a call; larger
-// ones (µs times) and ranks with string.format('%d').
-// miniredis has no struct library; prologue.lua writes out the
-// little of it the scripts use.
+// the ceiling of one Redis. Redis runs a script's whole text on every
+// call: each function it defines is made again, each table reply is
+// converted field by field, and each string.format or tonumber is a C
+// call. So a rule's settings are written into its single-rule script, and
+// only the clock and the cost travel (a cost of 1 is compared, not
+// converted); the single-rule script runs the algorithm's sections inline,
+// so its hot path makes no function and calls none of its own (rule.lua's
+// only in the error branch), replies with a string, keeps each key's state
+// where one read gets it (a string for the counters and the bucket, read
+// with one unpack; the sliding log's newest member), rewrites a string in
+// place with SETRANGE where its expiry already covers it, packs and
+// unpacks with Redis's struct library, and gives Redis numbers rather than
+// formatted strings where Redis reads a double (the scores of ZADD,
+// ZRANGEBYSCORE, ZREMRANGEBYSCORE and ZCOUNT: Redis 7.0 writes a Lua
+// number with %.17g and 7.2 as the shortest exact decimal, both exact
+// below 2^53). Arguments that Redis reads as integers (PEXPIRE, ranks) are
+// never passed as numbers, as 7.2 may write 1e8 as "1e+08": those below
+// 1e14 (milliseconds, counts, costs) are turned into text by concatenation
+// with the empty string (Lua's %.14g: exact, with no exponent, below
+// 1e14), which is an instruction rather than a call; larger ones (µs
+// times) and ranks with string.format('%d'). miniredis has no struct
+// library; prologue.lua writes out the little of it the scripts use.
 //
 // Scripts are returned by functions, so no caller can change what another
 // one runs.

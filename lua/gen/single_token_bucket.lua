@@ -78,8 +78,8 @@ end
 -- An integer handed to Redis (a score, a TTL) is written with
 -- string.format('%d', n): Redis writes a Lua number argument with %.17g,
 -- and Lua's own n .. '' uses %.14g, both floating-point formatting, which
--- cost about 0.2 and 0.13 µs more per argument (measured in a script loop
--- on Redis 7.0); the sliding log's every admission passes its score.
+-- costs more per argument; the sliding log's every admission passes its
+-- score.
 
 local now = ARGV[ARG_CLOCK]
 if now == '' then
