@@ -106,7 +106,7 @@ func BenchmarkDenyCacheHit(b *testing.B) {
 	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
 	c.leave(key, nil, 1, c.now(), 0, false, &Decision{Remaining: 0, Reset: time.Hour, Time: time.Now()}, true)
 	r := &rule{name: "x", limit: 1, maxCost: 1, cost: 1, deny: c}
-	p := &Policy{rules: []*rule{r}}
+	p := &Policy{rules: []*rule{r}, calls: 1}
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
