@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -122,12 +123,9 @@ func (r *rule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
 	if pr.local != nil {
 		// A ban is Redis's: the fallback starts none, but keeps the one
 		// Redis last reported.
-		pr.local = newBanLimiter()
+		pr.local = state.NewBans(DefaultLocalKeys)
 	}
 	r.ban = pr
-	if r.deny != nil {
-		r.deny.strikes = true
-	}
 	return nil
 }
 
@@ -145,12 +143,12 @@ func (p *Policy) strike(req *request, j int) {
 // MaxStaleness even when the client sends nothing more here; strikes
 // given back after a failed call schedule a new report.
 func (p *Policy) carry(pc, owner call, n int64) {
-	if !owner.rule.deny.strikeN(owner.key, n) {
+	if !owner.rule.deny.StrikeN(owner.key, n) {
 		return
 	}
-	pc.counted, owner.counted = nil, nil
+	pc.ticket, owner.ticket = state.Ticket{}, state.Ticket{}
 	pair := []call{pc, owner}
-	time.AfterFunc(time.Duration(owner.rule.deny.staleness), func() {
+	time.AfterFunc(owner.rule.deny.Staleness(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 		defer cancel()
 		p.reportStrikes(ctx, &request{calls: pair}, 0)
@@ -173,7 +171,7 @@ func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
 			continue
 		}
 		owner := req.calls[j+1]
-		n := add + owner.rule.deny.drain(owner.key)
+		n := add + owner.rule.deny.Drain(owner.key)
 		if n <= 0 {
 			continue
 		}
@@ -184,11 +182,10 @@ func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
 	if len(sub.calls) == 0 {
 		return
 	}
-	sent, gens := time.Now(), make([]uint64, len(sub.calls))
-	ticks := make([]int64, len(sub.calls))
+	sent := time.Now()
 	for i, cl := range sub.calls {
 		if cl.rule.deny != nil {
-			ticks[i], gens[i] = cl.rule.deny.now(), cl.rule.deny.generation()
+			sub.calls[i].ticket = cl.rule.deny.Stamp()
 		}
 	}
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, severalScript, sub.keys, p.severalArgs(&sub))
@@ -203,12 +200,12 @@ func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
 		return
 	}
 	for i, cl := range sub.calls {
-		d := Decision{Remaining: int(max(reply[lua.At(i, lua.ReplyRemaining)], 0)), Reset: time.Duration(reply[lua.At(i, lua.ReplyReset)]) * time.Microsecond, Time: now}
+		a := state.Answer{Remaining: int(max(reply[lua.At(i, lua.ReplyRemaining)], 0)), Reset: time.Duration(reply[lua.At(i, lua.ReplyReset)]) * time.Microsecond, At: now}
 		if cl.rule.deny != nil {
-			cl.rule.deny.leave(cl.key, nil, 1, ticks[i], gens[i], false, &d, true)
+			cl.rule.deny.Leave(cl.key, cl.ticket, a)
 		}
 		if cl.rule.local != nil {
-			cl.rule.local.learn(cl.key, &d, sent)
+			cl.rule.local.Learn(cl.key, a, sent)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/lua"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
@@ -102,9 +103,9 @@ func BenchmarkMiddleware(b *testing.B) {
 
 // BenchmarkDenyCacheHit is a rejection answered in process.
 func BenchmarkDenyCacheHit(b *testing.B) {
-	c := newDenyCache(DefaultDenyCacheSize, time.Hour)
+	c := newDenyCache(&routeConfig{deny: DefaultDenyCacheSize, staleness: time.Hour}, false)
 	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
-	c.leave(key, nil, 1, c.now(), 0, false, &Decision{Remaining: 0, Reset: time.Hour, Time: time.Now()}, true)
+	c.Leave(key, c.Stamp(), state.Answer{Remaining: 0, Reset: time.Hour, At: time.Now()})
 	r := &rule{name: "x", limit: 1, maxCost: 1, cost: 1, deny: c}
 	p := &Policy{rules: []*rule{r}, calls: 1}
 	ctx := context.Background()

@@ -183,8 +183,8 @@ func TestClientGoneKeepsStrikes(t *testing.T) {
 	// until the test moves it past the staleness bound.
 	var now atomic.Int64
 	deny := g.policy.rules[0].deny
-	deny.clock = now.Load
-	g.policy.rules[0].deny.staleness = int64(staleness)
+	deny.SetClock(now.Load)
+	g.policy.rules[0].deny.SetStaleness(staleness)
 	if code := g.serve("192.0.2.4", false); code != http.StatusOK {
 		t.Fatalf("the first request got %d", code)
 	}

@@ -15,6 +15,8 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
 
 // Coherence: what an instance holds in process (the deny cache, and the
@@ -116,11 +118,11 @@ var resetScript = redis.NewScript(`return {redis.call('DEL', unpack(KEYS))}`)
 type hub struct {
 	publish publishFunc   // sends a payload on ResetChannel
 	live    atomic.Bool   // subscribed, and nothing lost since
-	gen     atomic.Uint64 // bumped by every reset seen and every loss: see learnable
+	gen     atomic.Uint64 // bumped by every reset seen and every loss: see Learnable
 
 	mu      sync.Mutex
-	caches  []weak.Pointer[denyCache]
-	locals  []weak.Pointer[localLimiter]
+	caches  []weak.Pointer[state.DenyCache]
+	locals  []weak.Pointer[state.Buckets]
 	waiters map[string]*acks // by reset id
 	ps      *redis.PubSub    // once loop has subscribed
 
@@ -304,19 +306,19 @@ func (h *hub) lose() {
 		return
 	}
 	for _, c := range h.liveCaches() {
-		c.clear()
+		c.Clear()
 	}
 }
 
-// learnable reports whether a deny cache may keep what a call that started
+// Learnable reports whether a deny cache may keep what a call that started
 // at generation gen proved: the subscription is up and nothing was reset or
 // lost while the call was out.
-func (h *hub) learnable(gen uint64) bool {
+func (h *hub) Learnable(gen uint64) bool {
 	return h == nil || h.live.Load() && h.gen.Load() == gen
 }
 
-// generation returns the hub's generation, for learnable; 0 without a hub.
-func (h *hub) generation() uint64 {
+// Generation returns the hub's generation, for Learnable; 0 without a hub.
+func (h *hub) Generation() uint64 {
 	if h == nil {
 		return 0
 	}
@@ -325,14 +327,14 @@ func (h *hub) generation() uint64 {
 
 // track makes the hub keep c and l coherent (either may be nil). It holds
 // them weakly: a Policy that is dropped takes them with it.
-func (h *hub) track(c *denyCache, l *localLimiter) {
+func (h *hub) track(c *state.DenyCache, l *state.Buckets) {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c != nil {
-		c.hub = h
+		c.Follow(h)
 		h.caches = append(pruned(h.caches), weak.Make(c))
 	}
 	if l != nil {
@@ -353,10 +355,10 @@ func pruned[T any](ps []weak.Pointer[T]) []weak.Pointer[T] {
 }
 
 // liveCaches returns the tracked deny caches still in use.
-func (h *hub) liveCaches() []*denyCache {
+func (h *hub) liveCaches() []*state.DenyCache {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]*denyCache, 0, len(h.caches))
+	out := make([]*state.DenyCache, 0, len(h.caches))
 	for _, p := range h.caches {
 		if c := p.Value(); c != nil {
 			out = append(out, c)
@@ -406,11 +408,11 @@ func (h *hub) forget(keys []string) {
 	h.gen.Add(1)
 	for _, c := range h.liveCaches() {
 		for _, k := range keys {
-			c.forget(k)
+			c.Forget(k)
 		}
 	}
 	h.mu.Lock()
-	locals := make([]*localLimiter, 0, len(h.locals))
+	locals := make([]*state.Buckets, 0, len(h.locals))
 	for _, p := range h.locals {
 		if l := p.Value(); l != nil {
 			locals = append(locals, l)
@@ -419,7 +421,7 @@ func (h *hub) forget(keys []string) {
 	h.mu.Unlock()
 	for _, l := range locals {
 		for _, k := range keys {
-			l.forget(k)
+			l.Forget(k)
 		}
 	}
 }

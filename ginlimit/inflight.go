@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -150,7 +150,7 @@ func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*rule, error) 
 	// in flight has none.
 	r.policyHeader = r.quotedName + ";q=" + r.limitText
 	if route.onFail == FailLocal { // the fallback decides only for FailLocal
-		r.sem = newLocalSlots(max(1, rc.slots/route.localInstances))
+		r.sem = state.NewSlots(max(1, rc.slots/route.localInstances))
 	}
 	return r, nil
 }
@@ -273,7 +273,7 @@ func (p *Policy) takeLocal(req *request, h *holding) Decision {
 	var d Decision
 	for i := range req.calls {
 		cl := &req.calls[i]
-		left, ok := cl.rule.sem.take(cl.key)
+		left, ok := cl.rule.sem.Take(cl.key)
 		d = Decision{Rule: cl.rule.name, Allowed: ok, Limit: cl.rule.slots, Remaining: left, Time: now, Local: true, decider: cl.rule}
 		if !ok {
 			d.RetryAfter, d.Reset = InFlightRetryAfter, InFlightRetryAfter
@@ -417,7 +417,7 @@ func (h *holding) release() {
 func (h *holding) holdLocal(req *request) {
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.rule.sem != nil {
-			cl.rule.sem.hold(cl.key)
+			cl.rule.sem.Hold(cl.key)
 			h.local = append(h.local, cl)
 		}
 	}
@@ -426,73 +426,9 @@ func (h *holding) holdLocal(req *request) {
 // giveLocal gives back the in-process slots held.
 func (h *holding) giveLocal() {
 	for _, cl := range h.local {
-		cl.rule.sem.give(cl.key)
+		cl.rule.sem.Give(cl.key)
 	}
 	h.local = nil
-}
-
-// localSlots is an in-flight rule's in-process count of slots per key, the
-// FailLocal fallback: at most n per key in this process, counting the
-// slots this process holds in Redis (hold) with those the fallback gave
-// (take). A key is kept
-// only while a slot of it is held, so it needs no bound of its own: it
-// holds at most as many keys as requests are in flight. It is safe for
-// concurrent use.
-type localSlots struct {
-	n      int
-	seed   maphash.Seed
-	shards [denyShards]localSlotShard
-}
-
-type localSlotShard struct {
-	mu sync.Mutex
-	m  map[string]int
-}
-
-func newLocalSlots(n int) *localSlots {
-	l := &localSlots{n: n, seed: maphash.MakeSeed()}
-	for i := range l.shards {
-		l.shards[i].m = make(map[string]int)
-	}
-	return l
-}
-
-func (l *localSlots) shard(key string) *localSlotShard {
-	return &l.shards[maphash.String(l.seed, key)%denyShards]
-}
-
-// hold counts a slot of key that Redis granted: it takes one whether or
-// not the cap has room, so that take sees it.
-func (l *localSlots) hold(key string) {
-	s := l.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[key]++
-}
-
-// take takes a slot of key if one is free, and returns how many are left.
-func (l *localSlots) take(key string) (int, bool) {
-	s := l.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	held := s.m[key]
-	if held >= l.n {
-		return 0, false
-	}
-	s.m[key] = held + 1
-	return l.n - held - 1, true
-}
-
-// give gives back a slot of key.
-func (l *localSlots) give(key string) {
-	s := l.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if held := s.m[key]; held > 1 {
-		s.m[key] = held - 1
-	} else {
-		delete(s.m, key)
-	}
 }
 
 // errAllowInFlight is the error of Policy.Allow on a policy with in-flight

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -26,13 +27,10 @@ import (
 
 // call is one rule's share of a decision.
 type call struct {
-	rule    *rule
-	key     string
-	cost    int
-	sent    int64     // the deny cache's clock when the call was let through
-	gen     uint64    // the deny cache's generation then (see hub.learnable)
-	probe   bool      // the call checks a lapsed cached rejection (see denyCache.enter)
-	counted *keyState // the deny cache's count of this call in flight, or nil
+	rule   *rule
+	key    string
+	cost   int
+	ticket state.Ticket // the call's place in its rule's deny cache (see enter)
 }
 
 // request is the memory of one decision, in one allocation for one rule:
@@ -239,13 +237,12 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 	}
 	var wctx context.Context // the bound on waiting in the deny cache, made when needed
 	for {
-		v, i, snap := p.enter(req)
-		if v == rejected {
+		turn, i := p.enter(req)
+		if turn.Verdict == state.Reject {
 			p.strikeAll(req, i)
-			cl := &req.calls[i]
-			return cl.rule.cached(snap, cl.sent), nil // the cheap path
+			return req.calls[i].rule.cached(turn.Answer()), nil // the cheap path
 		}
-		if v == callRedis {
+		if turn.Verdict == state.Send {
 			break
 		}
 		// Waiting for calls in flight on the key is time in this process,
@@ -256,7 +253,7 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 			wctx, cancel = context.WithTimeoutCause(ctx, p.queue, engine.ErrQueueTimedOut)
 			defer cancel()
 		}
-		if err := wait(wctx, snap.wake); err != nil {
+		if err := turn.Await(wctx); err != nil {
 			if ctx.Err() != nil {
 				return p.gone(req, fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx)))
 			}
@@ -319,7 +316,7 @@ func (p *Policy) bringStrikes(req *request) {
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.rule.penalty {
 			owner := &req.calls[i+1]
-			cl.cost = int(min(1+owner.rule.deny.drain(owner.key), lua.MaxCost))
+			cl.cost = int(min(1+owner.rule.deny.Drain(owner.key), lua.MaxCost))
 		}
 	}
 }
@@ -353,49 +350,50 @@ func (p *Policy) gone(req *request, err error) (Decision, error) {
 // enter asks each rule's deny cache whether its call may go to Redis. On a
 // certain rejection or a wait, it releases what it counted and returns the
 // index of the call that decided.
-func (p *Policy) enter(req *request) (verdict, int, keyState) {
+func (p *Policy) enter(req *request) (state.Turn, int) {
 	for i := range req.calls {
 		cl := &req.calls[i]
 		deny := cl.rule.deny
 		if deny == nil {
 			continue
 		}
-		cl.sent, cl.gen = deny.now(), deny.generation()
-		v, counted, snap := deny.enter(cl.key, cl.sent, cl.cost)
-		if v != callRedis {
+		turn := deny.Enter(cl.key, cl.cost)
+		if turn.Verdict != state.Send {
 			for j := range req.calls[:i] {
 				p.release(&req.calls[j])
 			}
-			return v, i, snap
+			return turn, i
 		}
-		cl.counted, cl.probe = counted, snap.probing
+		cl.ticket = turn.Ticket
 	}
-	return callRedis, 0, keyState{}
+	return state.Turn{Verdict: state.Send}, 0
 }
 
 // release lets go of a call the deny cache counted and that was not sent.
 func (p *Policy) release(cl *call) {
-	if cl.counted != nil {
-		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, cl.gen, cl.probe, nil, false)
-		cl.counted, cl.probe = nil, false
+	if cl.rule.deny != nil {
+		cl.rule.deny.Release(cl.key, cl.ticket)
+		cl.ticket = state.Ticket{}
 	}
 }
 
 // leave tells each rule's deny cache what the call proved: d, or each
 // call's own decision when there are several (ok is false when Redis could
-// not decide).
+// not decide, which proves nothing).
 func (p *Policy) leave(req *request, d *Decision, each []Decision, ok bool) {
 	for i := range req.calls {
 		cl := &req.calls[i]
-		if cl.rule.deny == nil {
+		switch {
+		case cl.rule.deny == nil:
 			continue
+		case !ok:
+			cl.rule.deny.Release(cl.key, cl.ticket)
+		case each != nil:
+			cl.rule.deny.Leave(cl.key, cl.ticket, each[i].answer())
+		default:
+			cl.rule.deny.Leave(cl.key, cl.ticket, d.answer())
 		}
-		rd := d
-		if ok && each != nil {
-			rd = &each[i]
-		}
-		cl.rule.deny.leave(cl.key, cl.counted, cl.cost, cl.sent, cl.gen, cl.probe, rd, ok)
-		cl.counted, cl.probe = nil, false
+		cl.ticket = state.Ticket{}
 	}
 }
 
@@ -529,20 +527,26 @@ func replyHead(reply []int64, n, per int) (time.Time, int, error) {
 	return time.UnixMicro(reply[lua.ReplyNow]), int(reply[lua.ReplyFired]), nil
 }
 
-// cached is the decision for a rejection the deny cache is certain of at now.
-func (r *rule) cached(st keyState, now int64) Decision {
-	reset := time.Duration(st.grows - now)
+// cached is the decision for a rejection the deny cache is certain of, a,
+// the answer Redis would give.
+func (r *rule) cached(a state.Answer) Decision {
 	return Decision{
 		Rule:       r.name,
 		Limit:      r.limit,
-		Remaining:  st.remaining,
-		Reset:      reset,
-		RetryAfter: reset,
-		Time:       time.UnixMicro(st.resetAt).Add(-reset),
+		Remaining:  a.Remaining,
+		Reset:      a.Reset,
+		RetryAfter: a.Reset,
+		Time:       a.At,
 		Cached:     true,
 		Banned:     r.penalty,
 		decider:    r,
 	}
+}
+
+// answer is what the deny cache and the fallback keep of d, Redis's
+// answer to a call.
+func (d *Decision) answer() state.Answer {
+	return state.Answer{Remaining: d.Remaining, Reset: d.Reset, At: d.Time}
 }
 
 // tooCostly is the decision for a request that costs more than r can ever

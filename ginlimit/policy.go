@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/lua"
 )
@@ -75,11 +76,11 @@ type rule struct {
 	plans       map[string]*rule          // by plan name; nil without LimitBy or Tiers
 	ban         *rule                     // the penalty deciding this rule's bans (ban.go), or nil
 	penalty     bool                      // this is a penalty, some rule's ban
-	deny        *denyCache                // nil when off
-	local       *localLimiter             // the FailLocal fallback, or nil
+	deny        *state.DenyCache          // nil when off
+	local       *state.Buckets            // the FailLocal fallback, or nil
 	slots       int                       // an in-flight rule's n (InFlight); 0 for a rate rule
 	lease       time.Duration             // an in-flight rule's lease
-	sem         *localSlots               // an in-flight rule's FailLocal fallback, or nil
+	sem         *state.Slots              // an in-flight rule's FailLocal fallback, or nil
 
 	script       *redis.Script // the single-rule script with this rule's settings written in (nil for a penalty or an in-flight rule)
 	args         []any         // that script's arguments at the fixed cost: the clock (""), the cost
@@ -263,7 +264,7 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		users:       rc.users,
 		hashKey:     rc.hashKey,
 		anonByIP:    rc.anonByIP,
-		deny:        newDenyCache(route.deny, route.staleness),
+		deny:        newDenyCache(route, rc.ban != nil),
 		args:        singleArgs("", rc.cost),
 		settings:    ruleArgs(rc.alg, rc.window, rc.limit, param),
 		quotedName:  sfString(name),
@@ -274,9 +275,7 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		r.script = redis.NewScript(lua.Single(rc.alg.String(), rc.window.Microseconds(), int64(rc.limit), int64(param)))
 	}
 	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
-	if route.onFail == FailLocal { // the fallback decides only for FailLocal
-		r.local = newLocalLimiter(rc.limit, route.localInstances, rc.window)
-	}
+	r.local = newLocal(route, rc.limit, rc.window)
 	if err := r.compileExtras(rc, route, named); err != nil {
 		return nil, err
 	}

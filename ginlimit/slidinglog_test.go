@@ -31,7 +31,7 @@ func runTimelineWith(t *testing.T, window time.Duration, limit, cache int, steps
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(window), Limit(limit), DenyCache(cache))
 	var offset time.Duration
 	if p.rules[0].deny != nil {
-		p.rules[0].deny.clock = func() int64 { return int64(offset) }
+		p.rules[0].deny.SetClock(func() int64 { return int64(offset) })
 	}
 	ctx := context.Background()
 	cached := 0
