@@ -1,0 +1,111 @@
+package state
+
+import (
+	"strconv"
+	"testing"
+	"time"
+)
+
+// takeAll takes one unit at a time from key's bucket at now until it
+// refuses, and returns how many it took (at most limit).
+func takeAll(l *Buckets, key string, now time.Time, limit int) int {
+	n := 0
+	for n < limit {
+		if _, _, ok := l.Take(key, now, 1); !ok {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// TestBucketsContinueFromRedis: a key Redis answered for continues from
+// that answer's remaining, less what the fallback admitted in the window
+// before; a key never seen holds the share; an older answer changes
+// nothing.
+func TestBucketsContinueFromRedis(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	l := NewBuckets(50, 1, time.Hour, 1000)
+	l.Learn("partly", Answer{Remaining: 20, Reset: time.Hour, At: t0}, now)
+	if n := takeAll(l, "partly", now, 100); n != 20 {
+		t.Fatalf("after Redis reported 20 left: %d admitted", n)
+	}
+	if n := takeAll(l, "unseen", now, 100); n != 50 {
+		t.Fatalf("a key never seen: %d admitted, want the share (50)", n)
+	}
+	l.Learn("partly", Answer{Remaining: 40, Reset: time.Hour, At: t0.Add(-time.Second)}, now)
+	if n := takeAll(l, "partly", now, 100); n != 0 {
+		t.Fatalf("an older answer refilled the bucket: %d admitted", n)
+	}
+	// What the fallback admitted is charged to Redis's next answer.
+	l2 := NewBuckets(50, 1, time.Hour, 1000)
+	l2.Learn("k", Answer{Remaining: 30, Reset: time.Hour, At: t0}, now)
+	if n := takeAll(l2, "k", now, 5); n != 5 {
+		t.Fatalf("took %d of 5", n)
+	}
+	l2.Learn("k", Answer{Remaining: 30, Reset: time.Hour, At: t0.Add(time.Millisecond)}, now)
+	if n := takeAll(l2, "k", now, 100); n != 25 {
+		t.Fatalf("after 5 admitted in process and Redis's 30: %d admitted, want 25", n)
+	}
+}
+
+// TestBucketsGiveAndForget: Give returns what Take took, and Forget makes
+// the bucket full again.
+func TestBucketsGiveAndForget(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	l := NewBuckets(10, 2, time.Hour, 1000) // share 5
+	if _, _, ok := l.Take("k", now, 5); !ok {
+		t.Fatal("the share of 5 does not hold 5")
+	}
+	if left, retry, ok := l.Take("k", now, 1); ok || left != 0 || retry <= 0 {
+		t.Fatalf("an empty bucket: left %d, retry %v, ok %v", left, retry, ok)
+	}
+	l.Give("k", 2)
+	if n := takeAll(l, "k", now, 10); n != 2 {
+		t.Fatalf("after giving 2 back: %d admitted", n)
+	}
+	l.Forget("k")
+	if n := takeAll(l, "k", now, 10); n != 5 {
+		t.Fatalf("after Forget: %d admitted, want 5", n)
+	}
+	if _, _, ok := l.Take("k2", now, 6); ok {
+		t.Fatal("a cost over the share was admitted")
+	}
+	if d := l.UnitRefill(); d != time.Hour/5 {
+		t.Fatalf("UnitRefill %v, want %v", d, time.Hour/5)
+	}
+}
+
+// TestBansHoldUntilTheirEnd: a ban Redis reported holds until its reset,
+// and not after.
+func TestBansHoldUntilTheirEnd(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	l := NewBans(1000)
+	l.Learn("k", Answer{Remaining: 0, Reset: time.Minute, At: t0}, now)
+	if left := l.Banned("k", now.Add(time.Second)); left != time.Minute-time.Second {
+		t.Fatalf("a second into a minute's ban: %v left", left)
+	}
+	if left := l.Banned("k", now.Add(time.Minute)); left != 0 {
+		t.Fatalf("at the ban's end: %v left", left)
+	}
+	if left := l.Banned("other", now); left != 0 {
+		t.Fatalf("a key never banned: %v left", left)
+	}
+}
+
+// TestBucketsBounded: however many keys Redis answers for, the fallback
+// holds about the keys it was made with.
+func TestBucketsBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	l := NewBuckets(50, 1, time.Hour, 64)
+	for i := range 10_000 {
+		l.Learn("k"+strconv.Itoa(i), Answer{Remaining: 0, Reset: time.Hour, At: t0}, now)
+		if n := l.keys.Len(); n > 64 {
+			t.Fatalf("after %d keys the fallback holds %d, want at most 64", i+1, n)
+		}
+	}
+}
