@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
 
 // Target names one count that a [Policy] keeps, for [Policy.Peek] and
@@ -264,7 +266,7 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 	if t.Key != "" {
 		route = ""
 	}
-	if err := announce(ctx, p.hub, publishVia(p.engine), keys, p.staleness); err != nil {
+	if err := state.Announce(ctx, p.hub, publishVia(p.engine), keys, p.staleness); err != nil {
 		// The count is reset; an instance that did not hear of it in time
 		// is coherent by the staleness bound now.
 		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",

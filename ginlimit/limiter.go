@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
 
 // Limiter holds what the routes of an application share: the Redis
@@ -135,13 +136,13 @@ type limiterKey struct{}
 // and fallbacks coherent with Redis (nil without a subscription).
 type backend struct {
 	engine *engine.Engine
-	hub    *hub
+	hub    *state.Hub
 }
 
 // close ends what b runs in the background: the hub first, since its
 // acknowledgements go through the engine.
 func (b *backend) close() {
-	b.hub.close()
+	b.hub.Close()
 	b.engine.Close()
 }
 
@@ -171,7 +172,9 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 		if e.Loaded() {
 			wait = subscribeWait // Redis answers: the subscription will not be long
 		}
-		b.hub = startHub(rc.client, publishVia(e), wait)
+		if sub, ok := rc.client.(state.Subscriber); ok {
+			b.hub = state.StartHub(sub, ResetChannel, publishVia(e), wait)
+		}
 	}
 	if shared {
 		l.backends[k] = b
@@ -186,9 +189,9 @@ var allScripts = []*redis.Script{severalScript, peekScript, resetScript, publish
 
 // publishVia returns how a hub publishes on ResetChannel through e: it
 // returns how many subscribers received the payload.
-func publishVia(e *engine.Engine) func(ctx context.Context, payload string) (int64, error) {
+func publishVia(e *engine.Engine) state.Publish {
 	return func(ctx context.Context, payload string) (int64, error) {
-		reply, _, err := e.Run(ctx, hubTimeout, hubTimeout, publishScript, []string{ResetChannel}, []any{ResetChannel, payload})
+		reply, _, err := e.Run(ctx, state.HubTimeout, state.HubTimeout, publishScript, []string{ResetChannel}, []any{ResetChannel, payload})
 		if err != nil {
 			return 0, err
 		}

@@ -34,7 +34,7 @@ type Policy struct {
 	named        bool           // declared with Rule: keys and 429 bodies name the rule
 	tiered       bool           // some rule has plans (LimitBy, Tiers): the policy header is per request
 	engine       *engine.Engine // makes the route's Redis calls
-	hub          *hub           // keeps its caches coherent; nil without a subscription
+	hub          *state.Hub     // keeps its caches coherent; nil without a subscription
 	policyHeader string         // RateLimit-Policy: every rule's, joined
 
 	timeout   time.Duration
@@ -195,9 +195,9 @@ func (p *Policy) register() {
 			if x.script != nil {
 				p.engine.Prepare(x.script)
 			}
-			p.hub.track(x.deny, x.local)
+			p.hub.Track(x.deny, x.local)
 			if x.ban != nil {
-				p.hub.track(x.ban.deny, x.ban.local)
+				p.hub.Track(x.ban.deny, x.ban.local)
 			}
 		}
 	}

@@ -15,14 +15,6 @@ type Answer struct {
 	At        time.Time
 }
 
-// Follower is what keeps a deny cache coherent with resets (the reset
-// hub): the generation a call starts at, and whether what a call that
-// started at a generation proved may still be kept when it comes back.
-type Follower interface {
-	Generation() uint64
-	Learnable(gen uint64) bool
-}
-
 // DenyConfig is what a [DenyCache] is made with.
 type DenyConfig struct {
 	// Size is about how many keys the cache holds; 0 turns it off.
@@ -61,9 +53,9 @@ type DenyConfig struct {
 //
 // What the cache cannot prove is that nobody changed the key behind its
 // back (DEL, FLUSHALL, an eviction, a failover that lost writes): so it
-// keeps nothing longer than its staleness bound, and its [Follower] makes
-// it drop a key at once on a reset (Forget), and everything when resets
-// may have been missed (Clear).
+// keeps nothing longer than its staleness bound, and the [Hub] that
+// tracks it makes it drop a key at once on a reset (Forget), and everything
+// when resets may have been missed (Clear).
 //
 // The cache is bounded: each part holds about Size/16 keys; a full part
 // drops expired keys first and otherwise an idle one. Its methods are safe
@@ -82,7 +74,7 @@ type DenyCache struct {
 	// dropping it would let a client shed it. An entry lives until its
 	// strikes are drained.
 	carried *Shards[*atomic.Int64]
-	hub     Follower     // or nil: everything is learnable
+	hub     *Hub         // keeps it coherent with resets (Hub.Track), or nil
 	clock   func() int64 // replaces the monotonic clock, or nil
 }
 
@@ -113,10 +105,6 @@ func NewDenyCache(cfg DenyConfig) *DenyCache {
 	}
 }
 
-// Follow makes h the cache's follower: a call's answer is kept only if h
-// finds it learnable.
-func (c *DenyCache) Follow(h Follower) { c.hub = h }
-
 // SetClock replaces the cache's monotonic clock (ns) with clock, so that a
 // test decides when the cache's bounds lapse. Call it before the cache is
 // used.
@@ -135,17 +123,6 @@ func (c *DenyCache) now() int64 {
 		return c.clock()
 	}
 	return int64(time.Since(c.base))
-}
-
-func (c *DenyCache) generation() uint64 {
-	if c.hub == nil {
-		return 0
-	}
-	return c.hub.Generation()
-}
-
-func (c *DenyCache) learnable(gen uint64) bool {
-	return c.hub == nil || c.hub.Learnable(gen)
 }
 
 // Verdict is what [DenyCache.Enter] decides for a call.
@@ -201,7 +178,7 @@ func (t *Turn) Await(ctx context.Context) error {
 // Stamp returns a ticket for a call the cache does not count but may learn
 // from: its time and generation now.
 func (c *DenyCache) Stamp() Ticket {
-	return Ticket{sent: c.now(), gen: c.generation(), cost: 1}
+	return Ticket{sent: c.now(), gen: c.hub.generation(), cost: 1}
 }
 
 // Enter decides whether a call of cost units on key may go to Redis now.
@@ -306,7 +283,7 @@ func release(t Ticket) {
 // kept for at most the staleness bound, and only if it is low enough to
 // matter and no reset (nor any loss of the resets) came in between.
 func (c *DenyCache) Leave(key string, t Ticket, a Answer) {
-	learn := a.Remaining < c.exactBelow && c.learnable(t.gen)
+	learn := a.Remaining < c.exactBelow && c.hub.learnable(t.gen)
 	if t.counted == nil && !learn {
 		return
 	}

@@ -1,0 +1,109 @@
+package state
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// panickingSubscriber stands for a go-redis Ring with every shard down,
+// whose Subscribe panics.
+type panickingSubscriber struct{}
+
+func (panickingSubscriber) Subscribe(context.Context, ...string) *redis.PubSub {
+	panic("redis: all ring shards are down")
+}
+
+// TestSubscribePanicIsAnError: a client whose Subscribe panics (a Ring with
+// every shard down) gives the hub an error to retry on, not a panic that
+// ends the process from its goroutine.
+func TestSubscribePanicIsAnError(t *testing.T) {
+	t.Parallel()
+	if _, err := subscribe(context.Background(), panickingSubscriber{}, "ginlimit:reset"); err == nil || !strings.Contains(err.Error(), "all ring shards are down") {
+		t.Fatalf("error %v, want the panic as an error", err)
+	}
+}
+
+// hubOn starts a hub on c's reset channel, publishing with c, and waits
+// until it is live.
+func hubOn(t *testing.T, c *redis.Client) *Hub {
+	t.Helper()
+	const channel = "ginlimit:reset"
+	publish := func(ctx context.Context, payload string) (int64, error) {
+		return c.Publish(ctx, channel, payload).Result()
+	}
+	h := StartHub(c, channel, publish, time.Second)
+	t.Cleanup(h.Close)
+	for deadline := time.Now().Add(30 * time.Second); !h.Live(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the hub's subscription was not up within 30 s")
+		}
+	}
+	return h
+}
+
+// refused reports whether c answers a request on key with a certain
+// rejection.
+func refused(c *DenyCache, key string) bool {
+	return c.Enter(key, 1).Verdict == Reject
+}
+
+// TestHubAnnounceReachesEveryHub: a reset announced by one hub makes every
+// hub's caches and fallbacks forget the keys before Announce returns, and
+// Announce counts every acknowledgement.
+func TestHubAnnounceReachesEveryHub(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	a, b := hubOn(t, c), hubOn(t, c)
+	caches := []*DenyCache{newDenyCache(64, time.Hour), newDenyCache(64, time.Hour)}
+	locals := []*Buckets{NewBuckets(10, 1, time.Hour, 64), NewBuckets(10, 1, time.Hour, 64)}
+	for i, h := range []*Hub{a, b} {
+		h.Track(caches[i], locals[i])
+		caches[i].Leave("k", caches[i].Stamp(), Answer{Remaining: 0, Reset: time.Hour, At: time.Now()})
+		locals[i].Learn("k", Answer{Remaining: 0, Reset: time.Hour, At: time.Now()}, time.Now())
+		if !refused(caches[i], "k") {
+			t.Fatalf("cache %d did not learn the refusal", i)
+		}
+	}
+	publish := func(ctx context.Context, payload string) (int64, error) {
+		return c.Publish(ctx, "ginlimit:reset", payload).Result()
+	}
+	if err := Announce(context.Background(), a, publish, []string{"k"}, time.Minute); err != nil {
+		t.Fatalf("Announce: %v", err)
+	}
+	for i := range caches {
+		if refused(caches[i], "k") {
+			t.Fatalf("cache %d still refuses after the reset was announced", i)
+		}
+		if _, _, ok := locals[i].Take("k", time.Now(), 1); !ok {
+			t.Fatalf("fallback %d still refuses after the reset was announced", i)
+		}
+	}
+}
+
+// TestHubLoseClearsAndStopsLearning: a lost subscription clears what the
+// caches hold, and a call that started before the loss keeps nothing.
+func TestHubLoseClearsAndStopsLearning(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	h := hubOn(t, c)
+	cache := newDenyCache(64, time.Hour)
+	h.Track(cache, nil)
+	refusal := Answer{Remaining: 0, Reset: time.Hour, At: time.Now()}
+	cache.Leave("k", cache.Stamp(), refusal)
+	before := cache.Stamp()
+	h.Lose()
+	if refused(cache, "k") {
+		t.Fatal("the cache still refuses after the subscription was lost")
+	}
+	cache.Leave("k", before, refusal)
+	if refused(cache, "k") {
+		t.Fatal("a call from before the loss was kept")
+	}
+}
