@@ -204,7 +204,7 @@ func allCases() []*benchCase {
 			RedisKey: ginlimitKey("bench-defaults-plain:"),
 			New:      newGinlimit("bench-defaults-plain:"),
 			Note: "p.Allow(ctx, key) with ginlimit's defaults (`ginlimit.New(ginlimit.Redis(rdb))`, then only Key, Window and Limit: " +
-				"deny cache on, FailLocal, Timeout and QueueTimeout 1 s) on a plain client, `redis.NewClient(&redis.Options{Addr: addr})`: " +
+				"deny cache on, FailLocal, DefaultTimeout and DefaultQueueTimeout) on a plain client, `redis.NewClient(&redis.Options{Addr: addr})`: " +
 				"ginlimit bounds each call's time itself.",
 		},
 		{
@@ -219,8 +219,8 @@ func allCases() []*benchCase {
 			ID: "ginlimit-autopipeline", Name: "ginlimit sliding log + autopipeline, DenyCache(0)", Algorithm: "sliding log, ZSET, Redis clock in µs",
 			Exact:    true,
 			RedisKey: ginlimitKey("bench-autopipeline:"),
-			New:      newGinlimit("bench-autopipeline:", ginlimit.AutoPipeline(true), ginlimit.DenyCache(0)),
-			Note:     "p.Allow(ctx, key) with AutoPipeline(true) and the deny cache off.",
+			New:      newGinlimit("bench-autopipeline:", ginlimit.DenyCache(0)),
+			Note:     "p.Allow(ctx, key) with the deny cache off (the auto-pipeliner is on by default).",
 		},
 		{
 			ID: "ginlimit-counter", Name: "ginlimit sliding counter, DenyCache(0)", Algorithm: "sliding counter, one string of 10 sub-window counts, Redis clock in µs",
@@ -326,7 +326,7 @@ func newRawScript(alg ginlimit.AlgorithmKind, param int64, prefix string) func(*
 		if alg == ginlimit.TokenBucket && p == 0 {
 			p = int64(limit)
 		}
-		script := redis.NewScript(lua.Single(alg.String(), window.Microseconds(), int64(limit), p))
+		script := redis.NewScript(lua.Single(string(alg), window.Microseconds(), int64(limit), p))
 		args := []any{"", 1}
 		return func(ctx context.Context, key string) (bool, error) {
 			raw, err := script.Run(ctx, rdb, []string{prefix + "{" + key + "}"}, args...).Result()
@@ -466,10 +466,6 @@ func notDecided(d ginlimit.Decision, err error) error {
 		return d.Err
 	case d.Local:
 		return errLocal
-	}
-	switch o := ginlimit.OutcomeOf(d); o {
-	case ginlimit.OutcomeError, ginlimit.OutcomeSaturated, ginlimit.OutcomeFallback:
-		return fmt.Errorf("ginlimit: outcome %q without an error", o)
 	}
 	return nil
 }

@@ -33,8 +33,8 @@ type httpResult struct {
 	// Non200 counts limited responses that were not 200 (there should be
 	// none: the limit is never reached).
 	Non200 int64
-	// NonDecisions counts limited responses that Redis did not decide (the
-	// OnError hook marked them, see hdrNonDecision); there should be none.
+	// NonDecisions counts limited responses that Redis did not decide
+	// (marked, see hdrNonDecision); there should be none.
 	NonDecisions int64
 	// Reply is the script reply that the canned-reply hook answers with
 	// (nil against real Redis): the packed string ginlimit's scripts reply.
@@ -201,7 +201,7 @@ func engines(rdb redis.Scripter, limit int, window time.Duration) (bare, limited
 	limited = gin.New()
 	limited.GET("/r/:id", l.RateLimit(
 		ginlimit.Key("bench:http:"), ginlimit.Window(window), ginlimit.Limit(limit),
-		ginlimit.Type(ginlimit.IP), ginlimit.OnError(markNonDecision)), okHandler)
+		ginlimit.Type(ginlimit.IP), ginlimit.Respond(markNonDecision)), markAdmitted, okHandler)
 	return bare, limited, nil
 }
 
@@ -305,7 +305,7 @@ func (e *env) benchHTTP(ctx context.Context, canned bool) (httpResult, error) {
 // The keys are built beforehand: building them is ginlimit's work, as is
 // decoding the reply, which is left out.
 func goRedisCall(rdb *redis.Client, limit int, window time.Duration) (testing.BenchmarkResult, error) {
-	script := redis.NewScript(lua.Single(ginlimit.SlidingLog.String(), window.Microseconds(), int64(limit), 64))
+	script := redis.NewScript(lua.Single(string(ginlimit.SlidingLog), window.Microseconds(), int64(limit), 64))
 	keys := make([][]string, httpClients)
 	for i, addr := range clientAddrs() {
 		keys[i] = []string{"bench:http:sl:{GET /r/:id ip:" + addr + "}"}
@@ -337,10 +337,13 @@ func goRedisCall(rdb *redis.Client, limit int, window time.Duration) (testing.Be
 // trustedProxy is the peer address of every end-to-end request.
 const trustedProxy = "127.0.0.1"
 
-// hdrNonDecision is the response header that ginlimit's OnError hook sets
-// when Redis did not decide the request (the FailLocal fallback did), so the
+// hdrNonDecision is the response header set on a response that Redis did
+// not decide (the FailLocal fallback did, or saturation refused it), so the
 // client can count it as a non-decision; its value is "saturated" for
-// ErrSaturated and "error" otherwise. The hook runs only on that path.
+// ErrSaturated and "error" otherwise. markNonDecision sets it on a 429
+// (through Respond), markAdmitted on an admission, and saturationWriter on
+// ginlimit's 503, which the defaults (FailLocal) answer for saturation
+// alone.
 const hdrNonDecision = "X-Bench-Non-Decision"
 
 // e2eRoute is one route of the end-to-end comparison.
@@ -409,8 +412,8 @@ func redisRateHandler(rdb *redis.Client, limit int, window time.Duration) (gin.H
 
 // ginlimitHandler returns ginlimit's handler of the route: a Limiter with
 // nothing but Redis(rdb), and limiter.RateLimit with the key prefix, window
-// and limit, counted per client IP behind trustedProxy, and the OnError hook
-// that marks a non-decision (hdrNonDecision).
+// and limit, counted per client IP behind trustedProxy, marking a
+// non-decision (hdrNonDecision).
 func ginlimitHandler(prefix string) func(*redis.Client, int, time.Duration) (gin.HandlerFunc, error) {
 	return func(rdb *redis.Client, limit int, window time.Duration) (gin.HandlerFunc, error) {
 		l, err := ginlimit.New(ginlimit.Redis(rdb))
@@ -421,17 +424,48 @@ func ginlimitHandler(prefix string) func(*redis.Client, int, time.Duration) (gin
 		if err != nil {
 			return nil, err
 		}
-		return l.RateLimit(ginlimit.Key(prefix), ginlimit.Window(window), ginlimit.Limit(limit),
-			ginlimit.Type(ginlimit.IP), ginlimit.IPIdentity(ip), ginlimit.OnError(markNonDecision)), nil
+		rl := l.RateLimit(ginlimit.Key(prefix), ginlimit.Window(window), ginlimit.Limit(limit),
+			ginlimit.Type(ginlimit.IP), ginlimit.IPIdentity(ip), ginlimit.Respond(markNonDecision))
+		return func(c *gin.Context) {
+			w := c.Writer
+			c.Writer = saturationWriter{w}
+			rl(c)
+			c.Writer = w
+			if !c.IsAborted() {
+				markAdmitted(c)
+			}
+		}, nil
 	}
 }
 
-func markNonDecision(c *gin.Context, err error) {
-	if errors.Is(err, ginlimit.ErrSaturated) {
+// markNonDecision, given to Respond, marks a 429 that Redis did not decide
+// and writes nothing, so ginlimit writes its own body.
+func markNonDecision(c *gin.Context, d ginlimit.Decision) {
+	switch {
+	case errors.Is(d.Err, ginlimit.ErrSaturated):
 		c.Header(hdrNonDecision, "saturated")
-		return
+	case d.Err != nil:
+		c.Header(hdrNonDecision, "error")
 	}
-	c.Header(hdrNonDecision, "error")
+}
+
+// markAdmitted, a handler after the limit, marks an admission that Redis
+// did not decide.
+func markAdmitted(c *gin.Context) {
+	if d, ok := ginlimit.DecisionFrom(c); ok {
+		markNonDecision(c, d)
+	}
+}
+
+// saturationWriter marks ginlimit's 503, which the defaults (FailLocal)
+// answer for saturation alone, as it is written.
+type saturationWriter struct{ gin.ResponseWriter }
+
+func (w saturationWriter) WriteHeader(code int) {
+	if code == http.StatusServiceUnavailable {
+		w.Header().Set(hdrNonDecision, "saturated")
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // e2eEngine returns a gin engine (ReleaseMode, gin.New()) that trusts

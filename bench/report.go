@@ -372,8 +372,8 @@ func renderHTTP(w writer, hs []httpResult, cfg config) {
 func renderEndToEnd(w writer, cells []cellResult, cfg config) {
 	w("## HTTP end to end: requests per second over loopback\n\n")
 	w("The same gin engine (ReleaseMode, gin.New(), `SetTrustedProxies([\"%s\"])`) with `GET /r/:id` answering 200 \"ok\", "+
-		"served by net/http on a loopback listener of its own: bare; behind `limiter.RateLimit(Key, Window(%v), Limit(%d), Type(IP), IPIdentity(identity.NewIP(\"%s\")), OnError(mark))` "+
-		"on a limiter with nothing but `ginlimit.Redis(rdb)` (the defaults: deny cache on, FailLocal, Timeout and QueueTimeout 1 s; the OnError hook runs only when Redis did not decide, "+
+		"served by net/http on a loopback listener of its own: bare; behind `limiter.RateLimit(Key, Window(%v), Limit(%d), Type(IP), IPIdentity(identity.NewIP(\"%s\")), Respond(mark))` "+
+		"on a limiter with nothing but `ginlimit.Redis(rdb)` (the defaults: deny cache on, FailLocal, DefaultTimeout and DefaultQueueTimeout; Respond and a handler after the limit mark a response Redis did not decide, "+
 		"and marks the response so the client counts a non-decision); and behind a redis_rate middleware written by hand: "+
 		"`limiter.Allow(ctx, \"e2e:\"+c.ClientIP(), redis_rate.PerSecond(%d))`, 429 when not allowed, 500 on an error. "+
 		"ginlimit sets its five rate limit headers on every response, the hand-written middleware none. "+

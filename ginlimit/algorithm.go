@@ -11,55 +11,31 @@ import (
 	"github.com/ginlimit/ginlimit/lua"
 )
 
-// AlgorithmKind names a rate limiting algorithm. See the package
-// documentation for each one's guarantee, error bound and memory.
-type AlgorithmKind int
+// AlgorithmKind names a rate limiting algorithm. Its value is the name
+// ("sliding_log", "sliding_counter", "fixed_window" or "token_bucket"), so
+// a configuration string converts to it directly, and [Algorithm] checks
+// it. See docs/algorithms.md for each one's guarantee, error bound and
+// memory.
+type AlgorithmKind string
 
 const (
 	// SlidingLog is the exact sliding log (the default): a Redis sorted set
 	// with one entry per admitted request in the window, whatever its cost.
-	SlidingLog AlgorithmKind = iota
-	// SlidingCounter divides the window into [SubWindows] parts and sums the
-	// counts of the parts that overlap the window. Memory is O(sub-windows).
-	SlidingCounter
+	SlidingLog AlgorithmKind = "sliding_log"
+	// SlidingCounter divides the window into [DefaultSubWindows] parts and
+	// sums the counts of the parts that overlap the window. Memory is
+	// O(sub-windows).
+	SlidingCounter AlgorithmKind = "sliding_counter"
 	// FixedWindow counts per window aligned on the Redis clock; up to twice
 	// the limit can pass across a boundary.
-	FixedWindow
+	FixedWindow AlgorithmKind = "fixed_window"
 	// TokenBucket refills limit tokens per window into a bucket of [Burst]
 	// tokens (GCRA, one timestamp per key).
-	TokenBucket
+	TokenBucket AlgorithmKind = "token_bucket"
 )
 
-// String returns the algorithm's name, as in the demo's LIMIT_ALGORITHM.
-func (a AlgorithmKind) String() string {
-	switch a {
-	case SlidingLog:
-		return "sliding_log"
-	case SlidingCounter:
-		return "sliding_counter"
-	case FixedWindow:
-		return "fixed_window"
-	case TokenBucket:
-		return "token_bucket"
-	case penaltyAlg:
-		return "penalty"
-	}
-	return fmt.Sprintf("AlgorithmKind(%d)", int(a))
-}
-
-// ParseAlgorithm returns the algorithm named s ("sliding_log",
-// "sliding_counter", "fixed_window" or "token_bucket").
-func ParseAlgorithm(s string) (AlgorithmKind, error) {
-	for a := SlidingLog; a <= TokenBucket; a++ {
-		if a.String() == s {
-			return a, nil
-		}
-	}
-	return 0, fmt.Errorf("ginlimit: unknown algorithm %q: want sliding_log, sliding_counter, fixed_window or token_bucket", s)
-}
-
-// DefaultSubWindows is the number of sub-windows of a [SlidingCounter] when
-// no [SubWindows] is given.
+// DefaultSubWindows is the number of sub-windows of a [SlidingCounter]: its
+// window must be a whole number of microseconds times this.
 const DefaultSubWindows = 10
 
 // The several-rule scripts are immutable: redis.Script holds only the
@@ -80,7 +56,7 @@ var (
 // each call to fill in (severalArgs).
 func ruleArgs(a AlgorithmKind, window time.Duration, limit, param int) []any {
 	args := make([]any, lua.ArgsPerRule)
-	args[lua.ArgAlgorithm] = slices.Index(lua.Numbered(), a.String())
+	args[lua.ArgAlgorithm] = slices.Index(lua.Numbered(), string(a))
 	args[lua.ArgWindow], args[lua.ArgLimit], args[lua.ArgParam] = window.Microseconds(), limit, param
 	return args
 }
@@ -132,7 +108,7 @@ func (a AlgorithmKind) validate(r *ruleConfig) error {
 	switch a {
 	case SlidingCounter:
 		if r.window.Microseconds()%int64(r.subWindows) != 0 {
-			return fmt.Errorf("SubWindows(%d): does not divide Window(%v) in whole microseconds", r.subWindows, r.window)
+			return fmt.Errorf("Window(%v): a SlidingCounter's window must divide into %d sub-windows of whole microseconds", r.window, r.subWindows)
 		}
 	case TokenBucket:
 		// The bucket keeps its state in 1/limit µs: burst*window must stay
@@ -173,24 +149,27 @@ func (r *ruleConfig) burstOrLimit() int {
 	return r.limit
 }
 
-// Algorithm sets the rule's algorithm. The default is [SlidingLog].
+// Algorithm sets the rule's algorithm, such as [TokenBucket] or
+// ginlimit.AlgorithmKind(os.Getenv("LIMIT_ALGORITHM")). The default is
+// [SlidingLog].
 func Algorithm(a AlgorithmKind) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
-		if a < SlidingLog || a > TokenBucket {
-			return fmt.Errorf("Algorithm(%v): want SlidingLog, SlidingCounter, FixedWindow or TokenBucket", a)
+		switch a {
+		case SlidingLog, SlidingCounter, FixedWindow, TokenBucket:
+		default:
+			return fmt.Errorf("Algorithm(%q): want sliding_log, sliding_counter, fixed_window or token_bucket", string(a))
 		}
 		r.alg = a
 		return nil
 	})
 }
 
-// SubWindows sets how many parts a [SlidingCounter] divides its window into.
-// It must be from 1 to 1000 and divide the window in whole microseconds. The
-// default is [DefaultSubWindows].
-func SubWindows(n int) RuleOption {
+// subWindows replaces [DefaultSubWindows], from 1 to 1000, dividing the
+// window in whole microseconds; tests and the bench's model checks vary it.
+func subWindows(n int) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
 		if n < 1 || n > 1000 {
-			return fmt.Errorf("SubWindows(%d): want 1 to 1000", n)
+			return fmt.Errorf("subWindows(%d): want 1 to 1000", n)
 		}
 		r.subWindows = n
 		return nil

@@ -17,10 +17,10 @@ import (
 // its decision into the rule's (pipeline.go: parse), so a ban reads as the
 // rule's refusal with Banned set and the ban's message.
 
-// penaltyAlg is the penalty's AlgorithmKind, after the algorithms: its
-// name, "penalty", is its number in the several-rule scripts
-// (lua.Numbered). It is not an algorithm a rule can choose.
-const penaltyAlg = TokenBucket + 1
+// penaltyAlg is the penalty's AlgorithmKind: its name, "penalty", gives
+// its number in the several-rule scripts (lua.Numbered). It is not an
+// algorithm a rule can choose.
+const penaltyAlg AlgorithmKind = "penalty"
 
 // DefaultBanMessage is the message of a ban's 429 when no [BanMessage] is
 // given.

@@ -70,7 +70,7 @@ func TestCarriedStrikesEvictedFromTheDenyCache(t *testing.T) {
 	srv := redistest.Start(t)
 	const staleness = 2 * time.Second
 	opts := []Option{Key(prefix(t)), Type(IP), Window(time.Hour), Limit(1),
-		Ban(3, time.Hour, time.Hour), MaxStaleness(staleness), DenyCache(16)}
+		Ban(3, time.Hour, time.Hour), maxStaleness(staleness), DenyCache(16)}
 	a, _, seenA := banInstance(t, srv, newGate(), opts...)
 	_, pb, _ := banInstance(t, srv, newGate(), opts...)
 	x := map[string]string{"RemoteAddr": "192.0.2.40:1"}

@@ -26,9 +26,9 @@ func TestCarriedStrikesFlushedAfterAFailedReport(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const staleness = time.Second
-	quiet := Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	opts := []Option{Key(prefix(t)), Type(IP), Window(time.Hour), Limit(1),
-		Ban(3, time.Hour, time.Hour), MaxStaleness(staleness), QueueTimeout(20 * time.Millisecond), quiet}
+		Ban(3, time.Hour, time.Hour), maxStaleness(staleness), queueTimeout(20 * time.Millisecond), quiet}
 	a, pa, seenA := banInstance(t, srv, newGate(), opts...)
 	_, pb, _ := banInstance(t, srv, newGate(), opts...)
 	x := map[string]string{"RemoteAddr": "192.0.2.41:1"}

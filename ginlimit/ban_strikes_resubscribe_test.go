@@ -22,7 +22,7 @@ func TestCarriedStrikesSurviveALostSubscription(t *testing.T) {
 	srv := redistest.Start(t)
 	const staleness = 2 * time.Second
 	opts := []Option{Key(prefix(t)), Type(IP), Window(time.Hour), Limit(1),
-		Ban(3, time.Hour, time.Hour), MaxStaleness(staleness)}
+		Ban(3, time.Hour, time.Hour), maxStaleness(staleness)}
 	a, _, seenA := banInstance(t, srv, newGate(), opts...)
 	_, pb, _ := banInstance(t, srv, newGate(), opts...)
 	x := map[string]string{"RemoteAddr": "192.0.2.42:1"}

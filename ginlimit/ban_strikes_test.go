@@ -18,7 +18,7 @@ import (
 func banInstance(t *testing.T, srv *redistest.Server, g *gate, opts ...Option) (*gin.Engine, *Policy, *recorder) {
 	t.Helper()
 	seen := &recorder{}
-	l := slotLimiter(t, redis.NewClient(&redis.Options{Addr: srv.Addr}), Observe(seen))
+	l := slotLimiter(t, redis.NewClient(&redis.Options{Addr: srv.Addr}), Observe(seen.Observe))
 	p, err := l.Policy(opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestBanOnTheVeryNextRequest(t *testing.T) {
 	srv := redistest.Start(t)
 	const staleness = 200 * time.Millisecond
 	opts := []Option{Key(prefix(t)), Type(IP), Window(time.Second), Limit(5),
-		Ban(20, 10*time.Second, time.Minute), MaxStaleness(staleness)}
+		Ban(20, 10*time.Second, time.Minute), maxStaleness(staleness)}
 	a, _, seenA := banInstance(t, srv, newGate(), opts...)
 	b, pb, seenB := banInstance(t, srv, newGate(), opts...)
 	hdr := map[string]string{"RemoteAddr": "192.0.2.30:1"}
@@ -152,7 +152,7 @@ func TestCachedBanIsNoStrikeOnItself(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
 			const banFor = 3 * time.Second
-			in := newInstance(t, srv.Client(), Key(prefix(t)), DenyCache(tc.deny), MaxStaleness(time.Second),
+			in := newInstance(t, srv.Client(), Key(prefix(t)), DenyCache(tc.deny), maxStaleness(time.Second),
 				Type(IP), Window(time.Second), Limit(2), Ban(3, time.Minute, banFor))
 			hdr := map[string]string{"RemoteAddr": "192.0.2.7:1"}
 			var banned time.Time

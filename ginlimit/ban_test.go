@@ -82,7 +82,7 @@ func TestBanCountsCachedRefusals(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const bound = 200 * time.Millisecond
-	in := newInstance(t, srv.Client(), banRoute(prefix(t), MaxStaleness(bound), Window(time.Hour))...)
+	in := newInstance(t, srv.Client(), banRoute(prefix(t), maxStaleness(bound), Window(time.Hour))...)
 	hdr := map[string]string{"RemoteAddr": "192.0.2.7:1"}
 	cached, seen := 0, 0 // refusals from the deny cache, and from Redis
 	count := func() {
@@ -301,7 +301,7 @@ func TestBanCountsCachedRefusalsOfAnotherRule(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	const bound = 300 * time.Millisecond
-	in := newInstance(t, c, Key(prefix(t)), MaxStaleness(bound),
+	in := newInstance(t, c, Key(prefix(t)), maxStaleness(bound),
 		Rule(Name("per-ip"), Type(IP), Window(time.Hour), Limit(100), Ban(5, time.Hour, time.Hour)),
 		Rule(Name("route"), Window(time.Hour), Limit(2)))
 	hdr := map[string]string{"RemoteAddr": "192.0.2.7:1"}

@@ -74,7 +74,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	gin.SetMode(gin.ReleaseMode)
 	b.Run("go-redis call", func(b *testing.B) {
 		c := cannedClient(b)
-		s := redis.NewScript(lua.Single(SlidingLog.String(), time.Second.Microseconds(), 1_000_000, exactBelow))
+		s := redis.NewScript(lua.Single(string(SlidingLog), time.Second.Microseconds(), 1_000_000, exactBelow))
 		keys, args := []string{"rate_limit:sl:{GET /r/:id ip:192.0.2.1}"}, []any{"", 1}
 		ctx := context.Background()
 		b.ReportAllocs()
@@ -131,7 +131,7 @@ func BenchmarkAllowRealRedis(b *testing.B) {
 		opts []Option
 	}{
 		{"plain", nil},
-		{"autopipeline", []Option{AutoPipeline(true)}},
+		{"autopipeline", []Option{autoPipeline(true)}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
@@ -218,7 +218,7 @@ func BenchmarkMiddlewareRealRedis(b *testing.B) {
 	b.Run("go-redis EVALSHA", func(b *testing.B) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 		b.Cleanup(func() { _ = c.Close() })
-		s := redis.NewScript(lua.Single(SlidingLog.String(), time.Hour.Microseconds(), 1_000_000_000, exactBelow))
+		s := redis.NewScript(lua.Single(string(SlidingLog), time.Hour.Microseconds(), 1_000_000_000, exactBelow))
 		args := []any{"", 1}
 		b.ReportAllocs()
 		b.SetParallelism(16)
@@ -247,7 +247,7 @@ func BenchmarkRedisDown(b *testing.B) {
 	b.Cleanup(func() { _ = dead.Close() })
 	e := gin.New()
 	e.GET("/bare", func(c *gin.Context) { c.Status(http.StatusOK) })
-	e.GET("/limited", testLimit(Redis(dead), Type(IP), Logger(slog.New(slog.DiscardHandler))), func(c *gin.Context) { c.Status(http.StatusOK) })
+	e.GET("/limited", testLimit(Redis(dead), Type(IP), withLogger(slog.New(slog.DiscardHandler))), func(c *gin.Context) { c.Status(http.StatusOK) })
 	srv := httptest.NewServer(e)
 	b.Cleanup(srv.Close)
 	client := srv.Client()

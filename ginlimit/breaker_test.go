@@ -24,7 +24,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	// Open for an hour: the breaker must still be open at the last of the
 	// 50 calls below however slowly a loaded machine runs them (with 300 ms
 	// it could let a probe through to the hung Redis).
-	p := mustPolicy(t, Redis(hung), Key(prefix(t)), Timeout(100*time.Millisecond), Breaker(3, time.Hour), OnFailure(FailClosed))
+	p := mustPolicy(t, Redis(hung), Key(prefix(t)), Timeout(100*time.Millisecond), withBreaker(3, time.Hour), OnFailure(FailClosed))
 	ctx := context.Background()
 	for i := range 3 {
 		d, err := p.Allow(ctx, "k")
@@ -47,7 +47,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 
 	srv := redistest.Start(t)
 	c := srv.Client()
-	q := mustPolicy(t, Redis(c), Key(prefix(t)), Timeout(200*time.Millisecond), Breaker(2, 200*time.Millisecond))
+	q := mustPolicy(t, Redis(c), Key(prefix(t)), Timeout(200*time.Millisecond), withBreaker(2, 200*time.Millisecond))
 	srv.Stop()
 	for range 2 {
 		if _, err := q.Allow(ctx, "k"); err == nil {
@@ -79,14 +79,14 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 func TestBreakerOption(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
-	for _, o := range []Option{Breaker(0, time.Second), Breaker(3, 0), Breaker(-1, time.Second), Breaker(1, 2*time.Hour)} {
+	for _, o := range []Option{withBreaker(0, time.Second), withBreaker(3, 0), withBreaker(-1, time.Second), withBreaker(1, 2*time.Hour)} {
 		if _, err := New(Redis(c), o); err == nil {
 			t.Errorf("an invalid Breaker was accepted")
 		}
 	}
-	p := mustPolicy(t, Redis(c), Breaker(0, 0))
+	p := mustPolicy(t, Redis(c), withBreaker(0, 0))
 	if p.engine.Breaker() != nil {
-		t.Fatal("Breaker(0, 0) left a breaker")
+		t.Fatal("withBreaker(0, 0) left a breaker")
 	}
 }
 
@@ -175,7 +175,7 @@ func TestBreakerFailuresOverflow(t *testing.T) {
 	t.Parallel()
 	const failures = 1 << 32
 	l, err := New(Redis(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})), Timeout(time.Second),
-		Breaker(failures, time.Hour), OnFailure(FailClosed))
+		withBreaker(failures, time.Hour), OnFailure(FailClosed))
 	if err != nil {
 		return // refused at start-up: the promise holds
 	}
@@ -189,6 +189,6 @@ func TestBreakerFailuresOverflow(t *testing.T) {
 		t.Fatal("a call to a closed port succeeded")
 	}
 	if _, err := p.Allow(ctx, "k"); errors.Is(err, ErrCircuitOpen) {
-		t.Fatalf("Breaker(%d, 1h) accepted at start-up, and the breaker opened after 1 failure (%d failures counted)", failures, p.engine.Breaker().Failures())
+		t.Fatalf("withBreaker(%d, 1h) accepted at start-up, and the breaker opened after 1 failure (%d failures counted)", failures, p.engine.Breaker().Failures())
 	}
 }

@@ -32,7 +32,7 @@ type goneRoute struct {
 func newGoneRoute(t *testing.T, c redis.Scripter, opts ...Option) *goneRoute {
 	t.Helper()
 	g := &goneRoute{seen: &recorder{}}
-	l, err := New(Redis(c), Timeout(5*time.Second), Observe(g.seen))
+	l, err := New(Redis(c), Timeout(5*time.Second), Observe(g.seen.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestClientGoneIsNeverAdmitted(t *testing.T) {
 	const staleness = 20 * time.Millisecond
 
 	t.Run("rate limit", func(t *testing.T) {
-		g := newGoneRoute(t, c, Key(prefix(t)), Type(IP), Window(time.Hour), Limit(3), MaxStaleness(staleness))
+		g := newGoneRoute(t, c, Key(prefix(t)), Type(IP), Window(time.Hour), Limit(3), maxStaleness(staleness))
 		for range 3 {
 			if code := g.serve("192.0.2.1", false); code != http.StatusOK {
 				t.Fatalf("a request within the limit got %d", code)
@@ -142,7 +142,7 @@ func TestClientGoneIsNeverAdmitted(t *testing.T) {
 
 	t.Run("ban", func(t *testing.T) {
 		g := newGoneRoute(t, c, Key(prefix(t)), Type(IP), Window(time.Hour), Limit(1),
-			Ban(2, time.Hour, time.Hour), MaxStaleness(staleness))
+			Ban(2, time.Hour, time.Hour), maxStaleness(staleness))
 		for i := 0; ; i++ {
 			time.Sleep(3 * staleness) // each refusal from Redis
 			g.serve("192.0.2.3", false)
@@ -178,7 +178,7 @@ func TestClientGoneKeepsStrikes(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	const staleness = 50 * time.Millisecond
 	g := newGoneRoute(t, c, Key(prefix(t)), Type(IP), Window(time.Hour), Limit(1),
-		Ban(5, time.Hour, time.Hour), MaxStaleness(time.Hour))
+		Ban(5, time.Hour, time.Hour), maxStaleness(time.Hour))
 	// The deny cache's clock is the test's: refusals are answered from it
 	// until the test moves it past the staleness bound.
 	var now atomic.Int64

@@ -92,8 +92,8 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 	}{
 		{"sliding log", []Option{DenyCache(0)}, false},
 		{"sliding log, deny cache", nil, false},
-		{"sliding log, autopipeline (falls back on a cluster)", []Option{DenyCache(0), AutoPipeline(true)}, false},
-		{"sliding log, autopipeline and deny cache (falls back)", []Option{AutoPipeline(true)}, false},
+		{"sliding log, autopipeline (falls back on a cluster)", []Option{DenyCache(0), autoPipeline(true)}, false},
+		{"sliding log, autopipeline and deny cache (falls back)", []Option{autoPipeline(true)}, false},
 		{"sliding counter", []Option{Algorithm(SlidingCounter), DenyCache(0)}, false},
 		{"fixed window", []Option{Algorithm(FixedWindow), Window(fixed), DenyCache(0)}, false},
 		// 500 tokens a day: one refills every 173 s, far longer than the test.
@@ -142,7 +142,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 				t.Fatalf("admitted %d and rejected %d, want exactly 500 and 524", allowed.Load(), rejected.Load())
 			}
 			if tc.pipe && pipelined == 0 {
-				t.Fatal("AutoPipeline(true) on a ClusterClient: no decision went through a pipeline")
+				t.Fatal("autoPipeline(true) on a ClusterClient: no decision went through a pipeline")
 			}
 			key := ruleKey(policies[0], 0, "hot")
 			if n := storedUnits(t, clients[0], policies[0].rules[0].alg, key); n != 500 {
@@ -299,7 +299,7 @@ func TestClusterRules(t *testing.T) {
 		pre := prefix(t)
 		p := mustPolicy(t, Redis(c), Key(pre),
 			Rule(Name("per-second"), Window(time.Second), Limit(5)),
-			Rule(Name("per-minute"), Window(time.Minute), Limit(20), Algorithm(SlidingCounter), SubWindows(6)))
+			Rule(Name("per-minute"), Window(time.Minute), Limit(20), Algorithm(SlidingCounter), subWindows(6)))
 		perMaster := make([]int, 3)
 		for i := range 60 {
 			id := "user:" + strconv.Itoa(i)
@@ -372,7 +372,7 @@ func TestClusterMasterDown(t *testing.T) {
 		limit   = 10
 		victim  = 1
 	)
-	quiet := Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pre := prefix(t)
 	type policy struct {
 		name string
@@ -395,7 +395,7 @@ func TestClusterMasterDown(t *testing.T) {
 			Rule(Name("b"), Window(time.Hour), Limit(2*limit))}, true},
 	} {
 		opts := append([]Option{Redis(cc), Key(pre + strconv.Itoa(len(policies)) + ":"), Window(time.Hour), Limit(limit),
-			Timeout(timeout), Breaker(0, 0), quiet}, pc.opts...)
+			Timeout(timeout), withBreaker(0, 0), quiet}, pc.opts...)
 		policies = append(policies, policy{pc.name, mustPolicy(t, opts...), pc.open})
 	}
 	ids := identityPerMaster(cl)
@@ -465,7 +465,7 @@ func TestClusterMasterDown(t *testing.T) {
 		// exactly their limit.
 		const limit = 20
 		pre := prefix(t)
-		p := mustPolicy(t, Redis(cc), Key(pre), Window(time.Hour), Limit(limit), Timeout(timeout), Breaker(0, 0), quiet, OnFailure(FailClosed))
+		p := mustPolicy(t, Redis(cc), Key(pre), Window(time.Hour), Limit(limit), Timeout(timeout), withBreaker(0, 0), quiet, OnFailure(FailClosed))
 		var ids []string
 		for n := 0; len(ids) < 15; n++ {
 			id := "c" + strconv.Itoa(n)
@@ -540,7 +540,7 @@ func idsOnMaster(cl *redistest.Cluster, ids []string, m int) int {
 //   - with the default circuit breaker, which used to count the failures of
 //     all of a rule's keys together and so opened on the stopped master's
 //     failures, refusing every key (now there is one breaker per master);
-//   - with AutoPipeline(true) on a ClusterClient, whose go-redis
+//   - with autoPipeline(true) on a ClusterClient, whose go-redis
 //     auto-pipeliner batches by slot range, not by node, so a batch stuck
 //     on the stopped master stalled healthy masters' decisions (now a
 //     ClusterClient is never auto-pipelined).
@@ -548,7 +548,7 @@ func TestClusterMasterDownHealthyMastersServe(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
 	const victim = 1
-	quiet := Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx := context.Background()
 	cases := []struct {
 		name string
@@ -556,7 +556,7 @@ func TestClusterMasterDownHealthyMastersServe(t *testing.T) {
 		p    *Policy
 	}{
 		{"default breaker", nil, nil},
-		{"autopipeline", []Option{AutoPipeline(true), Breaker(0, 0)}, nil},
+		{"autopipeline", []Option{autoPipeline(true), withBreaker(0, 0)}, nil},
 	}
 	for i := range cases {
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRedirects: 1, DialTimeout: 200 * time.Millisecond,

@@ -18,22 +18,23 @@ import (
 // messages carry Redis keys, never to be logged.
 const ResetChannel = "ginlimit:reset"
 
-// DefaultMaxStaleness is the default of [MaxStaleness].
+// DefaultMaxStaleness bounds how long an instance may answer from what it
+// holds in process about a key (the deny cache) without asking Redis
+// again: a change made to Redis behind ginlimit's back, such as a key
+// deleted by hand or a FLUSHALL, is seen by every instance within it, plus
+// the round trip of the one call that then checks the key (at most twice
+// it in all). A flood on an over-limit key costs Redis one call per key,
+// per instance, per this bound. Resets made through [Policy.Reset] do not
+// wait for it: every instance sees them at once.
 const DefaultMaxStaleness = time.Second
 
-// MaxStaleness bounds how long an instance may answer from what it holds in
-// process about a key (the deny cache) without asking Redis again: a change
-// made to Redis behind ginlimit's back, such as a key deleted by hand or a
-// FLUSHALL, is seen by every instance within d, plus the round trip of the
-// one call that then checks the key (at most 2d in all). It must be from 1 ms to
-// 1 hour; the default is [DefaultMaxStaleness]. A larger d saves Redis
-// calls during floods on over-limit keys (one per key, per instance, per
-// d), a smaller one sees changes made by hand sooner. Resets made through
-// [Policy.Reset] do not wait for it: every instance sees them at once.
-func MaxStaleness(d time.Duration) Option {
+// maxStaleness replaces [DefaultMaxStaleness], from 1 ms to 1 hour; tests
+// lengthen it to keep what a deny cache learned on a loaded machine, or
+// shorten it to watch it expire.
+func maxStaleness(d time.Duration) Option {
 	return routeOption(func(r *routeConfig) error {
 		if d < time.Millisecond || d > time.Hour {
-			return fmt.Errorf("MaxStaleness(%v): want 1ms to 1h", d)
+			return fmt.Errorf("maxStaleness(%v): want 1ms to 1h", d)
 		}
 		r.staleness = d
 		return nil

@@ -19,12 +19,12 @@ func TestDenyCacheMatchesRedisForEveryAlgorithm(t *testing.T) {
 		opts []Option
 	}{
 		{SlidingLog, nil},
-		{SlidingCounter, []Option{SubWindows(4)}},
+		{SlidingCounter, []Option{subWindows(4)}},
 		{FixedWindow, nil},
 		{TokenBucket, []Option{Burst(5)}},
 		{TokenBucket, []Option{Burst(20)}},
 	} {
-		t.Run(tc.alg.String(), func(t *testing.T) {
+		t.Run(string(tc.alg), func(t *testing.T) {
 			t.Parallel()
 			_, c := newMini(t)
 			const window, limit = 200 * time.Millisecond, 10

@@ -156,7 +156,7 @@ func TestPerHashed(t *testing.T) {
 func TestPerIsExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	l, err := New(Redis(srv.Client()), Timeout(testTimeout), QueueTimeout(testTimeout), UserIdentity(identity.FromContext("uid")))
+	l, err := New(Redis(srv.Client()), Timeout(testTimeout), queueTimeout(testTimeout), UserIdentity(identity.FromContext("uid")))
 	if err != nil {
 		t.Fatal(err)
 	}

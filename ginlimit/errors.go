@@ -30,5 +30,5 @@ var ErrSaturated = engine.ErrSaturated
 var ErrClientGone = engine.ErrClientGone
 
 // ErrCircuitOpen is wrapped by the error of a decision that was not sent to
-// Redis because the backend's circuit breaker is open (see [Breaker]).
+// Redis because the backend's circuit breaker is open (see [DefaultBreakerFailures]).
 var ErrCircuitOpen = engine.ErrCircuitOpen

@@ -57,8 +57,8 @@ func TestConcurrentExactEveryAlgorithm(t *testing.T) {
 	const limit = 200
 	for _, tg := range targets {
 		for _, alg := range []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket} {
-			t.Run(tg.name+"/"+alg.String(), func(t *testing.T) {
-				p := mustPolicy(t, Redis(tg.client), Key(prefix(t)), Window(uncrossedWindow(alg)), Limit(limit), Algorithm(alg), DenyCache(0), AutoPipeline(tg.pipe))
+			t.Run(tg.name+"/"+string(alg), func(t *testing.T) {
+				p := mustPolicy(t, Redis(tg.client), Key(prefix(t)), Window(uncrossedWindow(alg)), Limit(limit), Algorithm(alg), DenyCache(0), autoPipeline(tg.pipe))
 				var units, calls atomic.Int64
 				var once sync.Once
 				var wg sync.WaitGroup

@@ -88,7 +88,7 @@ func TestDeadRedisFailsFast(t *testing.T) {
 				t.Parallel()
 				c := redis.NewClient(&redis.Options{Addr: deadAddr(t), ContextTimeoutEnabled: ctxAware})
 				t.Cleanup(func() { _ = c.Close() })
-				p := mustPolicy(t, Redis(c), Key(prefix(t)), OnFailure(FailLocal), AutoPipeline(pipelined), Timeout(failFastTimeout))
+				p := mustPolicy(t, Redis(c), Key(prefix(t)), OnFailure(FailLocal), autoPipeline(pipelined), Timeout(failFastTimeout))
 				if pipelined {
 					p.engine.SetPipelineAbove(0) // every call through the auto-pipeliner
 				}
@@ -111,7 +111,7 @@ func TestStoppedRedisFailsFast(t *testing.T) {
 			srv := redistest.Start(t)
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxAware})
 			t.Cleanup(func() { _ = c.Close() })
-			p := mustPolicy(t, Redis(c), Key(prefix(t)), OnFailure(FailLocal), Timeout(failFastTimeout), Breaker(0, 0))
+			p := mustPolicy(t, Redis(c), Key(prefix(t)), OnFailure(FailLocal), Timeout(failFastTimeout), withBreaker(0, 0))
 			for i := range 3 {
 				if _, err := p.Allow(context.Background(), "k"); err != nil {
 					t.Fatalf("decision %d on a healthy Redis: %v", i, err)
@@ -310,7 +310,7 @@ func TestBrokenConnectionIsRetried(t *testing.T) {
 				proxy := startBreakingProxy(t, srv.Addr)
 				c := redis.NewClient(&redis.Options{Addr: proxy.ln.Addr().String(), ContextTimeoutEnabled: ctxAware})
 				t.Cleanup(func() { _ = c.Close() })
-				p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(100), OnFailure(FailClosed), AutoPipeline(pipelined))
+				p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(100), OnFailure(FailClosed), autoPipeline(pipelined))
 				if pipelined {
 					p.engine.SetPipelineAbove(0)
 				}

@@ -15,10 +15,10 @@ import (
 // ([ErrSaturated]) is not a Redis failure: it never opens the breaker, no
 // policy applies, and the request is refused with 503 (only Redis grants
 // while Redis is healthy).
-type FailPolicy int
+type FailPolicy string
 
 const (
-	// FailLocal, the default and the zero value, decides with an in-process
+	// FailLocal, the default, decides with an in-process
 	// limiter of the same rules while Redis is failing: a token bucket per
 	// key holding at most limit/n and refilling limit/n per window, where n
 	// is [LocalInstances]. It continues from what Redis last said, never
@@ -30,35 +30,22 @@ const (
 	// It is bounded in memory (about DefaultLocalKeys keys per rule). A
 	// Redis outage then neither stops the service nor lifts the limits:
 	// each instance enforces its share of them.
-	FailLocal FailPolicy = iota
+	FailLocal FailPolicy = "FailLocal"
 	// FailOpen allows the request and logs the error: a rate limiter outage
 	// lets every request through, which an attacker who can slow Redis
 	// down can use. Choose it only where the limit protects nothing.
-	FailOpen
+	FailOpen FailPolicy = "FailOpen"
 	// FailClosed answers 503 with a JSON body: a rate limiter outage becomes
 	// a service outage.
-	FailClosed
+	FailClosed FailPolicy = "FailClosed"
 )
-
-// String returns "FailLocal", "FailOpen" or "FailClosed".
-func (p FailPolicy) String() string {
-	switch p {
-	case FailOpen:
-		return "FailOpen"
-	case FailClosed:
-		return "FailClosed"
-	case FailLocal:
-		return "FailLocal"
-	}
-	return fmt.Sprintf("FailPolicy(%d)", int(p))
-}
 
 // OnFailure sets what happens when Redis cannot decide. The default is
 // [FailLocal].
 func OnFailure(p FailPolicy) Option {
 	return routeOption(func(r *routeConfig) error {
-		if p < FailLocal || p > FailClosed {
-			return fmt.Errorf("OnFailure(%v): want FailLocal, FailOpen or FailClosed", p)
+		if p != FailLocal && p != FailOpen && p != FailClosed {
+			return fmt.Errorf("OnFailure(%q): want FailLocal, FailOpen or FailClosed", string(p))
 		}
 		r.onFail = p
 		return nil

@@ -47,8 +47,8 @@ func TestFallbackContinuesFromRedis(t *testing.T) {
 // /banned by IP with Limit(1) and Ban(1, ...).
 func fallbackRoutes(t *testing.T, srv *redistest.Server, opts ...Option) (*Limiter, *gin.Engine) {
 	t.Helper()
-	l, err := New(append([]Option{Redis(srv.Client()), Timeout(5 * time.Second), QueueTimeout(20 * time.Millisecond),
-		Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)...)
+	l, err := New(append([]Option{Redis(srv.Client()), Timeout(5 * time.Second), queueTimeout(20 * time.Millisecond),
+		withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

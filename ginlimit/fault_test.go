@@ -167,7 +167,7 @@ func checkFailed(t *testing.T, what string, fp FailPolicy, d Decision, err error
 // answering, a decision from the restarted Redis), not after set times.
 func TestFaultRedisKilled(t *testing.T) {
 	for _, fp := range []FailPolicy{FailOpen, FailClosed} {
-		t.Run(fp.String(), func(t *testing.T) {
+		t.Run(string(fp), func(t *testing.T) {
 			faultNoLeaks(t)
 			srv := redistest.Start(t)
 			c := faultClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true,
@@ -317,7 +317,7 @@ func TestFaultScriptFlush(t *testing.T) {
 			c := faultClient(t, &redis.Options{Addr: srv.Addr})
 			admin := faultClient(t, &redis.Options{Addr: srv.Addr})
 			const limit = 500
-			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(limit), DenyCache(0), AutoPipeline(tc.pipeline))
+			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(limit), DenyCache(0), autoPipeline(tc.pipeline))
 			ctx := context.Background()
 
 			var flushing atomic.Bool
@@ -562,14 +562,14 @@ func TestFaultSlowRedis(t *testing.T) {
 			if ctxAware {
 				name = "ContextTimeoutEnabled"
 			}
-			t.Run(name+" "+fp.String(), func(t *testing.T) {
+			t.Run(name+" "+string(fp), func(t *testing.T) {
 				faultNoLeaks(t, pipelinerOfOpenClient...)
 				proxy := startSlowProxy(t, srv.Addr, faultStall)
 				c := faultClient(t, &redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: ctxAware,
 					ReadTimeout: faultStall, WriteTimeout: faultStall})
 				// No breaker: every decision meets the slow Redis.
 				p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1000),
-					OnFailure(fp), Timeout(faultTimeout), Breaker(0, 0))
+					OnFailure(fp), Timeout(faultTimeout), withBreaker(0, 0))
 				if p.engine.HonoursContext() != ctxAware {
 					t.Fatalf("honours = %v for ContextTimeoutEnabled = %v", p.engine.HonoursContext(), ctxAware)
 				}
@@ -603,7 +603,7 @@ func TestFaultSlowRedis(t *testing.T) {
 
 // TestFaultPoolExhausted: both connections of a PoolSize(2) client are held
 // by the application's own BLPOPs (for up to faultStall), and 20 concurrent
-// decisions with Timeout(100ms) and QueueTimeout(100ms) wait for a
+// decisions with Timeout(100ms) and queueTimeout(100ms) wait for a
 // connection. Redis is healthy, so this is saturation, not failure: each
 // decision ends with ErrSaturated from a timeout, the breaker stays closed,
 // and nothing is admitted, under FailOpen as under FailClosed: only Redis
@@ -623,14 +623,14 @@ func TestFaultPoolExhausted(t *testing.T) {
 			if ctxAware {
 				name = "ContextTimeoutEnabled"
 			}
-			t.Run(name+" "+fp.String(), func(t *testing.T) {
+			t.Run(name+" "+string(fp), func(t *testing.T) {
 				faultNoLeaks(t)
 				c := faultClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxAware,
 					PoolSize: 2, PoolTimeout: faultStall})
 				pfx := prefix(t)
 				p := mustPolicy(t, Redis(c), Key(pfx), Window(time.Minute), Limit(1000),
-					OnFailure(fp), Timeout(faultTimeout), QueueTimeout(faultTimeout), Breaker(1, time.Hour),
-					AutoPipeline(false)) // the direct path: the auto-pipeliner keeps a connection of its own
+					OnFailure(fp), Timeout(faultTimeout), queueTimeout(faultTimeout), withBreaker(1, time.Hour),
+					autoPipeline(false)) // the direct path: the auto-pipeliner keeps a connection of its own
 
 				hold := pfx + "hold"
 				var holders sync.WaitGroup
@@ -722,7 +722,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 	proxy := startSlowProxyChunks(t, srv.Addr, 50*time.Millisecond, 32)
 	c := faultClient(t, &redis.Options{Addr: proxy.Addr(), PoolSize: 2, ReadTimeout: faultStall, WriteTimeout: faultStall})
 	l, err := New(Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1000),
-		OnFailure(FailOpen), Breaker(3, time.Hour))
+		OnFailure(FailOpen), withBreaker(3, time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -798,7 +798,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 
 // TestFaultSaturationIsNoVerdict: a saturation answer says nothing about
 // Redis, either way. Behind a proxy that holds every reply (a hung Redis),
-// with Breaker(2, …): a decision times out (one failure), a decision whose
+// with withBreaker(2, …): a decision times out (one failure), a decision whose
 // request's context ends first gets ErrClientGone, and the next
 // decision that times out is the second failure in a row, which opens the
 // breaker; the answer between them must not have counted as a success and
@@ -810,7 +810,7 @@ func TestFaultSaturationIsNoVerdict(t *testing.T) {
 	proxy := startSlowProxy(t, srv.Addr, time.Hour)
 	c := faultClient(t, &redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(10),
-		OnFailure(FailClosed), Timeout(faultTimeout), Breaker(2, time.Hour))
+		OnFailure(FailClosed), Timeout(faultTimeout), withBreaker(2, time.Hour))
 	ctx := context.Background()
 	if _, err := p.Allow(ctx, "a"); err == nil || errors.Is(err, ErrSaturated) {
 		t.Fatalf("a hung Redis: error %v, want a failure", err)
@@ -866,7 +866,7 @@ func TestFaultErrorReplies(t *testing.T) {
 	ctx := context.Background()
 	const limit = 30
 	for _, fp := range []FailPolicy{FailOpen, FailClosed} {
-		t.Run(fp.String()+" policy", func(t *testing.T) {
+		t.Run(string(fp)+" policy", func(t *testing.T) {
 			faultNoLeaks(t, pipelinerOfOpenClient...)
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(limit),
 				OnFailure(fp))
@@ -927,13 +927,13 @@ func TestFaultErrorReplies(t *testing.T) {
 			}
 		})
 
-		t.Run(fp.String()+" route", func(t *testing.T) {
+		t.Run(string(fp)+" route", func(t *testing.T) {
 			faultNoLeaks(t, pipelinerOfOpenClient...)
 			var logs syncBuffer
 			pfx := prefix(t)
 			e := gin.New()
 			e.GET("/x", testLimit(Redis(c), Key(pfx), Type(IP), Window(time.Minute), Limit(limit),
-				OnFailure(fp), Logger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
+				OnFailure(fp), withLogger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
 			const poisoned, other = "192.0.2.10", "192.0.2.11"
 			key := pfx + "{GET /x ip:" + poisoned + "}"
 			if err := c.Set(ctx, key, "not a sorted set", 0).Err(); err != nil {

@@ -65,7 +65,7 @@ const testTimeout = 5 * time.Second
 
 func mustPolicy(t testing.TB, opts ...Option) *Policy {
 	t.Helper()
-	l, err := New(append([]Option{Timeout(testTimeout), QueueTimeout(testTimeout)}, opts...)...)
+	l, err := New(append([]Option{Timeout(testTimeout), queueTimeout(testTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,7 +165,7 @@ func keysAndTagsLines(t *testing.T) []string {
 	var lines []string
 	for _, cfg := range configs {
 		h := &identityTags{}
-		p := mustPolicy(t, append([]Option{Redis(rc), Key("pre%:"), Logger(slog.New(h))}, cfg.opts...)...)
+		p := mustPolicy(t, append([]Option{Redis(rc), Key("pre%:"), withLogger(slog.New(h))}, cfg.opts...)...)
 		p.secret = []byte("fixed secret")
 		var cur keysAndTagsInput
 		e := gin.New()
@@ -266,7 +266,7 @@ func TestDebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
 	var level slog.LevelVar
 	level.Set(slog.LevelInfo)
 	h := &identityTags{level: &level}
-	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(1), Type(IP), Logger(slog.New(h)),
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(1), Type(IP), withLogger(slog.New(h)),
 		CostFunc(func(*gin.Context) int { level.Set(slog.LevelDebug); return 1 }))
 	e := gin.New()
 	e.GET("/x", p.Handler(), ok)
@@ -304,7 +304,7 @@ func TestConcurrentRulesBanInFlight(t *testing.T) {
 	ip128, _ = ip128.WithIPv6Prefix(128)
 	users := UserIdentity(identity.FromContext("uid"))
 	h := &identityTags{}
-	p := mustPolicy(t, Redis(c), Logger(slog.New(h)),
+	p := mustPolicy(t, Redis(c), withLogger(slog.New(h)),
 		Rule(Name("a"), Key("ka:"), Limit(1000), Type(IP), IPIdentity(ip128), Ban(500, time.Minute, time.Minute)),
 		Rule(Name("b"), Key("kb:"), Limit(1000), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
 		Rule(Name("c"), Key("kc:"), Limit(3), Per(ByIP(), ByParam("id")), IPIdentity(ip128), HashIdentities([]byte("0123456789abcdef0123456789abcdef"))),

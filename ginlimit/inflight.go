@@ -58,7 +58,7 @@ const InFlightRetryAfter = time.Second
 //
 // When no slot is free the request gets 429 with the rule's [Message] and
 // Retry-After: 1 (see [InFlightRetryAfter]), through the same answer path
-// as a rate refusal: headers, [OnLimited], [Respond], observers and shadow
+// as a rate refusal: headers, [Respond], observers and shadow
 // mode. 429, not 503, because the limit is working as configured, and 503
 // is what ginlimit answers when it cannot decide ([FailClosed]): operators
 // and clients can tell a busy endpoint from a broken limiter.

@@ -35,10 +35,10 @@ func saturate(t *testing.T, l *Limiter) {
 func TestInFlightLeaseHeldThroughAFlood(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	quiet := Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	const lease = 600 * time.Millisecond
 	pre := prefix(t)
-	a := slotLimiter(t, srv.Client(), QueueTimeout(20*time.Millisecond), quiet)
+	a := slotLimiter(t, srv.Client(), queueTimeout(20*time.Millisecond), quiet)
 	b := slotLimiter(t, srv.Client(), quiet)
 	ga, gb := newGate(), newGate()
 	defer ga.open()
@@ -75,7 +75,7 @@ func TestInFlightLeaseHeldThroughAFlood(t *testing.T) {
 func TestInFlightFallbackCountsSlotsHeldInRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	quiet := Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	l := slotLimiter(t, srv.Client(), quiet)
 	g := newGate()
 	defer g.open()

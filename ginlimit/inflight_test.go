@@ -62,7 +62,7 @@ func slotEngine(limit gin.HandlerFunc, g *gate) *gin.Engine {
 // the test ends.
 func slotLimiter(t *testing.T, c redis.Scripter, opts ...Option) *Limiter {
 	t.Helper()
-	l, err := New(append([]Option{Redis(c), Timeout(testTimeout), QueueTimeout(testTimeout)}, opts...)...)
+	l, err := New(append([]Option{Redis(c), Timeout(testTimeout), queueTimeout(testTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,8 +432,8 @@ func TestInFlightFailurePolicy(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex
 			var local []bool
-			l := slotLimiter(t, tc.redis.Client(), OnFailure(tc.fp), LocalInstances(2), QueueTimeout(50*time.Millisecond),
-				Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			l := slotLimiter(t, tc.redis.Client(), OnFailure(tc.fp), LocalInstances(2), queueTimeout(50*time.Millisecond),
+				withLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 			g := newGate()
 			defer g.open()
 			e := gin.New()
@@ -540,7 +540,7 @@ func TestInFlightOOMRefusedBeforeAnyWrite(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	ctx := context.Background()
-	p, err := slotLimiter(t, c, OnFailure(FailClosed), Breaker(0, 0), Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))).
+	p, err := slotLimiter(t, c, OnFailure(FailClosed), withBreaker(0, 0), withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))).
 		Policy(Key(prefix(t)), InFlight(1, time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -593,7 +593,7 @@ func TestInFlightObserverPanicReleasesTheSlot(t *testing.T) {
 	srv := redistest.Start(t)
 	l := slotLimiter(t, srv.Client())
 	const lease = 300 * time.Millisecond
-	p, err := l.Policy(Key(prefix(t)), InFlight(1, lease), Observe(&panicOnce{}))
+	p, err := l.Policy(Key(prefix(t)), InFlight(1, lease), Observe((&panicOnce{}).Observe))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -279,7 +279,7 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 			Decision: Decision{Rule: r.name, Limit: r.limit, Remaining: r.limit, Time: start},
 			Latency:  time.Since(start)}
 		for _, o := range p.observers {
-			o.Observe(ctx, e)
+			o(ctx, e)
 		}
 	}
 	return nil

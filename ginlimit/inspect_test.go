@@ -57,7 +57,7 @@ const claimRoute = "GET /claim"
 func newInstance(t *testing.T, c redis.Scripter, opts ...Option) *instance {
 	t.Helper()
 	seen := &recorder{}
-	l, err := New(Redis(c), Timeout(5*time.Second), UserIdentity(identity.FromContext("uid")), Observe(seen))
+	l, err := New(Redis(c), Timeout(5*time.Second), UserIdentity(identity.FromContext("uid")), Observe(seen.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestResetIsSeenAtOnceByEveryInstance(t *testing.T) {
 	for _, tc := range inspectCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			opts := append(tc.opts(prefix(t)), MaxStaleness(time.Minute))
+			opts := append(tc.opts(prefix(t)), maxStaleness(time.Minute))
 			a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
 			waitSubscribed(t, a.policy)
 			waitSubscribed(t, b.policy)
@@ -238,7 +238,7 @@ func TestChangesBehindTheBackAreSeenWithinTheStalenessBound(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const bound = 2 * time.Second
-	opts := []Option{Key(prefix(t)), Window(time.Hour), Limit(3), Type(User), MaxStaleness(bound)}
+	opts := []Option{Key(prefix(t)), Window(time.Hour), Limit(3), Type(User), maxStaleness(bound)}
 	a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
 	waitSubscribed(t, a.policy) // the deny caches learn only then
 	waitSubscribed(t, b.policy)
@@ -415,8 +415,8 @@ func TestResetWaitsNoLongerThanTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	l, err := New(Timeout(testTimeout), Redis(c), UserIdentity(identity.FromContext("uid")), MaxStaleness(100*time.Millisecond),
-		Logger(slog.New(slog.NewTextHandler(&logs, nil))))
+	l, err := New(Timeout(testTimeout), Redis(c), UserIdentity(identity.FromContext("uid")), maxStaleness(100*time.Millisecond),
+		withLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestResetOnACluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	// As in TestResetIsSeenAtOnceByEveryInstance: subscribed first, and a
 	// staleness bound no loaded machine outlasts.
-	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User), MaxStaleness(time.Minute)}
+	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User), maxStaleness(time.Minute)}
 	a, b := newInstance(t, cl.Client(), opts...), newInstance(t, cl.Client(), opts...)
 	waitSubscribed(t, a.policy)
 	waitSubscribed(t, b.policy)
@@ -484,7 +484,7 @@ func TestResetOnACluster(t *testing.T) {
 func TestALostSubscriptionDropsTheCache(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
-	in := newInstance(t, c, Key(prefix(t)), Window(time.Minute), Limit(3), Type(User), MaxStaleness(time.Minute))
+	in := newInstance(t, c, Key(prefix(t)), Window(time.Minute), Limit(3), Type(User), maxStaleness(time.Minute))
 	waitSubscribed(t, in.policy) // the deny cache learns only then
 	exhaust(t, in, "alice")
 	if _, d := in.claim("alice"); !d.Cached {
@@ -506,7 +506,7 @@ func TestResetAfterRedisRestarts(t *testing.T) {
 	srv := redistest.Start(t)
 	// A staleness bound no loaded machine outlasts: B's cached refusal
 	// and A's wait for B's acknowledgement must not lapse.
-	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User), MaxStaleness(time.Minute)}
+	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(3), Type(User), maxStaleness(time.Minute)}
 	a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
 	srv.Restart()
 	// Each hub notices the loss and subscribes again by itself: wait (as
@@ -548,7 +548,7 @@ func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const bound, limit, flooders, phases = time.Second, 10, 8, 10
-	p := mustPolicy(t, Redis(srv.Client()), Key(prefix(t)), Window(time.Hour), Limit(limit), MaxStaleness(bound))
+	p := mustPolicy(t, Redis(srv.Client()), Key(prefix(t)), Window(time.Hour), Limit(limit), maxStaleness(bound))
 	var clock atomic.Int64
 	p.rules[0].deny.SetClock(clock.Load)
 	ctx := context.Background()

@@ -154,7 +154,7 @@ type keyCase struct {
 // Rules with a ban, anonymous users by IP and IPv6 addresses counted alone.
 func keyCases(f *testing.F) []keyCase {
 	_, c := newMini(f)
-	base := []Option{Redis(c), DenyCache(0), Logger(slog.New(slog.DiscardHandler)), UserIdentity(identity.FromContext("uid"))}
+	base := []Option{Redis(c), DenyCache(0), withLogger(slog.New(slog.DiscardHandler)), UserIdentity(identity.FromContext("uid"))}
 	policy := func(opts ...Option) *Policy { return mustPolicy(f, append(slices.Clone(base), opts...)...) }
 	fx := ByFunc("f", func(c *gin.Context) (string, bool) { v := c.GetString("fv"); return v, v != "" })
 	every := Per(ByUser(), ByParam("id"), ByHeader("X-K"), fx)

@@ -147,7 +147,7 @@ func TestSwitchingAlgorithmsNeverClashes(t *testing.T) {
 		{SlidingCounter, 3, 5}, // the counter's data takes another shape
 		{TokenBucket, 4, 10},   // so does the bucket's
 	} {
-		p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(tc.limit), Algorithm(tc.alg), SubWindows(tc.subs),
+		p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(tc.limit), Algorithm(tc.alg), subWindows(tc.subs),
 			DenyCache(0), OnFailure(FailClosed))
 		admitted := 0
 		for range tc.limit + 2 {
@@ -177,7 +177,7 @@ func TestCounterKeysOfThePreviousFormat(t *testing.T) {
 	pre := prefix(t)
 	ctx := context.Background()
 	const limit = 3
-	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(limit), Algorithm(SlidingCounter), SubWindows(10),
+	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(limit), Algorithm(SlidingCounter), subWindows(10),
 		DenyCache(0), OnFailure(FailClosed))
 	// The previous version's hash for the same identity, full: its fields
 	// are sub-window numbers (6 minutes each).

@@ -164,7 +164,7 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	}
 	e, err := engine.New(k, allScripts...)
 	if err != nil {
-		return nil, fmt.Errorf("AutoPipeline(true): %w", err)
+		return nil, fmt.Errorf("autoPipeline(true): %w", err)
 	}
 	b := &backend{engine: e}
 	if l.subscribe {

@@ -241,9 +241,11 @@ func TestOptionValidation(t *testing.T) {
 		{"nil redis", Redis(nil), "Redis(nil)"},
 		{"nil user identity", UserIdentity(nil), "UserIdentity(nil)"},
 		{"nil ip identity", IPIdentity(nil), "IPIdentity(nil)"},
-		{"bad fail policy", OnFailure(FailPolicy(9)), "OnFailure(FailPolicy(9))"},
+		{"bad fail policy", OnFailure(FailPolicy("FailSoftly")), `OnFailure("FailSoftly")`},
+		{"bad algorithm", Algorithm(AlgorithmKind("leaky_bucket")), `Algorithm("leaky_bucket")`},
+		{"penalty is no algorithm", Algorithm(penaltyAlg), `Algorithm("penalty")`},
 		{"zero timeout", Timeout(0), "Timeout(0s)"},
-		{"nil logger", Logger(nil), "Logger(nil)"},
+		{"nil logger", withLogger(nil), "withLogger(nil)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := New(Redis(c), tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -290,7 +292,7 @@ func TestMisconfiguredRouteAnswers500(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	var logs bytes.Buffer
-	l, err := New(Redis(c), Logger(slog.New(slog.NewTextHandler(&logs, nil))))
+	l, err := New(Redis(c), withLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}

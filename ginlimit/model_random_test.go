@@ -101,7 +101,7 @@ func (c modelCase) options() []Option {
 	case TokenBucket:
 		opts = append(opts, Burst(c.burst))
 	case SlidingCounter:
-		opts = append(opts, SubWindows(c.subs))
+		opts = append(opts, subWindows(c.subs))
 	}
 	return opts
 }
@@ -484,7 +484,7 @@ func modelAllCases() []modelCase {
 func TestModelRetryFits(t *testing.T) {
 	t.Parallel()
 	for _, c := range modelAllCases() {
-		t.Run(c.alg.String()+"/"+c.String(), func(t *testing.T) {
+		t.Run(string(c.alg)+"/"+c.String(), func(t *testing.T) {
 			t.Parallel()
 			seed := c.seed
 			if *modelSeedFlag != 0 {

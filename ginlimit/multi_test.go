@@ -79,10 +79,10 @@ func TestRulesAllOrNothing(t *testing.T) {
 func TestRulesMatchSingleRule(t *testing.T) {
 	t.Parallel()
 	for _, alg := range []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket} {
-		t.Run(alg.String(), func(t *testing.T) {
+		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
 			_, c := newMini(t)
-			opts := []RuleOption{Window(100 * time.Millisecond), Limit(8), Algorithm(alg), SubWindows(5), Burst(12)}
+			opts := []RuleOption{Window(100 * time.Millisecond), Limit(8), Algorithm(alg), subWindows(5), Burst(12)}
 			if alg != TokenBucket {
 				opts = opts[:len(opts)-1]
 			}

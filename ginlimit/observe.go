@@ -38,8 +38,8 @@ const (
 	OutcomeReset Outcome = "reset"
 )
 
-// OutcomeOf returns the outcome of d.
-func OutcomeOf(d Decision) Outcome {
+// outcomeOf returns the outcome of d.
+func outcomeOf(d Decision) Outcome {
 	switch {
 	case errors.Is(d.Err, ErrClientGone):
 		return OutcomeClientGone
@@ -59,7 +59,7 @@ func OutcomeOf(d Decision) Outcome {
 	return OutcomeAllowed
 }
 
-// Event is one decision, as an [Observer] sees it. It never carries the
+// Event is one decision, as a function given to [Observe] sees it. It never carries the
 // identity (IP or user id), so metrics built on it stay bounded: Route and
 // Rule come from the route templates and rule names of the application.
 type Event struct {
@@ -84,30 +84,27 @@ type Event struct {
 	Breaker string
 }
 
-// Observer sees every decision of the rules it is given to with [Observe].
-// Observe is called on the request's goroutine once the decision is made
-// (and, for a refused request, answered), so it must be fast and safe for
-// concurrent use. The ginlimit/metrics package has a Prometheus collector
-// that is an Observer.
-type Observer interface {
-	Observe(ctx context.Context, e Event)
-}
-
-// Observe adds an observer of every decision. Observers given to the
-// limiter and to a route all see the route's decisions.
-func Observe(o Observer) Option {
+// Observe adds f as an observer of every decision: every admission and
+// refusal, every Redis error (Outcome [OutcomeError] or
+// [OutcomeFallback], with Decision.Err), and every reset. Observers given
+// to the limiter and to a route all see the route's decisions. f is called
+// on the request's goroutine once the decision is made (and, for a refused
+// request, answered), so it must be fast and safe for concurrent use. The
+// ginlimit/metrics package has a Prometheus collector whose Observe method
+// fits: ginlimit.Observe(collector.Observe).
+func Observe(f func(ctx context.Context, e Event)) Option {
 	return routeOption(func(r *routeConfig) error {
-		if o == nil {
-			return errors.New("Observe(nil): the observer must not be nil")
+		if f == nil {
+			return errors.New("Observe(nil): the function must not be nil")
 		}
-		r.observers = append(r.observers[:len(r.observers):len(r.observers)], o)
+		r.observers = append(r.observers[:len(r.observers):len(r.observers)], f)
 		return nil
 	})
 }
 
 // observe tells p's observers about d.
 func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency time.Duration) {
-	e := Event{Route: route, Rule: d.Rule, Outcome: OutcomeOf(*d), Decision: *d, Latency: latency}
+	e := Event{Route: route, Rule: d.Rule, Outcome: outcomeOf(*d), Decision: *d, Latency: latency}
 	switch {
 	case d.brk != nil:
 		e.Breaker = d.brk.State()
@@ -115,6 +112,6 @@ func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency
 		e.Breaker = p.engine.Breaker().State()
 	}
 	for _, o := range p.observers {
-		o.Observe(ctx, e)
+		o(ctx, e)
 	}
 }

@@ -30,7 +30,7 @@ func TestOOMRefusedBeforeAnyWrite(t *testing.T) {
 				srv := redistest.Start(t)
 				c := srv.Client()
 				opts := []Option{Redis(c), Key(prefix(t)), Window(10 * time.Second), Limit(3), Algorithm(alg),
-					OnFailure(FailClosed), DenyCache(0), Breaker(0, 0)}
+					OnFailure(FailClosed), DenyCache(0), withBreaker(0, 0)}
 				if rules == 2 {
 					opts = append(opts, Rule(Name("a")), Rule(Name("b"), Limit(5)))
 				}

@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -119,11 +120,8 @@ type routeConfig struct {
 	logger         *slog.Logger
 	shadow         bool
 	headers        HeaderStyle
-	skip           func(*gin.Context) bool
-	onLimited      func(*gin.Context, Decision)
-	onError        func(*gin.Context, error)
 	respond        func(*gin.Context, Decision)
-	observers      []Observer
+	observers      []func(context.Context, Event)
 }
 
 // ruleConfig is what concerns one count.
@@ -163,9 +161,12 @@ func defaults() config {
 			breakFailures:  DefaultBreakerFailures,
 			breakOpen:      DefaultBreakerOpen,
 			localInstances: 1,
+			onFail:         FailLocal,
+			headers:        HeadersBoth,
 		},
 		rule: ruleConfig{
 			prefix:     DefaultKey,
+			alg:        SlidingLog,
 			window:     DefaultWindow,
 			limit:      DefaultLimit,
 			message:    DefaultMessage,

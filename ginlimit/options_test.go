@@ -2,10 +2,12 @@ package ginlimit
 
 import (
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ginlimit/ginlimit/internal/gobuild"
 )
@@ -18,15 +20,13 @@ import (
 func TestRouteOptionsInRuleDoNotCompile(t *testing.T) {
 	routeOnly := []string{
 		"ginlimit.Redis(nil)", "ginlimit.Timeout(time.Second)", "ginlimit.OnFailure(ginlimit.FailClosed)",
-		"ginlimit.LocalInstances(2)", "ginlimit.Breaker(0, 0)", "ginlimit.AutoPipeline(true)",
-		"ginlimit.DenyCache(0)", "ginlimit.Logger(slog.Default())", "ginlimit.Shadow(true)",
-		"ginlimit.Headers(ginlimit.HeadersNone)", "ginlimit.Skip(nil)", "ginlimit.OnLimited(nil)",
-		"ginlimit.OnError(nil)", "ginlimit.Respond(nil)", "ginlimit.Observe(nil)", "ginlimit.Rule()",
+		"ginlimit.LocalInstances(2)", "ginlimit.DenyCache(0)", "ginlimit.Shadow(true)",
+		"ginlimit.Headers(ginlimit.HeadersNone)", "ginlimit.Respond(nil)", "ginlimit.Observe(nil)", "ginlimit.Rule()",
 	}
 	ruleOK := []string{
 		"ginlimit.Key(\"k:\")", "ginlimit.Name(\"n\")", "ginlimit.Window(time.Second)", "ginlimit.Limit(1)",
 		"ginlimit.Message(\"m\")", "ginlimit.Type(ginlimit.IP)", "ginlimit.Algorithm(ginlimit.TokenBucket)",
-		"ginlimit.SubWindows(2)", "ginlimit.Burst(2)", "ginlimit.Cost(1)", "ginlimit.CostFunc(nil)",
+		"ginlimit.Burst(2)", "ginlimit.Cost(1)", "ginlimit.CostFunc(nil)",
 		"ginlimit.Tiers(\"t\", nil)", "ginlimit.IPIdentity(nil)", "ginlimit.UserIdentity(nil)",
 		"ginlimit.HashIdentities(nil)", "ginlimit.AnonymousByIP()",
 	}
@@ -64,5 +64,22 @@ func TestRouteOptionsInRuleDoNotCompile(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("go build said:\n%s", out)
+	}
+}
+
+// TestTestOnlyRouteOptionsAreNotRuleOptions: the unexported options that
+// tests use keep the same split. A route option is not a RuleOption (so
+// Rule does not take it), and subWindows, a rule option, is one.
+func TestTestOnlyRouteOptionsAreNotRuleOptions(t *testing.T) {
+	for name, o := range map[string]Option{
+		"queueTimeout": queueTimeout(time.Second), "maxStaleness": maxStaleness(time.Second),
+		"withBreaker": withBreaker(0, 0), "autoPipeline": autoPipeline(true), "withLogger": withLogger(slog.Default()),
+	} {
+		if _, ok := o.(RuleOption); ok {
+			t.Errorf("%s is a RuleOption; want a route option", name)
+		}
+	}
+	if _, ok := Option(subWindows(2)).(RuleOption); !ok {
+		t.Errorf("subWindows is not a RuleOption")
 	}
 }

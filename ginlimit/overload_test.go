@@ -61,7 +61,7 @@ func TestExactUnderOverload(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/%d instances", alg, instances), func(t *testing.T) {
 				pre := prefix(t)
 				fleet := overloadFleet(t, srv, instances, Key(pre), Window(time.Hour), Algorithm(alg),
-					Timeout(time.Minute), QueueTimeout(time.Minute))
+					Timeout(time.Minute), queueTimeout(time.Minute))
 
 				// One hot key, limit 100.
 				policies := make([]*Policy, instances)

@@ -81,9 +81,6 @@ func (p *Policy) addBan(req *request, j int, r *rule, w *who) int {
 // in-flight rules (inflight.go), holds them while the rest of the chain
 // runs, and gives them back when it returns.
 func (p *Policy) serve(c *gin.Context) {
-	if p.skip != nil && p.skip(c) {
-		return
-	}
 	req := p.newRequest(requestScope(c))
 	if !p.prepare(c, req, p.rules) {
 		return

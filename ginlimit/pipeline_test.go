@@ -39,7 +39,11 @@ func TestEveryRefusalGoesThroughTheHooks(t *testing.T) {
 			e := gin.New()
 			e.GET("/x", testLimit(append([]Option{Redis(c), Key(prefix(t)),
 				CostFunc(func(c *gin.Context) int { return len(c.Query("n")) + 1 }),
-				OnLimited(func(_ *gin.Context, d Decision) { limited = append(limited, d) }),
+				Observe(func(_ context.Context, e Event) {
+					if e.Outcome == OutcomeLimited {
+						limited = append(limited, e.Decision)
+					}
+				}),
 				Respond(func(c *gin.Context, d Decision) {
 					responded = append(responded, d)
 					c.JSON(http.StatusTooManyRequests, gin.H{"mine": d.Rule})
@@ -60,10 +64,10 @@ func TestEveryRefusalGoesThroughTheHooks(t *testing.T) {
 				}
 			}
 			if len(limited) != 3 || len(responded) != 3 {
-				t.Fatalf("OnLimited saw %d and Respond %d of the 3 refusals", len(limited), len(responded))
+				t.Fatalf("Observe saw %d and Respond %d of the 3 refusals", len(limited), len(responded))
 			}
 			if !limited[1].Cached || limited[2].Reason == "" {
-				t.Fatalf("the hooks did not see the cached and the too-costly refusal: %+v", limited)
+				t.Fatalf("Observe did not see the cached and the too-costly refusal: %+v", limited)
 			}
 		})
 	}
@@ -82,8 +86,8 @@ func TestNewLoadsEveryScript(t *testing.T) {
 		shas = append(shas, s.Hash())
 	}
 	singles := []string{
-		redis.NewScript(lua.Single(SlidingLog.String(), time.Minute.Microseconds(), 5, exactBelow)).Hash(),
-		redis.NewScript(lua.Single(TokenBucket.String(), time.Second.Microseconds(), 7, 7)).Hash(),
+		redis.NewScript(lua.Single(string(SlidingLog), time.Minute.Microseconds(), 5, exactBelow)).Hash(),
+		redis.NewScript(lua.Single(string(TokenBucket), time.Second.Microseconds(), 7, 7)).Hash(),
 	}
 	shas = append(shas, singles...)
 	if got, err := c.ScriptExists(ctx, shas...).Result(); err != nil || len(got) != len(shas) || slices.Contains(got, true) {
@@ -122,13 +126,13 @@ func TestOneBreakerPerRedis(t *testing.T) {
 	t.Parallel()
 	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = hung.Close() })
-	l, err := New(Redis(hung), Timeout(100*time.Millisecond), Breaker(2, time.Minute), OnFailure(FailClosed))
+	l, err := New(Redis(hung), Timeout(100*time.Millisecond), withBreaker(2, time.Minute), OnFailure(FailClosed))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, errA := l.Policy(Key(prefix(t)))
 	b, errB := l.Policy(Key(prefix(t)), Rule(Name("x")), Rule(Name("y")), Timeout(time.Second))
-	own, errO := l.Policy(Key(prefix(t)), Breaker(3, time.Minute))
+	own, errO := l.Policy(Key(prefix(t)), withBreaker(3, time.Minute))
 	if err := errors.Join(errA, errB, errO); err != nil {
 		t.Fatal(err)
 	}
@@ -224,9 +228,9 @@ func TestLogsCarryNoIdentity(t *testing.T) {
 	pre := prefix(t)
 	e := gin.New()
 	e.Use(func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) })
-	e.GET("/plain", testLimit(Redis(c), Key(pre+"p:"), Limit(1), Type(User), UserIdentity(identity.FromContext("uid")), Logger(logger)), ok)
+	e.GET("/plain", testLimit(Redis(c), Key(pre+"p:"), Limit(1), Type(User), UserIdentity(identity.FromContext("uid")), withLogger(logger)), ok)
 	e.GET("/hashed", testLimit(Redis(c), Key(pre+"h:"), Limit(1), Type(User), UserIdentity(identity.FromContext("uid")),
-		HashIdentities(secret), Logger(logger)), ok)
+		HashIdentities(secret), withLogger(logger)), ok)
 	tag := regexp.MustCompile(`identity=([0-9a-f]+)`)
 	for _, path := range []string{"/plain", "/hashed"} {
 		logs.Reset()
@@ -267,7 +271,7 @@ func TestWiringMistakesSayWhere(t *testing.T) {
 		}
 		var logs bytes.Buffer
 		e := gin.New()
-		e.GET("/x", RateLimit(Limit(1), Logger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
+		e.GET("/x", RateLimit(Limit(1), withLogger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
 		if late {
 			e.Use(l.Middleware()) // too late: /x is already registered
 		}

@@ -221,14 +221,14 @@ func TestConcurrentPlans(t *testing.T) {
 		}},
 	} {
 		for _, alg := range []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket} {
-			t.Run(tg.name+"/"+alg.String(), func(t *testing.T) {
+			t.Run(tg.name+"/"+string(alg), func(t *testing.T) {
 				w := uncrossedWindow(alg)
 				plans := map[string]Plan{"gold": {Limit: 40}, "silver": {Limit: 25, Window: w / 2}, "tiny": {Limit: 3}}
 				if alg == SlidingCounter {
 					plans["silver"] = Plan{Limit: 25, Window: w / 4}
 				}
 				want := map[string]int64{"gold": 40, "silver": 25, "tiny": 3, "": 10}
-				l, err := New(Redis(tg.client), Timeout(testTimeout), QueueTimeout(testTimeout), UserIdentity(identity.FromContext("uid")))
+				l, err := New(Redis(tg.client), Timeout(testTimeout), queueTimeout(testTimeout), UserIdentity(identity.FromContext("uid")))
 				if err != nil {
 					t.Fatal(err)
 				}

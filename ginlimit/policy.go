@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,11 +44,8 @@ type Policy struct {
 	onFail    FailPolicy
 	shadow    bool
 	headers   HeaderStyle
-	skip      func(*gin.Context) bool
-	onLimited func(*gin.Context, Decision)
-	onError   func(*gin.Context, error)
 	respond   func(*gin.Context, Decision)
-	observers []Observer
+	observers []func(context.Context, Event)
 	logger    *slog.Logger
 	logs      *logThrottle // warnings and errors, shared by the limiter's routes
 	debugLogs logThrottle  // refusals at debug level, per route
@@ -133,9 +131,6 @@ func (l *Limiter) newPolicy(rc *routeConfig, named bool) *Policy {
 		onFail:    rc.onFail,
 		shadow:    rc.shadow,
 		headers:   rc.headers,
-		skip:      rc.skip,
-		onLimited: rc.onLimited,
-		onError:   rc.onError,
 		respond:   rc.respond,
 		observers: rc.observers,
 		logger:    rc.logger,
@@ -272,7 +267,7 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 		body429:     body429,
 	}
 	if rc.alg != penaltyAlg { // a penalty only ever runs in the several-rule script
-		r.script = redis.NewScript(lua.Single(rc.alg.String(), rc.window.Microseconds(), int64(rc.limit), int64(param)))
+		r.script = redis.NewScript(lua.Single(string(rc.alg), rc.window.Microseconds(), int64(rc.limit), int64(param)))
 	}
 	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
 	r.local = newLocal(route, rc.limit, rc.window)

@@ -39,8 +39,8 @@ func TestExactUnderConcurrency(t *testing.T) {
 		{"one client", 1, []Option{DenyCache(0)}},
 		{"three clients", 3, []Option{DenyCache(0)}},
 		{"three clients, deny cache", 3, nil},
-		{"one client, autopipeline", 1, []Option{DenyCache(0), AutoPipeline(true)}},
-		{"three clients, autopipeline and deny cache", 3, []Option{AutoPipeline(true)}},
+		{"one client, autopipeline", 1, []Option{DenyCache(0), autoPipeline(true)}},
+		{"three clients, autopipeline and deny cache", 3, []Option{autoPipeline(true)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pre := prefix(t)
@@ -163,9 +163,9 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client()
-	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(5), AutoPipeline(true), DenyCache(0))
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(5), autoPipeline(true), DenyCache(0))
 	if p.engine.Pipeliner() == nil {
-		t.Fatal("AutoPipeline(true) on a *redis.Client did not auto-pipeline")
+		t.Fatal("autoPipeline(true) on a *redis.Client did not auto-pipeline")
 	}
 	p.engine.SetPipelineAbove(0) // pipeline even a lone decision
 	ctx := context.Background()
@@ -183,7 +183,7 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	// not wait on the black hole; the decision's own bound is the 100ms.
 	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = hung.Close() })
-	hp := mustPolicy(t, Redis(hung), Key(prefix(t)), AutoPipeline(true), Timeout(100*time.Millisecond), OnFailure(FailClosed))
+	hp := mustPolicy(t, Redis(hung), Key(prefix(t)), autoPipeline(true), Timeout(100*time.Millisecond), OnFailure(FailClosed))
 	hp.engine.SetPipelineAbove(0)
 	start := time.Now()
 	d, err := hp.Allow(ctx, "k")
@@ -203,7 +203,7 @@ type wrapped struct{ redis.Scripter }
 func TestAutoPipelineFallsBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := mustPolicy(t, Redis(wrapped{srv.Client()}), Key(prefix(t)), Limit(1), AutoPipeline(true))
+	p := mustPolicy(t, Redis(wrapped{srv.Client()}), Key(prefix(t)), Limit(1), autoPipeline(true))
 	if p.engine.Pipeliner() != nil {
 		t.Fatal("a wrapped client was auto-pipelined")
 	}
@@ -345,7 +345,7 @@ func TestFailurePolicies(t *testing.T) {
 			e := gin.New()
 			var seen Decision
 			e.GET("/x", testLimit(Redis(tc.client), Key(prefix(t)), OnFailure(tc.policy), Timeout(timeout),
-				Logger(slog.New(slog.NewTextHandler(&logs, nil)))), func(c *gin.Context) {
+				withLogger(slog.New(slog.NewTextHandler(&logs, nil)))), func(c *gin.Context) {
 				seen, _ = DecisionFrom(c)
 				ok(c)
 			})
@@ -439,7 +439,7 @@ func TestAutoPipelineBatchesConcurrentDecisions(t *testing.T) {
 	c := srv.Client()
 	hook := &pipelineCounter{}
 	c.AddHook(hook)
-	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(300), AutoPipeline(true), DenyCache(0))
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(300), autoPipeline(true), DenyCache(0))
 	allowed := allowConcurrently(t, 32, 20, func(int) (Decision, error) { return p.Allow(context.Background(), "k") })
 	if allowed != 300 {
 		t.Fatalf("admitted %d of 640, want exactly 300", allowed)

@@ -28,43 +28,28 @@ const (
 )
 
 // HeaderStyle says which rate limit headers a route sends.
-type HeaderStyle int
+type HeaderStyle string
 
 const (
 	// HeadersBoth sends the IETF RateLimit and RateLimit-Policy fields and
 	// the X-RateLimit-* fields (the default).
-	HeadersBoth HeaderStyle = iota
+	HeadersBoth HeaderStyle = "HeadersBoth"
 	// HeadersIETF sends only RateLimit and RateLimit-Policy.
-	HeadersIETF
+	HeadersIETF HeaderStyle = "HeadersIETF"
 	// HeadersLegacy sends only X-RateLimit-Limit, -Remaining and -Reset.
-	HeadersLegacy
+	HeadersLegacy HeaderStyle = "HeadersLegacy"
 	// HeadersNone sends no rate limit header at all, not even Retry-After:
 	// OWASP's advice for login endpoints is not to tell an attacker how
 	// many guesses are left.
-	HeadersNone
+	HeadersNone HeaderStyle = "HeadersNone"
 )
-
-// String returns the style's name.
-func (h HeaderStyle) String() string {
-	switch h {
-	case HeadersBoth:
-		return "HeadersBoth"
-	case HeadersIETF:
-		return "HeadersIETF"
-	case HeadersLegacy:
-		return "HeadersLegacy"
-	case HeadersNone:
-		return "HeadersNone"
-	}
-	return fmt.Sprintf("HeaderStyle(%d)", int(h))
-}
 
 // Headers chooses the rate limit headers of the route. The default is
 // [HeadersBoth].
 func Headers(h HeaderStyle) Option {
 	return routeOption(func(r *routeConfig) error {
-		if h < HeadersBoth || h > HeadersNone {
-			return fmt.Errorf("Headers(%v): want HeadersBoth, HeadersIETF, HeadersLegacy or HeadersNone", h)
+		if h != HeadersBoth && h != HeadersIETF && h != HeadersLegacy && h != HeadersNone {
+			return fmt.Errorf("Headers(%q): want HeadersBoth, HeadersIETF, HeadersLegacy or HeadersNone", string(h))
 		}
 		r.headers = h
 		return nil
@@ -101,11 +86,8 @@ func (p *Policy) answer(c *gin.Context, req *request, err error) {
 		return
 	}
 	if err != nil {
-		if p.onError != nil {
-			p.onError(c, err)
-		}
 		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
-			slog.String("rule", d.Rule), slog.String("policy", p.onFail.String()), errAttr(err))
+			slog.String("rule", d.Rule), slog.String("policy", string(p.onFail)), errAttr(err))
 		if !d.Local {
 			// No counters: a route's rate rules may have set them before
 			// its in-flight step failed.
@@ -137,8 +119,8 @@ func (p *Policy) answer(c *gin.Context, req *request, err error) {
 }
 
 // refuse answers a refused request: in shadow mode it lets the request
-// through and says so in the decision; otherwise the OnLimited hook and the
-// Respond handler see every 429, and the chain is aborted.
+// through and says so in the decision; otherwise the Respond handler sees
+// every 429, and the chain is aborted.
 func (p *Policy) refuse(c *gin.Context, req *request, code int, body []byte) {
 	d := &req.d
 	if p.shadow {
@@ -148,9 +130,6 @@ func (p *Policy) refuse(c *gin.Context, req *request, code int, body []byte) {
 	}
 	if code == http.StatusTooManyRequests {
 		p.debug(c, req, "ginlimit: request limited")
-		if p.onLimited != nil {
-			p.onLimited(c, *d)
-		}
 		if p.respond != nil {
 			p.respond(c, *d)
 		}

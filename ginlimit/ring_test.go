@@ -20,7 +20,7 @@ import (
 
 // TestRingShardBreakerIsItsOwn: on a Ring, each shard has its own
 // breaker, as each cluster master has. One shard sits behind a proxy that
-// holds every reply (a hung Redis); Breaker(2, 1h) opens for it after two
+// holds every reply (a hung Redis); withBreaker(2, 1h) opens for it after two
 // timeouts, and decisions on the other shard are still answered by Redis,
 // not refused with ErrCircuitOpen (as one breaker for the whole Ring would
 // refuse them).
@@ -34,7 +34,7 @@ func TestRingShardBreakerIsItsOwn(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = ring.Close() })
 	p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000),
-		OnFailure(FailClosed), Timeout(faultTimeout), Breaker(2, time.Hour))
+		OnFailure(FailClosed), Timeout(faultTimeout), withBreaker(2, time.Hour))
 	var hung, fast string
 	for i := 0; hung == "" || fast == ""; i++ {
 		k := "k" + strconv.Itoa(i)
@@ -99,7 +99,7 @@ func TestRingRecoveredReportsClosedBreaker(t *testing.T) {
 	obs := &eventLog{}
 	const open = 50 * time.Millisecond
 	p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1),
-		OnFailure(FailClosed), Breaker(1, open), Observe(obs))
+		OnFailure(FailClosed), withBreaker(1, open), Observe(obs.Observe))
 	ctx := context.Background()
 	ring.SetAddrs(map[string]string{})
 	if _, err := p.Allow(ctx, "k"); err == nil {
@@ -141,7 +141,7 @@ func TestRingReaddedShardGetsAFreshBreaker(t *testing.T) {
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s": proxy.Addr()}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = ring.Close() })
 	p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000),
-		OnFailure(FailClosed), Timeout(faultTimeout), Breaker(1, time.Hour))
+		OnFailure(FailClosed), Timeout(faultTimeout), withBreaker(1, time.Hour))
 	ctx := context.Background()
 	_, _ = p.Allow(ctx, "k")
 	if _, err := p.Allow(ctx, "k"); !errors.Is(err, ErrCircuitOpen) {
@@ -164,7 +164,7 @@ func TestRingExactUnderLoad(t *testing.T) {
 		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}, ContextTimeoutEnabled: cte})
 		t.Cleanup(func() { _ = ring.Close() })
 		p := mustPolicy(t, Redis(ring), Key(prefix(t)+strconv.FormatBool(cte)), Window(time.Hour), Limit(40),
-			Timeout(time.Minute), QueueTimeout(time.Minute), OnFailure(FailClosed))
+			Timeout(time.Minute), queueTimeout(time.Minute), OnFailure(FailClosed))
 		var per [8]atomic.Int64
 		allowConcurrently(t, 400, 10, func(g int) (Decision, error) {
 			d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g%8))

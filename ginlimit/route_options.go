@@ -12,9 +12,9 @@ import (
 )
 
 // The route options of the backend and of the request's handling. Those of
-// a feature with a file of its own are there: Breaker (breaker.go),
-// DenyCache (denycache.go), OnFailure and LocalInstances (failure.go),
-// Headers (response.go), Observe (observe.go).
+// a feature with a file of its own are there: DenyCache (denycache.go),
+// OnFailure and LocalInstances (failure.go), Headers (response.go), Observe
+// (observe.go).
 
 // Redis sets the Redis backend. Any redis.Scripter works: *redis.Client,
 // *redis.ClusterClient, *redis.Ring or a redis.UniversalClient. A route must
@@ -27,16 +27,15 @@ import (
 // call abandoned on a hung server holds its pooled connection until the
 // client's ReadTimeout.
 //
-// A [Limiter] keeps one backend per client (and per [Breaker] and
-// [AutoPipeline] setting): the scripts are loaded once, and every route on
+// A [Limiter] keeps one backend per client: the scripts are loaded once, and every route on
 // it shares the circuit breakers, so a Redis outage trips one breaker, not
 // one per route. (A client value Go cannot compare, such as a struct that
 // holds a map, gets a backend per route.)
 //
 // ginlimit never has more calls on the wire than the client's pool has
 // connections (PoolSize), or 64 times that when they are auto-pipelined
-// (they share one connection); the rest wait their turn in process (see
-// [QueueTimeout]). Give ginlimit a client of its own, or a pool with room
+// (they share one connection); the rest wait their turn in process, up to
+// [DefaultQueueTimeout]. Give ginlimit a client of its own, or a pool with room
 // for the application's commands too: when they hold every connection, a
 // decision waits for one and gets the saturation answer (see
 // [ErrSaturated]).
@@ -55,7 +54,7 @@ func Redis(client redis.Scripter) Option {
 // (once the call is on the wire, a request cancelled without a deadline
 // waits for the answer, at most d, since the script runs all the same);
 // time spent waiting in this process for a connection is bounded by
-// [QueueTimeout] instead. A call may be given up to d/64 more than d. A call
+// [DefaultQueueTimeout] instead. A call may be given up to d/64 more than d. A call
 // that Redis does not answer in time counts as a Redis failure (the failure
 // policy answers it, and the circuit breaker counts it) unless Redis
 // answered this process's other calls, or a PING, meanwhile: then this
@@ -72,53 +71,49 @@ func Timeout(d time.Duration) Option {
 }
 
 // DefaultQueueTimeout bounds how long a decision may wait in this process
-// for a Redis connection when no [QueueTimeout] is given.
+// for one of the backend's connections when every one is busy: the backend
+// never has more calls on the wire than the client's pool has connections
+// (64 times that when they are auto-pipelined), and the rest wait their
+// turn, up to this bound and the request's own context. A decision that
+// waited longer is not a Redis failure and does not open the breaker; it
+// gets the saturation answer (see [ErrSaturated]): 503, never an
+// admission. [Timeout] starts when the call has its connection.
 const DefaultQueueTimeout = time.Second
 
-// QueueTimeout bounds how long a decision may wait in this process for one
-// of the backend's connections when every one is busy: the backend never
-// has more calls on the wire than the client's pool has connections (64
-// times that when they are auto-pipelined), and the rest wait their turn,
-// up to d and the request's own context. A
-// decision that waited longer is not a Redis failure and does not open the
-// breaker; it gets the saturation answer (see [ErrSaturated]): 503, never
-// an admission. [Timeout] starts when the call has its connection.
-// The default is [DefaultQueueTimeout]; it must be positive.
-func QueueTimeout(d time.Duration) Option {
+// queueTimeout replaces [DefaultQueueTimeout]; tests shorten it. It must be
+// positive.
+func queueTimeout(d time.Duration) Option {
 	return routeOption(func(r *routeConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("QueueTimeout(%v): the queue timeout must be positive", d)
+			return fmt.Errorf("queueTimeout(%v): the queue timeout must be positive", d)
 		}
 		r.queueTimeout = d
 		return nil
 	})
 }
 
-// Logger sets the logger for Redis errors and configuration errors found
-// while serving. The default is slog.Default() at the time of logging.
-func Logger(l *slog.Logger) Option {
+// withLogger sets the logger for Redis errors and configuration errors
+// found while serving, so tests can read what is logged. Without it,
+// ginlimit logs to slog.Default() at the time of logging.
+func withLogger(l *slog.Logger) Option {
 	return routeOption(func(r *routeConfig) error {
 		if l == nil {
-			return errors.New("Logger(nil): the logger must not be nil")
+			return errors.New("withLogger(nil): the logger must not be nil")
 		}
 		r.logger = l
 		return nil
 	})
 }
 
-// AutoPipeline streams the decisions of concurrent requests to Redis on one
-// held connection with go-redis's full-duplex AutoPipeliner (the client's
-// AsyncAutoPipeline), writing calls while earlier replies are read, which
-// raises throughput under concurrency. Every guarantee stays: each
-// decision is still its own atomic script call, and each still returns
-// within [Timeout] and the request's context. It stays out of the way of a
-// lone caller: a decision goes through the pipeliner only while a few
-// others of its backend are already waiting on Redis. Only a
-// *redis.Client is auto-pipelined: go-redis's cluster auto-pipeliner shares
-// batches across masters (one dead master would stall the others) and Ring
-// does not auto-pipeline, so those and every other client make one call
-// per decision. The default is on; AutoPipeline(false) turns it off.
-func AutoPipeline(enabled bool) Option {
+// autoPipeline turns the auto-pipeliner off (false) or on (true, the
+// default); tests compare the two paths. With it, the decisions of
+// concurrent requests stream to Redis on one held connection with
+// go-redis's full-duplex AutoPipeliner while a few others of the backend
+// are already waiting; each decision is still its own atomic script call
+// bounded by [Timeout]. Only a *redis.Client is auto-pipelined: go-redis's
+// cluster auto-pipeliner shares batches across masters (one dead master
+// would stall the others) and Ring does not auto-pipeline.
+func autoPipeline(enabled bool) Option {
 	return routeOption(func(r *routeConfig) error {
 		r.autoPipeline = enabled
 		return nil
@@ -133,46 +128,6 @@ func AutoPipeline(enabled bool) Option {
 func Shadow(enabled bool) Option {
 	return routeOption(func(r *routeConfig) error {
 		r.shadow = enabled
-		return nil
-	})
-}
-
-// Skip exempts the requests for which skip returns true: they are counted
-// nowhere and get no rate limit headers (health checks, internal networks,
-// an allow-list of users). skip runs on every request of the route, before
-// any identity is resolved, and must be safe for concurrent use.
-func Skip(skip func(c *gin.Context) bool) Option {
-	return routeOption(func(r *routeConfig) error {
-		if skip == nil {
-			return errors.New("Skip(nil): the predicate must not be nil")
-		}
-		r.skip = skip
-		return nil
-	})
-}
-
-// OnLimited calls f for every request the route refuses with 429 (not for
-// shadow mode's would-be refusals), before the response is written: a
-// refusal by a rule, by the deny cache, by the [FailLocal] fallback, or for
-// a cost no rule can admit.
-func OnLimited(f func(c *gin.Context, d Decision)) Option {
-	return routeOption(func(r *routeConfig) error {
-		if f == nil {
-			return errors.New("OnLimited(nil): the function must not be nil")
-		}
-		r.onLimited = f
-		return nil
-	})
-}
-
-// OnError calls f with the (wrapped) error whenever Redis could not decide
-// for the route, whatever the failure policy then does.
-func OnError(f func(c *gin.Context, err error)) Option {
-	return routeOption(func(r *routeConfig) error {
-		if f == nil {
-			return errors.New("OnError(nil): the function must not be nil")
-		}
-		r.onError = f
 		return nil
 	})
 }

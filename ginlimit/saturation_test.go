@@ -26,7 +26,7 @@ import (
 // busyPoolDecisions is the busy-pool scenario on client, whose pool has one
 // connection: hold, the application's own blocking command, takes it for
 // 1.5 s, and meanwhile three decisions are asked of a Limit(1) rule with
-// Timeout(100ms), QueueTimeout(1s), Breaker(1, 1m), FailOpen and no deny
+// Timeout(100ms), queueTimeout(1s), withBreaker(1, 1m), FailOpen and no deny
 // cache (plus extra). Redis is healthy, so none may be admitted beyond the
 // limit's one, no breaker may open, and an error must be ErrSaturated.
 // It returns how many were admitted, how many breakers are open and the
@@ -34,8 +34,8 @@ import (
 func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Context) error, extra ...Option) (admitted, open int, lastErr error) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := New(append([]Option{Redis(client), Timeout(100 * time.Millisecond), QueueTimeout(time.Second),
-		Breaker(1, time.Minute), OnFailure(FailOpen), DenyCache(0)}, extra...)...)
+	l, err := New(append([]Option{Redis(client), Timeout(100 * time.Millisecond), queueTimeout(time.Second),
+		withBreaker(1, time.Minute), OnFailure(FailOpen), DenyCache(0)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestBusyRingPoolKeepsTheBreakerClosed(t *testing.T) {
 			}
 			admitted, open, lastErr := busyPoolDecisions(t, ring, func(ctx context.Context) error {
 				return ring.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
-			}, AutoPipeline(false))
+			}, autoPipeline(false))
 			if admitted > 1 || open > 0 || (lastErr != nil && !errors.Is(lastErr, ErrSaturated)) {
 				t.Fatalf("application holds the Ring's only connection (Redis healthy): %d of 3 admitted at Limit(1), %d breakers open, last error %v", admitted, open, lastErr)
 			}
@@ -108,7 +108,7 @@ func TestBusyPlainPoolKeepsTheBreakerClosed(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	admitted, open, lastErr := busyPoolDecisions(t, c, func(ctx context.Context) error {
 		return c.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
-	}, AutoPipeline(false))
+	}, autoPipeline(false))
 	if admitted > 1 || open > 0 || !errors.Is(lastErr, ErrSaturated) {
 		t.Fatalf("plain client: %d of 3 admitted, %d breakers open, last error %v", admitted, open, lastErr)
 	}
@@ -134,7 +134,7 @@ func TestBusyPoolErrorsAreSaturation(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			admitted, open, lastErr := busyPoolDecisions(t, c, func(ctx context.Context) error {
 				return c.BLPop(ctx, 1500*time.Millisecond, prefix(t)+"nothing").Err()
-			}, AutoPipeline(false))
+			}, autoPipeline(false))
 			if admitted > 1 || open > 0 || !errors.Is(lastErr, ErrSaturated) {
 				t.Fatalf("%s: %d of 3 admitted (Limit 1), %d breakers open, last error %v", name, admitted, open, lastErr)
 			}
@@ -217,7 +217,7 @@ func TestRingSlowShardIsAFailure(t *testing.T) {
 			})
 			t.Cleanup(func() { _ = ring.Close() })
 			p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000),
-				OnFailure(FailOpen), Timeout(faultTimeout), Breaker(0, 0))
+				OnFailure(FailOpen), Timeout(faultTimeout), withBreaker(0, 0))
 			redisKey := func(k string) string { return p.rules[0].prefix + "{" + k + "}" }
 			var slowKeys, fastKeys []string
 			for i := 0; len(slowKeys) < 4 || len(fastKeys) < 4; i++ {
@@ -285,7 +285,7 @@ func TestClusterPausedMasterIsAFailure(t *testing.T) {
 			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: pool})
 			t.Cleanup(func() { _ = cc.Close() })
 			p := mustPolicy(t, Redis(cc), Key(prefix(t)), Window(time.Minute), Limit(1000),
-				OnFailure(FailOpen), Timeout(faultTimeout), Breaker(0, 0))
+				OnFailure(FailOpen), Timeout(faultTimeout), withBreaker(0, 0))
 			redisKey := func(k string) string { return p.rules[0].prefix + "{" + k + "}" }
 			var slowKeys, fastKeys []string
 			for i := 0; len(slowKeys) < 4 || len(fastKeys) < 8; i++ {
@@ -357,7 +357,7 @@ func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	t.Cleanup(func() { _ = cc.Close() })
 	const open = 100 * time.Millisecond
 	p := mustPolicy(t, Redis(cc), Key(prefix(t)), Window(time.Minute), Limit(1000),
-		OnFailure(FailOpen), Timeout(faultTimeout), Breaker(3, open))
+		OnFailure(FailOpen), Timeout(faultTimeout), withBreaker(3, open))
 	redisKey := func(k string) string { return p.rules[0].prefix + "{" + k + "}" }
 	var slowKeys []string
 	for i := 0; len(slowKeys) < 8; i++ {
@@ -423,7 +423,7 @@ func TestSaturationAdmitsNothing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for _, fp := range []FailPolicy{FailLocal, FailOpen, FailClosed} {
-		t.Run(fp.String(), func(t *testing.T) {
+		t.Run(string(fp), func(t *testing.T) {
 			t.Parallel()
 			l, e := fallbackRoutes(t, srv, OnFailure(fp))
 			send := sender(t, e)

@@ -38,7 +38,7 @@ func TestTimeoutHoldsForEveryClientKind(t *testing.T) {
 			t.Cleanup(func() { _ = c.(interface{ Close() error }).Close() })
 			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", name, ctxAware), func(t *testing.T) {
 				start := time.Now()
-				p := mustPolicy(t, Redis(c), Key(prefix(t)), Timeout(timeout), OnFailure(FailClosed), Breaker(0, 0))
+				p := mustPolicy(t, Redis(c), Key(prefix(t)), Timeout(timeout), OnFailure(FailClosed), withBreaker(0, 0))
 				if el := time.Since(start); el > bound+engine.LoadTimeout {
 					t.Fatalf("New took %v: loading the scripts is not bounded", el)
 				}

@@ -53,10 +53,30 @@ func outcomeIndex(e *ginlimit.Event) int {
 	if i := indexOf(e.Outcome); i >= 0 {
 		return i
 	}
-	if i := indexOf(ginlimit.OutcomeOf(e.Decision)); i >= 0 {
-		return i
+	return indexOf(classify(e.Decision))
+}
+
+// classify returns the outcome ginlimit gives d, for an Event that came
+// without a known one. The order of the cases is ginlimit's: a decision
+// can be both an error and a fallback, and the first case wins.
+func classify(d ginlimit.Decision) ginlimit.Outcome {
+	switch {
+	case errors.Is(d.Err, ginlimit.ErrClientGone):
+		return ginlimit.OutcomeClientGone
+	case errors.Is(d.Err, ginlimit.ErrSaturated):
+		return ginlimit.OutcomeSaturated
+	case d.Local:
+		return ginlimit.OutcomeFallback
+	case d.Err != nil:
+		return ginlimit.OutcomeError
+	case d.Shadow:
+		return ginlimit.OutcomeShadowLimited
+	case d.Banned:
+		return ginlimit.OutcomeBanned
+	case !d.Allowed:
+		return ginlimit.OutcomeLimited
 	}
-	return indexOf(ginlimit.OutcomeError) // unreachable: OutcomeOf returns one of outcomes
+	return ginlimit.OutcomeAllowed
 }
 
 // indexOf returns the index of o in outcomes, or -1.
@@ -70,8 +90,9 @@ func indexOf(o ginlimit.Outcome) int {
 }
 
 // Collector turns ginlimit decisions into Prometheus metrics (see the package
-// documentation for the metrics and their labels). It is a ginlimit.Observer:
-// give it to a limiter or to routes with ginlimit.Observe. It is a
+// documentation for the metrics and their labels). Its Observe method is
+// what ginlimit.Observe takes: give it to a limiter or to routes with
+// ginlimit.Observe(collector.Observe). It is a
 // prometheus.Collector: register it with a prometheus.Registerer, once.
 //
 // A Collector is safe for concurrent use. Make one with [New]; the zero value
@@ -110,8 +131,8 @@ type series struct {
 
 // Compile-time checks that a Collector is what it says.
 var (
-	_ ginlimit.Observer    = (*Collector)(nil)
-	_ prometheus.Collector = (*Collector)(nil)
+	_ func(context.Context, ginlimit.Event) = (*Collector)(nil).Observe
+	_ prometheus.Collector                  = (*Collector)(nil)
 )
 
 // New returns a Collector configured by opts. It panics if an option is
@@ -168,8 +189,8 @@ func New(opts ...Option) *Collector {
 // resetLabels are the labels of the reset metrics.
 var resetLabels = []string{"route", "rule", "by"}
 
-// Observe counts one decision. It implements ginlimit.Observer and is called
-// by ginlimit on the request's goroutine; it takes no lock once e's (route,
+// Observe counts one decision. Give it to ginlimit.Observe, as the method
+// value collector.Observe; it is called by ginlimit on the request's goroutine; it takes no lock once e's (route,
 // rule) pair has been seen.
 func (c *Collector) Observe(_ context.Context, e ginlimit.Event) {
 	if e.Outcome == ginlimit.OutcomeReset {

@@ -1,12 +1,12 @@
 // Package metrics exports the rate limit decisions of ginlimit as Prometheus
-// metrics. A [Collector] is both a ginlimit.Observer, given to a limiter or a
-// route with ginlimit.Observe, and a prometheus.Collector, registered with a
-// prometheus.Registry:
+// metrics. A [Collector] is both an observer, its Observe method given to a
+// limiter or a route with ginlimit.Observe(collector.Observe), and a
+// prometheus.Collector, registered with a prometheus.Registry:
 //
 //	collector := metrics.New()
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(collector)
-//	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Observe(collector))
+//	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Observe(collector.Observe))
 //	...
 //	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 //

@@ -34,14 +34,13 @@ func Example() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector)
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Observe(collector))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Observe(collector.Observe))
 	if err != nil {
 		panic(err)
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(limiter.Middleware())
-	r.GET("/voucher-order/seckill/:id", ginlimit.RateLimit(
+	r.GET("/voucher-order/seckill/:id", limiter.RateLimit(
 		ginlimit.Key("voucher:seckill:"), ginlimit.Window(10*time.Second), ginlimit.Limit(2)),
 		func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	// Not limited. In production, serve it to Prometheus only, for example
@@ -92,7 +91,7 @@ func ExampleMaxSeries() {
 	ctx := context.Background()
 	for _, route := range []string{"GET /a", "GET /b", "GET /c", "GET /d", "GET /a"} {
 		d := ginlimit.Decision{Rule: "r", Allowed: true, Limit: 10, Remaining: 5}
-		collector.Observe(ctx, ginlimit.Event{Route: route, Rule: "r", Outcome: ginlimit.OutcomeOf(d), Decision: d})
+		collector.Observe(ctx, ginlimit.Event{Route: route, Rule: "r", Outcome: ginlimit.OutcomeAllowed, Decision: d})
 	}
 
 	reg := prometheus.NewRegistry()

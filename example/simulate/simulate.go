@@ -31,7 +31,7 @@ func Algorithms() []Algorithm {
 		{Kind: ginlimit.SlidingLog, Title: "Sliding log", Note: "exact",
 			Options: []ginlimit.Option{ginlimit.Algorithm(ginlimit.SlidingLog)}},
 		{Kind: ginlimit.SlidingCounter, Title: "Sliding counter", Note: "10 sub-windows of 100 ms",
-			Options: []ginlimit.Option{ginlimit.Algorithm(ginlimit.SlidingCounter), ginlimit.SubWindows(10)}},
+			Options: []ginlimit.Option{ginlimit.Algorithm(ginlimit.SlidingCounter)}},
 		{Kind: ginlimit.FixedWindow, Title: "Fixed window", Note: "1 s windows, aligned",
 			Options: []ginlimit.Option{ginlimit.Algorithm(ginlimit.FixedWindow)}},
 		{Kind: ginlimit.TokenBucket, Title: "Token bucket", Note: "burst 10, +1 token / 100 ms",
@@ -102,7 +102,7 @@ func Simulate(ctx context.Context, tl Timeline) (_ []Result, err error) {
 	results := make([]Result, len(algs))
 	policies := make([]*ginlimit.Policy, len(algs))
 	for i, a := range algs {
-		opts := append([]ginlimit.Option{ginlimit.Key("simulate:" + a.Kind.String() + ":")}, a.Options...)
+		opts := append([]ginlimit.Option{ginlimit.Key("simulate:" + string(a.Kind) + ":")}, a.Options...)
 		if policies[i], err = limiter.Policy(opts...); err != nil {
 			return nil, fmt.Errorf("%s: %w", a.Kind, err)
 		}

@@ -262,7 +262,7 @@ func TestRun(t *testing.T) {
 		t.Errorf("%s starts with %.40q, want <svg", out, b)
 	}
 	for _, a := range Algorithms() {
-		if !strings.Contains(stdout.String(), a.Kind.String()) {
+		if !strings.Contains(stdout.String(), string(a.Kind)) {
 			t.Errorf("the table lacks %s:\n%s", a.Kind, stdout.String())
 		}
 	}

@@ -146,7 +146,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	// Checked first, before anything is logged or started, rather than left
 	// to ginlimit.New, so that the error names the environment variable.
-	if _, err := ginlimit.ParseAlgorithm(cfg.Algorithm.String()); err != nil {
+	if cfg.Algorithm == "" {
+		cfg.Algorithm = ginlimit.SlidingLog
+	}
+	if cfg.FailPolicy == "" {
+		cfg.FailPolicy = ginlimit.FailLocal
+	}
+	if err := checkAlgorithm(cfg.Algorithm); err != nil {
 		return nil, fmt.Errorf("coupon: Algorithm (LIMIT_ALGORITHM): %w", err)
 	}
 
@@ -185,10 +191,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	registry.MustRegister(collector)
 	opts := []ginlimit.Option{
 		ginlimit.Redis(a.rdb),
-		ginlimit.Observe(collector),
+		ginlimit.Observe(collector.Observe),
 		ginlimit.UserIdentity(a.users),
 		ginlimit.IPIdentity(ips),
-		ginlimit.Logger(logger),
 		ginlimit.Algorithm(cfg.Algorithm),
 		ginlimit.OnFailure(cfg.FailPolicy),
 		ginlimit.Shadow(cfg.Shadow),
@@ -203,8 +208,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: claim rule: %w", err), a.Close())
 	}
-	logger.Info("coupon: rate limiting", slog.String("algorithm", cfg.Algorithm.String()),
-		slog.String("fail_policy", cfg.FailPolicy.String()), slog.Bool("shadow", cfg.Shadow))
+	logger.Info("coupon: rate limiting", slog.String("algorithm", string(cfg.Algorithm)),
+		slog.String("fail_policy", string(cfg.FailPolicy)), slog.Bool("shadow", cfg.Shadow))
 
 	engine := gin.New()
 	// Nobody is trusted to set the client IP through gin: c.ClientIP() is

@@ -46,7 +46,7 @@ type Config struct {
 	// Algorithm is the rate limiting algorithm of every limited route. The
 	// routes keep their windows and limits whatever it is; what changes is
 	// how strictly "limit per window" holds (see package ginlimit):
-	// ginlimit.SlidingLog (the zero value, the default) admits at most the
+	// ginlimit.SlidingLog (the default, which the zero value stands for) admits at most the
 	// limit in any window's length; ginlimit.SlidingCounter, with
 	// ginlimit.DefaultSubWindows sub-windows, about the limit in steady
 	// traffic but up to twice it in the worst case (a burst at the end of
@@ -59,8 +59,8 @@ type Config struct {
 	// ClusterAddrs, when not empty, are seed addresses of a Redis Cluster
 	// ("10.0.0.1:6379"); New then uses a cluster client and ignores RedisURL.
 	ClusterAddrs []string
-	// FailPolicy is what limited routes do while Redis fails: the zero value
-	// ginlimit.FailLocal (ginlimit's default), ginlimit.FailOpen or
+	// FailPolicy is what limited routes do while Redis fails:
+	// ginlimit.FailLocal (ginlimit's default, which the zero value stands for), ginlimit.FailOpen or
 	// ginlimit.FailClosed.
 	FailPolicy ginlimit.FailPolicy
 	// Shadow turns on shadow mode for every limited route: decisions and
@@ -94,7 +94,7 @@ type Config struct {
 //   - TRUSTED_PROXIES, a comma-separated list of CIDRs or addresses, becomes
 //     TrustedProxies, with spaces trimmed and blank entries ignored;
 //   - LIMIT_ALGORITHM, one of sliding_log, sliding_counter, fixed_window or
-//     token_bucket (see [ginlimit.ParseAlgorithm]), becomes Algorithm;
+//     token_bucket (the values of ginlimit.AlgorithmKind), becomes Algorithm;
 //     unset or blank means sliding_log.
 //
 // Logger is left nil. ConfigFromEnv checks the values it must parse
@@ -142,13 +142,22 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("coupon: SHADOW: %q: want 1 or 0", s)
 	}
 	if s := strings.TrimSpace(getenv("LIMIT_ALGORITHM")); s != "" {
-		a, err := ginlimit.ParseAlgorithm(s)
-		if err != nil {
+		a := ginlimit.AlgorithmKind(s)
+		if err := checkAlgorithm(a); err != nil {
 			return Config{}, fmt.Errorf("coupon: LIMIT_ALGORITHM: %w", err)
 		}
 		cfg.Algorithm = a
 	}
 	return cfg, nil
+}
+
+// checkAlgorithm checks that a names one of ginlimit's algorithms.
+func checkAlgorithm(a ginlimit.AlgorithmKind) error {
+	switch a {
+	case ginlimit.SlidingLog, ginlimit.SlidingCounter, ginlimit.FixedWindow, ginlimit.TokenBucket:
+		return nil
+	}
+	return fmt.Errorf("unknown algorithm %q: want sliding_log, sliding_counter, fixed_window or token_bucket", string(a))
 }
 
 // checkJWKSURL checks that rawURL is an absolute http or https URL with a
