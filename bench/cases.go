@@ -196,14 +196,14 @@ func allCases() []*benchCase {
 			ZSET: true, Exact: true, Memory: true, Flood: true,
 			RedisKey: ginlimitKey("bench:"),
 			New:      newGinlimit("bench:", ginlimit.DenyCache(0)),
-			Note:     "p.Allow(ctx, key) with the deny cache off: every decision goes to Redis (the honest per-decision cost).",
+			Note:     "p.Allow(ctx, key, 1) with the deny cache off: every decision goes to Redis (the honest per-decision cost).",
 		},
 		{
 			ID: "ginlimit-defaults-plain", Name: "ginlimit sliding log, defaults, plain client", Algorithm: "sliding log, ZSET, Redis clock in µs",
 			Exact: true, Flood: true, Client: plainClient,
 			RedisKey: ginlimitKey("bench-defaults-plain:"),
 			New:      newGinlimit("bench-defaults-plain:"),
-			Note: "p.Allow(ctx, key) with ginlimit's defaults (`ginlimit.New(ginlimit.Redis(rdb))`, then only Key, Window and Limit: " +
+			Note: "p.Allow(ctx, key, 1) with ginlimit's defaults (`ginlimit.New(ginlimit.Redis(rdb))`, then only Key, Window and Limit: " +
 				"deny cache on, FailLocal, DefaultTimeout and DefaultQueueTimeout) on a plain client, `redis.NewClient(&redis.Options{Addr: addr})`: " +
 				"ginlimit bounds each call's time itself.",
 		},
@@ -220,14 +220,14 @@ func allCases() []*benchCase {
 			Exact:    true,
 			RedisKey: ginlimitKey("bench-autopipeline:"),
 			New:      newGinlimit("bench-autopipeline:", ginlimit.DenyCache(0)),
-			Note:     "p.Allow(ctx, key) with the deny cache off (the auto-pipeliner is on by default).",
+			Note:     "p.Allow(ctx, key, 1) with the deny cache off (the auto-pipeliner is on by default).",
 		},
 		{
 			ID: "ginlimit-counter", Name: "ginlimit sliding counter, DenyCache(0)", Algorithm: "sliding counter, one string of 10 sub-window counts, Redis clock in µs",
 			Exact: true, Memory: true, Flood: true,
 			RedisKey: ginlimitKey("bench-counter:"),
 			New:      newGinlimit("bench-counter:", ginlimit.Algorithm(ginlimit.SlidingCounter), ginlimit.DenyCache(0)),
-			Note: "p.Allow(ctx, key) with Algorithm(SlidingCounter) (the default 10 sub-windows) and the deny cache off. " +
+			Note: "p.Allow(ctx, key, 1) with Algorithm(SlidingCounter) (the default 10 sub-windows) and the deny cache off. " +
 				"It counts the sub-windows that overlap the window: any span of 9/10 of the window admits at most the limit " +
 				"(a whole window's length up to 2 × limit in the worst case); " +
 				"the flood lasts far less than 9/10 of its window, so there it must admit exactly the limit.",
@@ -237,14 +237,14 @@ func allCases() []*benchCase {
 			Exact: true, Flood: true, FloodOnly: true,
 			RedisKey: ginlimitKey("bench-counter-defaults:"),
 			New:      newGinlimit("bench-counter-defaults:", ginlimit.Algorithm(ginlimit.SlidingCounter)),
-			Note:     "p.Allow(ctx, key) with Algorithm(SlidingCounter) and otherwise ginlimit's defaults (deny cache on); flood only.",
+			Note:     "p.Allow(ctx, key, 1) with Algorithm(SlidingCounter) and otherwise ginlimit's defaults (deny cache on); flood only.",
 		},
 		{
 			ID: "ginlimit-fixed", Name: "ginlimit fixed window, DenyCache(0)", Algorithm: "fixed window on the Redis clock, string {start, count}",
 			Exact: true, Memory: true, Flood: true, Aligned: true,
 			RedisKey: ginlimitKey("bench-fixed:"),
 			New:      newGinlimit("bench-fixed:", ginlimit.Algorithm(ginlimit.FixedWindow), ginlimit.DenyCache(0)),
-			Note: "p.Allow(ctx, key) with Algorithm(FixedWindow) and the deny cache off. Its windows are aligned on the Redis clock " +
+			Note: "p.Allow(ctx, key, 1) with Algorithm(FixedWindow) and the deny cache off. Its windows are aligned on the Redis clock " +
 				"(unlike ulule's, which start at a key's first request) and a rejected request is not counted; " +
 				"the flood is started clear of a window boundary.",
 		},
@@ -253,14 +253,14 @@ func allCases() []*benchCase {
 			Exact: true, Flood: true, FloodOnly: true, Aligned: true,
 			RedisKey: ginlimitKey("bench-fixed-defaults:"),
 			New:      newGinlimit("bench-fixed-defaults:", ginlimit.Algorithm(ginlimit.FixedWindow)),
-			Note:     "p.Allow(ctx, key) with Algorithm(FixedWindow) and otherwise ginlimit's defaults (deny cache on); flood only.",
+			Note:     "p.Allow(ctx, key, 1) with Algorithm(FixedWindow) and otherwise ginlimit's defaults (deny cache on); flood only.",
 		},
 		{
 			ID: "ginlimit-bucket", Name: "ginlimit token bucket, DenyCache(0)", Algorithm: "token bucket (GCRA), one string per key, Redis clock in µs",
 			Memory: true, Flood: true,
 			RedisKey: ginlimitKey("bench-bucket:"),
 			New:      newGinlimit("bench-bucket:", ginlimit.Algorithm(ginlimit.TokenBucket), ginlimit.DenyCache(0)),
-			Note: "p.Allow(ctx, key) with Algorithm(TokenBucket) and the deny cache off; the burst is the limit (the default), " +
+			Note: "p.Allow(ctx, key, 1) with Algorithm(TokenBucket) and the deny cache off; the burst is the limit (the default), " +
 				"refilled at limit per window, the same rule as the redis_rate case.",
 		},
 		{
@@ -268,7 +268,7 @@ func allCases() []*benchCase {
 			Flood: true, FloodOnly: true,
 			RedisKey: ginlimitKey("bench-bucket-defaults:"),
 			New:      newGinlimit("bench-bucket-defaults:", ginlimit.Algorithm(ginlimit.TokenBucket)),
-			Note: "p.Allow(ctx, key) with Algorithm(TokenBucket) and otherwise ginlimit's defaults (deny cache on, burst = limit); flood only. " +
+			Note: "p.Allow(ctx, key, 1) with Algorithm(TokenBucket) and otherwise ginlimit's defaults (deny cache on, burst = limit); flood only. " +
 				"The cache holds a rejection until the next whole token.",
 		},
 	}
@@ -443,7 +443,7 @@ func newGinlimit(prefix string, extra ...ginlimit.Option) func(*redis.Client, in
 			return nil, err
 		}
 		return func(ctx context.Context, key string) (bool, error) {
-			d, err := p.Allow(ctx, key)
+			d, err := p.Allow(ctx, key, 1)
 			return d.Allowed, notDecided(d, err)
 		}, nil
 	}

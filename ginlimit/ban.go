@@ -2,7 +2,6 @@ package ginlimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -22,11 +21,11 @@ import (
 // algorithm a rule can choose.
 const penaltyAlg AlgorithmKind = "penalty"
 
-// DefaultBanMessage is the message of a ban's 429 when no [BanMessage] is
-// given.
+// DefaultBanMessage is the message of the 429 a banned identity gets. A
+// [Respond] function can write another, reading [Decision.Banned].
 const DefaultBanMessage = "You are temporarily banned for sending too many requests, please try again later"
 
-// ban is what [Ban] and [BanMessage] configure.
+// ban is what [Ban] configures.
 type ban struct {
 	after    int
 	within   time.Duration
@@ -43,7 +42,8 @@ const MaxBan = lua.MaxParam * time.Millisecond
 // Ban bans an identity from the rule for duration once it has collected
 // after refusals within within: while banned, every request of that
 // identity on the rule is refused with 429, the ban's own message
-// ([BanMessage]) and a Retry-After of the time the ban has left,
+// ([DefaultBanMessage]; [Respond] can write any other from
+// [Decision.Banned]) and a Retry-After of the time the ban has left,
 // [Decision.Banned] set and the outcome [OutcomeBanned] for observers.
 //
 // A refusal counts whatever refused the request on the route (this rule,
@@ -52,7 +52,7 @@ const MaxBan = lua.MaxParam * time.Millisecond
 // atomically with the rule in the same call, so every instance shares them.
 // Refusals an instance answers from its deny cache count too: it reports
 // them with its next Redis call on the key, or on their own at most
-// [MaxStaleness] after the first, so a flood answered from the cache is
+// [DefaultMaxStaleness] after the first, so a flood answered from the cache is
 // banned as surely as one answered by Redis. The strikes a call reports
 // count before its request is judged, so a client they put over the limit
 // is refused by the ban on its very next request. [Policy.Peek] shows a
@@ -61,7 +61,7 @@ const MaxBan = lua.MaxParam * time.Millisecond
 //
 // after must be from 1 to 1e6, within from 1 ms to about 31 years, as a
 // Window, and duration from 1 ms to [MaxBan] (about 11.6 days). A route's
-// rule may have one ban; with [LimitBy] or [Tiers] every plan has its own
+// rule may have one ban; with [LimitBy] every plan has its own
 // strikes and bans.
 func Ban(after int, within, duration time.Duration) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
@@ -73,28 +73,7 @@ func Ban(after int, within, duration time.Duration) RuleOption {
 		case duration < time.Millisecond || duration > MaxBan:
 			return fmt.Errorf("Ban(%d, %v, %v): the ban must last from 1ms to %v", after, within, duration, MaxBan)
 		}
-		msg := DefaultBanMessage
-		if r.ban != nil {
-			msg = r.ban.message
-		}
-		r.ban = &ban{after: after, within: within.Truncate(time.Microsecond), duration: duration.Truncate(time.Millisecond), message: msg}
-		return nil
-	})
-}
-
-// BanMessage sets the message of the 429 a banned identity gets; the
-// default is [DefaultBanMessage]. It applies to a rule with [Ban] (given
-// before or after it).
-func BanMessage(msg string) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
-		if msg == "" {
-			return errors.New("BanMessage(\"\"): the message must not be empty")
-		}
-		if r.ban == nil {
-			r.banMessage = msg
-			return nil
-		}
-		r.ban.message = msg
+		r.ban = &ban{after: after, within: within.Truncate(time.Microsecond), duration: duration.Truncate(time.Millisecond), message: DefaultBanMessage}
 		return nil
 	})
 }
@@ -105,11 +84,8 @@ func BanMessage(msg string) RuleOption {
 // that a ban's headers read as the rule's.
 func (r *rule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
 	b := *rc.ban
-	if rc.banMessage != "" && b.message == DefaultBanMessage {
-		b.message = rc.banMessage
-	}
 	pc := rc
-	pc.ban, pc.banMessage, pc.plans, pc.planPick, pc.planClaim = nil, "", nil, nil, ""
+	pc.ban, pc.plans, pc.planPick = nil, nil, nil
 	pc.alg, pc.prefix, pc.name = penaltyAlg, r.prefix+"ban:", r.name
 	pc.window, pc.limit, pc.message, pc.cost, pc.costFunc = b.within, b.after, b.message, 1, nil
 	pr, err := compileRule(pc, route, named)

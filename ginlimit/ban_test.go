@@ -19,7 +19,7 @@ import (
 // collects 20 refusals within 10 s is banned for 60 s.
 func banRoute(pre string, extra ...Option) []Option {
 	return append([]Option{Key(pre), Type(IP), Window(time.Second), Limit(5),
-		Ban(20, 10*time.Second, time.Minute), BanMessage("You are temporarily banned")}, extra...)
+		Ban(20, 10*time.Second, time.Minute)}, extra...)
 }
 
 // TestBanAfterRefusals: on a real redis-server, with the deny cache off
@@ -49,7 +49,7 @@ func TestBanAfterRefusals(t *testing.T) {
 			}
 		default: // the 20th refusal (request 25) makes the ban
 			retry, _ := strconv.Atoi(w.Header().Get("Retry-After"))
-			if w.Code != 429 || !d.Banned || !strings.Contains(w.Body.String(), "temporarily banned") || retry < 50 || retry > 60 {
+			if w.Code != 429 || !d.Banned || !strings.Contains(w.Body.String(), DefaultBanMessage) || retry < 50 || retry > 60 {
 				t.Fatalf("request %d: %d banned %v Retry-After %q %s, want the ban's 429 with about a minute", n, w.Code, d.Banned, w.Header().Get("Retry-After"), w.Body)
 			}
 			if in.seen.last().Outcome != OutcomeBanned {
@@ -185,18 +185,16 @@ func TestBanOnACluster(t *testing.T) {
 	}
 }
 
-// TestBanOptions: Ban and BanMessage are checked at start-up, naming the
+// TestBanOptions: Ban's arguments are checked at start-up, naming the
 // option.
 func TestBanOptions(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	for name, opt := range map[string]Option{
-		"no strikes":      Ban(0, time.Second, time.Minute),
-		"too many":        Ban(2e6, time.Second, time.Minute),
-		"tiny period":     Ban(1, time.Microsecond, time.Minute),
-		"tiny ban":        Ban(1, time.Second, time.Microsecond),
-		"empty message":   BanMessage(""),
-		"message, no ban": BanMessage("x"),
+		"no strikes":  Ban(0, time.Second, time.Minute),
+		"too many":    Ban(2e6, time.Second, time.Minute),
+		"tiny period": Ban(1, time.Microsecond, time.Minute),
+		"tiny ban":    Ban(1, time.Second, time.Microsecond),
 	} {
 		if _, err := New(Redis(c), opt); err == nil || !strings.Contains(err.Error(), "Ban") {
 			t.Errorf("%s: %v, want an error naming the option", name, err)
@@ -246,7 +244,7 @@ func TestLongBanRefusedAtStartUpOrWorks(t *testing.T) {
 	admitted := 0
 	var firstErr error
 	for range 10 {
-		d, err := p.Allow(context.Background(), "client")
+		d, err := p.Allow(context.Background(), "client", 1)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -276,7 +274,7 @@ func TestBanUpTo1e9MillisecondsHolds(t *testing.T) {
 	}
 	admitted := 0
 	for range 10 {
-		d, err := p.Allow(context.Background(), "client")
+		d, err := p.Allow(context.Background(), "client", 1)
 		if err != nil {
 			t.Fatal(err)
 		}

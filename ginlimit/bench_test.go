@@ -86,7 +86,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 	for _, tc := range []struct {
 		name string
-		typ  LimitType
+		typ  Dimension
 	}{{"Method", Method}, {"IP", IP}} {
 		b.Run("bare/"+tc.name, func(b *testing.B) {
 			e := gin.New()
@@ -148,7 +148,7 @@ func BenchmarkAllowRealRedis(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
-					if _, err := p.Allow(context.Background(), keys[i%len(keys)]); err != nil {
+					if _, err := p.Allow(context.Background(), keys[i%len(keys)], 1); err != nil {
 						b.Error(err)
 						return
 					}

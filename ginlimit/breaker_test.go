@@ -27,7 +27,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	p := mustPolicy(t, Redis(hung), Key(prefix(t)), Timeout(100*time.Millisecond), withBreaker(3, time.Hour), OnFailure(FailClosed))
 	ctx := context.Background()
 	for i := range 3 {
-		d, err := p.Allow(ctx, "k")
+		d, err := p.Allow(ctx, "k", 1)
 		if err == nil || d.Allowed || errors.Is(err, ErrCircuitOpen) {
 			t.Fatalf("failure %d: %+v, %v; want a Redis timeout", i, d, err)
 		}
@@ -39,7 +39,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	// for the hung Redis: that is checked by what they answered, not by
 	// how long they took.
 	for i := range 50 {
-		d, err := p.Allow(ctx, "k")
+		d, err := p.Allow(ctx, "k", 1)
 		if !errors.Is(err, ErrCircuitOpen) || d.Allowed || d.Err == nil {
 			t.Fatalf("open breaker, call %d: %+v, %v", i, d, err)
 		}
@@ -50,7 +50,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	q := mustPolicy(t, Redis(c), Key(prefix(t)), Timeout(200*time.Millisecond), withBreaker(2, 200*time.Millisecond))
 	srv.Stop()
 	for range 2 {
-		if _, err := q.Allow(ctx, "k"); err == nil {
+		if _, err := q.Allow(ctx, "k", 1); err == nil {
 			t.Fatal("a stopped Redis answered")
 		}
 	}
@@ -60,7 +60,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	srv.Restart()
 	back := time.Now()
 	for {
-		d, err := q.Allow(ctx, "k")
+		d, err := q.Allow(ctx, "k", 1)
 		if err == nil && d.Err == nil {
 			break
 		}
@@ -159,7 +159,7 @@ func TestFailLocal(t *testing.T) {
 	p := mustPolicy(t, Redis(down), Key(prefix(t)), OnFailure(FailLocal), Timeout(200*time.Millisecond),
 		Rule(Name("a"), Window(time.Minute), Limit(2)), Rule(Name("b"), Window(time.Minute), Limit(5)))
 	for i, want := range []bool{true, true, false} {
-		d, err := p.Allow(context.Background(), "k")
+		d, err := p.Allow(context.Background(), "k", 1)
 		if err == nil || !d.Local || d.Allowed != want {
 			t.Fatalf("rules, request %d: %+v, %v; want local allowed=%v", i, d, err, want)
 		}
@@ -185,10 +185,10 @@ func TestBreakerFailuresOverflow(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	if _, err := p.Allow(ctx, "k"); err == nil {
+	if _, err := p.Allow(ctx, "k", 1); err == nil {
 		t.Fatal("a call to a closed port succeeded")
 	}
-	if _, err := p.Allow(ctx, "k"); errors.Is(err, ErrCircuitOpen) {
+	if _, err := p.Allow(ctx, "k", 1); errors.Is(err, ErrCircuitOpen) {
 		t.Fatalf("withBreaker(%d, 1h) accepted at start-up, and the breaker opened after 1 failure (%d failures counted)", failures, p.engine.Breaker().Failures())
 	}
 }

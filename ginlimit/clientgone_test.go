@@ -41,7 +41,7 @@ func newGoneRoute(t *testing.T, c redis.Scripter, opts ...Option) *goneRoute {
 		t.Fatal(err)
 	}
 	g.e = gin.New()
-	g.e.GET("/order", g.policy.Handler(), func(c *gin.Context) {
+	g.e.GET("/order", g.policy.serve, func(c *gin.Context) {
 		first := g.ran.Add(1) == 1
 		n := g.running.Add(1)
 		defer g.running.Add(-1)

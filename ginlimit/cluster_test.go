@@ -117,7 +117,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 				wg.Go(func() {
 					p := policies[g%len(policies)]
 					for range 16 { // 1,024 attempts in all
-						d, err := p.Allow(ctx, "hot")
+						d, err := p.Allow(ctx, "hot", 1)
 						if err != nil {
 							t.Error(err)
 							return
@@ -150,7 +150,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 			}
 			// A fresh policy, without a deny cache, asks Redis: nothing left.
 			p := mustPolicy(t, slices.Concat([]Option{Redis(clients[1]), Key(pre), Window(time.Hour), Limit(500)}, tc.opts, []Option{DenyCache(0)})...)
-			if d, err := p.Allow(ctx, "hot"); err != nil || d.Allowed || d.Remaining != 0 || d.Cached {
+			if d, err := p.Allow(ctx, "hot", 1); err != nil || d.Allowed || d.Remaining != 0 || d.Cached {
 				t.Fatalf("after the race: %+v, %v; want a rejection by Redis with 0 remaining", d, err)
 			}
 		})
@@ -243,7 +243,7 @@ func TestClusterRules(t *testing.T) {
 				{0, false, "b", 1, 0}, // b fires; a keeps its 1
 			} {
 				now += step.after.Microseconds()
-				d, err := p.Allow(ctx, id)
+				d, err := p.Allow(ctx, id, 1)
 				if err != nil {
 					t.Fatalf("%s step %d: %v", id, i, err)
 				}
@@ -276,7 +276,7 @@ func TestClusterRules(t *testing.T) {
 				Rule(Name("b"), Window(24*time.Hour), Limit(400), Algorithm(TokenBucket)))
 		}
 		allowed := allowConcurrently(t, 64, 10, func(g int) (Decision, error) { // 640 attempts in all
-			return policies[g%len(policies)].Allow(ctx, "hot")
+			return policies[g%len(policies)].Allow(ctx, "hot", 1)
 		})
 		if t.Failed() {
 			return
@@ -288,7 +288,7 @@ func TestClusterRules(t *testing.T) {
 			t.Fatalf("rule a holds %d, %v; want 300", n, err)
 		}
 		// The 340 requests rule a rejected took no token from rule b.
-		d, err := policies[0].Allow(ctx, "hot")
+		d, err := policies[0].Allow(ctx, "hot", 1)
 		if err != nil || d.Allowed || d.Rule != "a" || d.Rules[0].Remaining != 0 || d.Rules[1].Remaining != 100 {
 			t.Fatalf("after the race: %+v, %v; want a rejection by a, with 100 tokens left in b", d, err)
 		}
@@ -303,7 +303,7 @@ func TestClusterRules(t *testing.T) {
 		perMaster := make([]int, 3)
 		for i := range 60 {
 			id := "user:" + strconv.Itoa(i)
-			d, err := p.Allow(ctx, id)
+			d, err := p.Allow(ctx, id, 1)
 			if err != nil || !d.Allowed || d.Rules[0].Remaining != 4 || d.Rules[1].Remaining != 19 {
 				t.Fatalf("%s: %+v, %v", id, d, err)
 			}
@@ -406,7 +406,7 @@ func TestClusterMasterDown(t *testing.T) {
 	decide := func(phase string, pol policy, m int) {
 		t.Helper()
 		start := time.Now()
-		d, err := pol.p.Allow(ctx, ids[m])
+		d, err := pol.p.Allow(ctx, ids[m], 1)
 		// A hang guard, not a performance goal: the call and the PING
 		// that confirms a timeout, and room for a loaded machine.
 		if el := time.Since(start); el > 3*timeout {
@@ -452,7 +452,7 @@ func TestClusterMasterDown(t *testing.T) {
 			for used[pol.name+"/"+ids[m]] < limit {
 				decide("drain", pol, m)
 			}
-			d, err := pol.p.Allow(ctx, ids[m])
+			d, err := pol.p.Allow(ctx, ids[m], 1)
 			if err != nil || d.Allowed || d.Remaining != 0 {
 				t.Fatalf("%s, master %d, over the limit: %+v, %v; want a rejection", pol.name, m, d, err)
 			}
@@ -481,7 +481,7 @@ func TestClusterMasterDown(t *testing.T) {
 			wg.Go(func() {
 				for round := range 20 { // 640 attempts, about 43 per identity
 					id := ids[(g+round*7)%len(ids)]
-					d, err := p.Allow(ctx, id)
+					d, err := p.Allow(ctx, id, 1)
 					if cl.MasterForKey("{"+id+"}") == victim {
 						if err == nil || d.Allowed {
 							t.Errorf("%s on the stopped master: %+v, %v", id, d, err)
@@ -565,7 +565,7 @@ func TestClusterMasterDownHealthyMastersServe(t *testing.T) {
 		cases[i].p = mustPolicy(t, append([]Option{Redis(cc), Key(prefix(t)), Window(time.Hour), Limit(1e9), DenyCache(0),
 			Timeout(time.Second), OnFailure(FailClosed), quiet}, cases[i].opts...)...)
 		for _, id := range identityPerMaster(cl) { // connect to every master
-			if _, err := cases[i].p.Allow(ctx, id); err != nil {
+			if _, err := cases[i].p.Allow(ctx, id, 1); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -580,7 +580,7 @@ func TestClusterMasterDownHealthyMastersServe(t *testing.T) {
 				wg.Go(func() {
 					for n := 0; time.Now().Before(stop); n++ {
 						id := "u" + strconv.Itoa(g) + ":" + strconv.Itoa(n)
-						_, err := tc.p.Allow(ctx, id)
+						_, err := tc.p.Allow(ctx, id, 1)
 						if cl.MasterForKey("{"+id+"}") == victim {
 							continue
 						}

@@ -52,8 +52,8 @@ func TestDenyCacheMatchesRedisForEveryAlgorithm(t *testing.T) {
 				if rng.IntN(5) == 0 {
 					cost = 1 + rng.IntN(4)
 				}
-				a, errA := withCache.AllowN(ctx, "k", cost)
-				b, errB := without.AllowN(ctx, "k", cost)
+				a, errA := withCache.Allow(ctx, "k", cost)
+				b, errB := without.Allow(ctx, "k", cost)
 				if errA != nil || errB != nil {
 					t.Fatalf("seed %d step %d: %v / %v", seed, i, errA, errB)
 				}

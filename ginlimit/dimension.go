@@ -19,50 +19,19 @@ import (
 )
 
 // A rule's dimension is what its limit is counted per. This file is where
-// a new dimension goes: a LimitType, its case in identify, and its options.
+// a new dimension goes: a dimKind, its case in identify, and its
+// constructor.
 
-// LimitType says what a rule's limit is counted per: the whole route, each
-// client IP, or each authenticated user. It is the Java annotation's type.
-type LimitType int
-
-const (
-	// Method counts every request to the route in one bucket.
-	Method LimitType = iota
-	// IP counts per client IP address (see identity.IP for proxies).
-	IP
-	// User counts per authenticated user id. A request without a valid
-	// identity is answered 401 and counted nowhere.
-	User
-)
-
-// String returns "Method", "IP" or "User".
-func (t LimitType) String() string {
-	switch t {
-	case Method:
-		return "Method"
-	case IP:
-		return "IP"
-	case User:
-		return "User"
-	}
-	return fmt.Sprintf("LimitType(%d)", int(t))
-}
-
-// Type sets what the limit is counted per: [Method] (the default), [IP] or
-// [User].
-func Type(t LimitType) RuleOption {
+// Type sets what the limit is counted per, the Java annotation's type:
+// [Method] (the whole route, the default), [IP], [User] or [UserOrIP]. It
+// is sugar for [Per](t), keys included, so any Dimension fits:
+// Type(ginlimit.ByParam("id")) is Per(ginlimit.ByParam("id")).
+func Type(t Dimension) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
-		if t < Method || t > User {
-			return fmt.Errorf("Type(%v): want Method, IP or User", t)
+		if t == nil {
+			return errors.New("Type(nil): want Method, IP, User, UserOrIP or a dimension of ByParam, ByHeader or ByFunc")
 		}
-		r.dims = nil
-		switch t {
-		case IP:
-			r.dims = []Dimension{ByIP()}
-		case User:
-			r.dims = []Dimension{ByUser()}
-		}
-		return nil
+		return setDims(r, "Type", []Dimension{t})
 	})
 }
 
@@ -110,27 +79,60 @@ func HashIdentities(secret []byte) RuleOption {
 	})
 }
 
-// AnonymousByIP makes a User rule count requests without a valid identity
-// per client IP (in their own "anon:" buckets) instead of answering 401.
-// The default is 401: no shared anonymous bucket.
-func AnonymousByIP() RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
-		r.anonByIP = true
-		return nil
-	})
+// Dimension is one thing a rule can count per: the user, the client IP, a
+// path parameter, a header, or a function of the request. Give one to
+// [Type], or several to [Per]; every combination of their values gets a
+// count of its own. The Dimensions are [Method], [IP], [User] and
+// [UserOrIP], and those [ByParam], [ByHeader] and [ByFunc] make.
+type Dimension interface {
+	dimension() dim
 }
 
-// Dimension is one thing a rule can count per: the user, the client IP, a
-// path parameter, a header, or a function of the request. Give one or more
-// to [Per]; every combination of their values gets a count of its own.
-// Make one with [ByUser], [ByIP], [ByParam], [ByHeader] or [ByFunc].
-type Dimension struct {
+// builtinDim is the type of the Dimensions that take no argument.
+type builtinDim int
+
+const (
+	// Method counts every request to the route in one bucket: the whole
+	// route, as Per() does. It is the default.
+	Method builtinDim = iota
+	// IP counts per client IP address, found by the rule's [IPIdentity]; an
+	// IPv6 client counts per /64 by default.
+	IP
+	// User counts per authenticated user id, found by the rule's
+	// [UserIdentity], which a User rule needs. A request without a valid
+	// identity is answered 401 and counted nowhere.
+	User
+	// UserOrIP counts as User does, and a request without a valid identity
+	// per client IP, in buckets of its own ("anon:<ip>"), instead of
+	// answering it 401: one shared anonymous bucket never exists.
+	UserOrIP
+)
+
+func (b builtinDim) dimension() dim {
+	switch b {
+	case IP:
+		return dim{kind: dimIP, label: "ip"}
+	case User:
+		return dim{kind: dimUser, label: "user"}
+	case UserOrIP:
+		return dim{kind: dimUser, label: "user", anon: true}
+	case Method:
+		return dim{kind: dimMethod}
+	}
+	return dim{err: fmt.Errorf("builtinDim(%d): want Method, IP, User or UserOrIP", int(b))}
+}
+
+// dim is what a Dimension stands for.
+type dim struct {
 	kind  dimKind
 	name  string // the parameter, header or function name
 	label string // what the key calls it: "user", "ip", "p.<name>", "h.<name>", "f.<name>"
 	fn    func(*gin.Context) (string, bool)
+	anon  bool  // UserOrIP: a request without an identity counts per IP
 	err   error // a constructor's complaint, reported by Per
 }
+
+func (d dim) dimension() dim { return d }
 
 type dimKind int
 
@@ -140,19 +142,11 @@ const (
 	dimParam
 	dimHeader
 	dimFunc
+	dimMethod // the whole route: no part of the key
 )
 
 // maxDims is the most dimensions one rule counts per.
 const maxDims = 4
-
-// ByUser counts per authenticated user, found by the rule's [UserIdentity]
-// (as [Type](User) does). A request without a valid identity is answered
-// 401 and counted nowhere, unless the rule has [AnonymousByIP].
-func ByUser() Dimension { return Dimension{kind: dimUser, label: "user"} }
-
-// ByIP counts per client IP address, found by the rule's [IPIdentity] (as
-// [Type](IP) does); an IPv6 client counts per /64 by default.
-func ByIP() Dimension { return Dimension{kind: dimIP, label: "ip"} }
 
 // ByParam counts per value of the route's path parameter name, such as
 // ByParam("id") on "/api/vouchers/:id/claim": one count per voucher. A
@@ -168,7 +162,7 @@ func ByIP() Dimension { return Dimension{kind: dimIP, label: "ip"} }
 // are ever counted. See the package documentation, Values the client
 // chooses.
 func ByParam(name string) Dimension {
-	return Dimension{kind: dimParam, name: name, label: "p." + escape(name, idSafe), err: dimName("ByParam", name)}
+	return dim{kind: dimParam, name: name, label: "p." + escape(name, idSafe), err: dimName("ByParam", name)}
 }
 
 // ByHeader counts per value of the request header name, such as
@@ -187,7 +181,7 @@ func ByParam(name string) Dimension {
 // package documentation, Values the client chooses.
 func ByHeader(name string) Dimension {
 	canon := http.CanonicalHeaderKey(name)
-	return Dimension{kind: dimHeader, name: canon, label: "h." + escape(strings.ToLower(canon), idSafe), err: dimName("ByHeader", name)}
+	return dim{kind: dimHeader, name: canon, label: "h." + escape(strings.ToLower(canon), idSafe), err: dimName("ByHeader", name)}
 }
 
 // ByFunc counts per the value f returns for the request, under name (which
@@ -202,7 +196,7 @@ func ByFunc(name string, f func(c *gin.Context) (value string, ok bool)) Dimensi
 	if err == nil && f == nil {
 		err = fmt.Errorf("ByFunc(%q, nil): the function must not be nil", name)
 	}
-	return Dimension{kind: dimFunc, name: name, label: "f." + escape(name, idSafe), fn: f, err: err}
+	return dim{kind: dimFunc, name: name, label: "f." + escape(name, idSafe), fn: f, err: err}
 }
 
 // dimName checks the name given to a dimension constructor.
@@ -213,13 +207,19 @@ func dimName(what, name string) error {
 	return nil
 }
 
-// String returns how the dimension was made, such as `ByHeader("X-Api-Key")`.
-func (d Dimension) String() string {
+// describe returns how the dimension was made, such as
+// `ByHeader("X-Api-Key")`, for errors.
+func (d dim) describe() string {
 	switch d.kind {
 	case dimUser:
-		return "ByUser()"
+		if d.anon {
+			return "UserOrIP"
+		}
+		return "User"
 	case dimIP:
-		return "ByIP()"
+		return "IP"
+	case dimMethod:
+		return "Method"
 	case dimParam:
 		return fmt.Sprintf("ByParam(%q)", d.name)
 	case dimHeader:
@@ -227,39 +227,57 @@ func (d Dimension) String() string {
 	case dimFunc:
 		return fmt.Sprintf("ByFunc(%q)", d.name)
 	}
-	return "Dimension{}"
+	return "a nil Dimension"
 }
 
 // Per sets what the rule counts per: each combination of the dimensions'
-// values gets its own count, such as Per(ByUser(), ByParam("id")) for "one
-// claim per user per voucher". Per() counts the whole route, as
-// [Type](Method) does; Per(ByUser()) and Per(ByIP()) are Type(User) and
-// Type(IP), keys included. At most 4 dimensions, none twice. Text from the
-// request is escaped and bounded in keys as user ids are (see the package
-// documentation, Keys). That bounds each key's length, not how many keys
-// there are: see [ByParam] and [ByHeader] for values the client chooses.
+// values gets its own count, such as Per(ginlimit.User,
+// ginlimit.ByParam("id")) for "one claim per user per voucher". Per() and
+// Per(Method) count the whole route; Per(d) is [Type](d). At most 4
+// dimensions, none twice, and Method only alone. Text from the request is
+// escaped and bounded in keys as user ids are (see docs/design.md, Keys).
+// That bounds each key's length, not how many keys there are: see
+// [ByParam] and [ByHeader] for values the client chooses.
 func Per(dims ...Dimension) RuleOption {
 	dims = slices.Clone(dims)
-	return ruleOption(func(r *ruleConfig) error {
-		if len(dims) > maxDims {
-			return fmt.Errorf("Per: %d dimensions, want at most %d", len(dims), maxDims)
+	return ruleOption(func(r *ruleConfig) error { return setDims(r, "Per", dims) })
+}
+
+// setDims sets r's dimensions for the option what.
+func setDims(r *ruleConfig, what string, dims []Dimension) error {
+	if len(dims) > maxDims {
+		return fmt.Errorf("%s: %d dimensions, want at most %d", what, len(dims), maxDims)
+	}
+	ds := make([]dim, 0, len(dims))
+	anon := false
+	for i, x := range dims {
+		if x == nil {
+			return fmt.Errorf("%s: dimension %d is nil: give Method, IP, User, UserOrIP, or one of ByParam, ByHeader or ByFunc", what, i+1)
 		}
-		for i, d := range dims {
-			switch {
-			case d.err != nil:
-				return fmt.Errorf("Per: %w", d.err)
-			case d.kind == 0:
-				return fmt.Errorf("Per: dimension %d is the zero Dimension: make one with ByUser, ByIP, ByParam, ByHeader or ByFunc", i+1)
-			}
-			for _, e := range dims[:i] {
-				if e.label == d.label {
-					return fmt.Errorf("Per: %v is given twice", d)
-				}
+		d := x.dimension()
+		switch {
+		case d.err != nil:
+			return fmt.Errorf("%s: %w", what, d.err)
+		case d.kind == 0:
+			return fmt.Errorf("%s: dimension %d is the zero value: give Method, IP, User, UserOrIP, or one of ByParam, ByHeader or ByFunc", what, i+1)
+		case d.kind == dimMethod && len(dims) > 1:
+			return fmt.Errorf("%s: Method counts the whole route: give it alone", what)
+		case d.kind == dimMethod:
+			continue
+		}
+		for _, e := range ds {
+			if e.label == d.label {
+				return fmt.Errorf("%s: %s is given twice", what, d.describe())
 			}
 		}
-		r.dims = dims
-		return nil
-	})
+		anon = anon || d.anon
+		ds = append(ds, d)
+	}
+	if len(ds) == 0 {
+		ds = nil
+	}
+	r.dims, r.anonByIP = ds, anon
+	return nil
 }
 
 // counts reports whether the rule counts per a dimension of kind k.
@@ -298,12 +316,12 @@ func (w *who) add(label, value string, safe charset) {
 
 // errMissing is the error of a request that lacks the value of one of the
 // rule's dimensions.
-type errMissing struct{ d Dimension }
+type errMissing struct{ d dim }
 
-func (e errMissing) Error() string { return "the request has no value for " + e.d.String() }
+func (e errMissing) Error() string { return "the request has no value for " + e.d.describe() }
 
 // body400 is the 400 body of a request that lacks d's value.
-func (d Dimension) body400() string {
+func (d dim) body400() string {
 	msg := "Bad request"
 	if d.kind == dimHeader {
 		msg = "Missing " + d.name + " header"
@@ -350,7 +368,7 @@ func (r *rule) identify(c *gin.Context, w *who) error {
 }
 
 // value returns a param, header or func dimension's value for c.
-func (d Dimension) value(c *gin.Context) (string, bool) {
+func (d dim) value(c *gin.Context) (string, bool) {
 	switch d.kind {
 	case dimParam:
 		return c.Param(d.name), true

@@ -30,7 +30,7 @@ func TestPerKeys(t *testing.T) {
 	e := gin.New()
 	setUser := func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) }
 	tenant := ByFunc("tenant", func(c *gin.Context) (string, bool) { return c.Query("tenant"), true })
-	e.GET("/v/:id/claim", setUser, l.RateLimit(Key(pre), Limit(1), Per(ByUser(), ByParam("id"), ByHeader("x-api-key"), tenant)), ok)
+	e.GET("/v/:id/claim", setUser, l.RateLimit(Key(pre), Limit(1), Per(User, ByParam("id"), ByHeader("x-api-key"), tenant)), ok)
 	w := do(e, http.MethodGet, "/v/7/claim?tenant=acme", map[string]string{"X-User": "alice", "X-Api-Key": "k 1", "RemoteAddr": "192.0.2.1:1"})
 	if w.Code != http.StatusOK {
 		t.Fatalf("%d %s", w.Code, w.Body)
@@ -49,7 +49,7 @@ func TestPerValuesCannotForgeKeys(t *testing.T) {
 	m, c := newMini(t)
 	pre := prefix(t)
 	e := gin.New()
-	e.GET("/x", testLimit(Redis(c), Key(pre), Limit(1), Per(ByHeader("X-Key"), ByIP())), ok)
+	e.GET("/x", testLimit(Redis(c), Key(pre), Limit(1), Per(ByHeader("X-Key"), IP)), ok)
 	send := func(key string) int {
 		return do(e, http.MethodGet, "/x", map[string]string{"X-Key": key, "RemoteAddr": "192.0.2.1:1"}).Code
 	}
@@ -99,26 +99,32 @@ func TestMissingDimensionValues(t *testing.T) {
 }
 
 // TestPerOptions: bad dimensions are refused at start-up, naming the
-// option; Per(ByUser()) and Type(User) are one rule, keys included.
+// option; Per(d) and Type(d) are one rule, keys included.
 func TestPerOptions(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	for name, opt := range map[string]Option{
-		"too many":      Per(ByIP(), ByUser(), ByParam("a"), ByParam("b"), ByParam("c")),
+		"too many":      Per(IP, User, ByParam("a"), ByParam("b"), ByParam("c")),
 		"twice":         Per(ByParam("id"), ByParam("id")),
-		"zero":          Per(Dimension{}),
+		"nil":           Per(nil),
+		"zero":          Per(dim{}),
+		"bad builtin":   Per(builtinDim(9)),
+		"method and ip": Per(Method, IP),
+		"user twice":    Per(User, UserOrIP),
+		"nil type":      Type(nil),
 		"empty name":    Per(ByHeader("")),
 		"spaced name":   Per(ByParam("a b")),
 		"nil func":      Per(ByFunc("f", nil)),
-		"user, no user": Per(ByUser()),
+		"user, no user": Per(User),
 	} {
 		if _, err := New(Redis(c), opt); err == nil {
 			t.Errorf("%s: New accepted it", name)
-		} else if !strings.Contains(err.Error(), "Per") && !strings.Contains(err.Error(), "ByUser") {
+		} else if !strings.Contains(err.Error(), "Per") && !strings.Contains(err.Error(), "Type(") {
 			t.Errorf("%s: %v does not name the option", name, err)
 		}
 	}
-	for _, pair := range [][2]Option{{Type(User), Per(ByUser())}, {Type(IP), Per(ByIP())}, {Type(Method), Per()}} {
+	for _, pair := range [][2]Option{{Type(User), Per(User)}, {Type(IP), Per(IP)}, {Type(Method), Per()}, {Per(Method), Per()},
+		{Type(UserOrIP), Per(UserOrIP)}} {
 		keys := [2]string{}
 		for i, opt := range pair {
 			m, c := newMini(t)
@@ -142,7 +148,7 @@ func TestPerHashed(t *testing.T) {
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	pre := prefix(t)
 	e := gin.New()
-	e.GET("/v/:id", testLimit(Redis(c), Key(pre), Per(ByIP(), ByParam("id")), HashIdentities(secret)), ok)
+	e.GET("/v/:id", testLimit(Redis(c), Key(pre), Per(IP, ByParam("id")), HashIdentities(secret)), ok)
 	do(e, http.MethodGet, "/v/7", map[string]string{"RemoteAddr": "192.0.2.1:1"})
 	keys := m.Keys()
 	if len(keys) != 1 || !strings.HasPrefix(keys[0], pre+"{GET /v/:id ip+p.id:") || strings.Contains(keys[0], "192.0.2.1") {
@@ -163,7 +169,7 @@ func TestPerIsExactUnderConcurrency(t *testing.T) {
 	t.Cleanup(func() { _ = l.Close() })
 	e := gin.New()
 	e.GET("/v/:id/claim", func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) },
-		l.RateLimit(Key(prefix(t)), Window(24*time.Hour), Limit(1), Per(ByUser(), ByParam("id"))), ok)
+		l.RateLimit(Key(prefix(t)), Window(24*time.Hour), Limit(1), Per(User, ByParam("id"))), ok)
 	var admitted [10][10]atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 200 {
@@ -196,7 +202,7 @@ func TestPerIsExactUnderConcurrency(t *testing.T) {
 func TestTargetValues(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
-	in := newInstance(t, c, Key(prefix(t)), Limit(1), Per(ByUser(), ByHeader("X-Voucher")))
+	in := newInstance(t, c, Key(prefix(t)), Limit(1), Per(User, ByHeader("X-Voucher")))
 	for _, code := range []int{200, 429} {
 		w := do(in.e, http.MethodGet, "/claim", map[string]string{"X-User": "alice", "X-Voucher": "7"})
 		if w.Code != code {

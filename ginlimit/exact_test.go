@@ -69,7 +69,7 @@ func TestConcurrentExactEveryAlgorithm(t *testing.T) {
 								once.Do(tg.flush)
 							}
 							n := 1 + (g+i)%3
-							d, err := p.AllowN(ctx, "hot", n)
+							d, err := p.Allow(ctx, "hot", n)
 							if err != nil {
 								t.Error(err)
 								return
@@ -89,7 +89,7 @@ func TestConcurrentExactEveryAlgorithm(t *testing.T) {
 				}
 				filled := units.Load()
 				for filled < limit+5 {
-					d, err := p.Allow(ctx, "hot")
+					d, err := p.Allow(ctx, "hot", 1)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -137,7 +137,7 @@ func TestRedisClockWindowExact(t *testing.T) {
 			for range 16 {
 				wg.Go(func() {
 					for time.Since(warmStart) < 500*time.Millisecond {
-						if _, err := warm.Allow(context.Background(), "w"); err != nil {
+						if _, err := warm.Allow(context.Background(), "w", 1); err != nil {
 							t.Error(err)
 							return
 						}
@@ -171,7 +171,7 @@ func TestRedisClockWindowExact(t *testing.T) {
 						if (g+i)%5 != 0 {
 							n = 1
 						}
-						d, err := p.AllowN(context.Background(), "hot", n)
+						d, err := p.Allow(context.Background(), "hot", n)
 						if err != nil {
 							t.Error(err)
 							return

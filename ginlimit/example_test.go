@@ -15,6 +15,8 @@ import (
 	"github.com/ginlimit/ginlimit/identity"
 )
 
+// The design card's annotation: the package-level RateLimit takes the
+// limiter among its options, and compiles the route when it is called.
 func ExampleRateLimit() {
 	mr := miniredis.NewMiniRedis() // stands in for a real Redis
 	if err := mr.Start(); err != nil {
@@ -30,8 +32,7 @@ func ExampleRateLimit() {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(limiter.Middleware())
-	r.GET("/voucher-order/seckill/:id", ginlimit.RateLimit(
+	r.GET("/voucher-order/seckill/:id", ginlimit.RateLimit(limiter,
 		ginlimit.Key("voucher:seckill:"), ginlimit.Window(10*time.Second), ginlimit.Limit(2),
 		ginlimit.Message("Seckill is too popular, please try again later"),
 		ginlimit.Type(ginlimit.Method)),
@@ -48,7 +49,7 @@ func ExampleRateLimit() {
 	// 429 0 {"code":429,"message":"Seckill is too popular, please try again later"}
 }
 
-func ExampleLimiter_Policy() {
+func ExamplePolicy_Allow() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		panic(err)
@@ -67,7 +68,7 @@ func ExampleLimiter_Policy() {
 		panic(err)
 	}
 	for range 2 {
-		d, err := policy.Allow(context.Background(), "tenant-42")
+		d, err := policy.Allow(context.Background(), "tenant-42", 1)
 		if err != nil {
 			panic(err)
 		}
@@ -93,9 +94,13 @@ func ExampleDecisionFrom() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	if err != nil {
+		panic(err)
+	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.GET("/report", ginlimit.RateLimit(ginlimit.Redis(rdb), ginlimit.Name("reports"), ginlimit.Limit(5)),
+	r.GET("/report", limiter.RateLimit(ginlimit.Name("reports"), ginlimit.Limit(5)),
 		func(c *gin.Context) {
 			d, _ := ginlimit.DecisionFrom(c)
 			c.JSON(http.StatusOK, gin.H{"rule": d.Rule, "remaining": d.Remaining})
@@ -144,9 +149,13 @@ func ExampleRule() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	if err != nil {
+		panic(err)
+	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.GET("/search", ginlimit.RateLimit(ginlimit.Redis(rdb), ginlimit.Key("search:"),
+	r.GET("/search", limiter.RateLimit(ginlimit.Key("search:"),
 		ginlimit.Rule(ginlimit.Name("burst"), ginlimit.Window(time.Second), ginlimit.Limit(2)),
 		ginlimit.Rule(ginlimit.Name("daily"), ginlimit.Window(24*time.Hour), ginlimit.Limit(100), ginlimit.Algorithm(ginlimit.FixedWindow))),
 		func(c *gin.Context) { c.String(http.StatusOK, "ok") })
@@ -181,7 +190,7 @@ func ExampleAlgorithm() {
 		panic(err)
 	}
 	for _, cost := range []int{2, 2, 5} {
-		d, err := bucket.AllowN(context.Background(), "tenant-7", cost)
+		d, err := bucket.Allow(context.Background(), "tenant-7", cost)
 		if err != nil {
 			panic(err)
 		}
@@ -240,15 +249,18 @@ func ExamplePolicy_Peek() {
 		panic(err)
 	}
 	defer limiter.Close()
-	claimLimit, err := limiter.Policy(ginlimit.Key("coupon:claim:"), ginlimit.Window(time.Minute),
-		ginlimit.Limit(3), ginlimit.Type(ginlimit.User))
+	// The route and the Policy get the same options: the same rule, the
+	// same counts.
+	claim := []ginlimit.Option{ginlimit.Key("coupon:claim:"), ginlimit.Window(time.Minute),
+		ginlimit.Limit(3), ginlimit.Type(ginlimit.User)}
+	claimLimit, err := limiter.Policy(claim...)
 	if err != nil {
 		panic(err)
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.GET("/api/coupon/claim", func(c *gin.Context) { c.Set("user", c.Query("user")) },
-		claimLimit.Handler(), func(c *gin.Context) { c.String(http.StatusOK, "claimed") })
+		limiter.RateLimit(claim...), func(c *gin.Context) { c.String(http.StatusOK, "claimed") })
 	for range 2 {
 		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/api/coupon/claim?user=alice", nil))
 	}
@@ -283,7 +295,7 @@ func ExamplePolicy_Reset() {
 	}
 	ctx := context.Background()
 	for range 2 {
-		d, _ := exports.Allow(ctx, "tenant-42")
+		d, _ := exports.Allow(ctx, "tenant-42", 1)
 		fmt.Println(d.Allowed)
 	}
 	// Support lifts the tenant's limit: every instance forgets its cached
@@ -291,7 +303,7 @@ func ExamplePolicy_Reset() {
 	if err := exports.Reset(ctx, ginlimit.Target{Key: "tenant-42"}, "support"); err != nil {
 		panic(err)
 	}
-	d, _ := exports.Allow(ctx, "tenant-42")
+	d, _ := exports.Allow(ctx, "tenant-42", 1)
 	fmt.Println(d.Allowed)
 	// Output:
 	// true
@@ -316,14 +328,14 @@ func ExampleBan() {
 	// 1 per minute; 2 refusals within a minute ban the caller for an hour.
 	// The deny cache is off here so that every refusal reaches Redis at
 	// once; with it, the refusals it answers reach Redis with the next call
-	// on the key, within MaxStaleness.
+	// on the key, within DefaultMaxStaleness.
 	login, err := limiter.Policy(ginlimit.Key("login:"), ginlimit.Window(time.Minute), ginlimit.Limit(1),
 		ginlimit.Ban(2, time.Minute, time.Hour), ginlimit.DenyCache(0))
 	if err != nil {
 		panic(err)
 	}
 	for range 4 {
-		d, _ := login.Allow(context.Background(), "ip:192.0.2.7")
+		d, _ := login.Allow(context.Background(), "ip:192.0.2.7", 1)
 		fmt.Println(d.Allowed, d.Banned, d.RetryAfter.Round(time.Minute))
 	}
 	// Output:
@@ -352,7 +364,7 @@ func ExamplePer() {
 	// One claim per user per voucher per day.
 	r.GET("/api/vouchers/:id/claim", func(c *gin.Context) { c.Set("user", c.Query("user")) },
 		limiter.RateLimit(ginlimit.Key("voucher:claim:"), ginlimit.Window(24*time.Hour), ginlimit.Limit(1),
-			ginlimit.Per(ginlimit.ByUser(), ginlimit.ByParam("id"))),
+			ginlimit.Per(ginlimit.User, ginlimit.ByParam("id"))),
 		func(c *gin.Context) { c.String(http.StatusOK, "claimed") })
 	for _, path := range []string{"/api/vouchers/7/claim?user=alice", "/api/vouchers/7/claim?user=alice", "/api/vouchers/8/claim?user=alice"} {
 		w := httptest.NewRecorder()
@@ -388,7 +400,7 @@ func ExampleLimitBy() {
 	r.GET("/api/search", limiter.RateLimit(ginlimit.Key("search:"), ginlimit.Window(time.Minute), ginlimit.Limit(1),
 		ginlimit.Type(ginlimit.IP),
 		ginlimit.LimitBy(func(c *gin.Context) string { return c.GetHeader("X-Plan") },
-			map[string]ginlimit.Plan{"team": {Limit: 3}})),
+			map[string]int{"team": 3})),
 		func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	for _, plan := range []string{"", "", "team", "team", "team", "team"} {
 		req := httptest.NewRequest(http.MethodGet, "/api/search", nil)
@@ -445,4 +457,76 @@ func ExampleInFlight() {
 	// /order?from=inside 429 1 {"code":429,"message":"Too many requests, please try again later","rule":"orders"}
 	// /order 200  ordered
 	// /order?from=outside 200  ordered
+}
+
+func ExampleType() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(identity.FromContext("user")))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	// 1 per minute per user; callers without an identity count per IP, in
+	// buckets of their own, instead of being answered 401.
+	r.GET("/api/feed", func(c *gin.Context) {
+		if u := c.Query("user"); u != "" {
+			c.Set("user", u)
+		}
+	}, limiter.RateLimit(ginlimit.Key("feed:"), ginlimit.Window(time.Minute), ginlimit.Limit(1),
+		ginlimit.Type(ginlimit.UserOrIP)),
+		func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	for _, path := range []string{"/api/feed?user=alice", "/api/feed?user=alice", "/api/feed", "/api/feed"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println(path, w.Code)
+	}
+	fmt.Println(mr.Keys())
+	// Output:
+	// /api/feed?user=alice 200
+	// /api/feed?user=alice 429
+	// /api/feed 200
+	// /api/feed 429
+	// [feed:{GET /api/feed anon:192.0.2.1} feed:{GET /api/feed user:alice}]
+}
+
+func ExampleObserve() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	// Every decision, refusal and Redis error arrives here with its
+	// outcome; the metrics package's collector.Observe fits the same way.
+	seen := map[ginlimit.Outcome]int{}
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Observe(func(_ context.Context, e ginlimit.Event) {
+		seen[e.Outcome]++
+	}))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	exports, err := limiter.Policy(ginlimit.Key("export:"), ginlimit.Limit(1), ginlimit.DenyCache(0))
+	if err != nil {
+		panic(err)
+	}
+	for range 3 {
+		_, _ = exports.Allow(context.Background(), "tenant-42", 1)
+	}
+	fmt.Println(seen[ginlimit.OutcomeAllowed], seen[ginlimit.OutcomeLimited])
+	// Output:
+	// 1 2
 }

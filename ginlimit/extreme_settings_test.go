@@ -26,11 +26,11 @@ func TestTokenBucketAt2Pow53(t *testing.T) {
 	now := time.Now().Add(time.Minute).UnixMicro()
 	p.clock = func() int64 { return now }
 	ctx := context.Background()
-	if d, err := p.AllowN(ctx, "k", 1<<29); err != nil || !d.Allowed {
+	if d, err := p.Allow(ctx, "k", 1<<29); err != nil || !d.Allowed {
 		t.Fatalf("emptying the bucket: %+v, %v", d, err)
 	}
 	now += 1<<24 - 1 // a token is back at +2^24 µs
-	d, err := p.Allow(ctx, "k")
+	d, err := p.Allow(ctx, "k", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,18 +75,18 @@ func TestExtremeSettings(t *testing.T) {
 				if n < 1 {
 					continue
 				}
-				d, err := p.AllowN(ctx, fmt.Sprint("k", n), n)
+				d, err := p.Allow(ctx, fmt.Sprint("k", n), n)
 				if err != nil || !d.Allowed {
 					t.Fatalf("settings %v, cost %d on a fresh key: %+v, %v", r.settings, n, d, err)
 				}
 			}
 			if r.maxCost <= 10 && r.settings[1].(int64) > 60e6 {
 				for j := range r.maxCost {
-					if _, err := p.Allow(ctx, "full"); err != nil {
+					if _, err := p.Allow(ctx, "full", 1); err != nil {
 						t.Fatalf("settings %v, request %d: %v", r.settings, j, err)
 					}
 				}
-				d, err := p.Allow(ctx, "full")
+				d, err := p.Allow(ctx, "full", 1)
 				if err != nil || d.Allowed || d.RetryAfter <= 0 {
 					t.Fatalf("settings %v, full: %+v, %v; want rejected with a retry", r.settings, d, err)
 				}

@@ -49,7 +49,7 @@ func checkFailsFast(t *testing.T, p *Policy) {
 	brk := p.engine.Breaker()
 	start := time.Now()
 	for i := range 20 {
-		d, err := p.Allow(context.Background(), "k")
+		d, err := p.Allow(context.Background(), "k", 1)
 		switch {
 		case err == nil:
 			t.Fatalf("decision %d: no error from a dead Redis: %+v", i, d)
@@ -113,19 +113,19 @@ func TestStoppedRedisFailsFast(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), OnFailure(FailLocal), Timeout(failFastTimeout), withBreaker(0, 0))
 			for i := range 3 {
-				if _, err := p.Allow(context.Background(), "k"); err != nil {
+				if _, err := p.Allow(context.Background(), "k", 1); err != nil {
 					t.Fatalf("decision %d on a healthy Redis: %v", i, err)
 				}
 			}
 			srv.Stop()
 			first := time.Now()
-			if _, err := p.Allow(context.Background(), "k"); err == nil {
+			if _, err := p.Allow(context.Background(), "k", 1); err == nil {
 				t.Fatal("no error from a stopped Redis")
 			}
 			t.Logf("the first decision after the stop took %v", time.Since(first))
 			start := time.Now()
 			for i := range 19 {
-				if _, err := p.Allow(context.Background(), "k"); err == nil || errors.Is(err, ErrSaturated) {
+				if _, err := p.Allow(context.Background(), "k", 1); err == nil || errors.Is(err, ErrSaturated) {
 					t.Fatalf("decision %d after the stop: %v, want a Redis failure", i+1, err)
 				}
 			}
@@ -187,7 +187,7 @@ func TestSilentRedisCostsATimeout(t *testing.T) {
 			brk := p.engine.Breaker()
 			for i := range DefaultBreakerFailures {
 				start := time.Now()
-				_, err := p.Allow(context.Background(), "k")
+				_, err := p.Allow(context.Background(), "k", 1)
 				el := time.Since(start)
 				if el < timeout {
 					t.Fatalf("decision %d took %v, less than the %v Timeout, with a Redis that never answers: %v", i, el, timeout, err)
@@ -316,7 +316,7 @@ func TestBrokenConnectionIsRetried(t *testing.T) {
 				}
 				for i := range 3 {
 					proxy.breakNext.Store(i == 1)
-					d, err := p.Allow(context.Background(), "k")
+					d, err := p.Allow(context.Background(), "k", 1)
 					if err != nil || d.Cached || !d.Allowed {
 						t.Fatalf("decision %d: %+v, %v; want an admission from Redis", i, d, err)
 					}
@@ -346,11 +346,11 @@ func TestLateReplyIsNoFailure(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: proxy.ln.Addr().String(), ContextTimeoutEnabled: ctxAware})
 			t.Cleanup(func() { _ = c.Close() })
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(100), OnFailure(FailLocal), Timeout(timeout))
-			if _, err := p.Allow(context.Background(), "k"); err != nil {
+			if _, err := p.Allow(context.Background(), "k", 1); err != nil {
 				t.Fatalf("a healthy Redis: %v", err)
 			}
 			proxy.holdNext.Store(int64(5 * timeout))
-			_, err := p.Allow(context.Background(), "k")
+			_, err := p.Allow(context.Background(), "k", 1)
 			if !errors.Is(err, ErrSaturated) {
 				t.Fatalf("a reply held past the Timeout by a Redis that answers a PING: %v, want ErrSaturated", err)
 			}

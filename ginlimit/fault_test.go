@@ -105,7 +105,7 @@ func faultExact(t *testing.T, c *redis.Client, n int) {
 	for range 3 * n {
 		wg.Go(func() {
 			<-gate
-			d, err := p.Allow(context.Background(), "exact")
+			d, err := p.Allow(context.Background(), "exact", 1)
 			if err != nil {
 				failed.Add(1)
 				firstErr.CompareAndSwap(nil, err)
@@ -196,7 +196,7 @@ func TestFaultRedisKilled(t *testing.T) {
 					key := "g" + strconv.Itoa(g)
 					for !stop.Load() {
 						start := time.Since(base)
-						d, err := p.Allow(context.Background(), key)
+						d, err := p.Allow(context.Background(), key, 1)
 						end := time.Since(base)
 						calls[g] = append(calls[g], call{start, end, d, err})
 						if err == nil {
@@ -335,7 +335,7 @@ func TestFaultScriptFlush(t *testing.T) {
 							after++
 						}
 						start := time.Now()
-						d, err := p.Allow(ctx, "k")
+						d, err := p.Allow(ctx, "k", 1)
 						if el := time.Since(start); el > 2*testTimeout+faultHang {
 							t.Errorf("a decision took %v", el)
 						}
@@ -578,7 +578,7 @@ func TestFaultSlowRedis(t *testing.T) {
 					for g := range 8 {
 						wg.Go(func() {
 							start := time.Now()
-							d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g))
+							d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g), 1)
 							if el := time.Since(start); el > faultHang {
 								t.Errorf("round %d: a decision took %v with a %v timeout: it waited for the client's %v ReadTimeout", round, el, faultTimeout, faultStall)
 							}
@@ -665,7 +665,7 @@ func TestFaultPoolExhausted(t *testing.T) {
 					wg.Go(func() {
 						<-gate
 						start := time.Now()
-						d, err := p.Allow(ctx, "k"+strconv.Itoa(g))
+						d, err := p.Allow(ctx, "k"+strconv.Itoa(g), 1)
 						if errors.Is(err, engine.ErrQueueTimedOut) {
 							queueTimedOut.Add(1)
 						}
@@ -749,7 +749,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 	for g := range callers {
 		wg.Go(func() {
 			<-gate
-			d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g))
+			d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g), 1)
 			if isTimeout(err) {
 				timedOut.Add(1)
 			}
@@ -783,7 +783,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 	var failedOpen atomic.Int64
 	for g := range 16 {
 		wg.Go(func() {
-			d, err := hung.Allow(context.Background(), "hung"+strconv.Itoa(g))
+			d, err := hung.Allow(context.Background(), "hung"+strconv.Itoa(g), 1)
 			if err != nil && !errors.Is(err, ErrSaturated) && d.Allowed && !d.Local {
 				failedOpen.Add(1)
 			}
@@ -812,18 +812,18 @@ func TestFaultSaturationIsNoVerdict(t *testing.T) {
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(10),
 		OnFailure(FailClosed), Timeout(faultTimeout), withBreaker(2, time.Hour))
 	ctx := context.Background()
-	if _, err := p.Allow(ctx, "a"); err == nil || errors.Is(err, ErrSaturated) {
+	if _, err := p.Allow(ctx, "a", 1); err == nil || errors.Is(err, ErrSaturated) {
 		t.Fatalf("a hung Redis: error %v, want a failure", err)
 	}
 	short, cancel := context.WithTimeout(ctx, faultTimeout/4)
 	defer cancel()
-	if _, err := p.Allow(short, "b"); !errors.Is(err, ErrClientGone) {
+	if _, err := p.Allow(short, "b", 1); !errors.Is(err, ErrClientGone) {
 		t.Fatalf("the request's context ended first: error %v, want ErrClientGone", err)
 	}
 	if st := p.engine.Breaker().State(); st != "closed" {
 		t.Fatalf("after one failure the breaker is %s, want closed", st)
 	}
-	if _, err := p.Allow(ctx, "c"); err == nil || errors.Is(err, ErrSaturated) {
+	if _, err := p.Allow(ctx, "c", 1); err == nil || errors.Is(err, ErrSaturated) {
 		t.Fatalf("a hung Redis: error %v, want a failure", err)
 	}
 	if st := p.engine.Breaker().State(); st != "open" {
@@ -879,7 +879,7 @@ func TestFaultErrorReplies(t *testing.T) {
 			var wrongType int
 			for i := range 8 {
 				start := time.Now()
-				d, err := p.Allow(ctx, id)
+				d, err := p.Allow(ctx, id, 1)
 				if el := time.Since(start); el > faultHang {
 					t.Fatalf("decision %d took %v", i, el)
 				}
@@ -903,13 +903,13 @@ func TestFaultErrorReplies(t *testing.T) {
 			if err := c.Del(ctx, key).Err(); err != nil {
 				t.Fatal(err)
 			}
-			faultRecover(t, func() error { _, err := p.Allow(ctx, "probe"); return err })
+			faultRecover(t, func() error { _, err := p.Allow(ctx, "probe", 1); return err })
 
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for range 3 * limit {
 				wg.Go(func() {
-					d, err := p.Allow(ctx, id)
+					d, err := p.Allow(ctx, id, 1)
 					if err != nil {
 						t.Errorf("after DEL: %v", err)
 					}
@@ -1049,11 +1049,11 @@ func TestFaultErrorReplyLeavesTheBreakerClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range DefaultBreakerFailures {
-		if _, err := p.Allow(ctx, "poisoned"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		if _, err := p.Allow(ctx, "poisoned", 1); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Fatalf("decision %d on the poisoned key: %v, want WRONGTYPE", i, err)
 		}
 	}
-	if d, err := p.Allow(ctx, "healthy"); err != nil || !d.Allowed {
+	if d, err := p.Allow(ctx, "healthy", 1); err != nil || !d.Allowed {
 		t.Fatalf("a healthy key, after %d error replies on another key: %+v, %v; want an admission from Redis (breaker %s)",
 			DefaultBreakerFailures, d, err, p.engine.Breaker().State())
 	}

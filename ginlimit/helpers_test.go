@@ -131,3 +131,6 @@ func fixedWindowCount(t *testing.T, c redis.Cmdable, key string) int64 {
 	}
 	return n
 }
+
+// costOf is the fixed cost n: a Cost function that returns it.
+func costOf(n int) RuleOption { return Cost(func(*gin.Context) int { return n }) }

@@ -29,11 +29,15 @@ import (
 
 // keysAndTagsDigest is the SHA-256 of keysAndTagsLines as an earlier,
 // simpler implementation of keys and tags wrote them (bb2d903~2: a per-who
-// 96-byte buffer, a copy of who per call, and func(byte) bool escaping).
-const keysAndTagsDigest = "0beb2e7f210f17ba0fb91bde305bf135365f72470361b1347343f42ad191b676"
+// 96-byte buffer, a copy of who per call, and func(byte) bool escaping),
+// with one error text renamed since: a Target missing the user of a
+// UserOrIP rule is told "(UserOrIP)" where it was told the name of the
+// option that preceded it, "(AnonymousByIP)". Every key and tag is the
+// same, byte for byte.
+const keysAndTagsDigest = "6175ae5ede1fc2c2387335f556909717bdc70a1314e909cdd24c02dc0844b93e"
 
 // TestKeysAndTagsMatchRecordedDigest: for 16 route configurations (IP,
-// IPv6 buckets of /128 and /7, users, AnonymousByIP, several IP parts in
+// IPv6 buckets of /128 and /7, users, UserOrIP, several IP parts in
 // one rule, params, headers, funcs, HashIdentities, Ban, plans, Rules,
 // InFlight) and 856 requests (every single byte, random text of 1 to 1000
 // bytes with '%', '{', '}', NUL, DEL, non-UTF-8), every key, every debug
@@ -106,7 +110,7 @@ func keysAndTagsLines(t *testing.T) []string {
 	ip7, _ := identity.NewIP("10.0.0.0/8")
 	ip7, _ = ip7.WithIPv6Prefix(7)
 	fx := ByFunc("f.x", func(c *gin.Context) (string, bool) { v := c.GetString("fv"); return v, v != "" })
-	all := Per(ByUser(), ByParam("id"), ByHeader("X-K"), fx)
+	all := Per(User, ByParam("id"), ByHeader("X-K"), fx)
 	configs := []struct {
 		name string
 		opts []Option
@@ -115,26 +119,26 @@ func keysAndTagsLines(t *testing.T) []string {
 		{"ip128", []Option{Type(IP), IPIdentity(ip128)}},
 		{"ip7", []Option{Type(IP), IPIdentity(ip7)}},
 		{"user", []Option{Type(User), users}},
-		{"anon", []Option{Type(User), users, AnonymousByIP(), IPIdentity(ip128)}},
-		{"ipanon", []Option{Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)}},
-		{"ipanonhash", []Option{Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128), HashIdentities(secret)}},
+		{"anon", []Option{Type(UserOrIP), users, IPIdentity(ip128)}},
+		{"ipanon", []Option{Per(IP, UserOrIP), users, IPIdentity(ip128)}},
+		{"ipanonhash", []Option{Per(IP, UserOrIP), users, IPIdentity(ip128), HashIdentities(secret)}},
 		{"all", []Option{all, users}},
 		{"allhash", []Option{all, users, HashIdentities(secret)}},
-		{"ipparam", []Option{Per(ByIP(), ByParam("id"), ByHeader("X-K")), IPIdentity(ip128)}},
+		{"ipparam", []Option{Per(IP, ByParam("id"), ByHeader("X-K")), IPIdentity(ip128)}},
 		{"method", []Option{Type(Method)}},
-		{"ban", []Option{Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128), Ban(3, time.Minute, time.Minute)}},
+		{"ban", []Option{Per(IP, UserOrIP), users, IPIdentity(ip128), Ban(3, time.Minute, time.Minute)}},
 		{"banhash", []Option{Type(IP), IPIdentity(ip128), HashIdentities(secret), Ban(3, time.Minute, time.Minute)}},
-		{"plans", []Option{Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128), Ban(3, time.Minute, time.Minute),
-			LimitBy(func(c *gin.Context) string { return c.GetHeader("X-Plan") }, map[string]Plan{"p ró{}%": {Limit: 5}, "gold": {Limit: 9}})}},
+		{"plans", []Option{Per(IP, UserOrIP), users, IPIdentity(ip128), Ban(3, time.Minute, time.Minute),
+			LimitBy(func(c *gin.Context) string { return c.GetHeader("X-Plan") }, map[string]int{"p ró{}%": 5, "gold": 9})}},
 		{"rules", []Option{
 			Rule(Name("a"), Key("ka:"), Type(IP), IPIdentity(ip128), Ban(2, time.Minute, time.Minute)),
-			Rule(Name("b{%}"), Key("kb:"), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
-			Rule(Name("c"), Key("kc:"), Per(ByIP(), ByParam("id"), fx), IPIdentity(ip7), HashIdentities(secret), Ban(2, time.Minute, time.Minute)),
-			Rule(Name("d"), Key("kd:"), Per(ByUser(), ByHeader("X-K")), users, AnonymousByIP(), IPIdentity(ip128)),
+			Rule(Name("b{%}"), Key("kb:"), Per(IP, UserOrIP), users, IPIdentity(ip128)),
+			Rule(Name("c"), Key("kc:"), Per(IP, ByParam("id"), fx), IPIdentity(ip7), HashIdentities(secret), Ban(2, time.Minute, time.Minute)),
+			Rule(Name("d"), Key("kd:"), Per(UserOrIP, ByHeader("X-K")), users, IPIdentity(ip128)),
 		}},
 		{"inflight", []Option{
-			Rule(Name("rate"), Key("kr:"), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
-			Rule(Name("slots"), Key("ks:"), InFlight(3, time.Minute), Per(ByIP(), ByUser(), ByParam("id")), users, AnonymousByIP(), IPIdentity(ip128)),
+			Rule(Name("rate"), Key("kr:"), Per(IP, UserOrIP), users, IPIdentity(ip128)),
+			Rule(Name("slots"), Key("ks:"), InFlight(3, time.Minute), Per(IP, UserOrIP, ByParam("id")), users, IPIdentity(ip128)),
 			Rule(Name("slots2"), Key("ks2:"), InFlight(3, time.Minute), Type(IP), IPIdentity(ip7)),
 		}},
 	}
@@ -267,9 +271,9 @@ func TestDebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
 	level.Set(slog.LevelInfo)
 	h := &identityTags{level: &level}
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(1), Type(IP), withLogger(slog.New(h)),
-		CostFunc(func(*gin.Context) int { level.Set(slog.LevelDebug); return 1 }))
+		Cost(func(*gin.Context) int { level.Set(slog.LevelDebug); return 1 }))
 	e := gin.New()
-	e.GET("/x", p.Handler(), ok)
+	e.GET("/x", p.serve, ok)
 	hdr := map[string]string{"RemoteAddr": "192.0.2.55:1"}
 	for i, want := range []int{200, 429, 429} {
 		if i < 2 {
@@ -293,7 +297,7 @@ func TestDebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
 
 // TestConcurrentRulesBanInFlight: concurrent requests of distinct
 // IPv6 clients, anonymous and not, on a route with Rules (a Ban, an
-// AnonymousByIP rule whose two IP parts pass the 80 bytes of req.buf, a
+// UserOrIP rule whose two IP parts pass the 80 bytes of req.buf, a
 // hashed rule) and two in-flight rules, with debug lines on: every key in
 // Redis is one of the keys the identities must have, each client's are all
 // there, and every answer's RateLimit header is well formed. Run with
@@ -306,9 +310,9 @@ func TestConcurrentRulesBanInFlight(t *testing.T) {
 	h := &identityTags{}
 	p := mustPolicy(t, Redis(c), withLogger(slog.New(h)),
 		Rule(Name("a"), Key("ka:"), Limit(1000), Type(IP), IPIdentity(ip128), Ban(500, time.Minute, time.Minute)),
-		Rule(Name("b"), Key("kb:"), Limit(1000), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
-		Rule(Name("c"), Key("kc:"), Limit(3), Per(ByIP(), ByParam("id")), IPIdentity(ip128), HashIdentities([]byte("0123456789abcdef0123456789abcdef"))),
-		Rule(Name("s"), Key("ks:"), InFlight(100, time.Minute), Per(ByIP(), ByUser()), users, AnonymousByIP(), IPIdentity(ip128)),
+		Rule(Name("b"), Key("kb:"), Limit(1000), Per(IP, UserOrIP), users, IPIdentity(ip128)),
+		Rule(Name("c"), Key("kc:"), Limit(3), Per(IP, ByParam("id")), IPIdentity(ip128), HashIdentities([]byte("0123456789abcdef0123456789abcdef"))),
+		Rule(Name("s"), Key("ks:"), InFlight(100, time.Minute), Per(IP, UserOrIP), users, IPIdentity(ip128)),
 		Rule(Name("t"), Key("kt:"), InFlight(100, time.Minute), Type(IP), IPIdentity(ip128)),
 	)
 	e := gin.New()
@@ -317,7 +321,7 @@ func TestConcurrentRulesBanInFlight(t *testing.T) {
 			c.Set("uid", u)
 		}
 	})
-	e.GET("/r/:id", p.Handler(), ok)
+	e.GET("/r/:id", p.serve, ok)
 	const clients, times = 8, 12
 	ipOf := func(g int) string { return fmt.Sprintf("2001:db8:ffff:ffff:ffff:ffff:ffff:%04x", 0xff00+g) }
 	uidOf := func(g int) string {

@@ -71,9 +71,9 @@ const InFlightRetryAfter = time.Second
 // two Redis calls for its in-flight rules (acquire and release), plus one
 // per lease/3 of handler time. Window, Limit, Algorithm and its parameters
 // do not apply to an in-flight rule; it holds one slot per request, so it
-// refuses [Cost] and [CostFunc] other than the default, [LimitBy],
-// [Tiers] and [Ban]. It has no deny cache: its slots free when requests end, not
-// with time, so no refusal is certain for any time.
+// refuses a [Cost] other than the default, [LimitBy] and [Ban]. It has no
+// deny cache: its slots free when requests end, not with time, so no
+// refusal is certain for any time.
 //
 // When Redis fails, the failure policy applies: under [FailLocal] each
 // instance allows n/[LocalInstances] (at least 1) requests in flight per
@@ -117,10 +117,10 @@ const slotTag = "if:"
 func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	switch {
 	case rc.cost != 1 || rc.costFunc != nil:
-		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule holds one slot per request: give Cost or CostFunc to the rate rules' own Rule", rc.slots, rc.lease)
+		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule holds one slot per request: give Cost to the rate rules' own Rule", rc.slots, rc.lease)
 	case rc.plans != nil:
-		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule has no limits per request: give LimitBy or Tiers to the rate rules' own Rule", rc.slots, rc.lease)
-	case rc.ban != nil || rc.banMessage != "":
+		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule has no limits per request: give LimitBy to the rate rules' own Rule", rc.slots, rc.lease)
+	case rc.ban != nil:
 		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule does not ban: give Ban to a rate rule of the route", rc.slots, rc.lease)
 	}
 	name := rc.ruleName()

@@ -195,7 +195,7 @@ func TestInFlightReleaseOnPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGate()
-	e := slotEngine(p.Handler(), g)
+	e := slotEngine(p.serve, g)
 	for range 3 {
 		if w := do(e, http.MethodGet, "/order?panic=1", nil); w.Code != http.StatusInternalServerError {
 			t.Fatalf("a panicking handler: %d, want gin's recovery's 500", w.Code)
@@ -205,7 +205,7 @@ func TestInFlightReleaseOnPanic(t *testing.T) {
 		}
 	}
 	bare := gin.New()
-	bare.GET("/order", p.Handler(), g.handle)
+	bare.GET("/order", p.serve, g.handle)
 	func() {
 		defer func() {
 			if recover() == nil {
@@ -263,7 +263,7 @@ func TestInFlightLeaseFreesDeadHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		other.clock = clock
-		e := slotEngine(other.Handler(), newGate())
+		e := slotEngine(other.serve, newGate())
 		now += time.Hour.Microseconds() - 1
 		if w := do(e, http.MethodGet, "/order?fast=1", nil); w.Code != http.StatusTooManyRequests {
 			t.Fatalf("1 µs before the dead holder's lease ends: %d, want 429", w.Code)
@@ -342,7 +342,7 @@ func TestInFlightWithRateRule(t *testing.T) {
 	}
 	g := newGate()
 	defer g.open()
-	e := slotEngine(p.Handler(), g)
+	e := slotEngine(p.serve, g)
 	first := make(chan *httptest.ResponseRecorder, 1)
 	go func() { first <- do(e, http.MethodGet, "/order", nil) }()
 	<-g.entered
@@ -382,7 +382,7 @@ func TestInFlightRefusalIsNotCached(t *testing.T) {
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), InFlight(1, time.Minute))
 	g := newGate()
 	defer g.open()
-	e := slotEngine(p.Handler(), g)
+	e := slotEngine(p.serve, g)
 	done := make(chan int, 1)
 	go func() { done <- do(e, http.MethodGet, "/order", nil).Code }()
 	<-g.entered
@@ -514,8 +514,8 @@ func TestInFlightOptions(t *testing.T) {
 		{[]Option{InFlight(1_000_001, time.Second)}, "InFlight(1000001, 1s)"},
 		{[]Option{InFlight(1, 0)}, "InFlight(1, 0s): the lease must be from 1ms to 1h0m0s"},
 		{[]Option{InFlight(1, 2*time.Hour)}, "InFlight(1, 2h0m0s): the lease"},
-		{[]Option{InFlight(1, time.Second), Cost(2)}, "holds one slot per request"},
-		{[]Option{InFlight(1, time.Second), LimitBy(func(*gin.Context) string { return "" }, map[string]Plan{"a": {Limit: 1}})}, "no limits per request"},
+		{[]Option{InFlight(1, time.Second), costOf(2)}, "holds one slot per request"},
+		{[]Option{InFlight(1, time.Second), LimitBy(func(*gin.Context) string { return "" }, map[string]int{"a": 1})}, "no limits per request"},
 	} {
 		if _, err := l.Policy(tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want one containing %q", err, tc.want)
@@ -525,7 +525,7 @@ func TestInFlightOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Allow(context.Background(), "k"); err == nil {
+	if _, err := p.Allow(context.Background(), "k", 1); err == nil {
 		t.Error("Allow on a policy with an in-flight rule: no error")
 	}
 }
@@ -548,7 +548,7 @@ func TestInFlightOOMRefusedBeforeAnyWrite(t *testing.T) {
 	now := time.Now().Add(time.Minute).UnixMicro()
 	p.clock = func() int64 { return now }
 	die(t, p) // a slot held by an instance that died
-	e := slotEngine(p.Handler(), newGate())
+	e := slotEngine(p.serve, newGate())
 	before := dump(t, srv)
 	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
@@ -599,7 +599,7 @@ func TestInFlightObserverPanicReleasesTheSlot(t *testing.T) {
 	}
 	g := newGate()
 	defer g.open()
-	e := slotEngine(p.Handler(), g)
+	e := slotEngine(p.serve, g)
 	if w := do(e, http.MethodGet, "/order?fast=1", nil); w.Code != http.StatusInternalServerError {
 		t.Fatalf("the panicking observer: %d, want gin's recovery's 500", w.Code)
 	}
@@ -627,7 +627,7 @@ func TestInFlightDeadlineReleasesTheSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := gin.New()
-	e.GET("/order", p.Handler(), ok)
+	e.GET("/order", p.serve, ok)
 	busy := make(chan error, 1)
 	go func() {
 		c := srv.Client()

@@ -20,8 +20,8 @@ import (
 //
 // Give Route for a Policy that serves gin routes, or Key for one used
 // through Allow; then a value for each dimension the rule counts per ([Per],
-// [Type]): User for ByUser (or, with [AnonymousByIP], IP for an anonymous
-// caller), IP for ByIP, Values for the others; nothing for a rule that
+// [Type]): User for [User] (or, with [UserOrIP], IP for an anonymous
+// caller), IP for [IP], Values for the others; nothing for a rule that
 // counts the whole route. A value the rule does not count per is an error,
 // not ignored.
 type Target struct {
@@ -30,7 +30,7 @@ type Target struct {
 	// (not a request's path: "/api/users/:id", not "/api/users/7"), or
 	// "unmatched" for the requests that matched no route.
 	Route string
-	// Key is the key given to [Policy.Allow] or [Policy.AllowN], for a
+	// Key is the key given to [Policy.Allow], for a
 	// Policy used outside gin. A rule's Type plays no part there: the key
 	// is the whole identity.
 	Key string
@@ -47,7 +47,7 @@ type Target struct {
 	// dimension the rule counts per, by the name the dimension was given:
 	// {"id": "7"} for ByParam("id").
 	Values map[string]string
-	// Plan is, on a rule with [LimitBy] or [Tiers], the plan (or tier)
+	// Plan is, on a rule with [LimitBy], the plan
 	// whose count Peek reads; empty for the rule's own limit. Reset clears
 	// the identity's count in every plan.
 	Plan string
@@ -116,7 +116,7 @@ func (p *Policy) targetRule(t Target) (r *rule, err error) {
 	case t.Rule == "" && len(p.all) == 1:
 		r = p.all[0]
 	case t.Rule == "":
-		return nil, badTarget("the route has rules %s: give Target.Rule", p.Name())
+		return nil, badTarget("the route has rules %s: give Target.Rule", p.names())
 	default:
 		for _, x := range p.all {
 			if x.name == t.Rule {
@@ -124,7 +124,7 @@ func (p *Policy) targetRule(t Target) (r *rule, err error) {
 			}
 		}
 		if r == nil {
-			return nil, badTarget("no rule named %q (the route has %s)", t.Rule, p.Name())
+			return nil, badTarget("no rule named %q (the route has %s)", t.Rule, p.names())
 		}
 	}
 	return r, nil
@@ -177,14 +177,14 @@ func (r *rule) targetWho(w *who, t Target) error {
 				r.ipWho(w, t.IP.Unmap(), "anon")
 				usedIP = true
 			case r.anonByIP:
-				return errors.New("it counts per user: give Target.User, or Target.IP for anonymous callers (AnonymousByIP)")
+				return errors.New("it counts per user: give Target.User, or Target.IP for anonymous callers (UserOrIP)")
 			default:
 				return errors.New("it counts per user: give Target.User")
 			}
 		default:
 			v := t.Values[d.name]
 			if v == "" {
-				return fmt.Errorf("it counts per %v: give Target.Values[%q]", d, d.name)
+				return fmt.Errorf("it counts per %s: give Target.Values[%q]", d.describe(), d.name)
 			}
 			w.add(d.label, v, idSafe)
 			usedValues++
@@ -239,7 +239,7 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 }
 
 // Reset clears t's count: every algorithm's key for the rule and the
-// identity (in every plan of a rule with [LimitBy] or [Tiers]) is deleted, so the next
+// identity (in every plan of a rule with [LimitBy]) is deleted, so the next
 // request starts afresh. by says who asked, as observers see it
 // ([Event.By]) and the log says it: a short, low-cardinality name such as
 // "admin-api" or "support", never a user id, since it becomes a metric

@@ -72,7 +72,7 @@ func newInstance(t *testing.T, c redis.Scripter, opts ...Option) *instance {
 			c.Set("uid", u)
 		}
 	}
-	e.GET("/claim", setUser, p.Handler(), ok)
+	e.GET("/claim", setUser, p.serve, ok)
 	return &instance{e: e, policy: p, seen: seen}
 }
 
@@ -299,7 +299,7 @@ func TestTargetsNameKeysAsRequestsDo(t *testing.T) {
 		{"ipv4", []Option{Type(IP)}, map[string]string{"RemoteAddr": "192.0.2.7:1234"}, Target{IP: netip.MustParseAddr("192.0.2.7")}},
 		{"ipv6 bucket", []Option{Type(IP)}, map[string]string{"RemoteAddr": "[2001:db8::1]:1234"}, Target{IP: netip.MustParseAddr("2001:db8::ffff")}},
 		{"hashed ip", []Option{Type(IP), HashIdentities(secret)}, map[string]string{"RemoteAddr": "192.0.2.7:1234"}, Target{IP: netip.MustParseAddr("192.0.2.7")}},
-		{"anonymous", []Option{Type(User), AnonymousByIP()}, map[string]string{"RemoteAddr": "192.0.2.9:1"}, Target{IP: netip.MustParseAddr("192.0.2.9")}},
+		{"anonymous", []Option{Type(UserOrIP)}, map[string]string{"RemoteAddr": "192.0.2.9:1"}, Target{IP: netip.MustParseAddr("192.0.2.9")}},
 		{"method", []Option{Type(Method)}, nil, Target{}},
 		{"named rule", []Option{Rule(Name("n"), Type(User), Window(time.Minute), Limit(2))}, map[string]string{"X-User": "alice"}, Target{Rule: "n", User: "alice"}},
 	}
@@ -554,7 +554,7 @@ func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
 	ctx := context.Background()
 	var admitted int64
 	flood := func(n int) {
-		admitted += allowConcurrently(t, flooders, n, func(int) (Decision, error) { return p.Allow(ctx, "flooded") })
+		admitted += allowConcurrently(t, flooders, n, func(int) (Decision, error) { return p.Allow(ctx, "flooded", 1) })
 	}
 	flood(limit) // uses the limit up, and the cache learns the refusal
 	if admitted != limit {

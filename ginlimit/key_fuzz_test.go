@@ -157,7 +157,7 @@ func keyCases(f *testing.F) []keyCase {
 	base := []Option{Redis(c), DenyCache(0), withLogger(slog.New(slog.DiscardHandler)), UserIdentity(identity.FromContext("uid"))}
 	policy := func(opts ...Option) *Policy { return mustPolicy(f, append(slices.Clone(base), opts...)...) }
 	fx := ByFunc("f", func(c *gin.Context) (string, bool) { v := c.GetString("fv"); return v, v != "" })
-	every := Per(ByUser(), ByParam("id"), ByHeader("X-K"), fx)
+	every := Per(User, ByParam("id"), ByHeader("X-K"), fx)
 	ip128, err := (&identity.IP{}).WithIPv6Prefix(128)
 	if err != nil {
 		f.Fatal(err)
@@ -198,7 +198,7 @@ func keyCases(f *testing.F) []keyCase {
 		},
 		{
 			name:  "IP and parameter",
-			route: newKeyRoute(policy(Key("ip:"), Per(ByIP(), ByParam("id")))),
+			route: newKeyRoute(policy(Key("ip:"), Per(IP, ByParam("id")))),
 			want: func(p *Policy, in keyInput) []string {
 				if in.param == "" {
 					return nil
@@ -215,7 +215,7 @@ func keyCases(f *testing.F) []keyCase {
 		{
 			name: "Rules, a ban, anonymous by IP",
 			route: newKeyRoute(policy(
-				Rule(Name("a b"), Key("ka:"), Per(ByUser(), ByHeader("X-K")), AnonymousByIP(), Ban(3, time.Minute, time.Minute)),
+				Rule(Name("a b"), Key("ka:"), Per(UserOrIP, ByHeader("X-K")), Ban(3, time.Minute, time.Minute)),
 				Rule(Name("b"), Key("kb:"), Type(IP), IPIdentity(ip128)))),
 			want: func(p *Policy, in keyInput) []string {
 				if in.hdr == "" {

@@ -89,7 +89,7 @@ func TestKeyLengthIsBounded(t *testing.T) {
 		}
 	}
 	p := mustPolicy(t, Redis(c), Key(pre))
-	if _, err := p.Allow(context.Background(), strings.Repeat("k", 1<<20)); err != nil {
+	if _, err := p.Allow(context.Background(), strings.Repeat("k", 1<<20), 1); err != nil {
 		t.Fatal(err)
 	}
 	keys := m.Keys()
@@ -151,7 +151,7 @@ func TestSwitchingAlgorithmsNeverClashes(t *testing.T) {
 			DenyCache(0), OnFailure(FailClosed))
 		admitted := 0
 		for range tc.limit + 2 {
-			d, err := p.Allow(ctx, "k")
+			d, err := p.Allow(ctx, "k", 1)
 			if err != nil {
 				t.Fatalf("step %d, %v: %v", i, tc.alg, err)
 			}
@@ -192,7 +192,7 @@ func TestCounterKeysOfThePreviousFormat(t *testing.T) {
 	}
 	admitted := 0
 	for range limit + 1 {
-		d, err := p.Allow(ctx, "k")
+		d, err := p.Allow(ctx, "k", 1)
 		if err != nil {
 			t.Fatal(err)
 		}

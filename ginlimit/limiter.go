@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -94,22 +93,17 @@ func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
 	if err != nil {
 		panic(fmt.Sprintf("ginlimit: Limiter.RateLimit: %v", err))
 	}
-	return p.Handler()
+	return p.serve
 }
 
-// Handler returns the gin handler of p, the same as [Limiter.RateLimit]
-// returns for p's options. Keep the Policy when you also want to look at
-// or reset its counts ([Policy.Peek], [Policy.Reset]):
+// Policy compiles opts on top of l's defaults into a [Policy]: the same
+// rules and counts as l.RateLimit(opts...) attaches to a route, to look at
+// or reset them ([Policy.Peek], [Policy.Reset]) or to decide outside gin
+// ([Policy.Allow]). Give the route and the Policy the same options:
 //
-//	claim, err := limiter.Policy(ginlimit.Key("coupon:claim:"), ginlimit.Limit(3), ginlimit.Type(ginlimit.User))
-//	if err != nil {
-//		log.Fatal(err)
-//	}
-//	r.GET("/api/coupon/claim", claim.Handler(), claimHandler)
-func (p *Policy) Handler() gin.HandlerFunc { return p.serve }
-
-// Policy compiles opts on top of l's defaults into a [Policy] for decisions
-// outside gin.
+//	opts := []ginlimit.Option{ginlimit.Key("coupon:claim:"), ginlimit.Limit(3), ginlimit.Type(ginlimit.User)}
+//	r.GET("/api/coupon/claim", limiter.RateLimit(opts...), claim)
+//	claims, err := limiter.Policy(opts...) // for the admin's Peek and Reset
 func (l *Limiter) Policy(opts ...Option) (*Policy, error) {
 	c, err := l.base.with(opts)
 	if err == nil {
@@ -121,15 +115,11 @@ func (l *Limiter) Policy(opts ...Option) (*Policy, error) {
 	return nil, err
 }
 
-// Middleware returns a handler that makes l the limiter of every
-// package-level [RateLimit] annotation after it in the chain. Use it on the
-// engine or a route group, before the routes are registered: gin copies a
-// group's handlers into each route when the route is registered.
-func (l *Limiter) Middleware() gin.HandlerFunc {
-	return func(c *gin.Context) { c.Set(limiterKey{}, l) }
+// apply refuses a Limiter anywhere but among the options of the
+// package-level [RateLimit], which takes it out before it applies the rest.
+func (l *Limiter) apply(*config) error {
+	return errors.New("a *Limiter is an option of ginlimit.RateLimit only: give the others to it, or use limiter.RateLimit(...)")
 }
-
-type limiterKey struct{}
 
 // backend is what the routes of a Limiter on one Redis client share: the
 // engine that makes their calls, and the hub that keeps their deny caches
@@ -223,77 +213,51 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
-// RateLimit returns the per-route rate limit as a package-level annotation,
-// the design card's
+// RateLimit returns the per-route rate limit as a package-level
+// annotation, the design card's, the same as [Limiter.RateLimit] for the
+// limiter given among opts:
 //
-//	r.Use(limiter.Middleware())
-//	r.GET("/api/coupon/claim", ginlimit.RateLimit(
+//	r.GET("/api/coupon/claim", ginlimit.RateLimit(limiter,
 //		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
 //		ginlimit.Message("You are claiming coupons too often, please try again later"),
 //		ginlimit.Type(ginlimit.User)), claim)
 //
-// Its options are applied on top of the [Limiter] installed before it with
-// [Limiter.Middleware]; without one, the route's own options must include
-// [Redis]. An invalid option panics here, at start-up, naming the option.
-// What can only be checked against the limiter (no limiter and no Redis, a
-// User rule without a user identity) is checked on the first request: the
-// request gets a 500 and the log says what is missing and where to put it.
-// gin gives no way to see a route's handler chain at start-up, so this form
-// cannot catch a missing or late Middleware before the first request;
-// [Limiter.RateLimit] cannot have that mistake at all.
+// A *[Limiter] is an Option here, and here only: the route's options are
+// applied on top of its defaults, and the route uses its backends. Without
+// one, the route makes a limiter of its own from its options, which must
+// then include [Redis]; that limiter does not subscribe to [Policy.Reset]'s
+// announcements (nothing would close the subscription) and follows resets
+// and other changes to Redis within [DefaultMaxStaleness]. Prefer
+// limiter.RateLimit(...): it reads the same and shares one limiter.
 //
-// An admitted request continues down the chain; a limited one gets 429 with
-// {"code":429,"message":"<message>"} and the chain is aborted. See the package
-// documentation for the headers and the failure policy.
+// Everything is compiled here, at start-up: an invalid option, a route
+// without Redis, or a User rule without a user identity panics, naming
+// the option.
 func RateLimit(opts ...Option) gin.HandlerFunc {
-	own, err := defaults().with(opts)
+	var l *Limiter
+	rest := make([]Option, 0, len(opts))
+	for _, o := range opts {
+		x, ok := o.(*Limiter)
+		switch {
+		case !ok:
+			rest = append(rest, o)
+		case x == nil:
+			panic("ginlimit.RateLimit: the *Limiter is nil")
+		case l != nil:
+			panic("ginlimit.RateLimit: two Limiters: give one")
+		default:
+			l = x
+		}
+	}
+	if l == nil {
+		l = newLimiter(defaults(), false)
+	}
+	p, err := l.Policy(rest...)
+	if errors.Is(err, errNoBackend) {
+		err = fmt.Errorf("%w; or give the route its Limiter: ginlimit.RateLimit(limiter, ...)", err)
+	}
 	if err != nil {
 		panic(fmt.Sprintf("ginlimit.RateLimit: %v", err))
 	}
-	return (&annotation{opts: append([]Option(nil), opts...), alone: newLimiter(defaults(), false), logger: own.route.logger}).serve
-}
-
-// annotation is a package-level RateLimit: it finds its limiter at request
-// time and compiles its policy once per limiter.
-type annotation struct {
-	opts     []Option
-	alone    *Limiter     // compiles the route when no limiter is installed
-	logger   *slog.Logger // the route's own Logger, or nil
-	compiled sync.Map     // *Limiter -> compiled
-}
-
-type compiled struct {
-	policy *Policy
-	err    error
-}
-
-func (a *annotation) serve(c *gin.Context) {
-	l := a.alone
-	if v, ok := c.Get(limiterKey{}); ok {
-		if installed, _ := v.(*Limiter); installed != nil {
-			l = installed
-		}
-	}
-	v, ok := a.compiled.Load(l)
-	if !ok {
-		var cp compiled
-		cp.policy, cp.err = l.Policy(a.opts...)
-		v, _ = a.compiled.LoadOrStore(l, cp)
-	}
-	cp := v.(compiled)
-	if cp.err != nil {
-		msg := "ginlimit: route is misconfigured; answering 500"
-		if l == a.alone && errors.Is(cp.err, errNoBackend) {
-			msg = "ginlimit: RateLimit ran with no Limiter before it; answering 500. Install one with r.Use(limiter.Middleware()) on the engine or group before this route is registered, use limiter.RateLimit(...) instead, or give the route ginlimit.Redis(client)"
-		}
-		logger := a.logger
-		if logger == nil {
-			logger = l.base.route.logger
-		}
-		l.logs.log(c.Request.Context(), logger, slog.LevelError, msg,
-			slog.String("route", requestScope(c).label()), errAttr(cp.err))
-		abortJSON(c, 500, bodyInternal)
-		return
-	}
-	cp.policy.serve(c)
+	return p.serve
 }

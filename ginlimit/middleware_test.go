@@ -1,9 +1,9 @@
 package ginlimit
 
 import (
-	"bytes"
-	"log/slog"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,8 +49,7 @@ func TestHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Use(l.Middleware())
-	e.GET("/x", RateLimit(Key(prefix(t)), Name("coupon"), Window(10*time.Second), Limit(2), Message("slow down"), DenyCache(0)), ok)
+	e.GET("/x", RateLimit(l, Key(prefix(t)), Name("coupon"), Window(10*time.Second), Limit(2), Message("slow down"), DenyCache(0)), ok)
 	reset := strconv.FormatInt(t0.Unix()+10, 10)
 	runExchanges(t, e, m.SetTime, "/x", nil, []exchange{
 		{0, 200, map[string]string{
@@ -236,7 +235,8 @@ func TestOptionValidation(t *testing.T) {
 		{"empty key", Key(""), `Key("")`},
 		{"brace key", Key("a{b}:"), `Key("a{b}:")`},
 		{"empty message", Message(""), `Message("")`},
-		{"bad type", Type(LimitType(7)), "Type(LimitType(7))"},
+		{"bad type", Type(builtinDim(7)), "Type: builtinDim(7)"},
+		{"nil type", Type(nil), "Type(nil)"},
 		{"bad name", Name("bad\nname"), "Name("},
 		{"nil redis", Redis(nil), "Redis(nil)"},
 		{"nil user identity", UserIdentity(nil), "UserIdentity(nil)"},
@@ -286,33 +286,45 @@ func panicMessage(f func()) (msg string) {
 	return ""
 }
 
-// A route that can only be found misconfigured at request time answers 500,
-// never serves unprotected, logs once per interval, and leaks no detail.
-func TestMisconfiguredRouteAnswers500(t *testing.T) {
+// TestMisconfiguredRoutePanicsAtStartup: the package-level RateLimit
+// compiles its route when it is called, so a route without Redis or a User
+// rule without a user identity panics there, naming what is missing, as
+// Limiter.RateLimit does; it never reaches a request.
+func TestMisconfiguredRoutePanicsAtStartup(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
-	var logs bytes.Buffer
-	l, err := New(Redis(c), withLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	l, err := New(Redis(c))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := gin.New()
-	e.GET("/nobackend", RateLimit(Limit(1)), ok) // no limiter installed, no Redis
-	g := e.Group("/", l.Middleware())
-	g.GET("/nouser", RateLimit(Type(User)), ok) // limiter has no user identity
-	for _, path := range []string{"/nobackend", "/nouser"} {
-		for range 3 {
-			w := do(e, http.MethodGet, path, nil)
-			if w.Code != 500 || w.Body.String() != `{"code":500,"message":"Internal server error"}` {
-				t.Fatalf("%s: %d %s", path, w.Code, w.Body)
+	for _, tc := range []struct {
+		name string
+		make func() gin.HandlerFunc
+		want []string
+	}{
+		{"no limiter, no Redis", func() gin.HandlerFunc { return RateLimit(Limit(1)) },
+			[]string{"ginlimit.RateLimit", "Redis(client)", "ginlimit.RateLimit(limiter, ...)"}},
+		{"no user identity", func() gin.HandlerFunc { return RateLimit(l, Type(User)) }, []string{"ginlimit.RateLimit", "UserIdentity"}},
+		{"limiter method, no user identity", func() gin.HandlerFunc { return l.RateLimit(Type(User)) }, []string{"Limiter.RateLimit", "UserIdentity"}},
+		{"two limiters", func() gin.HandlerFunc { return RateLimit(l, l) }, []string{"two Limiters"}},
+		{"nil limiter", func() gin.HandlerFunc { return RateLimit((*Limiter)(nil)) }, []string{"nil"}},
+	} {
+		msg := func() (msg string) {
+			defer func() { msg = fmt.Sprint(recover()) }()
+			tc.make()
+			return "no panic"
+		}()
+		for _, want := range tc.want {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: panic %q does not say %q", tc.name, msg, want)
 			}
 		}
 	}
-	if n := strings.Count(logs.String(), "misconfigured"); n != 1 {
-		t.Fatalf("limiter logged %d misconfiguration lines, want 1 (throttled):\n%s", n, logs.String())
+	if _, err := New(Redis(c), l); err == nil || !strings.Contains(err.Error(), "ginlimit.RateLimit only") {
+		t.Errorf("a Limiter given to New: %v, want an error", err)
 	}
-	if !strings.Contains(logs.String(), "UserIdentity") {
-		t.Fatalf("log does not name the missing option:\n%s", logs.String())
+	if _, err := l.Policy(l); err == nil || !strings.Contains(err.Error(), "ginlimit.RateLimit only") {
+		t.Errorf("a Limiter given to Limiter.Policy: %v, want an error", err)
 	}
 }
 
@@ -323,9 +335,10 @@ func TestLimiterRouteOverridesAndIsolation(t *testing.T) {
 	l1, _ := New(Timeout(testTimeout), Redis(c), Key(pre+"a:"), Limit(1))
 	l2, _ := New(Timeout(testTimeout), Redis(c), Key(pre+"b:"), Limit(2))
 	e := gin.New()
-	h := RateLimit() // one annotation shared by two groups with different limiters
-	e.GET("/a", l1.Middleware(), h, ok)
-	e.GET("/b", l2.Middleware(), h, ok)
+	// The same annotation on two limiters: each route takes its limiter's
+	// defaults and counts apart.
+	e.GET("/a", RateLimit(l1), ok)
+	e.GET("/b", RateLimit(l2), ok)
 	e.GET("/c", l1.RateLimit(Limit(3)), ok)
 	for _, tc := range []struct {
 		path string
@@ -350,7 +363,7 @@ func TestCostOverHTTP(t *testing.T) {
 	m, c := newMini(t)
 	pre := prefix(t)
 	e := gin.New()
-	e.GET("/batch", testLimit(Redis(c), Key(pre), Limit(10), DenyCache(0), CostFunc(func(c *gin.Context) int {
+	e.GET("/batch", testLimit(Redis(c), Key(pre), Limit(10), DenyCache(0), Cost(func(c *gin.Context) int {
 		n, _ := strconv.Atoi(c.Query("n"))
 		return n
 	})), ok)
@@ -375,7 +388,14 @@ func TestCostOverHTTP(t *testing.T) {
 	if n, _ := m.ZMembers(pre + "{GET /batch}"); len(n) != 3 {
 		t.Fatalf("the log holds %d entries for the 3 admitted requests (10 units), want 3", len(n))
 	}
-	if _, err := New(Redis(c), Limit(5), Cost(6)); err == nil || !strings.Contains(err.Error(), "Cost(6)") {
-		t.Fatalf("a fixed cost above the limit passed start-up: %v", err)
+	// A fixed cost is a function returning it; one above the limit is
+	// refused on every request, before Redis.
+	e.GET("/six", testLimit(Redis(c), Key(pre+"six:"), Limit(5), costOf(6)), ok)
+	if w := do(e, http.MethodGet, "/six", nil); w.Code != 429 ||
+		w.Body.String() != `{"code":429,"message":"the request costs 6, more than the rule can ever admit (5)"}` {
+		t.Fatalf("a fixed cost above the limit: %d %s", w.Code, w.Body)
+	}
+	if keys := m.Keys(); slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, pre+"six:") }) {
+		t.Fatalf("a request no rule can admit reached Redis: %q", keys)
 	}
 }

@@ -316,7 +316,7 @@ func runModelCase(t *testing.T, c modelCase, b modelBackend) {
 		if b.setClock != nil {
 			b.setClock(now)
 		}
-		d, err := p.AllowN(ctx, "k", cost)
+		d, err := p.Allow(ctx, "k", cost)
 		if err != nil {
 			t.Fatalf("seed %d, step %d (start+%dµs, cost %d): %v", seed, i, now-g.start, cost, err)
 		}
@@ -561,7 +561,7 @@ func TestModelTokenBucketBurstAfterQuietSpell(t *testing.T) {
 			var first Decision
 			var remaining []int // as reported, after each admission
 			for i := range c.burst {
-				d, err := p.AllowN(ctx, "ones", 1)
+				d, err := p.Allow(ctx, "ones", 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -587,7 +587,7 @@ func TestModelTokenBucketBurstAfterQuietSpell(t *testing.T) {
 					break
 				}
 			}
-			d, err := p.AllowN(ctx, "whole", c.burst)
+			d, err := p.Allow(ctx, "whole", c.burst)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -635,7 +635,7 @@ func TestModelSlidingCounterWorstCase(t *testing.T) {
 		for _, at := range []int64{firstAt, secondAt} {
 			now = at
 			m.SetTime(time.UnixMicro(now))
-			d, err := p.AllowN(ctx, "k", limit)
+			d, err := p.Allow(ctx, "k", limit)
 			if err != nil {
 				t.Fatal(err)
 			}

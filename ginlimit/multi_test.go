@@ -50,7 +50,7 @@ func TestRulesAllOrNothing(t *testing.T) {
 			{0, false, "min", 1, 0}, // min fires; sec keeps its 1
 		} {
 			now += step.after.Microseconds()
-			d, err := p.Allow(ctx, "k")
+			d, err := p.Allow(ctx, "k", 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,8 +102,8 @@ func TestRulesMatchSingleRule(t *testing.T) {
 					now += rng.Int64N(30_000)
 				}
 				cost := 1 + rng.IntN(3)
-				a, errA := single.AllowN(context.Background(), "k", cost)
-				b, errB := multi.AllowN(context.Background(), "k", cost)
+				a, errA := single.Allow(context.Background(), "k", cost)
+				b, errB := multi.Allow(context.Background(), "k", cost)
 				if errA != nil || errB != nil {
 					t.Fatalf("seed %d step %d: %v / %v", seed, i, errA, errB)
 				}
@@ -176,7 +176,6 @@ func TestRulesValidation(t *testing.T) {
 		// TestRouteOptionsInRuleDoNotCompile.
 		{[]Option{Rule(Name("a"), Limit(0))}, "Limit(0)"},
 		{[]Option{Rule(Name("a"), Type(User))}, "UserIdentity"},
-		{[]Option{Rule(Name("a"), Limit(5), Cost(6))}, "Cost(6)"},
 	} {
 		l, err := New(Timeout(testTimeout), Redis(c))
 		if err != nil {

@@ -41,12 +41,12 @@ func TestOOMRefusedBeforeAnyWrite(t *testing.T) {
 				p.clock = func() int64 { return now }
 				// Data a script would sweep or rewrite: an admission on
 				// "old" a window ago, and a full "full" now.
-				if d, err := p.Allow(ctx, "old"); err != nil || !d.Allowed {
+				if d, err := p.Allow(ctx, "old", 1); err != nil || !d.Allowed {
 					t.Fatalf("setup: %+v, %v", d, err)
 				}
 				now += (11 * time.Second).Microseconds()
 				for range 3 {
-					if d, err := p.Allow(ctx, "full"); err != nil || !d.Allowed {
+					if d, err := p.Allow(ctx, "full", 1); err != nil || !d.Allowed {
 						t.Fatalf("setup: %+v, %v", d, err)
 					}
 				}
@@ -59,12 +59,12 @@ func TestOOMRefusedBeforeAnyWrite(t *testing.T) {
 				}
 				t.Cleanup(func() { _ = c.ConfigSet(ctx, "maxmemory", "0").Err() })
 				for _, key := range []string{"old", "new"} {
-					d, err := p.Allow(ctx, key)
+					d, err := p.Allow(ctx, key, 1)
 					if err == nil || !strings.Contains(err.Error(), "OOM") || d.Allowed {
 						t.Fatalf("admission on %q at maxmemory: %+v, %v; want Redis's OOM error under FailClosed", key, d, err)
 					}
 				}
-				d, err := p.Allow(ctx, "full")
+				d, err := p.Allow(ctx, "full", 1)
 				if err != nil || d.Allowed {
 					t.Fatalf("rejection of a full key at maxmemory: %+v, %v; want a plain rejection", d, err)
 				}
@@ -124,13 +124,13 @@ func TestClockSteppingBackStaysConservative(t *testing.T) {
 				now := time.Now().Truncate(time.Minute).Add(2*time.Minute + 10*time.Second).UnixMicro()
 				p.clock = func() int64 { return now }
 				for i := range 10 {
-					if d, err := p.Allow(ctx, "k"); err != nil || !d.Allowed {
+					if d, err := p.Allow(ctx, "k", 1); err != nil || !d.Allowed {
 						t.Fatalf("admission %d: %+v, %v", i, d, err)
 					}
 				}
 				now -= (30 * time.Second).Microseconds()
 				for i := range 10 {
-					if d, err := p.Allow(ctx, "k"); err != nil || d.Allowed {
+					if d, err := p.Allow(ctx, "k", 1); err != nil || d.Allowed {
 						t.Fatalf("after the clock stepped back 30 s, request %d: %+v, %v; want a rejection", i, d, err)
 					}
 					now += time.Second.Microseconds()

@@ -131,17 +131,15 @@ type ruleConfig struct {
 	window     time.Duration
 	limit      int
 	message    string
-	dims       []Dimension // nil: the whole route
+	dims       []dim // nil: the whole route
 	alg        AlgorithmKind
 	subWindows int
 	burst      int
-	cost       int
+	cost       int // 1: a request's cost is costFunc's
 	costFunc   func(*gin.Context) int
 	planPick   func(*gin.Context) string // LimitBy's
-	planClaim  string                    // Tiers' claim
-	plans      map[string]Plan
-	ban        *ban   // Ban's settings, or nil
-	banMessage string // BanMessage given before Ban
+	plans      map[string]int            // LimitBy's limits
+	ban        *ban                      // Ban's settings, or nil
 	ips        *identity.IP
 	users      identity.User
 	hashKey    []byte
@@ -216,7 +214,7 @@ func (g ruleGroup) apply(c *config) error {
 //	<prefix>{<METHOD> <route template>} rule:<name>[ ip:<addr>| user:<id>]
 //
 // A route with Rules has everything a single-rule route has: the deny
-// cache, [Tiers], cost and the failure policy apply rule by rule.
+// cache, [LimitBy], cost and the failure policy apply rule by rule.
 func Rule(opts ...RuleOption) Option {
 	return ruleGroup(append([]RuleOption(nil), opts...))
 }

@@ -26,9 +26,9 @@ func TestRouteOptionsInRuleDoNotCompile(t *testing.T) {
 	ruleOK := []string{
 		"ginlimit.Key(\"k:\")", "ginlimit.Name(\"n\")", "ginlimit.Window(time.Second)", "ginlimit.Limit(1)",
 		"ginlimit.Message(\"m\")", "ginlimit.Type(ginlimit.IP)", "ginlimit.Algorithm(ginlimit.TokenBucket)",
-		"ginlimit.Burst(2)", "ginlimit.Cost(1)", "ginlimit.CostFunc(nil)",
+		"ginlimit.Burst(2)", "ginlimit.Cost(1)", "ginlimit.Cost(nil)",
 		"ginlimit.Tiers(\"t\", nil)", "ginlimit.IPIdentity(nil)", "ginlimit.UserIdentity(nil)",
-		"ginlimit.HashIdentities(nil)", "ginlimit.AnonymousByIP()",
+		"ginlimit.HashIdentities(nil)", "ginlimit.Type(ginlimit.UserOrIP)",
 	}
 	var src strings.Builder
 	src.WriteString("package compilecheck\n\nimport (\n\t\"log/slog\"\n\t\"time\"\n\n\t\"github.com/ginlimit/ginlimit/ginlimit\"\n)\n\n")

@@ -78,7 +78,7 @@ func TestExactUnderOverload(t *testing.T) {
 				for g := range overloadCallers {
 					wg.Go(func() {
 						<-gate
-						d, err := policies[g%instances].Allow(context.Background(), "hot")
+						d, err := policies[g%instances].Allow(context.Background(), "hot", 1)
 						switch {
 						case err != nil || d.Err != nil || d.Local:
 							other.Add(1)
@@ -176,7 +176,7 @@ func TestOverloadWithRedisMissingTheTimeout(t *testing.T) {
 			var wg sync.WaitGroup
 			for g := range overloadCallers {
 				wg.Go(func() {
-					d, err := policies[g%instances].Allow(context.Background(), "hot")
+					d, err := policies[g%instances].Allow(context.Background(), "hot", 1)
 					if err != nil {
 						errs.Add(1)
 						if !d.Local && !errors.Is(err, ErrCircuitOpen) && d.Allowed {

@@ -16,7 +16,7 @@ import (
 )
 
 // The decision pipeline, the one path every decision takes, for one rule or
-// several, from gin (serve) or not (AllowN):
+// several, from gin (serve) or not (Allow):
 //
 //	identity → key → cost → deny cache → backend call → parse → fallback
 //
@@ -172,26 +172,17 @@ func (p *Policy) prepare(c *gin.Context, req *request, rules []*rule) bool {
 }
 
 // Allow decides one request for key, an identity of the caller's choosing
-// (a user id, "ip:192.0.2.1", a tenant), at each rule's [Cost]. The Redis
-// key of each rule is its prefix followed by key, escaped, inside a Redis
-// Cluster hash tag (and, for a route with Rules, the rule's name).
+// (a user id, "ip:192.0.2.1", a tenant), costing n units on every rule (1
+// for a plain request; a cost below 1 is charged as 1). The Redis key of
+// each rule is its prefix followed by key, escaped, inside a Redis Cluster
+// hash tag (and, for a route with Rules, the rule's name). A request that
+// costs more than a rule can ever admit is refused without a Redis call,
+// with [Decision.Reason] saying why.
 //
 // Allow makes one Redis round trip, bounded by ctx and the policy's timeout.
 // When Redis fails it returns the error, wrapped, together with the decision
 // the policy's FailPolicy takes.
-func (p *Policy) Allow(ctx context.Context, key string) (Decision, error) {
-	return p.allow(ctx, key, 0, true)
-}
-
-// AllowN is [Policy.Allow] for a request that costs n units on every rule
-// (a cost below 1 is charged as 1). A request that costs more than a rule
-// can ever admit is rejected without a Redis call, with [Decision.Reason]
-// saying why.
-func (p *Policy) AllowN(ctx context.Context, key string, n int) (Decision, error) {
-	return p.allow(ctx, key, n, false)
-}
-
-func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (Decision, error) {
+func (p *Policy) Allow(ctx context.Context, key string, n int) (Decision, error) {
 	if len(p.slots) > 0 {
 		return Decision{}, errAllowInFlight
 	}
@@ -205,9 +196,6 @@ func (p *Policy) allow(ctx context.Context, key string, n int, ownCost bool) (De
 		i = p.addBan(req, i, r, nil)
 		cl := &req.calls[i]
 		cl.rule, cl.cost = r, n
-		if ownCost {
-			cl.cost = r.cost
-		}
 		cl.key = buildKey(r, p.named, req.scope, nil)
 		req.keys[i] = cl.key
 		i++

@@ -44,7 +44,7 @@ func TestAutoPipelinerIsItsOwn(t *testing.T) {
 	done := make(chan error, 8)
 	for range 8 {
 		go func() {
-			_, err := p.Allow(ctx, "k")
+			_, err := p.Allow(ctx, "k", 1)
 			done <- err
 		}()
 	}

@@ -33,7 +33,7 @@ type Policy struct {
 	slots        []*rule        // the in-flight rules (inflight.go)
 	calls        int            // calls per decision of the rate rules: one per rule, and one per rule's Ban
 	named        bool           // declared with Rule: keys and 429 bodies name the rule
-	tiered       bool           // some rule has plans (LimitBy, Tiers): the policy header is per request
+	tiered       bool           // some rule has plans (LimitBy): the policy header is per request
 	engine       *engine.Engine // makes the route's Redis calls
 	hub          *state.Hub     // keeps its caches coherent; nil without a subscription
 	policyHeader string         // RateLimit-Policy: every rule's, joined
@@ -63,15 +63,15 @@ type rule struct {
 	limit       int
 	alg         AlgorithmKind
 	maxCost     int // the most one request can ever be admitted with
-	cost        int // the fixed cost, when costFunc is nil
+	cost        int // 1, the cost of a request without a Cost function: that of args
 	costFunc    func(*gin.Context) int
-	dims        []Dimension // what it counts per; none for the whole route
+	dims        []dim // what it counts per; none for the whole route
 	ips         *identity.IP
 	users       identity.User
 	hashKey     []byte
 	anonByIP    bool
 	pick        func(*gin.Context) string // the request's plan
-	plans       map[string]*rule          // by plan name; nil without LimitBy or Tiers
+	plans       map[string]*rule          // by plan name; nil without LimitBy
 	ban         *rule                     // the penalty deciding this rule's bans (ban.go), or nil
 	penalty     bool                      // this is a penalty, some rule's ban
 	deny        *state.DenyCache          // nil when off
@@ -225,8 +225,8 @@ func (p *Policy) partition() {
 // compileRule compiles one rule of a route. named says whether the route
 // declares its rules with Rule, whose 429 bodies name the rule.
 func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
-	if slices.ContainsFunc(rc.dims, func(d Dimension) bool { return d.kind == dimUser }) && rc.users == nil {
-		return nil, errors.New("Type(User) or ByUser needs ginlimit.UserIdentity(...), for example identity.NewJWT(identity.HMACSecret(secret))")
+	if slices.ContainsFunc(rc.dims, func(d dim) bool { return d.kind == dimUser }) && rc.users == nil {
+		return nil, errors.New("Type(User), Type(UserOrIP) or a User dimension needs ginlimit.UserIdentity(...), for example identity.NewJWT(identity.HMACSecret(secret))")
 	}
 	if rc.ips == nil {
 		rc.ips = &identity.IP{}
@@ -277,28 +277,23 @@ func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
 	return r, nil
 }
 
-// checkRate checks a rate rule's algorithm settings and its fixed cost, and
+// checkRate checks a rate rule's algorithm settings, and
 // returns the most one request can ever be admitted with.
 func (rc *ruleConfig) checkRate() (int, error) {
 	if err := rc.alg.validate(rc); err != nil {
 		return 0, err
 	}
 	maxCost := rc.alg.maxCost(rc)
-	if rc.costFunc == nil && rc.cost > maxCost {
-		return 0, fmt.Errorf("Cost(%d): more than the rule can ever admit (%d)", rc.cost, maxCost)
-	}
 	return maxCost, nil
 }
 
 // compileExtras compiles what a rate rule may add to its limit: its Ban
-// (checking that a BanMessage has one) and its plans.
+// and its plans.
 func (r *rule) compileExtras(rc ruleConfig, route *routeConfig, named bool) error {
 	if rc.ban != nil {
 		if err := r.compileBan(rc, route, named); err != nil {
 			return err
 		}
-	} else if rc.banMessage != "" {
-		return errors.New("BanMessage: the rule has no Ban")
 	}
 	if rc.plans != nil {
 		if err := r.compilePlans(rc, route, named); err != nil {
@@ -334,12 +329,9 @@ func (rc *ruleConfig) body429(name string, named bool) ([]byte, error) {
 	return b, nil
 }
 
-// Name returns the name of the policy's rule, as in the RateLimit-Policy
-// header; for a route with several Rules, their names joined by commas.
-func (p *Policy) Name() string {
-	if len(p.all) == 1 {
-		return p.all[0].name
-	}
+// names returns the names of the policy's rules, as in the
+// RateLimit-Policy header, joined by commas.
+func (p *Policy) names() string {
 	names := make([]string, len(p.all))
 	for i, r := range p.all {
 		names[i] = r.name

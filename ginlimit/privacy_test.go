@@ -43,7 +43,7 @@ func TestHashIdentities(t *testing.T) {
 	}
 }
 
-func TestAnonymousByIP(t *testing.T) {
+func TestUserOrIP(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	pre := prefix(t)
@@ -53,7 +53,7 @@ func TestAnonymousByIP(t *testing.T) {
 			c.Set("uid", u)
 		}
 	})
-	e.GET("/x", testLimit(Redis(c), Key(pre), Type(User), Limit(1), UserIdentity(identity.FromContext("uid")), AnonymousByIP()), ok)
+	e.GET("/x", testLimit(Redis(c), Key(pre), Type(UserOrIP), Limit(1), UserIdentity(identity.FromContext("uid"))), ok)
 	for i, tc := range []struct {
 		remote, user string
 		want         int

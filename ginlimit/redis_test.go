@@ -56,7 +56,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 				wg.Go(func() {
 					p := policies[g%tc.clients]
 					for range 16 { // 1,024 attempts in all
-						d, err := p.Allow(context.Background(), "hot")
+						d, err := p.Allow(context.Background(), "hot", 1)
 						if err != nil {
 							errs <- err
 							return
@@ -122,7 +122,7 @@ func TestDenyCacheFlood(t *testing.T) {
 	for range callers {
 		wg.Go(func() {
 			for range each {
-				d, err := p.Allow(context.Background(), "flood")
+				d, err := p.Allow(context.Background(), "flood", 1)
 				if err != nil {
 					t.Error(err)
 					return
@@ -175,7 +175,7 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if d, err := p.Allow(ctx, "k"); err != nil || d.Remaining != want {
+		if d, err := p.Allow(ctx, "k", 1); err != nil || d.Remaining != want {
 			t.Fatalf("request %d: %+v, %v; want %d remaining", i, d, err, want)
 		}
 	}
@@ -186,7 +186,7 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	hp := mustPolicy(t, Redis(hung), Key(prefix(t)), autoPipeline(true), Timeout(100*time.Millisecond), OnFailure(FailClosed))
 	hp.engine.SetPipelineAbove(0)
 	start := time.Now()
-	d, err := hp.Allow(ctx, "k")
+	d, err := hp.Allow(ctx, "k", 1)
 	if err == nil || d.Allowed {
 		t.Fatalf("hung server: %+v, %v; want a fail-closed error", d, err)
 	}
@@ -208,7 +208,7 @@ func TestAutoPipelineFallsBack(t *testing.T) {
 		t.Fatal("a wrapped client was auto-pipelined")
 	}
 	for i, want := range []bool{true, false} {
-		if d, err := p.Allow(context.Background(), "k"); err != nil || d.Allowed != want {
+		if d, err := p.Allow(context.Background(), "k", 1); err != nil || d.Allowed != want {
 			t.Fatalf("request %d: %+v, %v", i, d, err)
 		}
 	}
@@ -227,7 +227,7 @@ func TestSurvivesScriptFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		d, err := p.Allow(ctx, "k")
+		d, err := p.Allow(ctx, "k", 1)
 		if err != nil || !d.Allowed || d.Remaining != want {
 			t.Fatalf("request %d: %+v, %v; want allowed with %d remaining", i, d, err, want)
 		}
@@ -253,7 +253,7 @@ func TestRealRedisClockAndTTL(t *testing.T) {
 	for attempt := 0; ; attempt++ {
 		key := "k" + strconv.Itoa(attempt)
 		start := time.Now()
-		d, err := p.Allow(ctx, key)
+		d, err := p.Allow(ctx, key, 1)
 		if err != nil || !d.Allowed {
 			t.Fatalf("%+v, %v", d, err)
 		}
@@ -387,7 +387,7 @@ func TestRequestContextBoundsTheCall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	d, err := p.Allow(ctx, "k")
+	d, err := p.Allow(ctx, "k", 1)
 	if !errors.Is(err, ErrClientGone) || d.Allowed || d.Local || !errors.Is(d.Err, ErrClientGone) {
 		t.Fatalf("Allow on a hung Redis: %+v, %v; want a refused decision with ErrClientGone", d, err)
 	}
@@ -410,7 +410,7 @@ func TestRingAndUniversalClients(t *testing.T) {
 	for name, client := range map[string]redis.Scripter{"ring": ring, "universal": universal} {
 		p := mustPolicy(t, Redis(client), Key(prefix(t)), Limit(2))
 		for i, want := range []bool{true, true, false} {
-			d, err := p.Allow(context.Background(), "k")
+			d, err := p.Allow(context.Background(), "k", 1)
 			if err != nil || d.Allowed != want {
 				t.Fatalf("%s request %d: %+v, %v; want allowed=%v", name, i, d, err, want)
 			}
@@ -440,7 +440,7 @@ func TestAutoPipelineBatchesConcurrentDecisions(t *testing.T) {
 	hook := &pipelineCounter{}
 	c.AddHook(hook)
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(300), autoPipeline(true), DenyCache(0))
-	allowed := allowConcurrently(t, 32, 20, func(int) (Decision, error) { return p.Allow(context.Background(), "k") })
+	allowed := allowConcurrently(t, 32, 20, func(int) (Decision, error) { return p.Allow(context.Background(), "k", 1) })
 	if allowed != 300 {
 		t.Fatalf("admitted %d of 640, want exactly 300", allowed)
 	}
@@ -462,7 +462,7 @@ func TestKeyOverItsLimit(t *testing.T) {
 	ctx := context.Background()
 	old := mustPolicy(t, Redis(c), Key(pre), Window(time.Minute), Limit(10), DenyCache(0))
 	for range 10 {
-		if _, err := old.Allow(ctx, "k"); err != nil {
+		if _, err := old.Allow(ctx, "k", 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -472,7 +472,7 @@ func TestKeyOverItsLimit(t *testing.T) {
 		// loaded machine a healthy call can take seconds.
 		lowered := mustPolicy(t, Redis(c), Key(pre), Window(time.Minute), Limit(3), DenyCache(cache))
 		for i := range 3 {
-			d, err := lowered.Allow(ctx, "k")
+			d, err := lowered.Allow(ctx, "k", 1)
 			if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
 				t.Fatalf("cache %d request %d: %+v, %v; want a rejection with 0 remaining", cache, i, d, err)
 			}

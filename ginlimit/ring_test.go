@@ -50,15 +50,15 @@ func TestRingShardBreakerIsItsOwn(t *testing.T) {
 	}
 	ctx := context.Background()
 	for range 2 {
-		if _, err := p.Allow(ctx, hung); err == nil || errors.Is(err, ErrSaturated) {
+		if _, err := p.Allow(ctx, hung, 1); err == nil || errors.Is(err, ErrSaturated) {
 			t.Fatalf("the hung shard: error %v, want a failure", err)
 		}
 	}
-	if _, err := p.Allow(ctx, hung); !errors.Is(err, ErrCircuitOpen) {
+	if _, err := p.Allow(ctx, hung, 1); !errors.Is(err, ErrCircuitOpen) {
 		t.Fatalf("the hung shard after two failures: error %v, want ErrCircuitOpen", err)
 	}
 	for range 5 {
-		if d, err := p.Allow(ctx, fast); err != nil || !d.Allowed {
+		if d, err := p.Allow(ctx, fast, 1); err != nil || !d.Allowed {
 			t.Fatalf("the healthy shard while the hung one's breaker is open: decision %+v, error %v; want an admission from Redis", d, err)
 		}
 	}
@@ -102,24 +102,24 @@ func TestRingRecoveredReportsClosedBreaker(t *testing.T) {
 		OnFailure(FailClosed), withBreaker(1, open), Observe(obs.Observe))
 	ctx := context.Background()
 	ring.SetAddrs(map[string]string{})
-	if _, err := p.Allow(ctx, "k"); err == nil {
+	if _, err := p.Allow(ctx, "k", 1); err == nil {
 		t.Fatal("no shard: want an error")
 	}
-	if _, err := p.Allow(ctx, "k"); !errors.Is(err, ErrCircuitOpen) {
+	if _, err := p.Allow(ctx, "k", 1); !errors.Is(err, ErrCircuitOpen) {
 		t.Fatalf("no shard, second call: %v, want ErrCircuitOpen", err)
 	}
 	ring.SetAddrs(addrs)
 	time.Sleep(2 * open)
-	if d, err := p.Allow(ctx, "k"); err != nil || !d.Allowed {
+	if d, err := p.Allow(ctx, "k", 1); err != nil || !d.Allowed {
 		t.Fatalf("shard back: %+v %v", d, err)
 	}
-	if d, err := p.Allow(ctx, "k"); err != nil || d.Allowed {
+	if d, err := p.Allow(ctx, "k", 1); err != nil || d.Allowed {
 		t.Fatalf("shard back, over the limit: %+v %v", d, err)
 	}
 	// A decision that reaches no node (a cached rejection, once the
 	// reset subscription is up) reports the Ring-wide breaker's state.
 	for range 50 {
-		if d, err := p.Allow(ctx, "k"); err == nil && d.Cached {
+		if d, err := p.Allow(ctx, "k", 1); err == nil && d.Cached {
 			if e := obs.last(); e.Breaker != "closed" {
 				t.Errorf("the Ring answers every decision again, but a cached rejection reports breaker %q", e.Breaker)
 			}
@@ -143,14 +143,14 @@ func TestRingReaddedShardGetsAFreshBreaker(t *testing.T) {
 	p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000),
 		OnFailure(FailClosed), Timeout(faultTimeout), withBreaker(1, time.Hour))
 	ctx := context.Background()
-	_, _ = p.Allow(ctx, "k")
-	if _, err := p.Allow(ctx, "k"); !errors.Is(err, ErrCircuitOpen) {
+	_, _ = p.Allow(ctx, "k", 1)
+	if _, err := p.Allow(ctx, "k", 1); !errors.Is(err, ErrCircuitOpen) {
 		t.Fatalf("hung shard: %v, want ErrCircuitOpen", err)
 	}
 	proxy.SetDelay(0)
 	ring.SetAddrs(map[string]string{})
 	ring.SetAddrs(map[string]string{"s": proxy.Addr()})
-	if d, err := p.Allow(ctx, "k"); err != nil || !d.Allowed {
+	if d, err := p.Allow(ctx, "k", 1); err != nil || !d.Allowed {
 		t.Fatalf("re-added shard: %+v %v", d, err)
 	}
 }
@@ -167,7 +167,7 @@ func TestRingExactUnderLoad(t *testing.T) {
 			Timeout(time.Minute), queueTimeout(time.Minute), OnFailure(FailClosed))
 		var per [8]atomic.Int64
 		allowConcurrently(t, 400, 10, func(g int) (Decision, error) {
-			d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g%8))
+			d, err := p.Allow(context.Background(), "k"+strconv.Itoa(g%8), 1)
 			if d.Allowed {
 				per[g%8].Add(1)
 			}

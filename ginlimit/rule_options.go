@@ -13,7 +13,7 @@ import (
 
 // The rule options of the annotation's own fields and of cost. The
 // algorithm's options are in algorithm.go, the dimension's in dimension.go,
-// LimitBy and Tiers in plans.go.
+// LimitBy in plans.go.
 
 // maxWindow is the longest window the scripts accept (1e15 µs, about 31
 // years).
@@ -86,29 +86,17 @@ func Message(msg string) RuleOption {
 	})
 }
 
-// Cost charges each request of the route n units instead of 1, for example
-// for a batch endpoint. It must be between 1 and 1e9. A request that costs
-// more than the rule can ever admit (the limit, or a token bucket's burst)
-// is rejected with 429 and a message saying so; it is never retried or
-// queued.
-func Cost(n int) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
-		if n < 1 || n > lua.MaxCost {
-			return fmt.Errorf("Cost(%d): the cost must be between 1 and 1e9", n)
-		}
-		r.cost, r.costFunc = n, nil
-		return nil
-	})
-}
-
-// CostFunc charges each request f(c) units, for example by its batch size.
-// A result below 1 is charged as 1. f runs on every request and must be
-// safe for concurrent use; it must not read the request body unless it
-// restores it.
-func CostFunc(f func(c *gin.Context) int) RuleOption {
+// Cost charges each request f(c) units instead of 1, for example by its
+// batch size; a fixed cost is a function that returns it. A result below 1
+// is charged as 1. A request that costs more than the rule can ever admit
+// (the limit, or a token bucket's burst) is refused with 429 and a message
+// saying so; it is never retried or queued. f runs on every request and
+// must be safe for concurrent use; it must not read the request body unless
+// it restores it. [Policy.Allow] takes its cost as an argument instead.
+func Cost(f func(c *gin.Context) int) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
 		if f == nil {
-			return errors.New("CostFunc(nil): the function must not be nil")
+			return errors.New("Cost(nil): the function must not be nil")
 		}
 		r.costFunc = f
 		return nil

@@ -51,7 +51,7 @@ func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Co
 	}()
 	time.Sleep(200 * time.Millisecond)
 	for range 3 {
-		d, err := p.Allow(ctx, "client")
+		d, err := p.Allow(ctx, "client", 1)
 		lastErr = err
 		if d.Allowed {
 			admitted++
@@ -177,7 +177,7 @@ func healthyTraffic(p *Policy, keys []string) (stop func() int64) {
 					return
 				default:
 				}
-				if _, err := p.Allow(context.Background(), k); err == nil {
+				if _, err := p.Allow(context.Background(), k, 1); err == nil {
 					answered.Add(1)
 				}
 				time.Sleep(time.Millisecond)
@@ -239,7 +239,7 @@ func TestRingSlowShardIsAFailure(t *testing.T) {
 			for _, k := range slowKeys {
 				wg.Go(func() {
 					for range 5 {
-						d, err := p.Allow(context.Background(), k)
+						d, err := p.Allow(context.Background(), k, 1)
 						switch {
 						case errors.Is(err, ErrSaturated):
 							saturated.Add(1)
@@ -297,7 +297,7 @@ func TestClusterPausedMasterIsAFailure(t *testing.T) {
 				}
 			}
 			for _, k := range append(slowKeys, fastKeys...) { // warm: slots and connections
-				if _, err := p.Allow(context.Background(), k); err != nil {
+				if _, err := p.Allow(context.Background(), k, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -313,7 +313,7 @@ func TestClusterPausedMasterIsAFailure(t *testing.T) {
 			for _, k := range slowKeys {
 				wg.Go(func() {
 					for time.Since(pausedAt) < time.Second {
-						d, err := p.Allow(context.Background(), k)
+						d, err := p.Allow(context.Background(), k, 1)
 						switch {
 						case errors.Is(err, ErrSaturated):
 							saturated.Add(1)
@@ -366,7 +366,7 @@ func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 		}
 	}
 	for _, k := range slowKeys {
-		if _, err := p.Allow(context.Background(), k); err != nil {
+		if _, err := p.Allow(context.Background(), k, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -383,7 +383,7 @@ func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 		wg.Go(func() {
 			for time.Since(start) < run {
 				t0 := time.Now()
-				_, err := p.Allow(context.Background(), k)
+				_, err := p.Allow(context.Background(), k, 1)
 				total.Add(1)
 				if time.Since(t0) >= faultTimeout {
 					slow.Add(1)

@@ -43,7 +43,7 @@ func runTimelineWith(t *testing.T, window time.Duration, limit, cache int, steps
 	for i, s := range steps {
 		m.SetTime(t0.Add(s.at))
 		offset = s.at
-		d, err := p.Allow(ctx, "k")
+		d, err := p.Allow(ctx, "k", 1)
 		if err != nil {
 			t.Fatalf("step %d (t0+%v): %v", i, s.at, err)
 		}
@@ -106,18 +106,18 @@ func TestSlidingLog250msWindow(t *testing.T) {
 	p := mustPolicy(t, Redis(c), Key(pre), Window(250*time.Millisecond), Limit(1), DenyCache(0))
 	ctx := context.Background()
 	key := pre + "{k}"
-	if d, _ := p.Allow(ctx, "k"); !d.Allowed || d.Reset != 250*time.Millisecond {
+	if d, _ := p.Allow(ctx, "k", 1); !d.Allowed || d.Reset != 250*time.Millisecond {
 		t.Fatalf("first request: %+v", d)
 	}
 	if ttl := m.TTL(key); ttl != 250*time.Millisecond {
 		t.Fatalf("TTL %v, want 250ms (a sub-second window must not truncate to 0)", ttl)
 	}
 	m.SetTime(t0.Add(249 * time.Millisecond))
-	if d, _ := p.Allow(ctx, "k"); d.Allowed {
+	if d, _ := p.Allow(ctx, "k", 1); d.Allowed {
 		t.Fatalf("at 249ms: allowed, want rejected")
 	}
 	m.SetTime(t0.Add(250 * time.Millisecond))
-	if d, _ := p.Allow(ctx, "k"); !d.Allowed {
+	if d, _ := p.Allow(ctx, "k", 1); !d.Allowed {
 		t.Fatalf("at 250ms: rejected, want allowed")
 	}
 	// Once a key has entries, it expires at the end of the quarter of a
@@ -146,7 +146,7 @@ func TestSlidingLogSameMicrosecondAllCounted(t *testing.T) {
 	ctx := context.Background()
 	allowed := 0
 	for range 80 { // the clock never moves: all 80 in one microsecond
-		d, err := p.Allow(ctx, "k")
+		d, err := p.Allow(ctx, "k", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func TestSlidingLogResetPrecision(t *testing.T) {
 	ctx := context.Background()
 	for i := range exactBelow + 3 {
 		m.SetTime(t0.Add(time.Duration(i) * time.Millisecond))
-		d, err := p.Allow(ctx, "k")
+		d, err := p.Allow(ctx, "k", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func TestSlidingLogLazyRemoval(t *testing.T) {
 	for _, at := range []time.Duration{time.Microsecond, 600*time.Millisecond + time.Microsecond} {
 		m.SetTime(t0.Add(at))
 		for range 30 {
-			if d, err := p.Allow(ctx, "k"); err != nil || !d.Allowed {
+			if d, err := p.Allow(ctx, "k", 1); err != nil || !d.Allowed {
 				t.Fatalf("%+v, %v", d, err)
 			}
 		}
@@ -232,7 +232,7 @@ func TestSlidingLogLazyRemoval(t *testing.T) {
 	m.SetTime(t0.Add(1200*time.Millisecond + time.Microsecond)) // the first 30 have left the window
 	lazy, swept := 0, false
 	for i := range 110 {
-		d, err := p.Allow(ctx, "k")
+		d, err := p.Allow(ctx, "k", 1)
 		if err != nil || !d.Allowed {
 			t.Fatalf("request %d: %+v, %v", i, d, err)
 		}

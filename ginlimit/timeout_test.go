@@ -44,7 +44,7 @@ func TestTimeoutHoldsForEveryClientKind(t *testing.T) {
 				}
 				for i := range 3 {
 					start := time.Now()
-					d, err := p.Allow(context.Background(), "k")
+					d, err := p.Allow(context.Background(), "k", 1)
 					if el := time.Since(start); el > bound {
 						t.Fatalf("ContextTimeoutEnabled=%v, decision %d took %v with Timeout(%v)", ctxAware, i, el, timeout)
 					}

@@ -114,7 +114,7 @@ func Simulate(ctx context.Context, tl Timeline) (_ []Result, err error) {
 		now := epoch.Add(at)
 		m.SetTime(now)
 		for i, p := range policies {
-			d, err := p.Allow(ctx, "client")
+			d, err := p.Allow(ctx, "client", 1)
 			if err != nil {
 				return nil, fmt.Errorf("%s at %v: %w", algs[i].Kind, at, err)
 			}

@@ -204,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.limiter, err = ginlimit.New(opts...); err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: rate limiter: %w", err), a.Close())
 	}
-	claimPolicy, err := newClaimPolicy(a.limiter)
+	claimPolicy, err := a.limiter.Policy(claimOptions(a.users)...)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: claim rule: %w", err), a.Close())
 	}
@@ -221,13 +221,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// to the path with or without a trailing slash: an API client would
 	// not follow it, and an admin DELETE must not be bounced.
 	engine.RedirectTrailingSlash = false
-	engine.Use(requestLog(logger), gin.Recovery(), a.limiter.Middleware())
+	engine.Use(requestLog(logger), gin.Recovery())
 	engine.NoRoute(notFound)
 	writeOrder := cfg.WriteOrder
 	if writeOrder == nil {
 		writeOrder = sleepOrder
 	}
-	routes(engine, &handlers{secret: secret, users: a.users, logger: logger, claimPolicy: claimPolicy,
+	routes(engine, &handlers{secret: secret, users: a.users, logger: logger, limiter: a.limiter, claimPolicy: claimPolicy,
 		remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())})
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	a.Handler = engine

@@ -30,6 +30,8 @@ type handlers struct {
 	secret []byte        // signs the tokens of POST /api/login
 	users  *identity.JWT // verifies them again in the claim and admin handlers
 	logger *slog.Logger
+	// limiter carries every route's limit.
+	limiter *ginlimit.Limiter
 	// claimPolicy is the claim route's rule, which the admin API inspects
 	// and resets.
 	claimPolicy *ginlimit.Policy

@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/identity"
 )
 
 // The rate limits of GET /api/coupon/seckill: 100 requests per 10 seconds,
@@ -45,9 +46,10 @@ const (
 
 // The rate limits of GET /api/coupon/claim: 3 requests per 60 seconds for
 // each user of a valid bearer token ([ginlimit.User]), or 10 per 60 seconds
-// for a user whose token's "plan" claim is "vip" ([ginlimit.Tiers]). The
-// rule is compiled once, by newClaimPolicy, into the [ginlimit.Policy] that
-// both the route and the admin API under /api/admin/limits/claim use.
+// for a user whose token's "plan" claim is "vip" ([ginlimit.LimitBy]). The
+// rule's options, claimOptions, are given both to the route and to the
+// [ginlimit.Policy] the admin API under /api/admin/limits/claim uses, so
+// both address the same counts.
 const (
 	// ClaimPath is the path of the claim route.
 	ClaimPath = "/api/coupon/claim"
@@ -167,55 +169,67 @@ const adminClaimUserPath = "/api/admin/limits/claim/users/:user"
 // rule's plans after start-up.
 func claimPlans() map[string]int { return map[string]int{PlanVIP: ClaimVIPLimit} }
 
-// newClaimPolicy compiles the claim rule on top of limiter's defaults. It is
-// the only definition of the rule: the claim route serves its Handler and
-// the admin API Peeks and Resets it. Its limit is ClaimLimit, or the plan's
-// limit (claimPlans) for a token whose PlanClaim names one; each plan has
-// its own counts.
-func newClaimPolicy(limiter *ginlimit.Limiter) (*ginlimit.Policy, error) {
-	return limiter.Policy(
+// claimOptions are the claim rule, its only definition: the claim route
+// carries it and the admin API Peeks and Resets its Policy. Its limit is
+// ClaimLimit, or the plan's limit (claimPlans) for a token whose PlanClaim
+// names one, read from the token users verified; each plan has its own
+// counts.
+func claimOptions(users *identity.JWT) []ginlimit.Option {
+	return []ginlimit.Option{
 		ginlimit.Key(ClaimKey), ginlimit.Window(ClaimWindow), ginlimit.Limit(ClaimLimit),
 		ginlimit.Message(ClaimMessage),
 		ginlimit.Type(ginlimit.User),
-		ginlimit.Tiers(PlanClaim, claimPlans()))
+		ginlimit.LimitBy(func(c *gin.Context) string {
+			plan, _ := users.Claim(c, PlanClaim) // a token that does not verify: 401 from the rule
+			return plan
+		}, claimPlans()),
+	}
+}
+
+// respondBanned writes the merchant route's own message to a banned IP;
+// for any other refusal it writes nothing, and ginlimit writes the rule's.
+func respondBanned(c *gin.Context, d ginlimit.Decision) {
+	if d.Banned {
+		c.JSON(http.StatusTooManyRequests, gin.H{"code": http.StatusTooManyRequests, "message": MerchantBanMessage})
+	}
 }
 
 // routes registers every route of the demo on r. Each limited route carries
-// its rule as a ginlimit.RateLimit annotation, the Gin form of Java's
+// its rule as a limiter.RateLimit annotation, the Gin form of Java's
 // @RateLimiter(key, window, limit, message, type); the Redis backend and the
-// identity resolvers come from the limiter installed on the engine. The
-// claim route is the exception: its rule is h.claimPolicy, kept so that the
-// admin API can inspect and reset it.
+// identity resolvers are the limiter's. The claim route's options are also
+// h.claimPolicy's, so that the admin API can inspect and reset its counts.
 func routes(r gin.IRoutes, h *handlers) {
 	r.POST("/api/login", h.login)
 
-	r.GET("/api/coupon/seckill", ginlimit.RateLimit(
+	limiter := h.limiter
+	r.GET("/api/coupon/seckill", limiter.RateLimit(
 		ginlimit.Key(SeckillKey), ginlimit.Window(SeckillWindow), ginlimit.Limit(SeckillLimit),
 		ginlimit.Message(SeckillMessage),
 		ginlimit.Type(ginlimit.Method)), h.seckill)
 
-	r.GET("/api/coupon/seckill/order", ginlimit.RateLimit(
+	r.GET("/api/coupon/seckill/order", limiter.RateLimit(
 		ginlimit.Key(OrderKey), ginlimit.InFlight(OrderInFlight, OrderLease),
 		ginlimit.Message(OrderMessage)), h.seckillOrder)
 
-	r.GET(ClaimPath, h.claimPolicy.Handler(), h.claim)
+	r.GET(ClaimPath, limiter.RateLimit(claimOptions(h.users)...), h.claim)
 
 	r.GET("/api/vouchers", h.listVouchers)
 
 	// The id is looked up before the limit, so that only a voucher of the
 	// catalog is ever counted (see VoucherClaimPath).
-	r.GET(VoucherClaimPath, h.requireVoucher, ginlimit.RateLimit(
+	r.GET(VoucherClaimPath, h.requireVoucher, limiter.RateLimit(
 		ginlimit.Key(VoucherClaimKey), ginlimit.Window(VoucherClaimWindow), ginlimit.Limit(VoucherClaimLimit),
 		ginlimit.Message(VoucherClaimMessage),
-		ginlimit.Per(ginlimit.ByUser(), ginlimit.ByParam("id"))), h.voucherClaim)
+		ginlimit.Per(ginlimit.User, ginlimit.ByParam("id"))), h.voucherClaim)
 
-	r.GET("/api/coupon/merchant", ginlimit.RateLimit(
+	r.GET("/api/coupon/merchant", limiter.RateLimit(
 		ginlimit.Key(MerchantKey), ginlimit.Window(MerchantWindow), ginlimit.Limit(MerchantLimit),
 		ginlimit.Message(MerchantMessage),
 		ginlimit.Type(ginlimit.IP),
-		ginlimit.Ban(MerchantBanAfter, MerchantBanWithin, MerchantBanFor), ginlimit.BanMessage(MerchantBanMessage)), h.merchant)
+		ginlimit.Ban(MerchantBanAfter, MerchantBanWithin, MerchantBanFor), ginlimit.Respond(respondBanned)), h.merchant)
 
-	r.GET("/voucher-order/seckill/:id", ginlimit.RateLimit(
+	r.GET("/voucher-order/seckill/:id", limiter.RateLimit(
 		ginlimit.Key(VoucherSeckillKey), ginlimit.Window(VoucherSeckillWindow), ginlimit.Limit(VoucherSeckillLimit),
 		ginlimit.Message(SeckillMessage),
 		ginlimit.Type(ginlimit.Method)), h.voucherSeckill)
@@ -223,7 +237,7 @@ func routes(r gin.IRoutes, h *handlers) {
 	// The admin API: who may call it is checked first, then the user id,
 	// and only then the admin's own limit, so that a refused request
 	// touches no key. The claim rule it manages does not apply here.
-	adminLimit := ginlimit.RateLimit(
+	adminLimit := limiter.RateLimit(
 		ginlimit.Key(AdminKey), ginlimit.Window(AdminWindow), ginlimit.Limit(AdminLimit),
 		ginlimit.Message(AdminMessage),
 		ginlimit.Type(ginlimit.User))
