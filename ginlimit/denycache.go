@@ -22,7 +22,7 @@ const exactBelow = lua.ExactBelow
 // A rejection is certain until the first moment the key's remaining quota
 // can grow, on every instance, so the cache answers repeated requests on a
 // rejected key without Redis until that moment: a flood on an over-limit
-// key costs Redis one call per key per [MaxStaleness] (1 s by default). The
+// key costs Redis one call per key per [DefaultMaxStaleness]. The
 // answers are the ones Redis would give: a reset made with [Policy.Reset]
 // is seen by every instance at once, and a change made behind ginlimit's
 // back (a key deleted by hand, FLUSHALL, an eviction) within MaxStaleness,

@@ -10,22 +10,24 @@
 //
 // A [Limiter] carries what routes share (the Redis client, identity settings,
 // failure policy); each route states its own rule. [Limiter.RateLimit] is the
-// recommended way to attach one: every configuration error panics at
-// start-up, and nothing can be wired in the wrong order. The package-level
-// [RateLimit] is the same annotation for a limiter installed earlier in the
-// chain with [Limiter.Middleware]. [Limiter.Policy] gives the same decisions
-// without gin.
+// way to attach one: every configuration error panics at start-up, naming
+// the option. The package-level [RateLimit] is the same annotation with the
+// limiter among its options, ginlimit.RateLimit(limiter, ...).
+// [Limiter.Policy] compiles the same options into a [Policy], to look at
+// or reset the route's counts ([Policy.Peek], [Policy.Reset]) or to decide
+// without gin ([Policy.Allow]).
 //
 // # Routes and rules
 //
 // A route has one rule, or several declared with [Rule], decided in one
 // script call, atomically and all or nothing. Route options concern the
 // whole request (backend, timeout, failure policy, deny cache, headers,
-// response, hooks, observers, skip, shadow); [RuleOption]s concern one count
-// (name, key prefix, algorithm, window, limit, dimension, cost, message). A
-// Rule accepts only RuleOptions, so a route option inside one does not
-// compile. Beyond rates, a rule can count per any combination of request
-// values ([Per]), choose its limit per request ([LimitBy], [Tiers]), ban
+// response, observers, shadow); [RuleOption]s concern one count (name, key
+// prefix, algorithm, window, limit, dimension, cost, message). A Rule
+// accepts only RuleOptions, so a route option inside one does not compile.
+// A rule counts per [Type]: [Method] (the whole route), [IP], [User] or
+// [UserOrIP]; or per any combination of request values ([Per]). It can
+// choose its limit per request ([LimitBy]), ban
 // abusers ([Ban]) or cap requests in flight ([InFlight]); [Policy.Peek] and
 // [Policy.Reset] inspect and clear a count named by a [Target].
 //
@@ -34,8 +36,8 @@
 // [Algorithm] picks one per rule; each runs as one atomic Lua script on the
 // Redis clock, in one round trip, with a TTL on every key, and supports
 // [Cost]. [SlidingLog] (default) is exact; [SlidingCounter] sums
-// [SubWindows] and can admit up to 2·limit over a full window in the worst
-// case; [FixedWindow] can admit up to 2·limit across a boundary;
+// [DefaultSubWindows] sub-windows and can admit up to 2·limit over a full
+// window in the worst case; [FixedWindow] can admit up to 2·limit across a boundary;
 // [TokenBucket] (GCRA) allows bursts of up to [Burst].
 //
 // # Keys
@@ -77,19 +79,22 @@
 //
 // in the syntax of draft-ietf-httpapi-ratelimit-headers, and a 429 also
 // carries Retry-After in seconds, at least 1. The handler can read the
-// decision with [DecisionFrom]. A deny cache ([DenyCache], [MaxStaleness])
-// answers refusals that are certain in process, so a flood on an over-limit
-// key costs Redis about one call per key per MaxStaleness.
+// decision with [DecisionFrom]; [Respond] writes a 429 of your own, and
+// [Observe] sees every decision, refusal and Redis error. A deny cache
+// ([DenyCache]) answers refusals that are certain in process, so a flood on
+// an over-limit key costs Redis about one call per key per
+// [DefaultMaxStaleness].
 //
 // # Failures
 //
-// A decision waits at most [QueueTimeout] in this process, then gives Redis
-// [Timeout] ([DefaultTimeout]) to answer. When Redis fails, the failure
+// A decision waits at most [DefaultQueueTimeout] in this process, then
+// gives Redis [Timeout] ([DefaultTimeout]) to answer. When Redis fails, the failure
 // policy decides: [FailLocal], the default, answers with an in-process token
 // bucket per key, each instance enforcing its share of the limit
 // ([LocalInstances]), continuing from what Redis last said of the key;
 // [FailClosed] answers 503; [FailOpen] lets the request through. A circuit
-// breaker per Redis node ([Breaker]) answers at once while Redis is down.
+// breaker per Redis node ([DefaultBreakerFailures]) answers at once while
+// Redis is down.
 // When this process cannot get a decision to a healthy Redis in time
 // ([ErrSaturated]), the request is refused with 503 under every policy; a
 // request whose own context ends first ([ErrClientGone]) is aborted with
@@ -98,8 +103,8 @@
 //
 // Misconfiguration never passes silently: [New] returns an error and
 // [Limiter.RateLimit] and [RateLimit] panic at start-up, naming the option.
-// What can only be checked on a request answers 500 and logs the cause and
-// the fix.
+// What can only be checked on a request (a [ByParam] the route lacks)
+// answers 500 and logs the cause. ginlimit logs to slog.Default().
 //
 // # More
 //

@@ -433,4 +433,4 @@ func (h *holding) giveLocal() {
 
 // errAllowInFlight is the error of Policy.Allow on a policy with in-flight
 // rules.
-var errAllowInFlight = errors.New("ginlimit: Policy.Allow: the policy has in-flight rules (InFlight), which hold a slot while a handler runs: serve it with Policy.Handler")
+var errAllowInFlight = errors.New("ginlimit: Policy.Allow: the policy has in-flight rules (InFlight), which hold a slot while a handler runs: attach it to a route with Limiter.RateLimit")

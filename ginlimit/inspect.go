@@ -248,7 +248,7 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 // Every instance drops what it holds in process for the count (its deny
 // cache and its [FailLocal] buckets) before Reset returns: it tells them
 // on [ResetChannel] and waits for each to acknowledge, for at most the
-// route's [MaxStaleness], after which each is coherent with Redis anyway. So
+// route's staleness bound ([DefaultMaxStaleness]), after which each is coherent with Redis anyway. So
 // a request sent to any instance after Reset returns is decided on the
 // fresh count. Reset returns Redis's error, wrapped, when the keys could
 // not be deleted.

@@ -268,7 +268,7 @@ func TestOptionValidation(t *testing.T) {
 	if msg := panicMessage(func() { l.RateLimit(Type(User)) }); !strings.Contains(msg, "UserIdentity") {
 		t.Errorf("Limiter.RateLimit(Type(User)) without identity: panic %q", msg)
 	}
-	if msg := panicMessage(func() { RateLimit(Limit(5), Window(time.Millisecond)) }); msg != "" {
+	if msg := panicMessage(func() { RateLimit(Redis(c), Limit(5), Window(time.Millisecond)) }); msg != "" {
 		t.Errorf("valid options panicked: %s", msg)
 	}
 }

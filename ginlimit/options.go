@@ -59,22 +59,23 @@ const (
 // There are two kinds of options, and the compiler tells them apart:
 //
 //   - Route options concern the whole request: [Redis], [Timeout],
-//     [QueueTimeout], [OnFailure], [LocalInstances], [Breaker], [AutoPipeline], [DenyCache],
-//     [Logger], [Shadow], [Headers], [Skip], [OnLimited], [OnError],
-//     [Respond], [Observe] and [Rule] itself. They are plain Options.
+//     [OnFailure], [LocalInstances], [DenyCache], [Shadow], [Headers],
+//     [Respond], [Observe] and [Rule] itself. They are plain Options. So is
+//     a *[Limiter], among the options of the package-level [RateLimit]
+//     only.
 //   - Rule options concern one count: [Key], [Name], [Window], [Limit],
-//     [Message], [Type], [Algorithm], [SubWindows], [Burst], [Cost],
-//     [CostFunc], [Tiers], [InFlight], and how the count's identity is found:
-//     [IPIdentity], [UserIdentity], [HashIdentities], [AnonymousByIP]. They
-//     are [RuleOption]s, which are Options too: outside a [Rule] they apply
-//     to every rule of the route.
+//     [Message], [Type], [Per], [Algorithm], [Burst], [Cost], [LimitBy],
+//     [Ban], [InFlight], and how the count's identity is found:
+//     [IPIdentity], [UserIdentity], [HashIdentities]. They are
+//     [RuleOption]s, which are Options too: outside a [Rule] they apply to
+//     every rule of the route.
 //
 // [Rule] accepts only RuleOptions, so a route option inside a Rule does not
 // compile.
 //
 // An invalid argument is reported when the options are used: [New] and
-// [Limiter.Policy] return an error and [RateLimit] panics, each naming the
-// option.
+// [Limiter.Policy] return an error and [Limiter.RateLimit] and [RateLimit]
+// panic, each naming the option.
 type Option interface {
 	apply(*config) error
 }

@@ -22,12 +22,13 @@ func TestRouteOptionsInRuleDoNotCompile(t *testing.T) {
 		"ginlimit.Redis(nil)", "ginlimit.Timeout(time.Second)", "ginlimit.OnFailure(ginlimit.FailClosed)",
 		"ginlimit.LocalInstances(2)", "ginlimit.DenyCache(0)", "ginlimit.Shadow(true)",
 		"ginlimit.Headers(ginlimit.HeadersNone)", "ginlimit.Respond(nil)", "ginlimit.Observe(nil)", "ginlimit.Rule()",
+		"(*ginlimit.Limiter)(nil)",
 	}
 	ruleOK := []string{
 		"ginlimit.Key(\"k:\")", "ginlimit.Name(\"n\")", "ginlimit.Window(time.Second)", "ginlimit.Limit(1)",
 		"ginlimit.Message(\"m\")", "ginlimit.Type(ginlimit.IP)", "ginlimit.Algorithm(ginlimit.TokenBucket)",
-		"ginlimit.Burst(2)", "ginlimit.Cost(1)", "ginlimit.Cost(nil)",
-		"ginlimit.Tiers(\"t\", nil)", "ginlimit.IPIdentity(nil)", "ginlimit.UserIdentity(nil)",
+		"ginlimit.Burst(2)", "ginlimit.Cost(nil)", "ginlimit.Per(ginlimit.User, ginlimit.ByParam(\"id\"))",
+		"ginlimit.LimitBy(nil, nil)", "ginlimit.Ban(1, time.Second, time.Second)", "ginlimit.InFlight(1, time.Second)", "ginlimit.IPIdentity(nil)", "ginlimit.UserIdentity(nil)",
 		"ginlimit.HashIdentities(nil)", "ginlimit.Type(ginlimit.UserOrIP)",
 	}
 	var src strings.Builder

@@ -182,8 +182,8 @@ func TestLimitByOptions(t *testing.T) {
 		"zero limit": LimitBy(pick, map[string]int{"a": 0}),
 		"huge limit": LimitBy(pick, map[string]int{"a": 2e9}),
 		"empty name": LimitBy(pick, map[string]int{"": 1}),
-		"bucket": Rule(Name("r"), Algorithm(TokenBucket), Window(1000*time.Hour), Limit(1_000_000_000), Burst(100_000_000),
-			LimitBy(pick, map[string]int{"big": 5})),
+		"bucket": Rule(Name("r"), Algorithm(TokenBucket), Window(1000*time.Hour), Limit(100),
+			LimitBy(pick, map[string]int{"big": 5000})), // burst (the limit) × window over 2^53
 	} {
 		if _, err := New(Redis(c), opt); err == nil {
 			t.Errorf("%s: New accepted it", name)

@@ -14,8 +14,8 @@ import (
 )
 
 // Every answer of a limited route is written here: the 401, 429, 500 and
-// 503 bodies, the rate limit headers, shadow mode, and the Respond and
-// OnLimited hooks, which see every refusal.
+// 503 bodies, the rate limit headers, shadow mode, and the Respond
+// function, which sees every 429.
 
 // Response bodies that carry no configuration. Internal error text never goes
 // into a body; it goes to the log. A rule's 429 body is precomputed

@@ -437,7 +437,8 @@ func (j *JWT) Claim(c *gin.Context, name string) (string, error) {
 }
 
 // Claimer is implemented by Users that can also read a claim of the
-// authenticated user, such as *JWT. ginlimit.Tiers uses it.
+// authenticated user, such as *JWT: a ginlimit.LimitBy pick function can
+// read a plan from a claim with it.
 type Claimer interface {
 	Claim(c *gin.Context, name string) (string, error)
 }
