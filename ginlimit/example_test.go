@@ -26,7 +26,9 @@ func ExampleRateLimit() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	// miniredis runs the scripts in this process, slowly under -race on a
+	// busy machine; a Redis of its own answers well within DefaultTimeout.
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -59,7 +61,7 @@ func ExamplePolicy_Allow() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -94,7 +96,7 @@ func ExampleDecisionFrom() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -129,11 +131,11 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	_, err = ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(jwt), ginlimit.IPIdentity(ips),
+	_, err = ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.UserIdentity(jwt), ginlimit.IPIdentity(ips),
 		ginlimit.OnFailure(ginlimit.FailClosed))
 	fmt.Println(err)
 
-	_, err = ginlimit.New(ginlimit.Redis(rdb), ginlimit.Limit(0))
+	_, err = ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.Limit(0))
 	fmt.Println(err)
 	// Output:
 	// <nil>
@@ -149,7 +151,7 @@ func ExampleRule() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -179,7 +181,7 @@ func ExampleAlgorithm() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -213,7 +215,7 @@ func ExampleLimiter_RateLimit() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Type(ginlimit.IP))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.Type(ginlimit.IP))
 	if err != nil {
 		panic(err)
 	}
@@ -244,7 +246,7 @@ func ExamplePolicy_Peek() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(identity.FromContext("user")))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.UserIdentity(identity.FromContext("user")))
 	if err != nil {
 		panic(err)
 	}
@@ -284,7 +286,7 @@ func ExamplePolicy_Reset() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -320,7 +322,7 @@ func ExampleBan() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -354,7 +356,7 @@ func ExamplePer() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(identity.FromContext("user")))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.UserIdentity(identity.FromContext("user")))
 	if err != nil {
 		panic(err)
 	}
@@ -388,7 +390,7 @@ func ExampleLimitBy() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -427,7 +429,7 @@ func ExampleInFlight() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -468,7 +470,7 @@ func ExampleType() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(identity.FromContext("user")))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.UserIdentity(identity.FromContext("user")))
 	if err != nil {
 		panic(err)
 	}
@@ -512,7 +514,7 @@ func ExampleObserve() {
 	// Every decision, refusal and Redis error arrives here with its
 	// outcome; the metrics package's collector.Observe fits the same way.
 	seen := map[ginlimit.Outcome]int{}
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Observe(func(_ context.Context, e ginlimit.Event) {
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.Observe(func(_ context.Context, e ginlimit.Event) {
 		seen[e.Outcome]++
 	}))
 	if err != nil {

@@ -34,7 +34,8 @@ func Example() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector)
 
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Observe(collector.Observe))
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Observe(collector.Observe),
+		ginlimit.Timeout(5*time.Second)) // miniredis runs the scripts in this process: slow under -race
 	if err != nil {
 		panic(err)
 	}

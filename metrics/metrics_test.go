@@ -3,12 +3,8 @@ package metrics_test
 import (
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -17,16 +13,13 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
-	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/internal/promtest"
 	"github.com/ginlimit/ginlimit/metrics"
 )
 
@@ -64,100 +57,6 @@ var (
 	saturated     = ginlimit.Decision{Limit: 10, Err: fmt.Errorf("ginlimit: GET /a: %w", ginlimit.ErrSaturated)}
 )
 
-// snapshot is one scrape of a Collector: its metric families by name.
-type snapshot map[string]*dto.MetricFamily
-
-// scrape gathers c through a pedantic registry, which also checks that
-// Collect agrees with Describe.
-func scrape(t testing.TB, c *metrics.Collector) snapshot {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(c); err != nil {
-		t.Fatalf("Register: %v", err)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("Gather: %v", err)
-	}
-	s := snapshot{}
-	for _, mf := range mfs {
-		s[mf.GetName()] = mf
-	}
-	return s
-}
-
-// labels returns m's labels as a map.
-func labels(m *dto.Metric) map[string]string {
-	l := map[string]string{}
-	for _, p := range m.GetLabel() {
-		l[p.GetName()] = p.GetValue()
-	}
-	return l
-}
-
-// get returns the value of the series of family name whose labels are the
-// name/value pairs kv (a histogram's value is its sample count), and whether
-// there is one.
-func (s snapshot) get(name string, kv ...string) (float64, bool) {
-	want := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		want[kv[i]] = kv[i+1]
-	}
-	for _, m := range s[name].GetMetric() {
-		l := labels(m)
-		if len(l) != len(want) {
-			continue
-		}
-		match := true
-		for k, v := range want {
-			if l[k] != v {
-				match = false
-			}
-		}
-		if !match {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue(), true
-		case m.Gauge != nil:
-			return m.Gauge.GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount()), true
-		}
-	}
-	return 0, false
-}
-
-// must is get for a series that must exist.
-func (s snapshot) must(t testing.TB, name string, kv ...string) float64 {
-	t.Helper()
-	v, ok := s.get(name, kv...)
-	if !ok {
-		t.Fatalf("no series %s%v", name, kv)
-	}
-	return v
-}
-
-// pairs returns the distinct (route, rule) label pairs of family name.
-func (s snapshot) pairs(name string) map[[2]string]bool {
-	p := map[[2]string]bool{}
-	for _, m := range s[name].GetMetric() {
-		l := labels(m)
-		p[[2]string{l["route"], l["rule"]}] = true
-	}
-	return p
-}
-
-// sum returns the sum of every series of counter family name.
-func (s snapshot) sum(name string) float64 {
-	var total float64
-	for _, m := range s[name].GetMetric() {
-		total += m.GetCounter().GetValue()
-	}
-	return total
-}
-
 func TestMetricLabels(t *testing.T) {
 	t.Parallel()
 	c := metrics.New()
@@ -173,7 +72,7 @@ func TestMetricLabels(t *testing.T) {
 		denyCache: {dto.MetricType_COUNTER, []string{"route", "rule"}},
 		breaker:   {dto.MetricType_GAUGE, []string{"route", "rule"}},
 	}
-	s := scrape(t, c)
+	s := promtest.Scrape(t, c)
 	if len(s) != len(want) {
 		t.Errorf("%d metric families, want %d: %v", len(s), len(want), slices.Sorted(maps.Keys(s)))
 	}
@@ -207,7 +106,7 @@ func TestMetricLabels(t *testing.T) {
 	// Every outcome's series exists from the first decision of the pair, at
 	// zero, so that rate() has a starting point.
 	for _, o := range []string{"allowed", "limited", "shadow_limited", "error", "fallback"} {
-		if _, ok := s.get(decisions, "route", "GET /api/coupon/claim", "rule", "coupon:claim", "decision", o); !ok {
+		if _, ok := s.Get(decisions, "route", "GET /api/coupon/claim", "rule", "coupon:claim", "decision", o); !ok {
 			t.Errorf("no %s series for decision=%q", decisions, o)
 		}
 	}
@@ -251,13 +150,13 @@ func TestOutcomes(t *testing.T) {
 			t.Parallel()
 			c := metrics.New()
 			c.Observe(t.Context(), tt.event)
-			s := scrape(t, c)
+			s := promtest.Scrape(t, c)
 			for _, o := range []string{"allowed", "limited", "shadow_limited", "error", "saturated", "fallback", "client_gone"} {
 				want := 0.0
 				if o == tt.want {
 					want = 1
 				}
-				if got := s.must(t, decisions, "route", "GET /a", "rule", "a", "decision", o); got != want {
+				if got := s.Must(t, decisions, "route", "GET /a", "rule", "a", "decision", o); got != want {
 					t.Errorf("decision=%q: %v, want %v", o, got, want)
 				}
 			}
@@ -275,13 +174,13 @@ func TestOutcomes(t *testing.T) {
 				c.Observe(t.Context(), ev("POST /b", "b", *d))
 			}
 		}
-		s := scrape(t, c)
+		s := promtest.Scrape(t, c)
 		for o, want := range map[string]float64{"allowed": 7, "limited": 5, "shadow_limited": 4, "error": 3, "fallback": 3, "saturated": 6} {
-			if got := s.must(t, decisions, "route", "POST /b", "rule", "b", "decision", o); got != want {
+			if got := s.Must(t, decisions, "route", "POST /b", "rule", "b", "decision", o); got != want {
 				t.Errorf("decision=%q: %v, want %v", o, got, want)
 			}
 		}
-		if got := s.must(t, latency, "route", "POST /b", "rule", "b"); got != 28 {
+		if got := s.Must(t, latency, "route", "POST /b", "rule", "b"); got != 28 {
 			t.Errorf("%s count: %v, want 28 (every decision)", latency, got)
 		}
 	})
@@ -313,7 +212,7 @@ func TestNearLimit(t *testing.T) {
 			t.Parallel()
 			c := metrics.New(tt.opts...)
 			c.Observe(t.Context(), ev("GET /a", "a", tt.d))
-			if got := scrape(t, c).must(t, nearLimit, "route", "GET /a", "rule", "a"); got != tt.want {
+			if got := promtest.Scrape(t, c).Must(t, nearLimit, "route", "GET /a", "rule", "a"); got != tt.want {
 				t.Errorf("%s = %v, want %v", nearLimit, got, tt.want)
 			}
 		})
@@ -329,16 +228,16 @@ func TestDenyCacheHits(t *testing.T) {
 		c.Observe(t.Context(), ev("GET /a", "a", d))
 	}
 	c.Observe(t.Context(), ev("GET /b", "b", limited))
-	s := scrape(t, c)
+	s := promtest.Scrape(t, c)
 	for _, tt := range []struct {
 		route, rule string
 		want        float64
 	}{{"GET /a", "a", 3}, {"GET /b", "b", 0}} {
-		if got := s.must(t, denyCache, "route", tt.route, "rule", tt.rule); got != tt.want {
+		if got := s.Must(t, denyCache, "route", tt.route, "rule", tt.rule); got != tt.want {
 			t.Errorf("%s{route=%q}: %v, want %v", denyCache, tt.route, got, tt.want)
 		}
 	}
-	if got := s.must(t, decisions, "route", "GET /a", "rule", "a", "decision", "limited"); got != 4 {
+	if got := s.Must(t, decisions, "route", "GET /a", "rule", "a", "decision", "limited"); got != 4 {
 		t.Errorf("limited: %v, want 4 (a cached rejection is a rejection)", got)
 	}
 }
@@ -362,11 +261,11 @@ func TestBreakerGauge(t *testing.T) {
 		e := ev(st.route, "r", failedOpen)
 		e.Breaker = st.state
 		c.Observe(t.Context(), e)
-		if got := scrape(t, c).must(t, breaker, "route", st.route, "rule", "r"); got != st.want {
+		if got := promtest.Scrape(t, c).Must(t, breaker, "route", st.route, "rule", "r"); got != st.want {
 			t.Errorf("step %d: %s{route=%q} after %q: %v, want %v", i, breaker, st.route, st.state, got, st.want)
 		}
 	}
-	if got := scrape(t, c).must(t, breaker, "route", "GET /b", "rule", "r"); got != 0 {
+	if got := promtest.Scrape(t, c).Must(t, breaker, "route", "GET /b", "rule", "r"); got != 0 {
 		t.Errorf("%s{route=GET /b}: %v, want 0", breaker, got)
 	}
 }
@@ -379,7 +278,7 @@ func TestLatencyHistogram(t *testing.T) {
 		e.Latency = d
 		c.Observe(t.Context(), e)
 	}
-	mf := scrape(t, c)[latency]
+	mf := promtest.Scrape(t, c)[latency]
 	if len(mf.GetMetric()) != 1 {
 		t.Fatalf("%d series, want 1", len(mf.GetMetric()))
 	}
@@ -422,9 +321,9 @@ func TestMaxSeries(t *testing.T) {
 	c.Observe(t.Context(), ev("GET /tenant-0/orders", "orders", limited))
 	c.Observe(t.Context(), ev("GET /tenant-4999/orders", "orders", limited))
 
-	s := scrape(t, c)
+	s := promtest.Scrape(t, c)
 	for _, name := range []string{decisions, latency, nearLimit, denyCache, breaker} {
-		pairs := s.pairs(name)
+		pairs := s.Pairs(name)
 		if len(pairs) > metrics.DefaultMaxSeries+1 {
 			t.Errorf("%s: %d (route, rule) pairs, want at most %d", name, len(pairs), metrics.DefaultMaxSeries+1)
 		}
@@ -445,14 +344,14 @@ func TestMaxSeries(t *testing.T) {
 		{metrics.Other, metrics.Other, "allowed", routes - metrics.DefaultMaxSeries},
 		{metrics.Other, metrics.Other, "limited", 1},
 	} {
-		if got := s.must(t, decisions, "route", tt.route, "rule", tt.rule, "decision", tt.decision); got != tt.want {
+		if got := s.Must(t, decisions, "route", tt.route, "rule", tt.rule, "decision", tt.decision); got != tt.want {
 			t.Errorf("%s{route=%q,decision=%q}: %v, want %v", decisions, tt.route, tt.decision, got, tt.want)
 		}
 	}
-	if _, ok := s.get(decisions, "route", "GET /tenant-1000/orders", "rule", "orders", "decision", "allowed"); ok {
+	if _, ok := s.Get(decisions, "route", "GET /tenant-1000/orders", "rule", "orders", "decision", "allowed"); ok {
 		t.Errorf("the 1001st route has its own series")
 	}
-	if got := s.sum(decisions); got != routes+2 {
+	if got := s.Sum(decisions); got != routes+2 {
 		t.Errorf("sum of %s: %v, want %d: folding must not lose decisions", decisions, got, routes+2)
 	}
 }
@@ -469,9 +368,9 @@ func TestMaxSeriesCountsPairs(t *testing.T) {
 	} {
 		c.Observe(t.Context(), e)
 	}
-	s := scrape(t, c)
+	s := promtest.Scrape(t, c)
 	want := map[[2]string]bool{{"GET /a", "x"}: true, {"GET /a", "y"}: true, {metrics.Other, metrics.Other}: true}
-	if got := s.pairs(decisions); !maps.Equal(got, want) {
+	if got := s.Pairs(decisions); !maps.Equal(got, want) {
 		t.Errorf("pairs %v, want %v", got, want)
 	}
 	for _, tt := range []struct {
@@ -483,7 +382,7 @@ func TestMaxSeriesCountsPairs(t *testing.T) {
 		{"GET /a", "y", "limited", 1},
 		{metrics.Other, metrics.Other, "allowed", 1},
 	} {
-		if got := s.must(t, decisions, "route", tt.route, "rule", tt.rule, "decision", tt.decision); got != tt.want {
+		if got := s.Must(t, decisions, "route", tt.route, "rule", tt.rule, "decision", tt.decision); got != tt.want {
 			t.Errorf("%s{route=%q,rule=%q,decision=%q}: %v, want %v", decisions, tt.route, tt.rule, tt.decision, got, tt.want)
 		}
 	}
@@ -499,12 +398,12 @@ func TestUnmatchedRoute(t *testing.T) {
 	}
 	c.Observe(t.Context(), ev("GET ", "nf", limited))
 	c.Observe(t.Context(), ev("", "policy", allowed)) // outside gin: kept as it is
-	s := scrape(t, c)
+	s := promtest.Scrape(t, c)
 	want := map[[2]string]bool{{metrics.Unmatched, "nf"}: true, {"", "policy"}: true}
-	if got := s.pairs(decisions); !maps.Equal(got, want) {
+	if got := s.Pairs(decisions); !maps.Equal(got, want) {
 		t.Errorf("pairs %v, want %v", got, want)
 	}
-	if got := s.must(t, decisions, "route", metrics.Unmatched, "rule", "nf", "decision", "allowed"); got != 100 {
+	if got := s.Must(t, decisions, "route", metrics.Unmatched, "rule", "nf", "decision", "allowed"); got != 100 {
 		t.Errorf("unmatched allowed: %v, want 100", got)
 	}
 }
@@ -513,7 +412,7 @@ func TestInvalidUTF8Label(t *testing.T) {
 	t.Parallel()
 	c := metrics.New()
 	c.Observe(t.Context(), ev("GET /caf\xe9", "r\xff", allowed)) // must not panic
-	for p := range scrape(t, c).pairs(decisions) {
+	for p := range promtest.Scrape(t, c).Pairs(decisions) {
 		if !utf8.ValidString(p[0]) || !utf8.ValidString(p[1]) {
 			t.Errorf("label values %q are not valid UTF-8", p)
 		}
@@ -595,11 +494,11 @@ func TestConcurrentObserve(t *testing.T) {
 	close(stop)
 	scrapes.Wait()
 
-	s := scrape(t, c)
-	if got, want := s.sum(decisions), float64(goroutines*each); got != want {
+	s := promtest.Scrape(t, c)
+	if got, want := s.Sum(decisions), float64(goroutines*each); got != want {
 		t.Errorf("sum of %s: %v, want %v", decisions, got, want)
 	}
-	if got := len(s.pairs(decisions)); got != maxSeries+1 {
+	if got := len(s.Pairs(decisions)); got != maxSeries+1 {
 		t.Errorf("%d pairs, want %d", got, maxSeries+1)
 	}
 	var count uint64
@@ -613,151 +512,3 @@ func TestConcurrentObserve(t *testing.T) {
 
 // TestEndToEnd runs real routes on gin and miniredis with the collector as
 // their observer, and reads the counters back from /metrics.
-func TestEndToEnd(t *testing.T) {
-	t.Parallel()
-	const (
-		userID   = "user-7f3a9c"
-		clientIP = "203.0.113.77"
-	)
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	dead := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { _ = dead.Close() })
-
-	collector := metrics.New()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector)
-
-	r := gin.New()
-	r.Use(func(c *gin.Context) { // the application's own authentication
-		if u := c.GetHeader("X-User"); u != "" {
-			c.Set("user_id", u)
-		}
-	})
-	observe := ginlimit.Observe(collector.Observe)
-	// These routes have no Limiter, so no reset subscription, and their
-	// deny caches learn at once; DefaultMaxStaleness keeps what they
-	// learned for the few milliseconds the steps take.
-	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	r.GET("/api/coupon/claim", ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Timeout(5*time.Second),
-		ginlimit.Key("coupon:claim:"), ginlimit.Window(time.Minute), ginlimit.Limit(2),
-		ginlimit.Type(ginlimit.User), ginlimit.UserIdentity(identity.FromContext("user_id"))), ok)
-	r.GET("/merchant/:id", ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Timeout(5*time.Second),
-		ginlimit.Key("merchant:"), ginlimit.Window(time.Minute), ginlimit.Limit(3),
-		ginlimit.Type(ginlimit.IP)), ok)
-	r.GET("/report", ginlimit.RateLimit(ginlimit.Redis(dead), observe,
-		ginlimit.Key("report:"), ginlimit.Timeout(time.Second), ginlimit.OnFailure(ginlimit.FailOpen)), ok)
-	r.NoRoute(ginlimit.RateLimit(ginlimit.Redis(rdb), observe, ginlimit.Timeout(5*time.Second), ginlimit.Key("notfound:"), ginlimit.Limit(100)),
-		func(c *gin.Context) { c.String(http.StatusNotFound, "not found") })
-	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
-
-	steps := []struct {
-		method, target, user string
-		status               int
-	}{
-		{"GET", "/api/coupon/claim", userID, 200},
-		{"GET", "/api/coupon/claim", userID, 200},
-		{"GET", "/api/coupon/claim", userID, 429}, // the deny cache answers: the quota was used up
-		{"GET", "/api/coupon/claim", userID, 429},
-		{"GET", "/api/coupon/claim", "", 401}, // no identity: counted nowhere
-		{"GET", "/merchant/1", "", 200},
-		{"GET", "/merchant/2", "", 200},
-		{"GET", "/merchant/3", "", 200},
-		{"GET", "/merchant/4", "", 429},
-		{"GET", "/report", "", 200}, // Redis down, fail open
-		{"GET", "/report", "", 200},
-		{"GET", "/report", "", 200},
-		{"GET", "/report", "", 200},
-		{"GET", "/report", "", 200}, // DefaultBreakerFailures: the fifth failure opens the breaker
-		{"GET", "/report", "", 200}, // answered by the open breaker
-		{"BREW", "/coffee", "", 404},
-		{"GET", "/nowhere", "", 404},
-	}
-	for i, st := range steps {
-		req := httptest.NewRequest(st.method, st.target, nil)
-		req.RemoteAddr = clientIP + ":4711"
-		if st.user != "" {
-			req.Header.Set("X-User", st.user)
-		}
-		w := httptest.NewRecorder()
-		r.ServeHTTP(w, req)
-		if w.Code != st.status {
-			t.Fatalf("step %d: %s %s: status %d, want %d; body %s", i, st.method, st.target, w.Code, st.status, w.Body)
-		}
-	}
-
-	s := scrape(t, collector)
-	for _, tt := range []struct {
-		name        string
-		route, rule string
-		decision    string
-		want        float64
-	}{
-		{decisions, "GET /api/coupon/claim", "coupon:claim", "allowed", 2},
-		{decisions, "GET /api/coupon/claim", "coupon:claim", "limited", 2},
-		{decisions, "GET /merchant/:id", "merchant", "allowed", 3},
-		{decisions, "GET /merchant/:id", "merchant", "limited", 1},
-		{decisions, "GET /report", "report", "error", 6},
-		{decisions, "GET /report", "report", "allowed", 0},
-		{decisions, metrics.Unmatched, "notfound", "allowed", 2},
-		{latency, "GET /api/coupon/claim", "coupon:claim", "", 4},
-		{latency, "GET /merchant/:id", "merchant", "", 4},
-		{nearLimit, "GET /api/coupon/claim", "coupon:claim", "", 1}, // 0 of 2 left
-		{nearLimit, "GET /merchant/:id", "merchant", "", 1},         // 0 of 3 left
-		{denyCache, "GET /api/coupon/claim", "coupon:claim", "", 2},
-		{denyCache, "GET /merchant/:id", "merchant", "", 1},
-		{breaker, "GET /report", "report", "", 1},
-		{breaker, "GET /merchant/:id", "merchant", "", 0},
-	} {
-		kv := []string{"route", tt.route, "rule", tt.rule}
-		if tt.decision != "" {
-			kv = append(kv, "decision", tt.decision)
-		}
-		if got := s.must(t, tt.name, kv...); got != tt.want {
-			t.Errorf("%s%v: %v, want %v", tt.name, kv, got, tt.want)
-		}
-	}
-	if got := s.sum(decisions); got != 16 {
-		t.Errorf("sum of %s: %v, want 16 (every request but the 401)", decisions, got)
-	}
-
-	// No label, and nothing in the exposition, names the client.
-	w := httptest.NewRecorder()
-	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	body, _ := io.ReadAll(w.Body)
-	if !strings.Contains(string(body), decisions+"{") {
-		t.Fatalf("/metrics has no %s:\n%s", decisions, body)
-	}
-	secrets := []string{userID, clientIP, "/merchant/1", "BREW", "/coffee", "/nowhere"}
-	for _, secret := range secrets {
-		if strings.Contains(string(body), secret) {
-			t.Errorf("/metrics contains %q", secret)
-		}
-	}
-	for name, mf := range s {
-		for _, m := range mf.GetMetric() {
-			for _, p := range m.GetLabel() {
-				for _, secret := range secrets {
-					if strings.Contains(p.GetValue(), secret) {
-						t.Errorf("%s: label %s=%q contains %q", name, p.GetName(), p.GetValue(), secret)
-					}
-				}
-			}
-		}
-	}
-}
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
