@@ -276,21 +276,6 @@ func (h *Hub) Lose() {
 	}
 }
 
-// learnable reports whether a deny cache may keep what a call that started
-// at generation gen proved: the subscription is up and nothing was reset or
-// lost while the call was out.
-func (h *Hub) learnable(gen uint64) bool {
-	return h == nil || h.live.Load() && h.gen.Load() == gen
-}
-
-// generation returns the hub's generation, for learnable; 0 without a hub.
-func (h *Hub) generation() uint64 {
-	if h == nil {
-		return 0
-	}
-	return h.gen.Load()
-}
-
 // Track makes the hub keep c and l coherent (either may be nil). It holds
 // them weakly: once nothing else refers to them, they go.
 func (h *Hub) Track(c *DenyCache, l *Buckets) {

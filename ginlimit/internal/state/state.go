@@ -1,10 +1,158 @@
+// Package state holds what an instance of ginlimit keeps in process that
+// follows Redis: the deny cache (certain refusals answered without a call),
+// the FailLocal fallback's token buckets, and the in-flight rules' local
+// slot counts. Each is a map per Redis key on one sharded map, [Shards].
+//
+// Nothing here knows rules, requests or HTTP: callers hand in keys, costs
+// and what Redis answered ([Answer]), and get back what the state proves.
+
 package state
 
 import (
 	"context"
+	"hash/maphash"
+	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// numShards is how many independently locked parts a [Shards] has: enough
+// that goroutines on different keys seldom wait for each other, few enough
+// that a count or a clear over every part stays cheap.
+const numShards = 16
+
+// Shards is a map from string keys to values of type V, split into parts
+// that are locked independently. A part's keys are chosen by a hash with a
+// seed of its own, so that no client can aim its keys at one part. Each
+// part may be bounded: it then holds about keys/numShards keys, and its
+// user makes room ([Shard.Evict]) before it inserts into a full part.
+//
+// The zero value is not usable; make one with [NewShards]. Shards must not
+// be copied. It is safe for concurrent use through the locks of its parts.
+type Shards[V any] struct {
+	seed  maphash.Seed
+	parts [numShards]Shard[V]
+}
+
+// Shard is one part of a [Shards]: a map guarded by its own lock. Get and
+// Len need the read lock, or the lock; the other methods need the lock.
+type Shard[V any] struct {
+	sync.RWMutex
+	m     map[string]V
+	bound int // most keys before Full; 0: unbounded
+}
+
+// NewShards returns an empty map that holds about keys keys in all (at
+// least one per part), or any number when keys is 0.
+func NewShards[V any](keys int) *Shards[V] {
+	s := &Shards[V]{seed: maphash.MakeSeed()}
+	bound := 0
+	if keys > 0 {
+		bound = max(1, (keys+numShards-1)/numShards)
+	}
+	for i := range s.parts {
+		s.parts[i].m = make(map[string]V)
+		s.parts[i].bound = bound
+	}
+	return s
+}
+
+// Shard returns the part that holds key.
+func (s *Shards[V]) Shard(key string) *Shard[V] {
+	return &s.parts[maphash.String(s.seed, key)%numShards]
+}
+
+// Len returns the number of keys held in every part.
+func (s *Shards[V]) Len() int {
+	n := 0
+	for i := range s.parts {
+		p := &s.parts[i]
+		p.RLock()
+		n += len(p.m)
+		p.RUnlock()
+	}
+	return n
+}
+
+// Clear drops every key of every part.
+func (s *Shards[V]) Clear() {
+	for i := range s.parts {
+		p := &s.parts[i]
+		p.Lock()
+		clear(p.m)
+		p.Unlock()
+	}
+}
+
+// Delete drops key, taking its part's lock.
+func (s *Shards[V]) Delete(key string) {
+	p := s.Shard(key)
+	p.Lock()
+	defer p.Unlock()
+	delete(p.m, key)
+}
+
+// Get returns key's value and whether it is held.
+func (p *Shard[V]) Get(key string) (V, bool) {
+	v, ok := p.m[key]
+	return v, ok
+}
+
+// Put sets key's value.
+func (p *Shard[V]) Put(key string, v V) { p.m[key] = v }
+
+// Delete drops key.
+func (p *Shard[V]) Delete(key string) { delete(p.m, key) }
+
+// Len returns the number of keys the part holds.
+func (p *Shard[V]) Len() int { return len(p.m) }
+
+// Full reports whether the part is bounded and holds its bound, so that
+// one more key needs room made first.
+func (p *Shard[V]) Full() bool { return p.bound > 0 && len(p.m) >= p.bound }
+
+// Pick is what an eviction does with a key it looks at (see [Shard.Evict]).
+type Pick int
+
+const (
+	// Busy keys stay: something still depends on them.
+	Busy Pick = iota
+	// Stale keys go: dropping them changes nothing a caller could see.
+	Stale
+	// Idle keys may go, one of them, when dropping the stale ones made no
+	// room.
+	Idle
+)
+
+// evictSample is how many keys an eviction looks at.
+const evictSample = 8
+
+// Evict makes room in a full part for one more key. It looks at a few
+// keys only (map order is random, so they are a sample, and an insert
+// costs O(1) however large the part): judge says what each is. The stale
+// ones go; if the part is still full, the first idle one goes. Busy keys
+// stay, so a part whose sampled keys are all busy holds one more than its
+// bound for a while rather than drop what a caller still uses.
+func (p *Shard[V]) Evict(judge func(key string, v V) Pick) {
+	seen, victim, found := 0, "", false
+	for k, v := range p.m {
+		switch judge(k, v) {
+		case Stale:
+			delete(p.m, k)
+		case Idle:
+			if !found {
+				victim, found = k, true
+			}
+		}
+		if seen++; seen == evictSample {
+			break
+		}
+	}
+	if found && p.Full() {
+		delete(p.m, victim)
+	}
+}
 
 // Answer is what Redis answered for one key: the remaining quota, how long
 // until it can grow, and Redis's clock when it answered. A refusal the deny
@@ -392,4 +540,246 @@ func (c *DenyCache) Drain(key string) int64 {
 	}
 	s.Delete(key)
 	return k.Swap(0)
+}
+
+// learnable reports whether a deny cache may keep what a call that started
+// at generation gen proved: the subscription is up and nothing was reset or
+// lost while the call was out.
+func (h *Hub) learnable(gen uint64) bool {
+	return h == nil || h.live.Load() && h.gen.Load() == gen
+}
+
+// generation returns the hub's generation, for learnable; 0 without a hub.
+func (h *Hub) generation() uint64 {
+	if h == nil {
+		return 0
+	}
+	return h.gen.Load()
+}
+
+// Buckets is the in-process fallback of one rule, which decides while
+// Redis cannot: a token bucket per key, holding at most share units and
+// refilling share per window.
+//
+// It continues from what Redis last said, never from a full budget: each
+// answer Redis gives for a key (Learn) sets the key's bucket to the
+// remaining it reported (at most share), less what the fallback admitted on
+// the key within the window before, and the refill starts only when that
+// answer said quota grows (its Reset). So a key Redis has answered for
+// keeps its last known remaining, a key it refused stays refused until its
+// reset, and a ban Redis reported holds (Banned). Only a key it has never
+// seen here (or has forgotten, see below) starts with share units.
+//
+// The bucket of a key whose last answer left it at share or more is not
+// kept: a new bucket holds share. It holds about the keys it was made
+// with; a full part evicts, of a few keys looked at, those whose bucket is
+// full again (forgetting them changes nothing), or else one at random. A
+// bucket mirrors a Redis answer for at most the answer's reset plus one
+// window (the time to refill). golang.org/x/time/rate cannot start a
+// bucket's refill at a later time, which continuing from a refusal needs,
+// so the bucket is written here. It is safe for concurrent use.
+type Buckets struct {
+	share  float64
+	perNs  float64 // refill, units per nanosecond; +Inf for a ban
+	window int64   // ns
+	base   time.Time
+	keys   *Shards[*bucket]
+}
+
+// bucket is one key's bucket. Times are ns since the Buckets' base.
+type bucket struct {
+	tokens   float64 // as of at
+	at       int64
+	from     int64   // the refill starts no earlier
+	redisAt  int64   // Redis's time (µs) of the answer it continues from
+	owed     float64 // units the fallback admitted, charged to Redis's answers
+	owedTill int64   // until then (a window after the last of them)
+}
+
+// NewBuckets returns the fallback of a rule of limit per window over
+// instances instances, holding about keys keys.
+func NewBuckets(limit, instances int, window time.Duration, keys int) *Buckets {
+	share := float64(max(1, limit/instances))
+	return newBuckets(share, share/float64(window), window, keys)
+}
+
+// NewBans returns the fallback's memory of the bans of a rule's ban,
+// holding about keys keys: a key is banned until its bucket's refill
+// starts, as Redis last reported (Learn, Banned).
+func NewBans(keys int) *Buckets {
+	return newBuckets(1, math.Inf(1), 0, keys)
+}
+
+func newBuckets(share, perNs float64, window time.Duration, keys int) *Buckets {
+	return &Buckets{share: share, perNs: perNs, window: int64(window), base: time.Now(), keys: NewShards[*bucket](keys)}
+}
+
+func (l *Buckets) ns(t time.Time) int64 { return int64(t.Sub(l.base)) }
+
+// refill brings b's tokens up to now.
+func (l *Buckets) refill(b *bucket, now int64) {
+	start := max(b.at, b.from)
+	if now > start {
+		b.tokens = min(l.share, b.tokens+float64(now-start)*l.perNs)
+	}
+	b.at = max(b.at, now)
+}
+
+// refillTime is how long a bucket takes to refill n units.
+func (l *Buckets) refillTime(n float64) time.Duration {
+	return time.Duration(math.Ceil(n / l.perNs))
+}
+
+// UnitRefill returns how long a bucket takes to refill one unit: the reset
+// of a decision the fallback admitted.
+func (l *Buckets) UnitRefill() time.Duration { return l.refillTime(1) }
+
+// bucket returns key's bucket, made full (share) when there is none, and
+// making room for it when its part is full. The part's lock is held.
+func (l *Buckets) bucket(s *Shard[*bucket], key string, now int64) *bucket {
+	if b, _ := s.Get(key); b != nil {
+		return b
+	}
+	if s.Full() {
+		s.Evict(func(_ string, b *bucket) Pick {
+			if l.refill(b, now); b.tokens >= l.share && now >= b.owedTill {
+				return Stale
+			}
+			return Idle
+		})
+	}
+	b := &bucket{tokens: l.share, at: now}
+	s.Put(key, b)
+	return b
+}
+
+// Take takes cost units from key's bucket at t, if it holds them, and
+// returns the units left; otherwise how long until it could.
+func (l *Buckets) Take(key string, t time.Time, cost int) (left int, retry time.Duration, ok bool) {
+	now := l.ns(t)
+	s := l.keys.Shard(key)
+	s.Lock()
+	defer s.Unlock()
+	b := l.bucket(s, key, now)
+	l.refill(b, now)
+	c := float64(cost)
+	if c > l.share {
+		return int(b.tokens), l.refillTime(c), false
+	}
+	if b.tokens < c {
+		wait := max(b.from-now, 0)
+		return int(b.tokens), time.Duration(wait) + l.refillTime(c-b.tokens), false
+	}
+	b.tokens -= c
+	b.owed += c
+	b.owedTill = now + l.window
+	return int(b.tokens), 0, true
+}
+
+// Give returns cost units that Take took (all or none: a later rule
+// refused the request).
+func (l *Buckets) Give(key string, cost int) {
+	s := l.keys.Shard(key)
+	s.Lock()
+	defer s.Unlock()
+	if b, _ := s.Get(key); b != nil {
+		b.tokens = min(l.share, b.tokens+float64(cost))
+		b.owed = max(0, b.owed-float64(cost))
+	}
+}
+
+// Banned returns how long key's ban has left at t, as Redis last
+// reported it; 0 when there is none.
+func (l *Buckets) Banned(key string, t time.Time) time.Duration {
+	now := l.ns(t)
+	s := l.keys.Shard(key)
+	s.Lock()
+	defer s.Unlock()
+	if b, _ := s.Get(key); b != nil && b.from > now && b.tokens < 1 {
+		return time.Duration(b.from - now)
+	}
+	return 0
+}
+
+// Learn sets key's bucket from a, Redis's answer to a call sent at sent:
+// to the remaining a reports, less what the fallback admitted in the
+// window before, with the refill from a's reset on. An answer older (on
+// Redis's clock) than the one the bucket has is ignored.
+func (l *Buckets) Learn(key string, a Answer, sent time.Time) {
+	remaining := float64(a.Remaining)
+	s := l.keys.Shard(key)
+	s.Lock()
+	defer s.Unlock()
+	b, _ := s.Get(key)
+	now := l.ns(sent)
+	if b == nil && remaining >= l.share {
+		return // a new bucket holds share: nothing to keep
+	}
+	at := a.At.UnixMicro()
+	if b == nil {
+		b = l.bucket(s, key, now)
+	} else if at < b.redisAt {
+		return
+	}
+	if now >= b.owedTill {
+		b.owed = 0
+	}
+	b.redisAt, b.at = at, now
+	b.tokens = max(0, min(l.share, remaining-b.owed))
+	b.from = now + int64(a.Reset)
+}
+
+// Forget drops key's bucket (a reset): its next decision starts from a
+// full bucket.
+func (l *Buckets) Forget(key string) { l.keys.Delete(key) }
+
+// Slots is an in-flight rule's in-process count of slots per key, its
+// fallback while Redis cannot decide: at most n per key in this process,
+// counting the slots this process holds in Redis (Hold) with those the
+// fallback gave (Take). A key is kept only while a slot of it is held, so
+// it needs no bound of its own: it holds at most as many keys as requests
+// are in flight. It is safe for concurrent use.
+type Slots struct {
+	n    int
+	keys *Shards[int]
+}
+
+// NewSlots returns a count of at most n slots per key.
+func NewSlots(n int) *Slots {
+	return &Slots{n: n, keys: NewShards[int](0)}
+}
+
+// Hold counts a slot of key that Redis granted: it takes one whether or
+// not the cap has room, so that Take sees it.
+func (l *Slots) Hold(key string) {
+	s := l.keys.Shard(key)
+	s.Lock()
+	defer s.Unlock()
+	held, _ := s.Get(key)
+	s.Put(key, held+1)
+}
+
+// Take takes a slot of key if one is free, and returns how many are left.
+func (l *Slots) Take(key string) (int, bool) {
+	s := l.keys.Shard(key)
+	s.Lock()
+	defer s.Unlock()
+	held, _ := s.Get(key)
+	if held >= l.n {
+		return 0, false
+	}
+	s.Put(key, held+1)
+	return l.n - held - 1, true
+}
+
+// Give gives back a slot of key.
+func (l *Slots) Give(key string) {
+	s := l.keys.Shard(key)
+	s.Lock()
+	defer s.Unlock()
+	if held, _ := s.Get(key); held > 1 {
+		s.Put(key, held-1)
+	} else {
+		s.Delete(key)
+	}
 }
