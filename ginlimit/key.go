@@ -36,8 +36,8 @@ const hexDigits = "0123456789ABCDEF"
 
 // charset says which bytes of a text stand for themselves in a key; the
 // others are percent-encoded. It is a value, not a func(byte) bool, so that
-// the per-byte test is inlined: a call through a func value per byte was a
-// third of building a key.
+// the per-byte test is inlined: building a key tests every byte of its
+// text, and a call through a func value per byte would dominate it.
 type charset uint8
 
 const (

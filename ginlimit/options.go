@@ -35,17 +35,9 @@ const (
 	// FailLocal's fallback answers.
 	//
 	// 250 ms is the shortest bound that took no healthy decision for a
-	// Redis failure in any run on a loaded 2-core machine (load average
-	// 4-14: busy loops, test suites under -race, 64 goroutines deciding
-	// paced or flat out, Redis on the same cores). Per Timeout, with
-	// Redis SIGSTOPped: the p99 wait of a decision was 42 ms at 20 ms,
-	// 103 ms at 50 ms, 205 ms at 100 ms, 510 ms at 250 ms and 2,033 ms at
-	// 1 s. With Redis healthy and the machine loaded, the decisions taken
-	// for Redis failures (and the breaker's fast failures that follow them)
-	// were 0.9-4.5% at 20 ms, up to 0.5% at 50 ms, up to 1.1% paced and
-	// 10% flat out at 100 ms, and none at 250 ms or 1 s; at 250 ms at most
-	// 0.024% were saturated (flat out), none when paced. So 250 ms costs a
-	// quarter of 1 s's wait during an outage and no false failure.
+	// Redis failure on a loaded machine, and it bounds an outage's wait
+	// to a quarter of what 1 s does; docs/operations.md gives the
+	// measurements per Timeout.
 	DefaultTimeout = 250 * time.Millisecond
 	// DefaultDenyCacheSize is how many rejected keys a rule remembers in
 	// process when no [DenyCache] is given.

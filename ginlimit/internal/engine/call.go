@@ -264,7 +264,7 @@ var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", cont
 //
 // A call shares its deadline with every call of the engine that starts
 // within the same step, so a call pays for no context, timer or channel of
-// its own (context.WithTimeout costs four allocations and a timer on every
+// its own (context.WithTimeout allocates and starts a timer on every
 // call). The price: once a call is on the wire, the request's cancellation
 // no longer ends it early, only its deadline and the Timeout do; the
 // script runs in Redis all the same, and its answer is still read. A
