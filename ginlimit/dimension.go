@@ -234,7 +234,8 @@ func (d dim) describe() string {
 // values gets its own count, such as Per(ginlimit.User,
 // ginlimit.ByParam("id")) for "one claim per user per voucher". Per() and
 // Per(Method) count the whole route; Per(d) is [Type](d). At most 4
-// dimensions, none twice, and Method only alone. Text from the request is
+// dimensions, none twice, no two of one name (the name keys
+// [Target.Values]), and Method only alone. Text from the request is
 // escaped and bounded in keys as user ids are (see docs/design.md, Keys).
 // That bounds each key's length, not how many keys there are: see
 // [ByParam] and [ByHeader] for values the client chooses.
@@ -266,8 +267,13 @@ func setDims(r *ruleConfig, what string, dims []Dimension) error {
 			continue
 		}
 		for _, e := range ds {
-			if e.label == d.label {
+			switch {
+			case e.label == d.label:
 				return fmt.Errorf("%s: %s is given twice", what, d.describe())
+			case d.name != "" && e.name == d.name:
+				// Target.Values is keyed by the name: one name for two
+				// dimensions would make a count no Target can name.
+				return fmt.Errorf("%s: %s and %s share the name %q, which Target.Values keys them by: give each its own", what, e.describe(), d.describe(), d.name)
 			}
 		}
 		anon = anon || d.anon

@@ -3,6 +3,7 @@ package ginlimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -170,7 +171,11 @@ func defaults() config {
 // with returns c with opts applied, and every invalid option's error.
 func (c config) with(opts []Option) (config, error) {
 	var errs []error
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("option %d is nil", i+1))
+			continue
+		}
 		if err := o.apply(&c); err != nil {
 			errs = append(errs, err)
 		}
@@ -182,6 +187,11 @@ func (c config) with(opts []Option) (config, error) {
 type ruleGroup []RuleOption
 
 func (g ruleGroup) apply(c *config) error {
+	for i, o := range g {
+		if o == nil {
+			return fmt.Errorf("Rule: option %d is nil", i+1)
+		}
+	}
 	c.rules = append(c.rules[:len(c.rules):len(c.rules)], g)
 	return nil
 }

@@ -1,0 +1,102 @@
+package ginlimit
+
+// Findings of an attack on the public surface after the restructure: each
+// test failed before its fix.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+)
+
+// panicText runs f and returns the text of its panic, or "" if it did not
+// panic.
+func panicText(f func()) (s string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s = fmt.Sprint(r)
+		}
+	}()
+	f()
+	return ""
+}
+
+// TestNilOptionIsAConfigurationError: a nil Option (a nil entry of an
+// []Option built by the application, say) is reported like any other
+// invalid option, naming it: New and Limiter.Policy return an error,
+// Limiter.RateLimit and the package-level RateLimit panic with a message
+// that says which option, and a nil RuleOption inside a Rule is the same.
+// Before, each dereferenced the nil interface: New panicked instead of
+// returning its error, and every panic was a bare "invalid memory address
+// or nil pointer dereference".
+func TestNilOptionIsAConfigurationError(t *testing.T) {
+	_, rdb := newMini(t)
+	l, err := New(Redis(rdb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+
+	var newErr error
+	if s := panicText(func() { _, newErr = New(Redis(rdb), nil) }); s != "" {
+		t.Fatalf("New(Redis(rdb), nil) panicked: %s; want an error", s)
+	}
+	if newErr == nil || !strings.Contains(newErr.Error(), "option 2 is nil") {
+		t.Errorf("New(Redis(rdb), nil) = %v; want an error naming option 2 as nil", newErr)
+	}
+	var polErr error
+	if s := panicText(func() { _, polErr = l.Policy(Limit(3), nil) }); s != "" || polErr == nil || !strings.Contains(polErr.Error(), "option 2 is nil") {
+		t.Errorf("Limiter.Policy(Limit(3), nil): panic %q, error %v; want an error naming option 2 as nil", s, polErr)
+	}
+	for name, f := range map[string]func(){
+		"Limiter.RateLimit(nil)":             func() { l.RateLimit(nil) },
+		"RateLimit(l, nil)":                  func() { RateLimit(l, nil) },
+		"RateLimit(nil)":                     func() { RateLimit(nil) },
+		"RateLimit(l, Rule(Name(a), nil))":   func() { RateLimit(l, Rule(Name("a"), nil)) },
+		"Limiter.RateLimit(Rule(nil, Name))": func() { l.RateLimit(Rule(nil, Name("a"))) },
+	} {
+		s := panicText(f)
+		if s == "" || strings.Contains(s, "nil pointer") || !strings.Contains(s, " is nil") {
+			t.Errorf("%s panicked with %q; want a panic naming the nil option", name, s)
+		}
+	}
+}
+
+// TestDimensionsSharingAValueNameAreRefused: Target.Values is keyed by the
+// name a ByParam, ByHeader or ByFunc dimension was given, so two of them
+// with one name on a rule (ByParam("id") and ByFunc("id", f)) would make a
+// count that no Target can name: Peek and Reset always answered
+// ErrBadTarget, saying the Values named a dimension the rule does not
+// count per. The rule is refused at start-up instead, naming both.
+func TestDimensionsSharingAValueNameAreRefused(t *testing.T) {
+	_, rdb := newMini(t)
+	l, err := New(Redis(rdb), Timeout(testTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	fx := ByFunc("id", func(c *gin.Context) (string, bool) { return c.GetHeader("X-F"), true })
+	for _, dims := range [][]Dimension{
+		{ByParam("id"), fx},
+		{ByParam("X-Id"), ByHeader("x-id")},
+		{ByHeader("X-Id"), ByFunc("X-Id", func(*gin.Context) (string, bool) { return "v", true })},
+	} {
+		p, err := l.Policy(Key(prefix(t)), Per(dims...))
+		if err == nil {
+			// What it was: a count no Target reaches.
+			_, perr := p.Peek(context.Background(), Target{Route: "GET /v/:id", Values: map[string]string{dims[0].dimension().name: "7"}})
+			t.Errorf("Per(%s, %s) compiled; its Peek says %v", dims[0].dimension().describe(), dims[1].dimension().describe(), perr)
+			continue
+		}
+		if !strings.Contains(err.Error(), "Target.Values") {
+			t.Errorf("Per(%s, %s): %v; want an error that says the two share a Target.Values name", dims[0].dimension().describe(), dims[1].dimension().describe(), err)
+		}
+	}
+	// Distinct names, and the built-in dimensions, still go together.
+	if _, err := l.Policy(Key(prefix(t)), Per(IP, ByParam("id"), ByHeader("X-K"), ByFunc("f", func(*gin.Context) (string, bool) { return "v", true }))); err != nil {
+		t.Errorf("distinct names refused: %v", err)
+	}
+}
