@@ -227,8 +227,10 @@ func (l *Limiter) Close() error {
 // one, the route makes a limiter of its own from its options, which must
 // then include [Redis]; that limiter does not subscribe to [Policy.Reset]'s
 // announcements (nothing would close the subscription) and follows resets
-// and other changes to Redis within [DefaultMaxStaleness]. Prefer
-// limiter.RateLimit(...): it reads the same and shares one limiter.
+// and other changes to Redis within [DefaultMaxStaleness]. Nothing closes
+// it either: each such route keeps its own auto-pipeliner (a goroutine and
+// a clone of the client) until the application closes the Redis client.
+// Prefer limiter.RateLimit(...): it reads the same and shares one limiter.
 //
 // Everything is compiled here, at start-up: an invalid option, a route
 // without Redis, or a User rule without a user identity panics, naming
