@@ -1,7 +1,7 @@
 package ginlimit
 
-// Findings of an attack on the public surface after the restructure: each
-// test failed before its fix.
+// Configuration mistakes that must fail at start-up, naming what is wrong:
+// a nil option, and dimensions no Target could tell apart.
 
 import (
 	"context"
