@@ -80,7 +80,8 @@ type Event struct {
 	// [Policy.Reset]; "" otherwise.
 	By string
 	// Breaker is the state of the circuit breaker that served the
-	// decision (the backend's, per master on a cluster, per shard on a Ring) after it: "closed", "open" or "half-open" ("" when it is off).
+	// decision (the backend's, per master on a cluster, per shard on a
+	// Ring) after it: "closed", "open" or "half-open" ("" when it is off).
 	Breaker string
 }
 
@@ -89,8 +90,10 @@ type Event struct {
 // [OutcomeFallback], with Decision.Err), and every reset. Observers given
 // to the limiter and to a route all see the route's decisions. f is called
 // on the request's goroutine once the decision is made (and, for a refused
-// request, answered), so it must be fast and safe for concurrent use. The
-// ginlimit/metrics package has a Prometheus collector whose Observe method
+// request, answered), before the handler runs, so it must be fast and safe
+// for concurrent use, and must not panic: as with any handler, a panic
+// reaches gin's recovery, and the request gets a 500 instead of its
+// handler. The ginlimit/metrics package has a Prometheus collector whose Observe method
 // fits: ginlimit.Observe(collector.Observe).
 func Observe(f func(ctx context.Context, e Event)) Option {
 	return routeOption(func(r *routeConfig) error {
