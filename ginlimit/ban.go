@@ -9,17 +9,14 @@ import (
 	"github.com/ginlimit/ginlimit/lua"
 )
 
-// Bans: a rule with [Ban] gets a companion rule, the penalty (lua/penalty.lua),
-// compiled here beside it and decided in the same script call, before it,
-// on a key in the same slot. The penalty refuses while the identity is
-// banned and counts strikes when a request is refused; the pipeline folds
-// its decision into the rule's (pipeline.go: parse), so a ban reads as the
-// rule's refusal with Banned set and the ban's message.
+// Bans: a rate rule with [Ban] carries a banRule, compiled here and decided
+// in the same script call, before its rule, on a key in the same slot; the
+// pipeline folds its decision into the rule's (pipeline.go: parse).
 
-// penaltyAlg is the penalty's AlgorithmKind: its name, "penalty", gives
-// its number in the several-rule scripts (lua.Numbered). It is not an
-// algorithm a rule can choose.
-const penaltyAlg AlgorithmKind = "penalty"
+// banAlg is a ban's AlgorithmKind: its name, "penalty", gives its number
+// in the several-rule scripts (lua.Numbered). It is not an algorithm a
+// rule can choose.
+const banAlg AlgorithmKind = "penalty"
 
 // DefaultBanMessage is the message of the 429 a banned identity gets. A
 // [Respond] function can write another, reading [Decision.Banned].
@@ -34,9 +31,9 @@ type ban struct {
 }
 
 // MaxBan is the longest ban [Ban] takes: 1e9 milliseconds, about 11.6
-// days. The penalty script counts a ban in milliseconds, its param, and
-// takes at most lua.MaxParam of them (lua/rule.lua), so a longer one would be refused by Redis on
-// every decision; [Ban] refuses it at start-up instead.
+// days. The script counts a ban in milliseconds, its param, and takes at
+// most lua.MaxParam of them (lua/rule.lua), so a longer one would be
+// refused by Redis on every decision; [Ban] refuses it at start-up instead.
 const MaxBan = lua.MaxParam * time.Millisecond
 
 // Ban bans an identity from the rule for duration once it has collected
@@ -78,110 +75,155 @@ func Ban(after int, within, duration time.Duration) RuleOption {
 	})
 }
 
-// compileBan compiles r's penalty from rc: the rule's name, dimensions and
-// identity, its own key prefix ("<prefix>ban:"), and the ban's settings as
-// its window, limit and param. It reports the rule's limit and policy, so
-// that a ban's headers read as the rule's.
-func (r *rule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
+// banRule is a rate rule's [Ban]: a count of the refusals of its rule's
+// identities on a key of its own, decided in the same script call just
+// before its rule (lua/penalty.lua). It refuses while the identity is
+// banned and counts strikes when a request is refused. It lives only in its
+// rule (rateRule.ban), and its ruleBase is its rule's but for the key
+// prefix and the 429 body, so that a ban reads as its rule's refusal with
+// Banned set and the ban's message.
+type banRule struct {
+	ruleBase
+	settings []any            // its arguments of the several-rule script, but the cost (ruleArgs)
+	deny     *state.DenyCache // nil when off
+	local    *state.Buckets   // the FailLocal fallback's memory of the bans Redis reported, or nil
+}
+
+// compileBan compiles r's Ban from rc: r's name, dimensions and identity
+// under its own key prefix ("<prefix>ban:"), and the ban's settings as the
+// script's window, limit and param.
+func (r *rateRule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
 	b := *rc.ban
-	pc := rc
-	pc.ban, pc.plans, pc.planPick = nil, nil, nil
-	pc.alg, pc.prefix, pc.name = penaltyAlg, r.prefix+"ban:", r.name
-	pc.window, pc.limit, pc.message, pc.cost, pc.costFunc = b.within, b.after, b.message, 1, nil
-	pr, err := compileRule(pc, route, named)
+	body, err := body429(b.message, r.name, named)
 	if err != nil {
 		return fmt.Errorf("Ban: %w", err)
 	}
-	pr.penalty = true
-	pr.maxCost = lua.MaxCost // its cost is strikes, not units of a request
-	pr.settings[lua.ArgParam] = int(b.duration.Milliseconds())
-	pr.limit, pr.limitText, pr.policyHeader = r.limit, r.limitText, r.policyHeader
-	if pr.local != nil {
+	br := &banRule{
+		ruleBase: r.ruleBase,
+		settings: ruleArgs(banAlg, b.within, b.after, int(b.duration.Milliseconds())),
+		deny:     newDenyCache(route, false),
+	}
+	br.prefix, br.body429 = r.prefix+"ban:", body
+	if route.onFail == FailLocal {
 		// A ban is Redis's: the fallback starts none, but keeps the one
 		// Redis last reported.
-		pr.local = state.NewBans(DefaultLocalKeys)
+		br.local = state.NewBans(DefaultLocalKeys)
 	}
-	r.ban = pr
+	r.ban = br
 	return nil
 }
 
-// strike records a refusal answered in process as a strike for the Ban of
-// req.calls[j], whose penalty is req.calls[j-1] (see carry).
-func (p *Policy) strike(req *request, j int) {
-	p.carry(req.calls[j-1], req.calls[j], 1)
+// strikeAll records a refusal of req answered in process, by its call i
+// (by its Ban when byBan), as a strike for every Ban of the route, as in
+// Redis (lua/penalty.lua): each is told with the next call on its rule's
+// key. A ban's own refusal is no strike for that ban (its report counts
+// nothing while it holds).
+func (p *Policy) strikeAll(req *request, i int, byBan bool) {
+	for j := range req.calls {
+		if cl := &req.calls[j]; cl.ban.rule != nil && !(j == i && byBan) {
+			p.carry(*cl, 1)
+		}
+	}
 }
 
-// carry adds n strikes to those carried in process for the Ban of owner,
-// whose penalty call is pc, to go to Redis with the key's next call. The
-// first strike carried on a key also schedules a report of them a
-// staleness bound later, which finds nothing to send if a call took them
-// first: so carried strikes reach Redis, and every instance, within
-// MaxStaleness even when the client sends nothing more here; strikes
-// given back after a failed call schedule a new report.
-func (p *Policy) carry(pc, owner call, n int64) {
-	if !owner.rule.deny.StrikeN(owner.key, n) {
+// bringStrikes puts on the Ban's share of each call of req the refusals
+// its rule's deny cache answered since the key's last call: they are
+// strikes too.
+func (p *Policy) bringStrikes(req *request) {
+	for i := range req.calls {
+		if cl := &req.calls[i]; cl.ban.rule != nil {
+			cl.ban.cost = strikes(cl.rule.deny.Drain(cl.key))
+		}
+	}
+}
+
+// restoreStrikes gives back the strikes that req's bans carried (see
+// bringStrikes) to the deny caches they were drained from, after a call
+// that Redis did not answer: they are reported with the key's next call.
+// A call that timed out may have run all the same, so a strike can be
+// counted twice; it is never lost.
+func (p *Policy) restoreStrikes(req *request) {
+	for i := range req.calls {
+		if cl := &req.calls[i]; cl.ban.rule != nil && cl.ban.cost > 1 {
+			p.carry(*cl, int64(cl.ban.cost-1))
+			cl.ban.cost = 1
+		}
+	}
+}
+
+// strikes is the cost of a ban's call that reports n strikes: one for the
+// request itself, and n, within what the script takes.
+func strikes(n int64) int { return int(min(1+n, lua.MaxCost)) }
+
+// carry adds n strikes to those carried in process for the Ban of cl, to
+// go to Redis with the key's next call. The first strike carried on a key
+// also schedules a report of them a staleness bound later, which finds
+// nothing to send if a call took them first: so carried strikes reach
+// Redis, and every instance, within MaxStaleness even when the client sends
+// nothing more here; strikes given back after a failed call schedule a new
+// report.
+func (p *Policy) carry(cl call, n int64) {
+	if !cl.rule.deny.StrikeN(cl.key, n) {
 		return
 	}
-	pc.ticket, owner.ticket = state.Ticket{}, state.Ticket{}
-	pair := []call{pc, owner}
-	time.AfterFunc(owner.rule.deny.Staleness(), func() {
+	cl.ticket, cl.ban.ticket = state.Ticket{}, state.Ticket{}
+	time.AfterFunc(cl.rule.deny.Staleness(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 		defer cancel()
-		p.reportStrikes(ctx, &request{calls: pair}, 0)
+		p.reportStrikes(ctx, []call{cl}, 0)
 	})
 }
 
-// reportStrikes sends Redis, in one call of the penalties alone, the
-// strikes carried for each Ban among req's calls, plus add each (an
-// in-flight refusal of the request): the penalty counts them and bans at
-// once when they reach its limit, so the next request is refused on every
-// instance. What Redis answers is kept as any answer is (the deny cache
-// and the fallback learn a ban). When Redis does not answer, the strikes
-// go back to be carried.
-func (p *Policy) reportStrikes(ctx context.Context, req *request, add int64) {
-	var sub request
-	var owners []call
-	for j := range req.calls {
-		pc := &req.calls[j]
-		if !pc.rule.penalty {
+// reportStrikes sends Redis, in one call of the bans alone, the strikes
+// carried for the Ban of each of calls, plus add each (an in-flight refusal
+// of the request): a ban counts them and bans at once when they reach its
+// limit, so the next request is refused on every instance. What Redis
+// answers is kept as any answer is (the deny cache and the fallback learn
+// a ban). When Redis does not answer, the strikes go back to be carried.
+func (p *Policy) reportStrikes(ctx context.Context, calls []call, add int64) {
+	var report []call // the calls whose ban reports strikes, each's ban.rec its record
+	var keys []string
+	for _, cl := range calls {
+		if cl.ban.rule == nil {
 			continue
 		}
-		owner := req.calls[j+1]
-		n := add + owner.rule.deny.Drain(owner.key)
+		n := add + cl.rule.deny.Drain(cl.key)
 		if n <= 0 {
 			continue
 		}
-		sub.calls = append(sub.calls, call{rule: pc.rule, key: pc.key, cost: int(min(1+n, lua.MaxCost))})
-		sub.keys = append(sub.keys, pc.key)
-		owners = append(owners, owner)
+		cl.ban.cost, cl.ban.rec = strikes(n), len(keys)
+		keys = append(keys, cl.ban.key)
+		report = append(report, cl)
 	}
-	if len(sub.calls) == 0 {
+	if len(report) == 0 {
 		return
 	}
 	sent := time.Now()
-	for i, cl := range sub.calls {
-		if cl.rule.deny != nil {
-			sub.calls[i].ticket = cl.rule.deny.Stamp()
+	args := p.newArgs(len(keys))
+	for i := range report {
+		b := &report[i].ban
+		if b.rule.deny != nil {
+			b.ticket = b.rule.deny.Stamp()
 		}
+		putRecord(args, b.rec, b.rule.settings, b.cost)
 	}
-	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, severalScript, sub.keys, p.severalArgs(&sub))
+	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, severalScript, keys, args)
 	var now time.Time
 	if err == nil {
-		now, _, err = replyHead(reply, len(sub.calls), lua.ReplyPerRule)
+		now, _, err = replyHead(reply, len(keys), lua.ReplyPerRule)
 	}
-	if err != nil {
-		for i, o := range owners {
-			p.carry(sub.calls[i], o, int64(sub.calls[i].cost-1))
+	for _, cl := range report {
+		if err != nil {
+			p.carry(cl, int64(cl.ban.cost-1))
+			continue
 		}
-		return
-	}
-	for i, cl := range sub.calls {
-		a := state.Answer{Remaining: int(max(reply[lua.At(i, lua.ReplyRemaining)], 0)), Reset: time.Duration(reply[lua.At(i, lua.ReplyReset)]) * time.Microsecond, At: now}
-		if cl.rule.deny != nil {
-			cl.rule.deny.Leave(cl.key, cl.ticket, a)
+		b := &cl.ban
+		a := answerAt(reply, b.rec, now)
+		if b.rule.deny != nil {
+			b.rule.deny.Leave(b.key, b.ticket, a)
 		}
-		if cl.rule.local != nil {
-			cl.rule.local.Learn(cl.key, a, sent)
+		if b.rule.local != nil {
+			b.rule.local.Learn(b.key, a, sent)
 		}
 	}
 }

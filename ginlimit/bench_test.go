@@ -106,15 +106,17 @@ func BenchmarkDenyCacheHit(b *testing.B) {
 	c := newDenyCache(&routeConfig{deny: DefaultDenyCacheSize, staleness: time.Hour}, false)
 	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
 	c.Leave(key, c.Stamp(), state.Answer{Remaining: 0, Reset: time.Hour, At: time.Now()})
-	r := &rule{name: "x", limit: 1, maxCost: 1, cost: 1, deny: c}
-	p := &Policy{rules: []*rule{r}, calls: 1}
+	r := &rateRule{ruleBase: ruleBase{name: "x", limit: 1}, maxCost: 1, cost: 1, deny: c}
+	p := &Policy{rules: []*rateRule{r}, records: 1}
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			req := p.newRequest(scope{})
-			req.calls[0] = call{rule: r, key: key, cost: 1}
-			req.keys[0] = key
+			cl := &req.calls[0]
+			*cl = call{rule: r}
+			cl.key, cl.cost = key, 1
+			req.place(0)
 			if d, _ := p.decide(ctx, req); !d.Cached {
 				b.Fatal("not cached")
 			}

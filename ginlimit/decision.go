@@ -65,8 +65,9 @@ type Decision struct {
 	// brk is the breaker that served the decision's call (per master on a
 	// cluster, per shard on a Ring), for observers; nil if none did.
 	brk *engine.Breaker
-	// decider is the rule that decided.
-	decider *rule
+	// decider is the rule that decided, a Ban's for a banned identity:
+	// its name, header texts and 429 body.
+	decider *ruleBase
 	// Err is non-nil when Redis could not decide. Allowed then follows the
 	// rule's FailPolicy; with FailOpen and FailClosed, Remaining, Reset,
 	// RetryAfter and Time are zero, and with FailLocal they come from the

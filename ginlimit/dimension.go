@@ -287,7 +287,7 @@ func setDims(r *ruleConfig, what string, dims []Dimension) error {
 }
 
 // counts reports whether the rule counts per a dimension of kind k.
-func (r *rule) counts(k dimKind) bool {
+func (r *ruleBase) counts(k dimKind) bool {
 	for _, d := range r.dims {
 		if d.kind == k {
 			return true
@@ -341,7 +341,7 @@ func (d dim) body400() string {
 
 // identify finds the request's identity for rule r. With HashIdentities
 // the text is an HMAC of the identity instead of the identity.
-func (r *rule) identify(c *gin.Context, w *who) error {
+func (r *ruleBase) identify(c *gin.Context, w *who) error {
 	w.n, w.text = 0, w.text[:0]
 	for _, d := range r.dims {
 		switch d.kind {
@@ -390,7 +390,7 @@ func (d dim) value(c *gin.Context) (string, bool) {
 // [HashIdentities]. Every identity goes through it on its way into a key:
 // a request's (identify) and a [Target]'s. One dimension keeps its label
 // ("user:<hex>"); several become one part, their labels joined by '+'.
-func (r *rule) seal(w *who) {
+func (r *ruleBase) seal(w *who) {
 	if r.hashKey == nil || w.n == 0 {
 		return
 	}
@@ -422,7 +422,7 @@ func (w *who) hash(secret []byte) string {
 }
 
 // clientIP resolves the client's address and its bucket text into w.
-func (r *rule) clientIP(c *gin.Context, w *who, label string) error {
+func (r *ruleBase) clientIP(c *gin.Context, w *who, label string) error {
 	addr, err := r.ips.Resolve(c.Request)
 	if err != nil {
 		return err
@@ -434,7 +434,7 @@ func (r *rule) clientIP(c *gin.Context, w *who, label string) error {
 // ipWho adds to w the text that stands for addr in a key, under label: an
 // IPv4 address itself, an IPv6 address its bucket (see
 // identity.IP.Bucket).
-func (r *rule) ipWho(w *who, addr netip.Addr, label string) {
+func (r *ruleBase) ipWho(w *who, addr netip.Addr, label string) {
 	start := len(w.text)
 	if addr.Is4() {
 		w.text = addr.AppendTo(w.text)
@@ -451,7 +451,7 @@ func (r *rule) ipWho(w *who, addr netip.Addr, label string) {
 // keyed with the rule's secret or, without one, with the policy's own
 // random secret, so lines about one client can be told apart but no
 // identity is written down.
-func (w *who) logTag(r *rule, secret []byte) string {
+func (w *who) logTag(r *ruleBase, secret []byte) string {
 	if w.n == 0 {
 		return ""
 	}

@@ -78,9 +78,6 @@ func LocalInstances(n int) Option {
 // rule and the scope's route, never the key, which holds the identity.
 func (p *Policy) failed(req *request, err error) (Decision, error) {
 	first := req.calls[0].rule
-	if first.penalty {
-		first = req.calls[1].rule // a ban's call comes before its rule's
-	}
 	saturated := errors.Is(err, ErrSaturated)
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
 	if p.onFail == FailLocal && !saturated {
@@ -88,7 +85,7 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 		d.Err = err
 		return d, err
 	}
-	return Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, Err: err, decider: first}, err
+	return Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, Err: err, decider: &first.ruleBase}, err
 }
 
 // describe names what a request was limited by, for error texts: the route
@@ -96,17 +93,19 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 func (p *Policy) describe(req *request) string {
 	where := req.scope.label()
 	if len(p.all) == 1 {
-		r := p.all[0]
-		if r.slots > 0 {
+		switch r := p.all[0].(type) {
+		case *slotRule:
 			return fmt.Sprintf("%s: rule %q (in-flight)", where, r.name)
+		case *rateRule:
+			return fmt.Sprintf("%s: rule %q (%v)", where, r.name, r.alg)
 		}
-		return fmt.Sprintf("%s: rule %q (%v)", where, r.name, r.alg)
 	}
-	names := make([]string, 0, len(req.calls))
+	names := make([]string, 0, len(req.calls)+len(req.slots))
 	for _, c := range req.calls {
-		if !c.rule.penalty {
-			names = append(names, c.rule.name)
-		}
+		names = append(names, c.rule.name)
+	}
+	for _, c := range req.slots {
+		names = append(names, c.rule.name)
 	}
 	return fmt.Sprintf("%s: rules %q", where, names)
 }
@@ -117,24 +116,23 @@ func (p *Policy) describe(req *request) string {
 func (p *Policy) decideLocal(req *request) Decision {
 	now := time.Now()
 	var d Decision
-	for i, c := range req.calls {
+	for i := range req.calls {
+		c := &req.calls[i]
+		if b := c.ban.rule; b != nil && b.local != nil {
+			// The ban is Redis's: the fallback starts none, but keeps the
+			// one Redis last reported, whose decision is its rule's.
+			if left := b.local.Banned(c.ban.key, now); left > 0 {
+				p.giveBack(req.calls[:i])
+				return Decision{Rule: b.name, Limit: b.limit, RetryAfter: left, Reset: left, Time: now,
+					Local: true, Banned: true, decider: &b.ruleBase}
+			}
+		}
 		local := c.rule.local
 		if local == nil {
 			continue
 		}
-		if c.rule.penalty {
-			// The ban is Redis's: the fallback starts none, but keeps the
-			// one Redis last reported, whose decision is its rule's.
-			if left := local.Banned(c.key, now); left > 0 {
-				owner := req.calls[i+1].rule
-				p.giveBack(req.calls[:i])
-				return Decision{Rule: owner.name, Limit: owner.limit, RetryAfter: left, Reset: left, Time: now,
-					Local: true, Banned: true, decider: c.rule}
-			}
-			continue
-		}
 		left, retry, ok := local.Take(c.key, now, c.cost)
-		d = Decision{Rule: c.rule.name, Allowed: ok, Limit: c.rule.limit, Remaining: left, Time: now, Local: true, decider: c.rule}
+		d = Decision{Rule: c.rule.name, Allowed: ok, Limit: c.rule.limit, Remaining: left, Time: now, Local: true, decider: &c.rule.ruleBase}
 		if !ok {
 			d.RetryAfter, d.Reset = retry, retry
 			p.giveBack(req.calls[:i])
@@ -149,26 +147,25 @@ func (p *Policy) decideLocal(req *request) Decision {
 // rule refused.
 func (p *Policy) giveBack(calls []call) {
 	for _, c := range calls {
-		if !c.rule.penalty && c.rule.local != nil {
+		if c.rule.local != nil {
 			c.rule.local.Give(c.key, c.cost)
 		}
 	}
 }
 
-// learn tells the fallback of each rule of req what Redis answered for its
-// key (d, or each call's own decision when there are several), so that a
-// fallback decision continues from it. sent is when the call was sent.
+// learn tells the fallback of each rule of req, and of its Ban, what Redis
+// answered for its key (d, or each share's own decision when there are
+// several), so that a fallback decision continues from it. sent is when
+// the call was sent.
 func (p *Policy) learn(req *request, d *Decision, each []Decision, sent time.Time) {
 	for i := range req.calls {
 		cl := &req.calls[i]
-		if cl.rule.local == nil {
-			continue
+		if b := cl.ban.rule; b != nil && b.local != nil {
+			b.local.Learn(cl.ban.key, cl.ban.answer(d, each), sent)
 		}
-		rd := d
-		if each != nil {
-			rd = &each[i]
+		if cl.rule.local != nil {
+			cl.rule.local.Learn(cl.key, cl.answer(d, each), sent)
 		}
-		cl.rule.local.Learn(cl.key, rd.answer(), sent)
 	}
 }
 

@@ -85,7 +85,7 @@ func testLimit(opts ...Option) gin.HandlerFunc {
 
 // ruleKey is the Redis key of rule i of p for Policy.Allow(ctx, key).
 func ruleKey(p *Policy, i int, key string) string {
-	return buildKey(p.rules[i], p.named, scope{route: key}, nil)
+	return buildKey(&p.rules[i].ruleBase, p.named, scope{route: key}, nil)
 }
 
 // allowConcurrently calls allow from goroutines goroutines at once, times

@@ -184,23 +184,35 @@ func keysAndTagsLines(t *testing.T) []string {
 		})
 		e.GET("/r/:id", func(c *gin.Context) {
 			c.Params = gin.Params{{Key: "id", Value: cur.param}}
-			dump := func(what string, req *request, rules []*rule) {
-				okp := p.prepare(c, req, rules)
+			dump := func(what string, req *request) {
+				okp := p.prepare(c, req)
 				lines = append(lines, fmt.Sprintf("%s %s ok=%v status=%d keys=%q", cfg.name, what, okp, c.Writer.Status(), req.keys))
 				if !okp {
 					return
 				}
+				// A line per key, in the order of the keys: a Ban's before its
+				// rule's.
+				var deciders []*ruleBase
 				for _, cl := range req.calls {
+					if cl.ban.rule != nil {
+						deciders = append(deciders, &cl.ban.rule.ruleBase)
+					}
+					deciders = append(deciders, &cl.rule.ruleBase)
+				}
+				for _, cl := range req.slots {
+					deciders = append(deciders, &cl.rule.ruleBase)
+				}
+				for _, r := range deciders {
 					h.tags = nil
 					p.debugLogs.next.Store(0)
-					req.d = Decision{Rule: cl.rule.name, decider: cl.rule}
+					req.d = Decision{Rule: r.name, decider: r}
 					p.debug(c, req, "x")
 					lines = append(lines, fmt.Sprintf("  tag %q", h.tags))
 				}
 			}
-			dump("rules", p.newRequest(requestScope(c)), p.rules)
+			dump("rules", p.newRequest(requestScope(c)))
 			if len(p.slots) > 0 {
-				dump("slots", p.newSlotRequest(requestScope(c)), p.slots)
+				dump("slots", p.newSlotRequest(requestScope(c)))
 			}
 			c.Status(299)
 		})

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -113,8 +112,22 @@ var slotScript = redis.NewScript(lua.InFlight())
 // keys never meet a rate rule's (see keyTag).
 const slotTag = "if:"
 
+// slotRule is an in-flight rule: at most limit (its n) requests being
+// served at once per key, each holding a slot leased for lease.
+type slotRule struct {
+	ruleBase
+	lease time.Duration
+	local *state.Slots // the FailLocal fallback's count of slots, or nil
+}
+
+// slotCall is one in-flight rule's share of the in-flight step.
+type slotCall struct {
+	rule *slotRule
+	key  string
+}
+
 // compileSlots compiles an in-flight rule.
-func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
+func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*slotRule, error) {
 	switch {
 	case rc.cost != 1 || rc.costFunc != nil:
 		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule holds one slot per request: give Cost to the rate rules' own Rule", rc.slots, rc.lease)
@@ -123,56 +136,38 @@ func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*rule, error) 
 	case rc.ban != nil:
 		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule does not ban: give Ban to a rate rule of the route", rc.slots, rc.lease)
 	}
-	name := rc.ruleName()
-	body429, err := rc.body429(name, named)
+	base, err := rc.base(rc.prefix+slotTag, rc.slots, named)
 	if err != nil {
 		return nil, err
 	}
-	r := &rule{
-		name:        name,
-		escapedName: escape(name, idSafe),
-		prefix:      rc.prefix + slotTag,
-		limit:       rc.slots,
-		maxCost:     1,
-		cost:        1,
-		dims:        rc.dims,
-		ips:         rc.ips,
-		users:       rc.users,
-		hashKey:     rc.hashKey,
-		anonByIP:    rc.anonByIP,
-		slots:       rc.slots,
-		lease:       rc.lease,
-		quotedName:  sfString(name),
-		limitText:   strconv.Itoa(rc.slots),
-		body429:     body429,
-	}
+	r := &slotRule{ruleBase: base, lease: rc.lease}
 	// No window: the IETF draft's w is optional, and a count of requests
 	// in flight has none.
 	r.policyHeader = r.quotedName + ";q=" + r.limitText
 	if route.onFail == FailLocal { // the fallback decides only for FailLocal
-		r.sem = state.NewSlots(max(1, rc.slots/route.localInstances))
+		r.local = state.NewSlots(max(1, rc.slots/route.localInstances))
 	}
 	return r, nil
 }
 
 // newSlotRequest returns the memory of the in-flight step of a request.
 func (p *Policy) newSlotRequest(s scope) *request {
-	return &request{scope: s, calls: make([]call, len(p.slots)), keys: make([]string, len(p.slots))}
+	return &request{scope: s, slots: make([]slotCall, len(p.slots)), keys: make([]string, len(p.slots))}
 }
 
 // slotArgs returns the script's arguments for op on req's slots.
 func (p *Policy) slotArgs(req *request, op, holder string) []any {
-	args := make([]any, lua.InFlightArgRules, lua.InFlightArgRules+lua.InFlightArgsPerRule*len(req.calls))
+	args := make([]any, lua.InFlightArgRules, lua.InFlightArgRules+lua.InFlightArgsPerRule*len(req.slots))
 	if p.clock != nil {
 		args[lua.ArgClock] = p.clock()
 	} else {
 		args[lua.ArgClock] = ""
 	}
 	args[lua.InFlightArgOp], args[lua.InFlightArgHolder] = op, holder
-	for _, cl := range req.calls {
+	for _, cl := range req.slots {
 		at := len(args)
 		args = args[:at+lua.InFlightArgsPerRule]
-		args[at+lua.InFlightArgLimit], args[at+lua.InFlightArgLease] = cl.rule.slots, cl.rule.lease.Microseconds()
+		args[at+lua.InFlightArgLimit], args[at+lua.InFlightArgLease] = cl.rule.limit, cl.rule.lease.Microseconds()
 	}
 	return args
 }
@@ -216,17 +211,17 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 		err = fmt.Errorf("%w: %w", ErrClientGone, err)
 	}
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
-	first := req.calls[0].rule
+	first := req.slots[0].rule
 	switch {
 	case gone:
 		// No fallback decides for a client that has gone (ErrClientGone).
-		req.d = Decision{Rule: first.name, Limit: first.limit, decider: first}
+		req.d = Decision{Rule: first.name, Limit: first.limit, decider: &first.ruleBase}
 	case p.onFail == FailLocal && !saturated:
 		req.d = p.takeLocal(req, h)
 	default:
 		// A saturated process is refused under every policy: only Redis
 		// grants while Redis is healthy (see ErrSaturated).
-		req.d = Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, decider: first}
+		req.d = Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, decider: &first.ruleBase}
 	}
 	req.d.Err = err
 	if !req.d.Allowed {
@@ -241,7 +236,7 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 // rule with the fewest slots left; with several in-flight rules, Rules
 // holds each one's.
 func (p *Policy) parseSlots(req *request, reply []int64) (Decision, error) {
-	n := len(req.calls)
+	n := len(req.slots)
 	now, fired, err := replyHead(reply, n, lua.InFlightPerRule)
 	if err != nil {
 		return Decision{}, err
@@ -249,8 +244,9 @@ func (p *Policy) parseSlots(req *request, reply []int64) (Decision, error) {
 	rules := make([]Decision, n)
 	best := 0
 	for i := range rules {
-		r := req.calls[i].rule
-		rules[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.slots, Remaining: max(r.slots-int(reply[lua.ReplyHead+lua.InFlightPerRule*i+lua.InFlightInUse]), 0), Time: now, decider: r}
+		r := req.slots[i].rule
+		inUse := int(reply[lua.ReplyHead+lua.InFlightPerRule*i+lua.InFlightInUse])
+		rules[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.limit, Remaining: max(r.limit-inUse, 0), Time: now, decider: &r.ruleBase}
 		if fired == 0 && rules[i].Remaining < rules[best].Remaining {
 			best = i
 		}
@@ -271,10 +267,10 @@ func (p *Policy) parseSlots(req *request, reply []int64) (Decision, error) {
 func (p *Policy) takeLocal(req *request, h *holding) Decision {
 	now := time.Now()
 	var d Decision
-	for i := range req.calls {
-		cl := &req.calls[i]
-		left, ok := cl.rule.sem.Take(cl.key)
-		d = Decision{Rule: cl.rule.name, Allowed: ok, Limit: cl.rule.slots, Remaining: left, Time: now, Local: true, decider: cl.rule}
+	for i := range req.slots {
+		cl := &req.slots[i]
+		left, ok := cl.rule.local.Take(cl.key)
+		d = Decision{Rule: cl.rule.name, Allowed: ok, Limit: cl.rule.limit, Remaining: left, Time: now, Local: true, decider: &cl.rule.ruleBase}
 		if !ok {
 			d.RetryAfter, d.Reset = InFlightRetryAfter, InFlightRetryAfter
 			h.giveLocal()
@@ -287,8 +283,8 @@ func (p *Policy) takeLocal(req *request, h *holding) Decision {
 
 // peekSlots is [Policy.Peek] for an in-flight rule: Limit is n, Remaining
 // the slots free now, and Allowed whether a request would get one.
-func (p *Policy) peekSlots(ctx context.Context, r *rule, key string) (Decision, error) {
-	req := &request{calls: []call{{rule: r, key: key, cost: 1}}, keys: []string{key}}
+func (p *Policy) peekSlots(ctx context.Context, r *slotRule, key string) (Decision, error) {
+	req := &request{slots: []slotCall{{rule: r, key: key}}, keys: []string{key}}
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(req, "peek", "peek"))
 	if err == nil {
 		var d Decision
@@ -311,7 +307,7 @@ type holding struct {
 	// uncertain: the acquire failed, so the lease is given back in the
 	// background, best effort.
 	uncertain bool
-	local     []*call // the calls holding an in-process slot
+	local     []*slotCall // the slots held in process
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -321,8 +317,8 @@ type holding struct {
 // renewEvery is how often a lease is renewed: three times per lease, so
 // that one failed renewal does not lose the slot.
 func (h *holding) renewEvery() time.Duration {
-	lease := h.req.calls[0].rule.lease
-	for _, cl := range h.req.calls[1:] {
+	lease := h.req.slots[0].rule.lease
+	for _, cl := range h.req.slots[1:] {
 		lease = min(lease, cl.rule.lease)
 	}
 	return max(lease/3, time.Millisecond)
@@ -358,7 +354,7 @@ func (h *holding) renew() {
 	}
 	if err != nil {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not renew an in-flight slot",
-			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.calls[0].rule.name), errAttr(err))
+			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.slots[0].rule.name), errAttr(err))
 	}
 	h.renewLater()
 }
@@ -406,7 +402,7 @@ func (h *holding) release() {
 	_, _, err := p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
 	if err != nil {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not release an in-flight slot; its lease will free it",
-			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.calls[0].rule.name), errAttr(err))
+			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.slots[0].rule.name), errAttr(err))
 	}
 }
 
@@ -415,9 +411,9 @@ func (h *holding) release() {
 // fallback then never admits more in flight in this process than its cap,
 // whoever granted the slots already held.
 func (h *holding) holdLocal(req *request) {
-	for i := range req.calls {
-		if cl := &req.calls[i]; cl.rule.sem != nil {
-			cl.rule.sem.Hold(cl.key)
+	for i := range req.slots {
+		if cl := &req.slots[i]; cl.rule.local != nil {
+			cl.rule.local.Hold(cl.key)
 			h.local = append(h.local, cl)
 		}
 	}
@@ -426,7 +422,7 @@ func (h *holding) holdLocal(req *request) {
 // giveLocal gives back the in-process slots held.
 func (h *holding) giveLocal() {
 	for _, cl := range h.local {
-		cl.rule.sem.Give(cl.key)
+		cl.rule.local.Give(cl.key)
 	}
 	h.local = nil
 }

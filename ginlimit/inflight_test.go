@@ -228,8 +228,8 @@ func die(t *testing.T, p *Policy) {
 	t.Helper()
 	req := p.newSlotRequest(scope{method: http.MethodGet, route: "/order"})
 	for i, r := range p.slots {
-		req.calls[i] = call{rule: r, key: buildKey(r, p.named, req.scope, nil), cost: 1}
-		req.keys[i] = req.calls[i].key
+		req.slots[i] = slotCall{rule: r, key: buildKey(&r.ruleBase, p.named, req.scope, nil)}
+		req.keys[i] = req.slots[i].key
 	}
 	h, err := p.takeSlots(context.Background(), req)
 	if err != nil || h == nil || !req.d.Allowed {

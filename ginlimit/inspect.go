@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,46 +64,70 @@ var ErrBadTarget = errors.New("ginlimit: bad target")
 // maxRouteText bounds Target.Route.
 const maxRouteText = 1024
 
-// target resolves t to its rule and the keys Reset clears: the rule's and
-// its plans', each after its Ban's when it has one, those of the rule t
-// names first (its ban's, then its own).
-func (p *Policy) target(t Target) (r *rule, keys []string, err error) {
-	if r, err = p.targetRule(t); err != nil {
-		return nil, nil, err
-	}
-	s, err := targetScope(t)
+// aim is what a Target names: a rule as the route declares it, the rule
+// that keeps the count (the plan the Target names, or the rule itself),
+// and the scope and identity of the count.
+type aim struct {
+	declared anyRule
+	rule     anyRule
+	scope    scope
+	who      who
+}
+
+// target resolves t to the rule that keeps its count and the keys Reset
+// clears: that rule's (its Ban's, then its own), then those of the other
+// plans of the rule declared and of that rule itself.
+func (p *Policy) target(t Target) (anyRule, []string, error) {
+	a, err := p.aim(t)
 	if err != nil {
 		return nil, nil, err
 	}
-	rules := []*rule{r}
-	for _, pr := range r.plans {
-		rules = append(rules, pr)
+	rate, ok := a.rule.(*rateRule)
+	if !ok {
+		return a.rule, []string{buildKey(a.rule.base(), p.named, a.scope, &a.who)}, nil
 	}
-	if t.Plan != "" {
-		pr := r.plans[t.Plan]
+	keys := p.rateKeys(rate, a.scope, &a.who)
+	declared := a.declared.(*rateRule)
+	for _, x := range append([]*rateRule{declared}, slices.Collect(maps.Values(declared.plans))...) {
+		if x != rate {
+			keys = append(keys, p.rateKeys(x, a.scope, &a.who)...)
+		}
+	}
+	return rate, keys, nil
+}
+
+// rateKeys is r's keys for scope s and identity w: its Ban's, then its own.
+func (p *Policy) rateKeys(r *rateRule, s scope, w *who) []string {
+	key := buildKey(&r.ruleBase, p.named, s, w)
+	if r.ban == nil {
+		return []string{key}
+	}
+	return []string{buildKey(&r.ban.ruleBase, p.named, s, w), key}
+}
+
+// aim resolves t to what it names, or to an ErrBadTarget error.
+func (p *Policy) aim(t Target) (aim, error) {
+	r, err := p.targetRule(t)
+	if err != nil {
+		return aim{}, err
+	}
+	a := aim{declared: r, rule: r}
+	if a.scope, err = targetScope(t); err != nil {
+		return aim{}, err
+	}
+	if rate, ok := r.(*rateRule); ok && t.Plan != "" {
+		pr := rate.plans[t.Plan]
 		if pr == nil {
-			return nil, nil, badTarget("rule %q has no plan %q", r.name, t.Plan)
+			return aim{}, badTarget("rule %q has no plan %q", rate.name, t.Plan)
 		}
-		r = pr
+		a.rule = pr
 	}
-	for _, x := range rules {
-		var w who
-		if s.method != "" { // a gin route: the rule's identity
-			if err := x.targetWho(&w, t); err != nil {
-				return nil, nil, fmt.Errorf("%w: rule %q: %w", ErrBadTarget, x.name, err)
-			}
-		}
-		own := []string{buildKey(x, p.named, s, &w)}
-		if x.ban != nil {
-			own = append([]string{buildKey(x.ban, p.named, s, &w)}, own...)
-		}
-		if x == r {
-			keys = append(own, keys...)
-		} else {
-			keys = append(keys, own...)
+	if a.scope.method != "" { // a gin route: the rule's identity
+		if err := a.rule.base().targetWho(&a.who, t); err != nil {
+			return aim{}, fmt.Errorf("%w: rule %q: %w", ErrBadTarget, a.rule.base().name, err)
 		}
 	}
-	return r, keys, nil
+	return a, nil
 }
 
 // badTarget is an ErrBadTarget error saying what is wrong.
@@ -111,7 +137,7 @@ func badTarget(format string, args ...any) error {
 
 // targetRule is the rule of p that t names, or its only rule when t names
 // none.
-func (p *Policy) targetRule(t Target) (r *rule, err error) {
+func (p *Policy) targetRule(t Target) (r anyRule, err error) {
 	switch {
 	case t.Rule == "" && len(p.all) == 1:
 		r = p.all[0]
@@ -119,7 +145,7 @@ func (p *Policy) targetRule(t Target) (r *rule, err error) {
 		return nil, badTarget("the route has rules %s: give Target.Rule", p.names())
 	default:
 		for _, x := range p.all {
-			if x.name == t.Rule {
+			if x.base().name == t.Rule {
 				r = x
 			}
 		}
@@ -157,7 +183,7 @@ func targetScope(t Target) (scope, error) {
 
 // targetWho sets w to the identity t names for rule r, as identify would
 // for a request from it. Every part of t must be used by the rule.
-func (r *rule) targetWho(w *who, t Target) error {
+func (r *ruleBase) targetWho(w *who, t Target) error {
 	w.n, w.text = 0, w.text[:0]
 	usedUser, usedIP, usedValues := false, false, 0
 	for _, d := range r.dims {
@@ -212,21 +238,17 @@ func (r *rule) targetWho(w *who, t Target) error {
 // its n and Remaining the slots free now; Reset frees every slot of the
 // count (the requests holding them run on and give back nothing).
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
-	r, keys, err := p.target(t)
+	a, err := p.aim(t)
 	if err != nil {
 		return Decision{}, err
 	}
-	if r.slots > 0 {
-		return p.peekSlots(ctx, r, keys[0])
+	if r, ok := a.rule.(*slotRule); ok {
+		return p.peekSlots(ctx, r, buildKey(&r.ruleBase, p.named, a.scope, &a.who))
 	}
-	req := &request{}
-	req.calls, req.keys = req.one[:], req.oneKey[:]
-	if r.ban != nil { // its ban first, as a request's
-		req.calls, req.keys = []call{{rule: r.ban, key: keys[0], cost: 1}, {}}, keys[:2]
-		keys = keys[1:]
-	}
-	req.calls[len(req.calls)-1] = call{rule: r, key: keys[0], cost: max(r.cost, 1)}
-	req.keys[len(req.keys)-1] = keys[0]
+	r := a.rule.(*rateRule)
+	req := &request{scope: a.scope}
+	req.calls, req.keys = req.one[:], req.oneKey[:r.records()]
+	p.setCall(req, 0, r, &a.who, max(r.cost, 1))
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, peekScript, req.keys, p.severalArgs(req))
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
@@ -253,10 +275,11 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 // fresh count. Reset returns Redis's error, wrapped, when the keys could
 // not be deleted.
 func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
-	r, keys, err := p.target(t)
+	target, keys, err := p.target(t)
 	if err != nil {
 		return err
 	}
+	r := target.base()
 	by = boundLabel(by)
 	start := time.Now()
 	if _, _, err := p.engine.Run(ctx, p.queue, p.timeout, resetScript, keys, nil); err != nil {

@@ -137,7 +137,7 @@ func boundedLen(s string, safe charset) int {
 // buildKey returns rule r's Redis key for scope s and identity w (nil for
 // none). named says whether the route declares its rules with Rule, whose
 // keys carry the rule's name outside the hash tag.
-func buildKey(r *rule, named bool, s scope, w *who) string {
+func buildKey(r *ruleBase, named bool, s scope, w *who) string {
 	var parts []part
 	if w != nil {
 		parts = w.parts[:w.n]

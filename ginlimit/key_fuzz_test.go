@@ -65,7 +65,7 @@ func newKeyRoute(p *Policy) keyRoute {
 		c.Set("uid", in.uid)
 		c.Set("fv", in.fv)
 		req := p.newRequest(requestScope(c))
-		if p.prepare(c, req, p.rules) {
+		if p.prepare(c, req) {
 			out.keys = slices.Clone(req.keys)
 		}
 	})
@@ -247,7 +247,7 @@ func keyCases(f *testing.F) []keyCase {
 // without identity, and per dimension a space, the longest label ("anon"
 // for a user), a colon and a value escaped at 3 bytes per byte of at most
 // maxKeyText bytes (a longer one is hashed to 34).
-func keyBound(r *rule, named bool, s scope) int {
+func keyBound(r *ruleBase, named bool, s scope) int {
 	n := len(buildKey(r, named, s, nil))
 	for _, d := range r.dims {
 		n += 2 + max(len(d.label), len("anon")) + 3*maxKeyText
@@ -261,9 +261,9 @@ func checkKeyShape(t *testing.T, p *Policy, key string) {
 	t.Helper()
 	bound := 0
 	for _, r := range p.rules {
-		bound = max(bound, keyBound(r, p.named, scope{method: http.MethodGet, route: "/r/:id"}))
+		bound = max(bound, keyBound(&r.ruleBase, p.named, scope{method: http.MethodGet, route: "/r/:id"}))
 		if r.ban != nil {
-			bound = max(bound, keyBound(r.ban, p.named, scope{method: http.MethodGet, route: "/r/:id"}))
+			bound = max(bound, keyBound(&r.ban.ruleBase, p.named, scope{method: http.MethodGet, route: "/r/:id"}))
 		}
 	}
 	if len(key) > bound {

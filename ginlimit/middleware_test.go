@@ -243,7 +243,7 @@ func TestOptionValidation(t *testing.T) {
 		{"nil ip identity", IPIdentity(nil), "IPIdentity(nil)"},
 		{"bad fail policy", OnFailure(FailPolicy("FailSoftly")), `OnFailure("FailSoftly")`},
 		{"bad algorithm", Algorithm(AlgorithmKind("leaky_bucket")), `Algorithm("leaky_bucket")`},
-		{"penalty is no algorithm", Algorithm(penaltyAlg), `Algorithm("penalty")`},
+		{"penalty is no algorithm", Algorithm(banAlg), `Algorithm("penalty")`},
 		{"zero timeout", Timeout(0), "Timeout(0s)"},
 		{"nil logger", withLogger(nil), "withLogger(nil)"},
 	} {

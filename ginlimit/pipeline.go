@@ -25,24 +25,39 @@ import (
 // connections; the engine (internal/engine) knows Redis and nothing about
 // policy.
 
-// call is one rule's share of a decision.
-type call struct {
-	rule   *rule
+// share is one key's part in a script call: a rate rule's, or its Ban's.
+type share struct {
 	key    string
 	cost   int
-	ticket state.Ticket // the call's place in its rule's deny cache (see enter)
+	rec    int          // its record in the script call: see place
+	ticket state.Ticket // its place in its rule's deny cache (see enter)
+}
+
+// call is one rate rule's share of a decision, and its Ban's.
+type call struct {
+	rule *rateRule
+	share
+	ban banCall
+}
+
+// banCall is the share of a call's Ban: its rule's strikes and bans.
+type banCall struct {
+	rule *banRule // nil for a rule without a Ban
+	share
 }
 
 // request is the memory of one decision, in one allocation for one rule:
 // the decision the handler reads, the calls, the key slice go-redis takes,
-// and the header values.
+// and the header values. A request of the in-flight step has slots instead
+// of calls (inflight.go).
 type request struct {
 	d      Decision
 	scope  scope
 	calls  []call
-	keys   []string
+	slots  []slotCall
+	keys   []string // by record (see place)
 	one    [1]call
-	oneKey [1]string
+	oneKey [2]string // one rule's key, and its Ban's
 	vals   [6]string
 	// buf holds, while prepare builds the keys, an IP address's text; then
 	// the header values, which writeHeaders hands to the response as
@@ -50,30 +65,60 @@ type request struct {
 	buf [80]byte
 }
 
-// newRequest returns the memory of a decision on every rule of p: one call
-// per rule, and one more before each rule with a [Ban], for its penalty.
+// newRequest returns the memory of a decision on every rate rule of p.
 func (p *Policy) newRequest(s scope) *request {
 	req := &request{scope: s}
-	if p.calls == 1 {
-		req.calls, req.keys = req.one[:], req.oneKey[:]
+	if len(p.rules) == 1 {
+		req.calls, req.keys = req.one[:], req.oneKey[:p.records]
 	} else {
-		req.calls, req.keys = make([]call, p.calls), make([]string, p.calls)
+		req.calls, req.keys = make([]call, len(p.rules)), make([]string, p.records)
 	}
 	return req
 }
 
-// addBan puts the penalty of the rule whose call is req.calls[j+1] at
-// req.calls[j], on the same identity, and returns j+1; for a rule without a
-// Ban it returns j.
-func (p *Policy) addBan(req *request, j int, r *rule, w *who) int {
-	if r.ban == nil {
-		return j
+// setCall makes req.calls[i] rule r's for identity w (nil for none) at
+// cost, with its Ban's when r has one, and places it.
+func (p *Policy) setCall(req *request, i int, r *rateRule, w *who, cost int) {
+	cl := &req.calls[i]
+	*cl = call{rule: r}
+	cl.key, cl.cost = buildKey(&r.ruleBase, p.named, req.scope, w), cost
+	if r.ban != nil {
+		cl.ban.rule = r.ban
+		cl.ban.key, cl.ban.cost = buildKey(&r.ban.ruleBase, p.named, req.scope, w), 1
 	}
-	pc := &req.calls[j]
-	pc.rule, pc.cost = r.ban, 1
-	pc.key = buildKey(r.ban, p.named, req.scope, w)
-	req.keys[j] = pc.key
-	return j + 1
+	req.place(i)
+}
+
+// place gives req.calls[i], and its Ban, their records in req's script
+// call, after call i-1's, and puts their keys there. A record is a key, a
+// group of arguments and a group of the reply, all at the same index; the
+// several-rule script decides them in order and a ban must be decided
+// before its rule (lua/several.lua), so a call's Ban takes the record
+// before its own. This is the one place that knows the layout: the
+// arguments (putRecord) and the reply (callDecision, answerAt) go by each
+// share's rec, and records counts them.
+func (req *request) place(i int) {
+	next := 0
+	if i > 0 {
+		next = req.calls[i-1].rec + 1
+	}
+	cl := &req.calls[i]
+	if cl.ban.rule != nil {
+		cl.ban.rec = next
+		req.keys[next] = cl.ban.key
+		next++
+	}
+	cl.rec = next
+	req.keys[next] = cl.key
+}
+
+// records is how many records a call on r takes in a script call: its
+// own, and its Ban's (see place).
+func (r *rateRule) records() int {
+	if r.ban != nil {
+		return 2
+	}
+	return 1
 }
 
 // serve is the gin handler of a compiled policy. The rate rules are
@@ -82,13 +127,13 @@ func (p *Policy) addBan(req *request, j int, r *rule, w *who) int {
 // runs, and gives them back when it returns.
 func (p *Policy) serve(c *gin.Context) {
 	req := p.newRequest(requestScope(c))
-	if !p.prepare(c, req, p.rules) {
+	if !p.prepare(c, req) {
 		return
 	}
 	var slots *request
 	if len(p.slots) > 0 {
 		slots = p.newSlotRequest(req.scope)
-		if !p.prepare(c, slots, p.slots) {
+		if !p.prepare(c, slots) {
 			return
 		}
 	}
@@ -114,11 +159,11 @@ func (p *Policy) serve(c *gin.Context) {
 			// ever.
 			defer held.release()
 		}
-		if err == nil && !slots.d.Allowed && len(req.calls) > len(p.rules) {
+		if err == nil && !slots.d.Allowed && p.bans {
 			// An in-flight refusal is a strike for every Ban of the route,
 			// reported now, so that a ban it makes holds on the very next
 			// request, on any instance.
-			p.reportStrikes(ctx, req, 1)
+			p.reportStrikes(ctx, req.calls, 1)
 		}
 		// An admission by every in-flight rule leaves the rate rules'
 		// decision and headers as they are; anything else is the answer.
@@ -136,37 +181,37 @@ func (p *Policy) serve(c *gin.Context) {
 	}
 }
 
-// prepare finds each rule's identity, key and cost for req, or answers the
-// request (401, 400 or 500) and returns false.
+// prepare finds each rule's identity, key and cost for req (its calls, or
+// the slots of an in-flight step), or answers the request (401, 400 or
+// 500) and returns false.
 //
 // The identity lives on prepare's stack, its IP text in req.buf (free until
 // the headers are written): only the keys leave it. (A debug line about a
 // refusal finds the identity again: see debug.)
-func (p *Policy) prepare(c *gin.Context, req *request, rules []*rule) bool {
+func (p *Policy) prepare(c *gin.Context, req *request) bool {
 	w := who{text: req.buf[:0]}
-	i := 0
-	for _, r := range rules {
+	for i := range req.calls {
+		r := p.rules[i]
 		if r.plans != nil {
 			r = r.planFor(c)
 		}
-		j := i // the rule's call, after its ban's
-		if r.ban != nil {
-			j++
-		}
-		cl := &req.calls[j]
 		if err := r.identify(c, &w); err != nil {
-			p.identityFailed(c, r, err)
+			p.identityFailed(c, &r.ruleBase, err)
 			return false
 		}
-		i = p.addBan(req, i, r, &w)
-		cl.rule = r
-		cl.key = buildKey(r, p.named, req.scope, &w)
-		req.keys[i] = cl.key
-		cl.cost = r.cost
+		p.setCall(req, i, r, &w, r.cost)
 		if r.costFunc != nil {
-			cl.cost = r.costFunc(c)
+			req.calls[i].cost = r.costFunc(c)
 		}
-		i++
+	}
+	for i := range req.slots {
+		r := p.slots[i]
+		if err := r.identify(c, &w); err != nil {
+			p.identityFailed(c, &r.ruleBase, err)
+			return false
+		}
+		req.slots[i] = slotCall{rule: r, key: buildKey(&r.ruleBase, p.named, req.scope, &w)}
+		req.keys[i] = req.slots[i].key
 	}
 	return true
 }
@@ -191,14 +236,8 @@ func (p *Policy) Allow(ctx context.Context, key string, n int) (Decision, error)
 		start = time.Now()
 	}
 	req := p.newRequest(scope{route: key})
-	i := 0
-	for _, r := range p.rules {
-		i = p.addBan(req, i, r, nil)
-		cl := &req.calls[i]
-		cl.rule, cl.cost = r, n
-		cl.key = buildKey(r, p.named, req.scope, nil)
-		req.keys[i] = cl.key
-		i++
+	for i, r := range p.rules {
+		p.setCall(req, i, r, nil, n)
 	}
 	d, err := p.decide(ctx, req)
 	if len(p.observers) > 0 {
@@ -222,10 +261,14 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 	}
 	var wctx context.Context // the bound on waiting in the deny cache, made when needed
 	for {
-		turn, i := p.enter(req)
+		turn, i, byBan := p.enter(req)
 		if turn.Verdict == state.Reject {
-			p.strikeAll(req, i)
-			return req.calls[i].rule.cached(turn.Answer()), nil // the cheap path
+			p.strikeAll(req, i, byBan)
+			cl := &req.calls[i]
+			if byBan {
+				return cl.ban.rule.cached(turn.Answer(), true), nil // the cheap path
+			}
+			return cl.rule.cached(turn.Answer(), false), nil
 		}
 		if turn.Verdict == state.Send {
 			break
@@ -283,103 +326,106 @@ func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
 	return d, err
 }
 
-// strikeAll records a refusal of req answered in process, by its call i,
-// as a strike for every Ban of the route, as in Redis (lua/penalty.lua):
-// each is told with the next call on its rule's key. A ban's own refusal
-// is no strike for that ban (its report counts nothing while it holds).
-func (p *Policy) strikeAll(req *request, i int) {
-	for j := range req.calls {
-		if o := &req.calls[j]; o.rule.ban != nil && !(j == i+1 && req.calls[i].rule.penalty) {
-			p.strike(req, j)
-		}
-	}
-}
-
-// bringStrikes puts on each penalty call of req the refusals its rule's
-// deny cache answered since the key's last call: they are strikes too.
-func (p *Policy) bringStrikes(req *request) {
-	for i := range req.calls {
-		if cl := &req.calls[i]; cl.rule.penalty {
-			owner := &req.calls[i+1]
-			cl.cost = int(min(1+owner.rule.deny.Drain(owner.key), lua.MaxCost))
-		}
-	}
-}
-
-// restoreStrikes gives back the strikes that req's penalty calls carried
-// (see decide) to the deny caches they were drained from, after a call
-// that Redis did not answer: they are reported with the key's next call.
-// A call that timed out may have run all the same, so a strike can be
-// counted twice; it is never lost.
-func (p *Policy) restoreStrikes(req *request) {
-	for i := range req.calls {
-		if cl := &req.calls[i]; cl.rule.penalty && cl.cost > 1 {
-			p.carry(*cl, req.calls[i+1], int64(cl.cost-1))
-			cl.cost = 1
-		}
-	}
-}
-
 // gone is the decision, and the error, of a request whose own context
 // ended before Redis answered (ErrClientGone): refused, and decided by
 // nobody. The error names the route and the rules, never the identity.
 func (p *Policy) gone(req *request, err error) (Decision, error) {
 	first := req.calls[0].rule
-	if first.penalty {
-		first = req.calls[1].rule
-	}
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
-	return Decision{Rule: first.name, Limit: first.limit, Err: err, decider: first}, err
+	return Decision{Rule: first.name, Limit: first.limit, Err: err, decider: &first.ruleBase}, err
 }
 
-// enter asks each rule's deny cache whether its call may go to Redis. On a
-// certain rejection or a wait, it releases what it counted and returns the
-// index of the call that decided.
-func (p *Policy) enter(req *request) (state.Turn, int) {
+// enter asks each call's deny caches, its Ban's then its rule's, whether
+// it may go to Redis. On a certain rejection or a wait, it releases what
+// it counted and returns the call that decided, and whether its Ban did.
+func (p *Policy) enter(req *request) (state.Turn, int, bool) {
 	for i := range req.calls {
 		cl := &req.calls[i]
-		deny := cl.rule.deny
-		if deny == nil {
-			continue
-		}
-		turn := deny.Enter(cl.key, cl.cost)
-		if turn.Verdict != state.Send {
-			for j := range req.calls[:i] {
-				p.release(&req.calls[j])
+		if b := cl.ban.rule; b != nil {
+			if turn := enterShare(b.deny, &cl.ban.share); turn.Verdict != state.Send {
+				p.release(req.calls[:i])
+				return turn, i, true
 			}
-			return turn, i
 		}
-		cl.ticket = turn.Ticket
+		if turn := enterShare(cl.rule.deny, &cl.share); turn.Verdict != state.Send {
+			p.release(req.calls[:i])
+			releaseShare(cl.ban.deny(), &cl.ban.share)
+			return turn, i, false
+		}
 	}
-	return state.Turn{Verdict: state.Send}, 0
+	return state.Turn{Verdict: state.Send}, 0, false
 }
 
-// release lets go of a call the deny cache counted and that was not sent.
-func (p *Policy) release(cl *call) {
-	if cl.rule.deny != nil {
-		cl.rule.deny.Release(cl.key, cl.ticket)
-		cl.ticket = state.Ticket{}
+// enterShare asks deny, when there is one, whether share s may go to Redis, and
+// keeps its ticket when it may.
+func enterShare(deny *state.DenyCache, s *share) state.Turn {
+	if deny == nil {
+		return state.Turn{Verdict: state.Send}
+	}
+	turn := deny.Enter(s.key, s.cost)
+	if turn.Verdict == state.Send {
+		s.ticket = turn.Ticket
+	}
+	return turn
+}
+
+// deny is the deny cache of b's Ban, or nil for a call without one.
+func (b *banCall) deny() *state.DenyCache {
+	if b.rule == nil {
+		return nil
+	}
+	return b.rule.deny
+}
+
+// release lets go of the calls the deny caches counted and that were not
+// sent.
+func (p *Policy) release(calls []call) {
+	for i := range calls {
+		cl := &calls[i]
+		releaseShare(cl.ban.deny(), &cl.ban.share)
+		releaseShare(cl.rule.deny, &cl.share)
 	}
 }
 
-// leave tells each rule's deny cache what the call proved: d, or each
-// call's own decision when there are several (ok is false when Redis could
-// not decide, which proves nothing).
+// releaseShare lets go of share s, which deny counted (when there is one).
+func releaseShare(deny *state.DenyCache, s *share) {
+	if deny != nil {
+		deny.Release(s.key, s.ticket)
+		s.ticket = state.Ticket{}
+	}
+}
+
+// leave tells each deny cache of req what the call proved: d, or each
+// share's own decision when there are several (ok is false when Redis
+// could not decide, which proves nothing).
 func (p *Policy) leave(req *request, d *Decision, each []Decision, ok bool) {
 	for i := range req.calls {
 		cl := &req.calls[i]
-		switch {
-		case cl.rule.deny == nil:
-			continue
-		case !ok:
-			cl.rule.deny.Release(cl.key, cl.ticket)
-		case each != nil:
-			cl.rule.deny.Leave(cl.key, cl.ticket, each[i].answer())
-		default:
-			cl.rule.deny.Leave(cl.key, cl.ticket, d.answer())
-		}
-		cl.ticket = state.Ticket{}
+		leaveShare(cl.ban.deny(), &cl.ban.share, d, each, ok)
+		leaveShare(cl.rule.deny, &cl.share, d, each, ok)
 	}
+}
+
+// leaveShare tells deny (when there is one) what the call proved for share s.
+func leaveShare(deny *state.DenyCache, s *share, d *Decision, each []Decision, ok bool) {
+	switch {
+	case deny == nil:
+		return
+	case !ok:
+		deny.Release(s.key, s.ticket)
+	default:
+		deny.Leave(s.key, s.ticket, s.answer(d, each))
+	}
+	s.ticket = state.Ticket{}
+}
+
+// answer is what Redis answered for share s: d, or its own decision among
+// each when there are several.
+func (s *share) answer(d *Decision, each []Decision) state.Answer {
+	if each != nil {
+		return each[s.rec].answer()
+	}
+	return d.answer()
 }
 
 // call returns the script that decides req and its arguments: for one
@@ -387,7 +433,7 @@ func (p *Policy) leave(req *request, d *Decision, each []Decision, ok bool) {
 // written in, with the test clock ("" for Redis TIME) and the cost; for
 // several, the several-rule script (see package lua).
 func (p *Policy) call(req *request) (*redis.Script, []any) {
-	if len(req.calls) != 1 {
+	if len(req.keys) != 1 {
 		return severalScript, p.severalArgs(req)
 	}
 	cl := req.calls[0]
@@ -401,69 +447,78 @@ func (p *Policy) call(req *request) (*redis.Script, []any) {
 	return cl.rule.script, singleArgs(clock, cl.cost)
 }
 
-// severalArgs returns the several-rule script's arguments for req: the
-// test clock ("" for Redis TIME), then each call's rule's settings and
-// its cost (see package lua).
+// severalArgs returns the several-rule script's arguments for req: each
+// record's, its rule's settings and its cost.
 func (p *Policy) severalArgs(req *request) []any {
-	args := make([]any, lua.ArgRules, lua.ArgRules+lua.ArgsPerRule*len(req.calls))
-	args[lua.ArgClock] = ""
-	if p.clock != nil {
-		args[lua.ArgClock] = p.clock()
-	}
-	for _, cl := range req.calls {
-		at := len(args)
-		args = append(args, cl.rule.settings...)
-		args[at+lua.ArgCost] = cl.cost
+	args := p.newArgs(len(req.keys))
+	for i := range req.calls {
+		cl := &req.calls[i]
+		if b := cl.ban.rule; b != nil {
+			putRecord(args, cl.ban.rec, b.settings, cl.ban.cost)
+		}
+		putRecord(args, cl.rec, cl.rule.settings, cl.cost)
 	}
 	return args
 }
 
+// newArgs returns the several-rule script's arguments for n records: the
+// test clock ("" for Redis TIME), and room for each record's (putRecord).
+func (p *Policy) newArgs(n int) []any {
+	args := make([]any, lua.ArgRules+lua.ArgsPerRule*n)
+	args[lua.ArgClock] = ""
+	if p.clock != nil {
+		args[lua.ArgClock] = p.clock()
+	}
+	return args
+}
+
+// putRecord writes the arguments of record rec: its rule's settings (see
+// ruleArgs) and its cost.
+func putRecord(args []any, rec int, settings []any, cost int) {
+	at := lua.ArgRules + lua.ArgsPerRule*rec
+	copy(args[at:at+lua.ArgsPerRule], settings)
+	args[at+lua.ArgCost] = cost
+}
+
 // parse checks and converts the script's reply {now_us, fired, then per
-// call: ok, remaining, reset_us, retry_us} into the decision, and, when
-// there are several calls, each call's own decision (for the deny caches).
-// The decision is the firing call's (with the longest retry among the calls
-// that rejected) or, when admitted, the rule with the least remaining. A
-// penalty (a rule's Ban) is folded into its rule: a banned identity's
-// decision is the penalty's, with Banned set. For a route declared with
-// Rules, Rules holds every rule's decision.
+// record: ok, remaining, reset_us, retry_us} into the decision, and, when
+// there are several records, each one's own decision, by record (for the
+// deny caches). The decision is the firing call's (with the longest retry
+// among the records that rejected) or, when admitted, the call with the
+// least remaining. A Ban is folded into its rule: a banned identity's
+// decision is the ban's, with Banned set. For a route declared with
+// Rules, Rules holds every call's decision.
 func (p *Policy) parse(req *request, reply []int64) (Decision, []Decision, error) {
 	return p.parseFor(req, reply, p.named)
 }
 
 // parseFor is parse, with Rules filled when every is true.
 func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []Decision, error) {
-	n := len(req.calls)
+	n := len(req.keys)
 	now, fired, err := replyHead(reply, n, lua.ReplyPerRule)
 	if err != nil {
 		return Decision{}, nil, err
 	}
 	if n == 1 && !every {
-		return callDecision(req.calls[0].rule, reply, 0, fired, now), nil, nil
+		cl := &req.calls[0]
+		return callDecision(&cl.rule.ruleBase, reply, cl.rec, fired, now, false), nil, nil
 	}
 	each := make([]Decision, n)
-	rules := make([]Decision, 0, len(p.rules))
-	var retry time.Duration
-	best, firedRule := -1, -1
-	for i := range each {
-		each[i] = callDecision(req.calls[i].rule, reply, i, fired, now)
-		retry = max(retry, each[i].RetryAfter)
-		if req.calls[i].rule.penalty {
-			continue // folded into the next call, its rule
+	rules := make([]Decision, len(req.calls))
+	best := -1
+	for i := range req.calls {
+		var firedHere bool
+		rules[i], firedHere = req.calls[i].decision(reply, each, fired, now)
+		switch {
+		case firedHere:
+			best = i
+		case fired == 0 && (best < 0 || rules[i].Remaining < rules[best].Remaining):
+			best = i
 		}
-		d := each[i]
-		if i > 0 && each[i-1].Banned {
-			d = each[i-1]
-		}
-		if fired == i+1 || i > 0 && fired == i && req.calls[i-1].rule.penalty {
-			firedRule = len(rules)
-		}
-		if best < 0 || d.Remaining < rules[best].Remaining {
-			best = len(rules)
-		}
-		rules = append(rules, d)
 	}
-	if firedRule >= 0 {
-		best = firedRule
+	var retry time.Duration
+	for _, e := range each {
+		retry = max(retry, e.RetryAfter)
 	}
 	d := rules[best]
 	d.RetryAfter = retry
@@ -473,35 +528,63 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 	return d, each, nil
 }
 
-// callDecision is the decision of call i, of rule r, alone, from the
-// script's reply (see parseFor), fired and now being the reply's header.
-func callDecision(r *rule, reply []int64, i, fired int, now time.Time) Decision {
+// decision is cl's decision from the script's reply, its Ban's folded in,
+// and whether one of its records fired; each gets its records' own
+// decisions.
+func (cl *call) decision(reply []int64, each []Decision, fired int, now time.Time) (Decision, bool) {
+	each[cl.rec] = callDecision(&cl.rule.ruleBase, reply, cl.rec, fired, now, false)
+	d, firedHere := each[cl.rec], fired == cl.rec+1
+	if b := cl.ban.rule; b != nil {
+		each[cl.ban.rec] = callDecision(&b.ruleBase, reply, cl.ban.rec, fired, now, true)
+		if each[cl.ban.rec].Banned {
+			d = each[cl.ban.rec]
+		}
+		firedHere = firedHere || fired == cl.ban.rec+1
+	}
+	return d, firedHere
+}
+
+// callDecision is the decision of record rec, of rule r (a Ban's when ban
+// is true), alone, from the script's reply (see parseFor), fired and now
+// being the reply's header.
+func callDecision(r *ruleBase, reply []int64, rec, fired int, now time.Time, ban bool) Decision {
+	a := answerAt(reply, rec, now)
 	d := Decision{
-		Rule:    r.name,
-		Allowed: fired == 0,
-		Limit:   r.limit,
-		// A key can hold more than the limit (a limit lowered on
-		// redeploy, two rules sharing a key): remaining is never
-		// reported below 0.
-		Remaining: int(max(reply[lua.At(i, lua.ReplyRemaining)], 0)),
-		Reset:     time.Duration(reply[lua.At(i, lua.ReplyReset)]) * time.Microsecond,
-		Time:      now,
+		Rule:      r.name,
+		Allowed:   fired == 0,
+		Limit:     r.limit,
+		Remaining: a.Remaining,
+		Reset:     a.Reset,
+		Time:      a.At,
 		decider:   r,
 	}
-	// A penalty reports 0 remaining for a banned identity, from the
-	// request that made the ban on (lua/penalty.lua); that request
-	// reads as banned when it was refused anyway.
-	if reply[lua.At(i, lua.ReplyOK)] == 0 || r.penalty && d.Remaining == 0 && fired != 0 {
-		d.RetryAfter = time.Duration(reply[lua.At(i, lua.ReplyRetry)]) * time.Microsecond
-		d.Banned = r.penalty
+	// A ban reports 0 remaining for a banned identity, from the request
+	// that made the ban on (lua/penalty.lua); that request reads as
+	// banned when it was refused anyway.
+	if reply[lua.At(rec, lua.ReplyOK)] == 0 || ban && d.Remaining == 0 && fired != 0 {
+		d.RetryAfter = time.Duration(reply[lua.At(rec, lua.ReplyRetry)]) * time.Microsecond
+		d.Banned = ban
 	}
 	return d
 }
 
+// answerAt is record rec's answer in the script's reply, whose time is now.
+func answerAt(reply []int64, rec int, now time.Time) state.Answer {
+	return state.Answer{
+		// A key can hold more than the limit (a limit lowered on
+		// redeploy, two rules sharing a key): remaining is never
+		// reported below 0.
+		Remaining: int(max(reply[lua.At(rec, lua.ReplyRemaining)], 0)),
+		Reset:     time.Duration(reply[lua.At(rec, lua.ReplyReset)]) * time.Microsecond,
+		At:        now,
+	}
+}
+
 // replyHead checks that a decision script's reply (the decision scripts',
 // see package lua, and the in-flight acquire's, see inflight.lua) is its
-// header and per integers for each of n calls, and returns the header: the
-// Redis time, and the 1-based index of the call that fired (0: none).
+// header and per integers for each of n records, and returns the header:
+// the Redis time, and the 1-based index of the record that fired (0:
+// none).
 func replyHead(reply []int64, n, per int) (time.Time, int, error) {
 	if len(reply) != lua.ReplyHead+per*n {
 		return time.Time{}, 0, fmt.Errorf("unexpected reply of %d elements", len(reply))
@@ -513,8 +596,8 @@ func replyHead(reply []int64, n, per int) (time.Time, int, error) {
 }
 
 // cached is the decision for a rejection the deny cache is certain of, a,
-// the answer Redis would give.
-func (r *rule) cached(a state.Answer) Decision {
+// the answer Redis would give; banned says r is a Ban's.
+func (r *ruleBase) cached(a state.Answer, banned bool) Decision {
 	return Decision{
 		Rule:       r.name,
 		Limit:      r.limit,
@@ -523,7 +606,7 @@ func (r *rule) cached(a state.Answer) Decision {
 		RetryAfter: a.Reset,
 		Time:       a.At,
 		Cached:     true,
-		Banned:     r.penalty,
+		Banned:     banned,
 		decider:    r,
 	}
 }
@@ -536,13 +619,13 @@ func (d *Decision) answer() state.Answer {
 
 // tooCostly is the decision for a request that costs more than r can ever
 // admit.
-func (r *rule) tooCostly(cost int, named bool) Decision {
+func (r *rateRule) tooCostly(cost int, named bool) Decision {
 	what := "the rule"
 	if named {
 		what = "rule " + r.name
 	}
 	return Decision{
-		Rule: r.name, Limit: r.limit, decider: r,
+		Rule: r.name, Limit: r.limit, decider: &r.ruleBase,
 		Reason: "the request costs " + strconv.Itoa(cost) + ", more than " + what + " can ever admit (" + strconv.Itoa(r.maxCost) + ")",
 	}
 }

@@ -70,13 +70,13 @@ func checkPlans(limits map[string]int) error {
 // compilePlans compiles one rule per plan beside r, the default plan's. A
 // plan's rule keeps r's name; its key prefix carries the plan, so two plans
 // never share counts.
-func (r *rule) compilePlans(rc ruleConfig, route *routeConfig, named bool) error {
-	r.pick, r.plans = rc.planPick, map[string]*rule{}
+func (r *rateRule) compilePlans(rc ruleConfig, route *routeConfig, named bool) error {
+	r.pick, r.plans = rc.planPick, map[string]*rateRule{}
 	for name, limit := range rc.plans {
 		pc := rc
 		pc.planPick, pc.plans, pc.limit, pc.name = nil, nil, limit, r.name
 		pc.prefix = rc.prefix + "tier=" + escape(name, idSafe) + ":"
-		pr, err := compileRule(pc, route, named)
+		pr, err := compileRate(pc, route, named)
 		if err != nil {
 			return fmt.Errorf("plan %q: %w", name, err)
 		}
@@ -86,7 +86,7 @@ func (r *rule) compilePlans(rc ruleConfig, route *routeConfig, named bool) error
 }
 
 // planFor returns the rule of the request's plan, or r.
-func (r *rule) planFor(c *gin.Context) *rule {
+func (r *rateRule) planFor(c *gin.Context) *rateRule {
 	if p := r.plans[r.pick(c)]; p != nil {
 		return p
 	}

@@ -28,10 +28,11 @@ import (
 //
 // A Policy is immutable and safe for concurrent use.
 type Policy struct {
-	all          []*rule        // every rule, in the order declared
-	rules        []*rule        // the rate rules, decided by one script call
-	slots        []*rule        // the in-flight rules (inflight.go)
-	calls        int            // calls per decision of the rate rules: one per rule, and one per rule's Ban
+	all          []anyRule      // every rule, in the order declared
+	rules        []*rateRule    // the rate rules, decided by one script call
+	slots        []*slotRule    // the in-flight rules (inflight.go)
+	records      int            // the records of the rate rules' script call: one per rule, one per Ban (see place)
+	bans         bool           // some rate rule has a Ban
 	named        bool           // declared with Rule: keys and 429 bodies name the rule
 	tiered       bool           // some rule has plans (LimitBy): the policy header is per request
 	engine       *engine.Engine // makes the route's Redis calls
@@ -54,39 +55,51 @@ type Policy struct {
 	clock func() int64 // tests only: the scripts' clock in µs
 }
 
-// rule is one compiled count: what is counted, per what, and how much.
-type rule struct {
+// ruleBase is what every kind of rule has: its name, how its keys are
+// built (prefix, dimensions, identity), and what its answers say (the
+// headers' texts, the 429 body). A decision points at the ruleBase of the
+// rule that decided it (Decision.decider).
+type ruleBase struct {
 	name        string
 	escapedName string // as it appears in keys
 	prefix      string
-	window      time.Duration
-	limit       int
-	alg         AlgorithmKind
-	maxCost     int // the most one request can ever be admitted with
-	cost        int // 1, the cost of a request without a Cost function: that of args
-	costFunc    func(*gin.Context) int
+	limit       int   // its decisions' Limit: a rate rule's limit, its Ban's too, or an in-flight rule's n
 	dims        []dim // what it counts per; none for the whole route
 	ips         *identity.IP
 	users       identity.User
 	hashKey     []byte
 	anonByIP    bool
-	pick        func(*gin.Context) string // the request's plan
-	plans       map[string]*rule          // by plan name; nil without LimitBy
-	ban         *rule                     // the penalty deciding this rule's bans (ban.go), or nil
-	penalty     bool                      // this is a penalty, some rule's ban
-	deny        *state.DenyCache          // nil when off
-	local       *state.Buckets            // the FailLocal fallback, or nil
-	slots       int                       // an in-flight rule's n (InFlight); 0 for a rate rule
-	lease       time.Duration             // an in-flight rule's lease
-	sem         *state.Slots              // an in-flight rule's FailLocal fallback, or nil
 
-	script       *redis.Script // the single-rule script with this rule's settings written in (nil for a penalty or an in-flight rule)
-	args         []any         // that script's arguments at the fixed cost: the clock (""), the cost
-	settings     []any         // this rule's arguments of the several-rule script, but the cost (ruleArgs)
 	quotedName   string
 	limitText    string
 	policyHeader string // this rule's RateLimit-Policy item
 	body429      []byte
+}
+
+// base returns r: a rule of any kind has one (anyRule).
+func (r *ruleBase) base() *ruleBase { return r }
+
+// anyRule is a rule a route declares: a *rateRule or a *slotRule.
+type anyRule interface{ base() *ruleBase }
+
+// rateRule is one count in a window: limit units per window under an
+// algorithm, decided with the route's other rate rules in one script call.
+type rateRule struct {
+	ruleBase
+	window   time.Duration
+	alg      AlgorithmKind
+	maxCost  int // the most one request can ever be admitted with
+	cost     int // 1, the cost of a request without a Cost function: that of args
+	costFunc func(*gin.Context) int
+	pick     func(*gin.Context) string // the request's plan
+	plans    map[string]*rateRule      // by plan name; nil without LimitBy
+	ban      *banRule                  // its Ban (ban.go), or nil
+	deny     *state.DenyCache          // nil when off
+	local    *state.Buckets            // the FailLocal fallback, or nil
+
+	script   *redis.Script // the single-rule script, with this rule's settings written in
+	args     []any         // that script's arguments at the fixed cost: the clock (""), the cost
+	settings []any         // this rule's arguments of the several-rule script, but the cost (ruleArgs)
 }
 
 // errNoBackend is the error of a route that reaches no Redis client.
@@ -105,7 +118,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.rules = []*rule{r}
+		p.add(r)
 	}
 	if err := p.compileNamed(c, &rc); err != nil {
 		return nil, err
@@ -116,7 +129,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	}
 	p.engine, p.hub = b.engine, b.hub
 	p.register()
-	p.partition()
+	p.policyHeader = p.joinPolicies()
 	return p, nil
 }
 
@@ -140,22 +153,37 @@ func (l *Limiter) newPolicy(rc *routeConfig, named bool) *Policy {
 }
 
 // compileNamed compiles the rules the route declares with Rule, in order,
-// appending them to p.rules; an error names the rule it is about.
+// adding them to p; an error names the rule it is about.
 func (p *Policy) compileNamed(c config, rc *routeConfig) error {
 	names := map[string]bool{}
 	for i, g := range c.rules {
 		rcfg, err := namedRuleConfig(c.rule, g, names)
-		var r *rule
+		var r anyRule
 		if err == nil {
 			r, err = compileRule(rcfg, rc, true)
 		}
 		if err != nil {
 			return fmt.Errorf("Rule %d (%q): %w", i+1, rcfg.name, err)
 		}
-		names[r.name] = true
-		p.rules = append(p.rules, r)
+		names[r.base().name] = true
+		p.add(r)
 	}
 	return nil
+}
+
+// add appends the compiled rule r to p's rules of its kind, and notes
+// what a request on it needs: a ban's call, a plan's policy header.
+func (p *Policy) add(r anyRule) {
+	p.all = append(p.all, r)
+	switch r := r.(type) {
+	case *slotRule:
+		p.slots = append(p.slots, r)
+	case *rateRule:
+		p.rules = append(p.rules, r)
+		p.records += r.records()
+		p.bans = p.bans || r.ban != nil
+		p.tiered = p.tiered || r.plans != nil
+	}
 }
 
 // namedRuleConfig applies one Rule's options g over the route's rule
@@ -181,15 +209,13 @@ func namedRuleConfig(base ruleConfig, g ruleGroup, names map[string]bool) (ruleC
 	return rcfg, err
 }
 
-// register prepares the scripts of p's rules and their plans on p's engine,
-// and has p's hub track their deny caches and local fallbacks, their bans'
-// too.
+// register prepares the scripts of p's rate rules and their plans on p's
+// engine, and has p's hub track their deny caches and local fallbacks,
+// their bans' too.
 func (p *Policy) register() {
 	for _, r := range p.rules {
-		for _, x := range append([]*rule{r}, slices.Collect(maps.Values(r.plans))...) {
-			if x.script != nil {
-				p.engine.Prepare(x.script)
-			}
+		for _, x := range append([]*rateRule{r}, slices.Collect(maps.Values(r.plans))...) {
+			p.engine.Prepare(x.script)
 			p.hub.Track(x.deny, x.local)
 			if x.ban != nil {
 				p.hub.Track(x.ban.deny, x.ban.local)
@@ -198,83 +224,96 @@ func (p *Policy) register() {
 	}
 }
 
-// partition moves every compiled rule to p.all, then sorts them into the
-// rate rules (p.rules) and the in-flight rules (p.slots), and precomputes
-// what follows from them: the script calls a request makes, whether any
-// rule is tiered, and the RateLimit-Policy header.
-func (p *Policy) partition() {
-	p.all = p.rules
-	p.rules, p.slots = nil, nil
+// joinPolicies is the RateLimit-Policy header of every rule, in the order
+// declared.
+func (p *Policy) joinPolicies() string {
 	items := make([]string, len(p.all))
 	for i, r := range p.all {
-		items[i] = r.policyHeader
-		p.tiered = p.tiered || r.plans != nil
-		if r.slots > 0 {
-			p.slots = append(p.slots, r)
-			continue
-		}
-		p.rules = append(p.rules, r)
-		p.calls++
-		if r.ban != nil {
-			p.calls++
-		}
+		items[i] = r.base().policyHeader
 	}
-	p.policyHeader = strings.Join(items, ", ")
+	return strings.Join(items, ", ")
 }
 
-// compileRule compiles one rule of a route. named says whether the route
-// declares its rules with Rule, whose 429 bodies name the rule.
-func compileRule(rc ruleConfig, route *routeConfig, named bool) (*rule, error) {
+// compileRule compiles one rule of a route, of the kind its options make
+// it. named says whether the route declares its rules with Rule, whose 429
+// bodies name the rule.
+func compileRule(rc ruleConfig, route *routeConfig, named bool) (anyRule, error) {
 	if slices.ContainsFunc(rc.dims, func(d dim) bool { return d.kind == dimUser }) && rc.users == nil {
 		return nil, errors.New("Type(User), Type(UserOrIP) or a User dimension needs ginlimit.UserIdentity(...), for example identity.NewJWT(identity.HMACSecret(secret))")
 	}
 	if rc.ips == nil {
 		rc.ips = &identity.IP{}
 	}
+	// Each kind's constructor returns its own pointer type: turned into an
+	// anyRule only when it is not nil.
 	if rc.slots > 0 {
-		return compileSlots(rc, route, named)
+		r, err := compileSlots(rc, route, named)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
 	}
+	r, err := compileRate(rc, route, named)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// compileRate compiles a rate rule, its Ban and its plans.
+func compileRate(rc ruleConfig, route *routeConfig, named bool) (*rateRule, error) {
 	maxCost, err := rc.checkRate()
 	if err != nil {
 		return nil, err
 	}
-	name := rc.ruleName()
-	body429, err := rc.body429(name, named)
+	base, err := rc.base(rc.prefix+rc.alg.keyTag(&rc), rc.limit, named)
 	if err != nil {
 		return nil, err
 	}
 	param := rc.alg.param(&rc)
-	r := &rule{
+	r := &rateRule{
+		ruleBase: base,
+		window:   rc.window,
+		alg:      rc.alg,
+		maxCost:  maxCost,
+		cost:     rc.cost,
+		costFunc: rc.costFunc,
+		deny:     newDenyCache(route, rc.ban != nil),
+		local:    newLocal(route, rc.limit, rc.window),
+		script:   redis.NewScript(lua.Single(string(rc.alg), rc.window.Microseconds(), int64(rc.limit), int64(param))),
+		args:     singleArgs("", rc.cost),
+		settings: ruleArgs(rc.alg, rc.window, rc.limit, param),
+	}
+	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
+	if err := r.compileExtras(rc, route, named); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// base is the part of a rule of these settings that every kind has, its
+// keys under prefix and its decisions' Limit limit. Its policyHeader is
+// the kind's to write.
+func (rc *ruleConfig) base(prefix string, limit int, named bool) (ruleBase, error) {
+	name := rc.ruleName()
+	body429, err := body429(rc.message, name, named)
+	if err != nil {
+		return ruleBase{}, err
+	}
+	return ruleBase{
 		name:        name,
 		escapedName: escape(name, idSafe),
-		prefix:      rc.prefix + rc.alg.keyTag(&rc),
-		window:      rc.window,
-		limit:       rc.limit,
-		alg:         rc.alg,
-		maxCost:     maxCost,
-		cost:        rc.cost,
-		costFunc:    rc.costFunc,
+		prefix:      prefix,
+		limit:       limit,
 		dims:        rc.dims,
 		ips:         rc.ips,
 		users:       rc.users,
 		hashKey:     rc.hashKey,
 		anonByIP:    rc.anonByIP,
-		deny:        newDenyCache(route, rc.ban != nil),
-		args:        singleArgs("", rc.cost),
-		settings:    ruleArgs(rc.alg, rc.window, rc.limit, param),
 		quotedName:  sfString(name),
-		limitText:   strconv.Itoa(rc.limit),
+		limitText:   strconv.Itoa(limit),
 		body429:     body429,
-	}
-	if rc.alg != penaltyAlg { // a penalty only ever runs in the several-rule script
-		r.script = redis.NewScript(lua.Single(string(rc.alg), rc.window.Microseconds(), int64(rc.limit), int64(param)))
-	}
-	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
-	r.local = newLocal(route, rc.limit, rc.window)
-	if err := r.compileExtras(rc, route, named); err != nil {
-		return nil, err
-	}
-	return r, nil
+	}, nil
 }
 
 // checkRate checks a rate rule's algorithm settings, and
@@ -289,7 +328,7 @@ func (rc *ruleConfig) checkRate() (int, error) {
 
 // compileExtras compiles what a rate rule may add to its limit: its Ban
 // and its plans.
-func (r *rule) compileExtras(rc ruleConfig, route *routeConfig, named bool) error {
+func (r *rateRule) compileExtras(rc ruleConfig, route *routeConfig, named bool) error {
 	if rc.ban != nil {
 		if err := r.compileBan(rc, route, named); err != nil {
 			return err
@@ -312,19 +351,20 @@ func (rc *ruleConfig) ruleName() string {
 	return rc.name
 }
 
-// body429 is the rule's 429 body; named says whether it names the rule.
-func (rc *ruleConfig) body429(name string, named bool) ([]byte, error) {
+// body429 is the 429 body of rule name, saying message; named says
+// whether it names the rule.
+func body429(message, name string, named bool) ([]byte, error) {
 	body := struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 		Rule    string `json:"rule,omitempty"`
-	}{Code: 429, Message: rc.message}
+	}{Code: 429, Message: message}
 	if named {
 		body.Rule = name
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return nil, fmt.Errorf("Message(%q): %w", rc.message, err)
+		return nil, fmt.Errorf("Message(%q): %w", message, err)
 	}
 	return b, nil
 }
@@ -334,7 +374,7 @@ func (rc *ruleConfig) body429(name string, named bool) ([]byte, error) {
 func (p *Policy) names() string {
 	names := make([]string, len(p.all))
 	for i, r := range p.all {
-		names[i] = r.name
+		names[i] = r.base().name
 	}
 	return strings.Join(names, ",")
 }

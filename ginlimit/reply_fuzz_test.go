@@ -57,13 +57,8 @@ func ratePolicies(f *testing.F) []*Policy {
 // calls filled as allow fills them.
 func rateRequest(p *Policy) *request {
 	req := p.newRequest(scope{route: "k"})
-	i := 0
-	for _, r := range p.rules {
-		i = p.addBan(req, i, r, nil)
-		req.calls[i].rule, req.calls[i].cost = r, r.cost
-		req.calls[i].key = buildKey(r, p.named, req.scope, nil)
-		req.keys[i] = req.calls[i].key
-		i++
+	for i, r := range p.rules {
+		p.setCall(req, i, r, nil, r.cost)
 	}
 	return req
 }
@@ -122,7 +117,7 @@ func FuzzDecisionReply(f *testing.F) {
 		p := ps[int(sel)%len(ps)]
 		req := rateRequest(p)
 		reply := replyInts(t, raw)
-		n := len(req.calls)
+		n := len(req.keys) // a record per rule, and one per Ban
 		checkReplyHead(t, reply, n, 4)
 
 		d, each, err := p.parse(req, reply)
@@ -142,22 +137,25 @@ func FuzzDecisionReply(f *testing.F) {
 // checkDecision checks the decision parse made of a well-formed reply.
 func checkDecision(t *testing.T, p *Policy, req *request, reply []int64, d Decision, each []Decision) {
 	t.Helper()
-	n, fired := len(req.calls), int(reply[1])
+	n, fired := len(req.keys), int(reply[1])
 	if d.Allowed != (fired == 0) || !d.Time.Equal(time.UnixMicro(reply[0])) || d.Remaining < 0 {
 		t.Fatalf("reply %v: decision %+v (fired %d)", reply, d, fired)
 	}
 	if d.decider == nil || d.Rule != d.decider.name || d.Limit != d.decider.limit {
 		t.Fatalf("reply %v: decision %+v names no rule of its own", reply, d)
 	}
-	// The rule a call belongs to: a penalty belongs to the call after it.
-	owner := func(i int) int {
-		if req.calls[i].rule.penalty {
-			return i + 1
+	// Each record's rule, and the call it belongs to: a Ban's record
+	// belongs to its rule's call.
+	owner, recRule := make([]*call, n), make([]*ruleBase, n)
+	for i := range req.calls {
+		cl := &req.calls[i]
+		owner[cl.rec], recRule[cl.rec] = cl, &cl.rule.ruleBase
+		if cl.ban.rule != nil {
+			owner[cl.ban.rec], recRule[cl.ban.rec] = cl, &cl.ban.rule.ruleBase
 		}
-		return i
 	}
 	if fired > 0 {
-		if want := req.calls[owner(fired-1)].rule.name; d.Rule != want {
+		if want := owner[fired-1].rule.name; d.Rule != want {
 			t.Fatalf("reply %v: the decision is rule %q's, want the firing rule %q's", reply, d.Rule, want)
 		}
 	}
@@ -167,7 +165,7 @@ func checkDecision(t *testing.T, p *Policy, req *request, reply []int64, d Decis
 		}
 		var retry time.Duration
 		for i, e := range each {
-			if e.Rule != req.calls[i].rule.name || e.Remaining != int(max(reply[3+4*i], 0)) {
+			if e.Rule != recRule[i].name || e.decider != recRule[i] || e.Remaining != int(max(reply[3+4*i], 0)) {
 				t.Fatalf("reply %v: call %d's decision %+v", reply, i, e)
 			}
 			retry = max(retry, e.RetryAfter)
@@ -256,11 +254,11 @@ func FuzzSlotReply(f *testing.F) {
 		p := ps[int(sel)%len(ps)]
 		req := p.newSlotRequest(scope{route: "k"})
 		for i, r := range p.slots {
-			req.calls[i] = call{rule: r, key: buildKey(r, p.named, req.scope, nil), cost: 1}
-			req.keys[i] = req.calls[i].key
+			req.slots[i] = slotCall{rule: r, key: buildKey(&r.ruleBase, p.named, req.scope, nil)}
+			req.keys[i] = req.slots[i].key
 		}
 		reply := replyInts(t, raw)
-		n := len(req.calls)
+		n := len(req.slots)
 		checkReplyHead(t, reply, n, 1)
 
 		if v, ok := one(reply); ok != (len(reply) == 1) || ok && v != reply[0] {
@@ -285,11 +283,11 @@ func FuzzSlotReply(f *testing.F) {
 // reply.
 func checkSlotDecision(t *testing.T, req *request, reply []int64, d Decision) {
 	t.Helper()
-	n, fired := len(req.calls), int(reply[1])
+	n, fired := len(req.slots), int(reply[1])
 	if d.Allowed != (fired == 0) || !d.Time.Equal(time.UnixMicro(reply[0])) {
 		t.Fatalf("reply %v: decision %+v", reply, d)
 	}
-	if d.Remaining < 0 || d.decider == nil || d.Limit != d.decider.slots || d.Rule != d.decider.name {
+	if d.Remaining < 0 || d.decider == nil || d.Limit != d.decider.limit || d.Rule != d.decider.name {
 		t.Fatalf("reply %v: decision %+v: Remaining must be free slots of its rule, never negative", reply, d)
 	}
 	// in_use is a count of leases, which the script never replies
@@ -301,9 +299,9 @@ func checkSlotDecision(t *testing.T, req *request, reply []int64, d Decision) {
 	if counts && d.Remaining > d.Limit {
 		t.Fatalf("reply %v: %d slots free of %d", reply, d.Remaining, d.Limit)
 	}
-	free := func(i int) int { return max(req.calls[i].rule.slots-int(reply[2+i]), 0) }
+	free := func(i int) int { return max(req.slots[i].rule.limit-int(reply[2+i]), 0) }
 	if fired > 0 {
-		r := req.calls[fired-1].rule
+		r := req.slots[fired-1].rule
 		if d.Rule != r.name || d.Remaining != free(fired-1) || d.RetryAfter != InFlightRetryAfter || d.Reset != InFlightRetryAfter {
 			t.Fatalf("reply %v: refusal %+v, want rule %q's with %d free and Retry-After %v", reply, d, r.name, free(fired-1), InFlightRetryAfter)
 		}

@@ -161,7 +161,7 @@ func (p *Policy) clientGone(c *gin.Context, req *request) {
 
 // identityFailed answers a request whose identity rule r could not find:
 // 401 when it is unauthenticated, 500 (and a log line) otherwise.
-func (p *Policy) identityFailed(c *gin.Context, r *rule, err error) {
+func (p *Policy) identityFailed(c *gin.Context, r *ruleBase, err error) {
 	if errors.Is(err, identity.ErrUnauthenticated) {
 		if ch, ok := r.users.(interface{ Challenge() string }); ok {
 			challenge := ch.Challenge()
@@ -201,14 +201,17 @@ func (p *Policy) policyFor(req *request) string {
 		return req.calls[0].rule.policyHeader
 	}
 	b := make([]byte, 0, len(p.policyHeader)+16)
-	for _, cl := range req.calls {
-		if cl.rule.penalty {
-			continue // its rule's item says it
-		}
+	add := func(r *ruleBase) {
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = append(b, cl.rule.policyHeader...)
+		b = append(b, r.policyHeader...)
+	}
+	for _, cl := range req.calls {
+		add(&cl.rule.ruleBase)
+	}
+	for _, cl := range req.slots {
+		add(&cl.rule.ruleBase)
 	}
 	return string(b)
 }
@@ -224,17 +227,11 @@ func (p *Policy) writeHeaders(h http.Header, req *request) {
 	d := &req.d
 	b := req.buf[:0]
 	if d.Rules != nil {
-		i := 0
-		for _, cl := range req.calls {
-			if cl.rule.penalty {
-				continue // a ban reads as its rule's decision
-			}
+		for i := range d.Rules {
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			rd := &d.Rules[i]
-			b = appendRateLimit(b, rd.decider, rd)
-			i++
+			b = appendRateLimit(b, d.Rules[i].decider, &d.Rules[i])
 		}
 	} else {
 		b = appendRateLimit(b, d.decider, d)
@@ -265,7 +262,7 @@ func (p *Policy) writeHeaders(h http.Header, req *request) {
 }
 
 // appendRateLimit appends rule r's item of the RateLimit field for d.
-func appendRateLimit(b []byte, r *rule, d *Decision) []byte {
+func appendRateLimit(b []byte, r *ruleBase, d *Decision) []byte {
 	b = append(b, r.quotedName...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, int64(d.Remaining), 10)
@@ -291,18 +288,15 @@ func (p *Policy) debug(c *gin.Context, req *request, msg string) {
 	}
 	d := &req.d
 	attrs := []slog.Attr{slog.String("rule", d.Rule), slog.String("route", c.FullPath()), slog.Duration("retry_after", d.RetryAfter)}
-	for i := range req.calls {
-		if cl := &req.calls[i]; cl.rule == d.decider {
-			// The request's identity is found again, for this line only:
-			// keeping it, or its tag, for every request would cost each
-			// one for the few that a debug line is written about.
-			var w who
-			if cl.rule.identify(c, &w) == nil {
-				if tag := w.logTag(cl.rule, p.secret); tag != "" {
-					attrs = append(attrs, slog.String("identity", tag))
-				}
+	if r := d.decider; r != nil {
+		// The request's identity is found again, for this line only:
+		// keeping it, or its tag, for every request would cost each one
+		// for the few that a debug line is written about.
+		var w who
+		if r.identify(c, &w) == nil {
+			if tag := w.logTag(r, p.secret); tag != "" {
+				attrs = append(attrs, slog.String("identity", tag))
 			}
-			break
 		}
 	}
 	p.debugLogs.log(ctx, p.log(), slog.LevelDebug, msg, attrs...)

@@ -14,7 +14,7 @@ import (
 // package lua's offsets say.
 func TestScriptArgs(t *testing.T) {
 	t.Parallel()
-	kinds := []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket, penaltyAlg}
+	kinds := []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket, banAlg}
 	for _, a := range kinds {
 		args := ruleArgs(a, 3*time.Second, 7, 9)
 		if n, ok := args[lua.ArgAlgorithm].(int); !ok || n < 0 || lua.Numbered()[n] != string(a) {
@@ -27,12 +27,38 @@ func TestScriptArgs(t *testing.T) {
 	if got := len(slices.Compact(slices.Clone(lua.Numbered()))); got != len(kinds) {
 		t.Errorf("lua numbers %d algorithms, ginlimit %d", got, len(kinds))
 	}
-	r := &rule{settings: ruleArgs(FixedWindow, time.Second, 5, 0)}
+	r := &rateRule{settings: ruleArgs(FixedWindow, time.Second, 5, 0)}
 	p := &Policy{clock: func() int64 { return 42 }}
-	args := p.severalArgs(&request{calls: []call{{rule: r, cost: 2}, {rule: r, cost: 3}}})
+	req := &request{calls: make([]call, 2), keys: make([]string, 2)}
+	for i, cost := range []int{2, 3} {
+		req.calls[i] = call{rule: r}
+		req.calls[i].cost = cost
+		req.place(i)
+	}
+	args := p.severalArgs(req)
 	if len(args) != lua.ArgRules+2*lua.ArgsPerRule || args[lua.ArgClock] != int64(42) ||
 		args[lua.ArgRules+lua.ArgCost] != 2 || args[lua.ArgRules+lua.ArgsPerRule+lua.ArgCost] != 3 {
 		t.Errorf("severalArgs = %v", args)
+	}
+	// A rule's Ban takes the record before the rule's own, with its own
+	// settings and its cost (the strikes it reports).
+	rb := &rateRule{settings: r.settings, ban: &banRule{settings: ruleArgs(banAlg, time.Minute, 3, 60000)}}
+	req = &request{calls: make([]call, 2), keys: make([]string, r.records()+rb.records())}
+	req.calls[0] = call{rule: r}
+	req.calls[0].cost = 2
+	req.place(0)
+	req.calls[1] = call{rule: rb, ban: banCall{rule: rb.ban}}
+	req.calls[1].cost, req.calls[1].ban.cost = 3, 7
+	req.place(1)
+	args = p.severalArgs(req)
+	ban := lua.ArgRules + lua.ArgsPerRule
+	if len(args) != lua.ArgRules+3*lua.ArgsPerRule || args[lua.ArgRules+lua.ArgCost] != 2 ||
+		args[ban+lua.ArgCost] != 7 || args[ban+lua.ArgAlgorithm] != slices.Index(lua.Numbered(), "penalty") || args[ban+lua.ArgParam] != 60000 ||
+		args[ban+lua.ArgsPerRule+lua.ArgCost] != 3 || args[ban+lua.ArgsPerRule+lua.ArgAlgorithm] != args[lua.ArgRules+lua.ArgAlgorithm] {
+		t.Errorf("severalArgs with a Ban = %v", args)
+	}
+	if req.calls[1].ban.rec != 1 || req.calls[1].rec != 2 || !slices.Equal(req.keys, []string{"", "", ""}) {
+		t.Errorf("records %d (ban %d), keys %q", req.calls[1].rec, req.calls[1].ban.rec, req.keys)
 	}
 	if s := singleArgs("", 4); s[lua.ArgClock] != "" || s[lua.SingleArgCost] != 4 || len(s) != lua.SingleArgs {
 		t.Errorf("singleArgs = %v", s)
