@@ -3,7 +3,6 @@ package ginlimit
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,36 +66,6 @@ func singleArgs(clock any, cost int) []any {
 	args := make([]any, lua.SingleArgs)
 	args[lua.ArgClock], args[lua.SingleArgCost] = clock, cost
 	return args
-}
-
-// keyTag is what the algorithm adds to a rule's key prefix: nothing for the
-// sliding log (its keys keep their names across versions), and for the
-// others the algorithm and what gives their stored data its shape: the
-// sub-window length of the counter (its state is counted in sub-window
-// numbers) and the limit of the bucket (its state is in 1/limit µs). So
-// switching a live route to another algorithm, or changing those settings,
-// starts on fresh keys: no script ever meets another's data (no WRONGTYPE)
-// or misreads it. A new stored format that the older version's script
-// cannot read takes a new tag too, so that during a rolling deploy each
-// version keeps its own keys: "fw2:" for the fixed window's string, where
-// the version before kept a hash under "fw:"; "sc-<sub-window µs>:" for the
-// counter's string, where it kept a hash under "sc<sub-window µs>:" (each
-// version would meet the other's key as WRONGTYPE); and "tb-<limit>:" for
-// the bucket's binary state, where it kept text under "tb<limit>:" (an
-// older script would read the new state as a full bucket). For the windows
-// a deploy spans, old and new instances then count apart: up to twice the
-// limit, never an error or an unbounded bypass; the older keys expire
-// within a window of the last old instance.
-func (a AlgorithmKind) keyTag(r *ruleConfig) string {
-	switch a {
-	case SlidingCounter:
-		return "sc-" + strconv.FormatInt(r.window.Microseconds()/int64(r.subWindows), 10) + ":"
-	case FixedWindow:
-		return "fw2:"
-	case TokenBucket:
-		return "tb-" + strconv.Itoa(r.limit) + ":"
-	}
-	return ""
 }
 
 // maxSafe is the largest integer the scripts' doubles hold exactly, 2^53.

@@ -1,16 +1,11 @@
 package ginlimit
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -18,9 +13,9 @@ import (
 	"github.com/ginlimit/ginlimit/identity"
 )
 
-// A rule's dimension is what its limit is counted per. This file is where
-// a new dimension goes: a dimKind, its case in identify, and its
-// constructor.
+// A rule's dimension is what its limit is counted per. A new dimension is
+// a dimKind and its constructor here, and its cases in identify and
+// targetWho (key.go), where every key is built from the identity.
 
 // Type sets what the limit is counted per, the Java annotation's type:
 // [Method] (the whole route, the default), [IP], [User] or [UserOrIP]. It
@@ -296,30 +291,6 @@ func (r *ruleBase) counts(k dimKind) bool {
 	return false
 }
 
-// who is the identity part of a request's key: one part per dimension of
-// the rule (none for a whole-route rule), each a label ("user", "ip",
-// "anon", "p.id", ...), its value, and which bytes of the value stand for
-// themselves in a key. The text of an IP address is appended to text, which
-// the caller may point at memory of its own (a request's), so that no
-// allocation is needed for it: a who then lives on the caller's stack (it
-// must not hold its own buffer: a value pointing into the struct that holds
-// it sends the struct to the heap).
-type who struct {
-	parts [maxDims]part
-	n     int
-	text  []byte
-}
-
-type part struct {
-	label, value string
-	safe         charset
-}
-
-func (w *who) add(label, value string, safe charset) {
-	w.parts[w.n] = part{label, value, safe}
-	w.n++
-}
-
 // errMissing is the error of a request that lacks the value of one of the
 // rule's dimensions.
 type errMissing struct{ d dim }
@@ -337,126 +308,4 @@ func (d dim) body400() string {
 		Message string `json:"message"`
 	}{http.StatusBadRequest, msg})
 	return string(b)
-}
-
-// identify finds the request's identity for rule r. With HashIdentities
-// the text is an HMAC of the identity instead of the identity.
-func (r *ruleBase) identify(c *gin.Context, w *who) error {
-	w.n, w.text = 0, w.text[:0]
-	for _, d := range r.dims {
-		switch d.kind {
-		case dimIP:
-			if err := r.clientIP(c, w, "ip"); err != nil {
-				return err
-			}
-		case dimUser:
-			uid, err := r.users.UserID(c)
-			switch {
-			case err == nil:
-				w.add("user", uid, idSafe)
-			case r.anonByIP && errors.Is(err, identity.ErrUnauthenticated):
-				if err := r.clientIP(c, w, "anon"); err != nil {
-					return err
-				}
-			default:
-				return err
-			}
-		default:
-			v, ok := d.value(c)
-			if !ok || v == "" {
-				return errMissing{d}
-			}
-			w.add(d.label, v, idSafe)
-		}
-	}
-	r.seal(w)
-	return nil
-}
-
-// value returns a param, header or func dimension's value for c.
-func (d dim) value(c *gin.Context) (string, bool) {
-	switch d.kind {
-	case dimParam:
-		return c.Param(d.name), true
-	case dimHeader:
-		return c.GetHeader(d.name), true
-	case dimFunc:
-		return d.fn(c)
-	}
-	return "", false
-}
-
-// seal replaces w's identity by its HMAC when the rule has
-// [HashIdentities]. Every identity goes through it on its way into a key:
-// a request's (identify) and a [Target]'s. One dimension keeps its label
-// ("user:<hex>"); several become one part, their labels joined by '+'.
-func (r *ruleBase) seal(w *who) {
-	if r.hashKey == nil || w.n == 0 {
-		return
-	}
-	label := w.parts[0].label
-	for _, p := range w.parts[1:w.n] {
-		label += "+" + p.label
-	}
-	w.parts[0] = part{label, w.hash(r.hashKey), routeSafe}
-	w.n = 1
-}
-
-// hash returns the hex HMAC of w's parts, cut to 128 bits. For one part it
-// is the HMAC of " <label>:" and the value, as ginlimit has always keyed it;
-// several parts each write their value's length before it, so that no
-// value can move the boundary between two (A="x h.b:y", B="z" and A="x",
-// B="y h.b:z" stay apart).
-func (w *who) hash(secret []byte) string {
-	m := hmac.New(sha256.New, secret)
-	for _, p := range w.parts[:w.n] {
-		m.Write([]byte(" " + p.label + ":"))
-		if w.n > 1 {
-			m.Write(strconv.AppendInt(nil, int64(len(p.value)), 10))
-			m.Write([]byte{':'})
-		}
-		m.Write([]byte(p.value))
-	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(sum[:0])[:16])
-}
-
-// clientIP resolves the client's address and its bucket text into w.
-func (r *ruleBase) clientIP(c *gin.Context, w *who, label string) error {
-	addr, err := r.ips.Resolve(c.Request)
-	if err != nil {
-		return err
-	}
-	r.ipWho(w, addr, label)
-	return nil
-}
-
-// ipWho adds to w the text that stands for addr in a key, under label: an
-// IPv4 address itself, an IPv6 address its bucket (see
-// identity.IP.Bucket).
-func (r *ruleBase) ipWho(w *who, addr netip.Addr, label string) {
-	start := len(w.text)
-	if addr.Is4() {
-		w.text = addr.AppendTo(w.text)
-	} else {
-		w.text = r.ips.Bucket(addr).AppendTo(w.text)
-	}
-	// Appending never rewrites bytes below len, and an append that moves
-	// the text leaves the earlier parts on the old array, still theirs.
-	w.add(label, unsafeString(w.text[start:]), routeSafe)
-}
-
-// logTag is what a log line may say about the identity of a request: the
-// first 12 hex digits of the HMAC that [HashIdentities] puts into the key,
-// keyed with the rule's secret or, without one, with the policy's own
-// random secret, so lines about one client can be told apart but no
-// identity is written down.
-func (w *who) logTag(r *ruleBase, secret []byte) string {
-	if w.n == 0 {
-		return ""
-	}
-	if r.hashKey != nil {
-		return w.parts[0].value[:12]
-	}
-	return w.hash(secret)[:12]
 }

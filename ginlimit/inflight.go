@@ -108,10 +108,6 @@ func InFlight(n int, lease time.Duration) RuleOption {
 // slotScript is lua/inflight.lua.
 var slotScript = redis.NewScript(lua.InFlight())
 
-// slotTag is what an in-flight rule adds to its key prefix, so that its
-// keys never meet a rate rule's (see keyTag).
-const slotTag = "if:"
-
 // slotRule is an in-flight rule: at most limit (its n) requests being
 // served at once per key, each holding a slot leased for lease.
 type slotRule struct {

@@ -181,53 +181,6 @@ func targetScope(t Target) (scope, error) {
 	return s, nil
 }
 
-// targetWho sets w to the identity t names for rule r, as identify would
-// for a request from it. Every part of t must be used by the rule.
-func (r *ruleBase) targetWho(w *who, t Target) error {
-	w.n, w.text = 0, w.text[:0]
-	usedUser, usedIP, usedValues := false, false, 0
-	for _, d := range r.dims {
-		switch d.kind {
-		case dimIP:
-			if !t.IP.IsValid() {
-				return errors.New("it counts per IP: give Target.IP")
-			}
-			r.ipWho(w, t.IP.Unmap(), "ip")
-			usedIP = true
-		case dimUser:
-			switch {
-			case t.User != "":
-				w.add("user", t.User, idSafe)
-				usedUser = true
-			case r.anonByIP && t.IP.IsValid() && !r.counts(dimIP):
-				r.ipWho(w, t.IP.Unmap(), "anon")
-				usedIP = true
-			case r.anonByIP:
-				return errors.New("it counts per user: give Target.User, or Target.IP for anonymous callers (UserOrIP)")
-			default:
-				return errors.New("it counts per user: give Target.User")
-			}
-		default:
-			v := t.Values[d.name]
-			if v == "" {
-				return fmt.Errorf("it counts per %s: give Target.Values[%q]", d.describe(), d.name)
-			}
-			w.add(d.label, v, idSafe)
-			usedValues++
-		}
-	}
-	switch {
-	case t.User != "" && !usedUser:
-		return errors.New("it does not count per user: leave Target.User empty")
-	case t.IP.IsValid() && !usedIP:
-		return errors.New("it does not count per IP: leave Target.IP empty")
-	case len(t.Values) != usedValues:
-		return errors.New("Target.Values names a dimension the rule does not count per")
-	}
-	r.seal(w)
-	return nil
-}
-
 // Peek returns what a request on t's count would be told now, without
 // counting anything: Allowed says whether a request of the rule's [Cost]
 // would be admitted, Limit, Remaining and Reset the count's state, and

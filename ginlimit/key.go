@@ -1,12 +1,18 @@
 package ginlimit
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
 	"strings"
 	"unsafe"
 
 	"github.com/gin-gonic/gin"
+	"github.com/ginlimit/ginlimit/identity"
 )
 
 // The Redis key of one rule's count is built here, and only here, by
@@ -29,8 +35,15 @@ import (
 // identity value or Allow key longer than maxKeyText goes in as a hash, so
 // a key is never longer than its configuration allows.
 //
-// The prefix ends with the algorithm's tag (algorithm.go: keyTag), so two
-// algorithms, or two shapes of one algorithm's data, never share a key.
+// The prefix ends with the tags of the rule's kind, built here too: the
+// algorithm's (keyTag), so that two algorithms, or two shapes of one
+// algorithm's data, never share a key; "if:" for an in-flight rule
+// (slotTag), "ban:" for a Ban (banTag) and "tier=<plan>:" for a plan of
+// LimitBy (planTag), so that no two kinds or plans share a key either.
+//
+// The identity is found here as well (identify for a request, targetWho
+// for a [Target]), so that what a key says and how it is read from a
+// request or a Target live side by side.
 
 const hexDigits = "0123456789ABCDEF"
 
@@ -243,3 +256,237 @@ func defaultName(prefix string) string {
 // unsafeString views b as a string without copying. The caller must not
 // modify b while the string is in use.
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// who is the identity part of a request's key: one part per dimension of
+// the rule (none for a whole-route rule), each a label ("user", "ip",
+// "anon", "p.id", ...), its value, and which bytes of the value stand for
+// themselves in a key. The text of an IP address is appended to text, which
+// the caller may point at memory of its own (a request's), so that no
+// allocation is needed for it: a who then lives on the caller's stack (it
+// must not hold its own buffer: a value pointing into the struct that holds
+// it sends the struct to the heap).
+type who struct {
+	parts [maxDims]part
+	n     int
+	text  []byte
+}
+
+type part struct {
+	label, value string
+	safe         charset
+}
+
+func (w *who) add(label, value string, safe charset) {
+	w.parts[w.n] = part{label, value, safe}
+	w.n++
+}
+
+// identify finds the request's identity for rule r. With HashIdentities
+// the text is an HMAC of the identity instead of the identity.
+func (r *ruleBase) identify(c *gin.Context, w *who) error {
+	w.n, w.text = 0, w.text[:0]
+	for _, d := range r.dims {
+		switch d.kind {
+		case dimIP:
+			if err := r.clientIP(c, w, "ip"); err != nil {
+				return err
+			}
+		case dimUser:
+			uid, err := r.users.UserID(c)
+			switch {
+			case err == nil:
+				w.add("user", uid, idSafe)
+			case r.anonByIP && errors.Is(err, identity.ErrUnauthenticated):
+				if err := r.clientIP(c, w, "anon"); err != nil {
+					return err
+				}
+			default:
+				return err
+			}
+		default:
+			v, ok := d.value(c)
+			if !ok || v == "" {
+				return errMissing{d}
+			}
+			w.add(d.label, v, idSafe)
+		}
+	}
+	r.seal(w)
+	return nil
+}
+
+// value returns a param, header or func dimension's value for c.
+func (d dim) value(c *gin.Context) (string, bool) {
+	switch d.kind {
+	case dimParam:
+		return c.Param(d.name), true
+	case dimHeader:
+		return c.GetHeader(d.name), true
+	case dimFunc:
+		return d.fn(c)
+	}
+	return "", false
+}
+
+// seal replaces w's identity by its HMAC when the rule has
+// [HashIdentities]. Every identity goes through it on its way into a key:
+// a request's (identify) and a [Target]'s. One dimension keeps its label
+// ("user:<hex>"); several become one part, their labels joined by '+'.
+func (r *ruleBase) seal(w *who) {
+	if r.hashKey == nil || w.n == 0 {
+		return
+	}
+	label := w.parts[0].label
+	for _, p := range w.parts[1:w.n] {
+		label += "+" + p.label
+	}
+	w.parts[0] = part{label, w.hash(r.hashKey), routeSafe}
+	w.n = 1
+}
+
+// hash returns the hex HMAC of w's parts, cut to 128 bits. For one part it
+// is the HMAC of " <label>:" and the value, as ginlimit has always keyed it;
+// several parts each write their value's length before it, so that no
+// value can move the boundary between two (A="x h.b:y", B="z" and A="x",
+// B="y h.b:z" stay apart).
+func (w *who) hash(secret []byte) string {
+	m := hmac.New(sha256.New, secret)
+	for _, p := range w.parts[:w.n] {
+		m.Write([]byte(" " + p.label + ":"))
+		if w.n > 1 {
+			m.Write(strconv.AppendInt(nil, int64(len(p.value)), 10))
+			m.Write([]byte{':'})
+		}
+		m.Write([]byte(p.value))
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(m.Sum(sum[:0])[:16])
+}
+
+// clientIP resolves the client's address and its bucket text into w.
+func (r *ruleBase) clientIP(c *gin.Context, w *who, label string) error {
+	addr, err := r.ips.Resolve(c.Request)
+	if err != nil {
+		return err
+	}
+	r.ipWho(w, addr, label)
+	return nil
+}
+
+// ipWho adds to w the text that stands for addr in a key, under label: an
+// IPv4 address itself, an IPv6 address its bucket (see
+// identity.IP.Bucket).
+func (r *ruleBase) ipWho(w *who, addr netip.Addr, label string) {
+	start := len(w.text)
+	if addr.Is4() {
+		w.text = addr.AppendTo(w.text)
+	} else {
+		w.text = r.ips.Bucket(addr).AppendTo(w.text)
+	}
+	// Appending never rewrites bytes below len, and an append that moves
+	// the text leaves the earlier parts on the old array, still theirs.
+	w.add(label, unsafeString(w.text[start:]), routeSafe)
+}
+
+// logTag is what a log line may say about the identity of a request: the
+// first 12 hex digits of the HMAC that [HashIdentities] puts into the key,
+// keyed with the rule's secret or, without one, with the policy's own
+// random secret, so lines about one client can be told apart but no
+// identity is written down.
+func (w *who) logTag(r *ruleBase, secret []byte) string {
+	if w.n == 0 {
+		return ""
+	}
+	if r.hashKey != nil {
+		return w.parts[0].value[:12]
+	}
+	return w.hash(secret)[:12]
+}
+
+// targetWho sets w to the identity t names for rule r, as identify would
+// for a request from it. Every part of t must be used by the rule.
+func (r *ruleBase) targetWho(w *who, t Target) error {
+	w.n, w.text = 0, w.text[:0]
+	usedUser, usedIP, usedValues := false, false, 0
+	for _, d := range r.dims {
+		switch d.kind {
+		case dimIP:
+			if !t.IP.IsValid() {
+				return errors.New("it counts per IP: give Target.IP")
+			}
+			r.ipWho(w, t.IP.Unmap(), "ip")
+			usedIP = true
+		case dimUser:
+			switch {
+			case t.User != "":
+				w.add("user", t.User, idSafe)
+				usedUser = true
+			case r.anonByIP && t.IP.IsValid() && !r.counts(dimIP):
+				r.ipWho(w, t.IP.Unmap(), "anon")
+				usedIP = true
+			case r.anonByIP:
+				return errors.New("it counts per user: give Target.User, or Target.IP for anonymous callers (UserOrIP)")
+			default:
+				return errors.New("it counts per user: give Target.User")
+			}
+		default:
+			v := t.Values[d.name]
+			if v == "" {
+				return fmt.Errorf("it counts per %s: give Target.Values[%q]", d.describe(), d.name)
+			}
+			w.add(d.label, v, idSafe)
+			usedValues++
+		}
+	}
+	switch {
+	case t.User != "" && !usedUser:
+		return errors.New("it does not count per user: leave Target.User empty")
+	case t.IP.IsValid() && !usedIP:
+		return errors.New("it does not count per IP: leave Target.IP empty")
+	case len(t.Values) != usedValues:
+		return errors.New("Target.Values names a dimension the rule does not count per")
+	}
+	r.seal(w)
+	return nil
+}
+
+// keyTag is what the algorithm adds to a rule's key prefix: nothing for the
+// sliding log (its keys keep their names across versions), and for the
+// others the algorithm and what gives their stored data its shape: the
+// sub-window length of the counter (its state is counted in sub-window
+// numbers) and the limit of the bucket (its state is in 1/limit µs). So
+// switching a live route to another algorithm, or changing those settings,
+// starts on fresh keys: no script ever meets another's data (no WRONGTYPE)
+// or misreads it. A new stored format that the older version's script
+// cannot read takes a new tag too, so that during a rolling deploy each
+// version keeps its own keys: "fw2:" for the fixed window's string, where
+// the version before kept a hash under "fw:"; "sc-<sub-window µs>:" for the
+// counter's string, where it kept a hash under "sc<sub-window µs>:" (each
+// version would meet the other's key as WRONGTYPE); and "tb-<limit>:" for
+// the bucket's binary state, where it kept text under "tb<limit>:" (an
+// older script would read the new state as a full bucket). For the windows
+// a deploy spans, old and new instances then count apart: up to twice the
+// limit, never an error or an unbounded bypass; the older keys expire
+// within a window of the last old instance.
+func (a AlgorithmKind) keyTag(r *ruleConfig) string {
+	switch a {
+	case SlidingCounter:
+		return "sc-" + strconv.FormatInt(r.window.Microseconds()/int64(r.subWindows), 10) + ":"
+	case FixedWindow:
+		return "fw2:"
+	case TokenBucket:
+		return "tb-" + strconv.Itoa(r.limit) + ":"
+	}
+	return ""
+}
+
+// slotTag is what an in-flight rule adds to its key prefix, so that its
+// keys never meet a rate rule's (see keyTag).
+const slotTag = "if:"
+
+// banTag is what a rule's Ban adds to the rule's prefix.
+const banTag = "ban:"
+
+// planTag is what a plan of LimitBy adds to its rule's prefix: its name,
+// escaped, so that two plans never share counts.
+func planTag(name string) string { return "tier=" + escape(name, idSafe) + ":" }

@@ -75,7 +75,7 @@ func (r *rateRule) compilePlans(rc ruleConfig, route *routeConfig, named bool) e
 	for name, limit := range rc.plans {
 		pc := rc
 		pc.planPick, pc.plans, pc.limit, pc.name = nil, nil, limit, r.name
-		pc.prefix = rc.prefix + "tier=" + escape(name, idSafe) + ":"
+		pc.prefix = rc.prefix + planTag(name)
 		pr, err := compileRate(pc, route, named)
 		if err != nil {
 			return fmt.Errorf("plan %q: %w", name, err)
