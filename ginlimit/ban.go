@@ -120,7 +120,7 @@ func (r *rateRule) compileBan(rc ruleConfig, route *routeConfig, named bool) err
 // nothing while it holds).
 func (p *Policy) strikeAll(req *request, i int, byBan bool) {
 	for j := range req.calls {
-		if cl := &req.calls[j]; cl.ban.rule != nil && !(j == i && byBan) {
+		if cl := &req.calls[j]; cl.ban != nil && !(j == i && byBan) {
 			p.carry(*cl, 1)
 		}
 	}
@@ -131,7 +131,7 @@ func (p *Policy) strikeAll(req *request, i int, byBan bool) {
 // strikes too.
 func (p *Policy) bringStrikes(req *request) {
 	for i := range req.calls {
-		if cl := &req.calls[i]; cl.ban.rule != nil {
+		if cl := &req.calls[i]; cl.ban != nil {
 			cl.ban.cost = strikes(cl.rule.deny.Drain(cl.key))
 		}
 	}
@@ -144,7 +144,7 @@ func (p *Policy) bringStrikes(req *request) {
 // counted twice; it is never lost.
 func (p *Policy) restoreStrikes(req *request) {
 	for i := range req.calls {
-		if cl := &req.calls[i]; cl.ban.rule != nil && cl.ban.cost > 1 {
+		if cl := &req.calls[i]; cl.ban != nil && cl.ban.cost > 1 {
 			p.carry(*cl, int64(cl.ban.cost-1))
 			cl.ban.cost = 1
 		}
@@ -166,7 +166,10 @@ func (p *Policy) carry(cl call, n int64) {
 	if !cl.rule.deny.StrikeN(cl.key, n) {
 		return
 	}
-	cl.ticket, cl.ban.ticket = state.Ticket{}, state.Ticket{}
+	// The report keeps its own copy of the Ban's share: the request's
+	// memory is the request's.
+	ban := *cl.ban
+	cl.ticket, ban.ticket, cl.ban = state.Ticket{}, state.Ticket{}, &ban
 	time.AfterFunc(cl.rule.deny.Staleness(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 		defer cancel()
@@ -181,18 +184,21 @@ func (p *Policy) carry(cl call, n int64) {
 // answers is kept as any answer is (the deny cache and the fallback learn
 // a ban). When Redis does not answer, the strikes go back to be carried.
 func (p *Policy) reportStrikes(ctx context.Context, calls []call, add int64) {
-	var report []call // the calls whose ban reports strikes, each's ban.rec its record
+	// The calls whose Ban reports strikes, each with a copy of its Ban's
+	// share (the calls' memory is theirs), whose record is its index.
+	var report []call
 	var keys []string
 	for _, cl := range calls {
-		if cl.ban.rule == nil {
+		if cl.ban == nil {
 			continue
 		}
 		n := add + cl.rule.deny.Drain(cl.key)
 		if n <= 0 {
 			continue
 		}
-		cl.ban.cost, cl.ban.rec = strikes(n), len(keys)
-		keys = append(keys, cl.ban.key)
+		ban := *cl.ban
+		ban.cost, cl.ban = strikes(n), &ban
+		keys = append(keys, ban.key)
 		report = append(report, cl)
 	}
 	if len(report) == 0 {
@@ -200,30 +206,29 @@ func (p *Policy) reportStrikes(ctx context.Context, calls []call, add int64) {
 	}
 	sent := time.Now()
 	args := p.newArgs(len(keys))
-	for i := range report {
-		b := &report[i].ban
-		if b.rule.deny != nil {
-			b.ticket = b.rule.deny.Stamp()
+	for rec, cl := range report {
+		b := cl.rule.ban
+		if b.deny != nil {
+			cl.ban.ticket = b.deny.Stamp()
 		}
-		putRecord(args, b.rec, b.rule.settings, b.cost)
+		putRecord(args, rec, b.settings, cl.ban.cost)
 	}
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, severalScript, keys, args)
 	var now time.Time
 	if err == nil {
 		now, _, err = replyHead(reply, len(keys), lua.ReplyPerRule)
 	}
-	for _, cl := range report {
+	for rec, cl := range report {
 		if err != nil {
 			p.carry(cl, int64(cl.ban.cost-1))
 			continue
 		}
-		b := &cl.ban
-		a := answerAt(reply, b.rec, now)
-		if b.rule.deny != nil {
-			b.rule.deny.Leave(b.key, b.ticket, a)
+		b, a := cl.rule.ban, answerAt(reply, rec, now)
+		if b.deny != nil {
+			b.deny.Leave(cl.ban.key, cl.ban.ticket, a)
 		}
-		if b.rule.local != nil {
-			b.rule.local.Learn(b.key, a, sent)
+		if b.local != nil {
+			b.local.Learn(cl.ban.key, a, sent)
 		}
 	}
 }

@@ -100,11 +100,13 @@ func (p *Policy) describe(req *request) string {
 			return fmt.Sprintf("%s: rule %q (%v)", where, r.name, r.alg)
 		}
 	}
-	names := make([]string, 0, len(req.calls)+len(req.slots))
-	for _, c := range req.calls {
-		names = append(names, c.rule.name)
+	var names []string
+	if req.inFlight() {
+		for _, r := range p.slots {
+			names = append(names, r.name)
+		}
 	}
-	for _, c := range req.slots {
+	for _, c := range req.calls {
 		names = append(names, c.rule.name)
 	}
 	return fmt.Sprintf("%s: rules %q", where, names)
@@ -118,7 +120,7 @@ func (p *Policy) decideLocal(req *request) Decision {
 	var d Decision
 	for i := range req.calls {
 		c := &req.calls[i]
-		if b := c.ban.rule; b != nil && b.local != nil {
+		if b := c.rule.ban; b != nil && b.local != nil {
 			// The ban is Redis's: the fallback starts none, but keeps the
 			// one Redis last reported, whose decision is its rule's.
 			if left := b.local.Banned(c.ban.key, now); left > 0 {
@@ -159,12 +161,12 @@ func (p *Policy) giveBack(calls []call) {
 // the call was sent.
 func (p *Policy) learn(req *request, d *Decision, each []Decision, sent time.Time) {
 	for i := range req.calls {
-		cl := &req.calls[i]
-		if b := cl.ban.rule; b != nil && b.local != nil {
-			b.local.Learn(cl.ban.key, cl.ban.answer(d, each), sent)
+		cl, at := &req.calls[i], req.rec(i)
+		if b := cl.rule.ban; b != nil && b.local != nil {
+			b.local.Learn(cl.ban.key, answerOf(d, each, at-1), sent)
 		}
 		if cl.rule.local != nil {
-			cl.rule.local.Learn(cl.key, cl.answer(d, each), sent)
+			cl.rule.local.Learn(cl.key, answerOf(d, each, at), sent)
 		}
 	}
 }

@@ -184,25 +184,15 @@ func keysAndTagsLines(t *testing.T) []string {
 		})
 		e.GET("/r/:id", func(c *gin.Context) {
 			c.Params = gin.Params{{Key: "id", Value: cur.param}}
-			dump := func(what string, req *request) {
-				okp := p.prepare(c, req)
+			// dump reports req once prepared (okp): its keys, then a line
+			// per key, in the order of the keys (a Ban's before its rule's),
+			// whose rule deciders names.
+			dump := func(what string, req *request, okp bool, deciders func() []*ruleBase) {
 				lines = append(lines, fmt.Sprintf("%s %s ok=%v status=%d keys=%q", cfg.name, what, okp, c.Writer.Status(), req.keys))
 				if !okp {
 					return
 				}
-				// A line per key, in the order of the keys: a Ban's before its
-				// rule's.
-				var deciders []*ruleBase
-				for _, cl := range req.calls {
-					if cl.ban.rule != nil {
-						deciders = append(deciders, &cl.ban.rule.ruleBase)
-					}
-					deciders = append(deciders, &cl.rule.ruleBase)
-				}
-				for _, cl := range req.slots {
-					deciders = append(deciders, &cl.rule.ruleBase)
-				}
-				for _, r := range deciders {
+				for _, r := range deciders() {
 					h.tags = nil
 					p.debugLogs.next.Store(0)
 					req.d = Decision{Rule: r.name, decider: r}
@@ -210,9 +200,24 @@ func keysAndTagsLines(t *testing.T) []string {
 					lines = append(lines, fmt.Sprintf("  tag %q", h.tags))
 				}
 			}
-			dump("rules", p.newRequest(requestScope(c)))
+			req := p.newRequest(requestScope(c))
+			dump("rules", req, p.prepare(c, req), func() (deciders []*ruleBase) {
+				for _, cl := range req.calls {
+					if cl.ban != nil {
+						deciders = append(deciders, &cl.rule.ban.ruleBase)
+					}
+					deciders = append(deciders, &cl.rule.ruleBase)
+				}
+				return deciders
+			})
 			if len(p.slots) > 0 {
-				dump("slots", p.newSlotRequest(requestScope(c)))
+				slots := p.newSlotRequest(requestScope(c))
+				dump("slots", slots, p.prepareSlots(c, slots), func() (deciders []*ruleBase) {
+					for _, r := range p.slots {
+						deciders = append(deciders, &r.ruleBase)
+					}
+					return deciders
+				})
 			}
 			c.Status(299)
 		})

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
@@ -116,7 +117,7 @@ type slotRule struct {
 	local *state.Slots // the FailLocal fallback's count of slots, or nil
 }
 
-// slotCall is one in-flight rule's share of the in-flight step.
+// slotCall is a slot of one in-flight rule on one key (see holding.local).
 type slotCall struct {
 	rule *slotRule
 	key  string
@@ -146,24 +147,42 @@ func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*slotRule, err
 	return r, nil
 }
 
-// newSlotRequest returns the memory of the in-flight step of a request.
+// newSlotRequest returns the memory of the in-flight step of a request: a
+// request without calls (see inFlight), whose keys are those of the
+// policy's in-flight rules, in order. Those rules have no plans, so the
+// request keeps no rule of its own.
 func (p *Policy) newSlotRequest(s scope) *request {
-	return &request{scope: s, slots: make([]slotCall, len(p.slots)), keys: make([]string, len(p.slots))}
+	return &request{scope: s, keys: make([]string, len(p.slots))}
 }
 
-// slotArgs returns the script's arguments for op on req's slots.
-func (p *Policy) slotArgs(req *request, op, holder string) []any {
-	args := make([]any, lua.InFlightArgRules, lua.InFlightArgRules+lua.InFlightArgsPerRule*len(req.slots))
+// prepareSlots finds each in-flight rule's identity and key for req, or
+// answers the request (401, 400 or 500) and returns false. As in prepare,
+// the identity's IP text lives in req.buf.
+func (p *Policy) prepareSlots(c *gin.Context, req *request) bool {
+	w := who{text: req.buf[:0]}
+	for i, r := range p.slots {
+		if err := r.identify(c, &w); err != nil {
+			p.identityFailed(c, &r.ruleBase, err)
+			return false
+		}
+		req.keys[i] = buildKey(&r.ruleBase, p.named, req.scope, &w)
+	}
+	return true
+}
+
+// slotArgs returns the script's arguments for op on the slots of rules.
+func (p *Policy) slotArgs(rules []*slotRule, op, holder string) []any {
+	args := make([]any, lua.InFlightArgRules, lua.InFlightArgRules+lua.InFlightArgsPerRule*len(rules))
 	if p.clock != nil {
 		args[lua.ArgClock] = p.clock()
 	} else {
 		args[lua.ArgClock] = ""
 	}
 	args[lua.InFlightArgOp], args[lua.InFlightArgHolder] = op, holder
-	for _, cl := range req.slots {
+	for _, r := range rules {
 		at := len(args)
 		args = args[:at+lua.InFlightArgsPerRule]
-		args[at+lua.InFlightArgLimit], args[at+lua.InFlightArgLease] = cl.rule.limit, cl.rule.lease.Microseconds()
+		args[at+lua.InFlightArgLimit], args[at+lua.InFlightArgLease] = r.limit, r.lease.Microseconds()
 	}
 	return args
 }
@@ -183,9 +202,9 @@ func newHolder() string {
 // failure policy gave.
 func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) {
 	h := &holding{p: p, req: req, holder: newHolder(), ctx: context.WithoutCancel(ctx)}
-	reply, brk, err := p.engine.Run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(req, "acquire", h.holder))
+	reply, brk, err := p.engine.Run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(p.slots, "acquire", h.holder))
 	if err == nil {
-		if req.d, err = p.parseSlots(req, reply); err == nil {
+		if req.d, err = p.parseSlots(p.slots, reply); err == nil {
 			req.d.brk = brk
 			if !req.d.Allowed {
 				return nil, nil
@@ -207,7 +226,7 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 		err = fmt.Errorf("%w: %w", ErrClientGone, err)
 	}
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
-	first := req.slots[0].rule
+	first := p.slots[0]
 	switch {
 	case gone:
 		// No fallback decides for a client that has gone (ErrClientGone).
@@ -231,29 +250,28 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 // per rule}. The decision is the firing rule's or, when admitted, the
 // rule with the fewest slots left; with several in-flight rules, Rules
 // holds each one's.
-func (p *Policy) parseSlots(req *request, reply []int64) (Decision, error) {
-	n := len(req.slots)
+func (p *Policy) parseSlots(rules []*slotRule, reply []int64) (Decision, error) {
+	n := len(rules)
 	now, fired, err := replyHead(reply, n, lua.InFlightPerRule)
 	if err != nil {
 		return Decision{}, err
 	}
-	rules := make([]Decision, n)
+	each := make([]Decision, n)
 	best := 0
-	for i := range rules {
-		r := req.slots[i].rule
+	for i, r := range rules {
 		inUse := int(reply[lua.ReplyHead+lua.InFlightPerRule*i+lua.InFlightInUse])
-		rules[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.limit, Remaining: max(r.limit-inUse, 0), Time: now, decider: &r.ruleBase}
-		if fired == 0 && rules[i].Remaining < rules[best].Remaining {
+		each[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.limit, Remaining: max(r.limit-inUse, 0), Time: now, decider: &r.ruleBase}
+		if fired == 0 && each[i].Remaining < each[best].Remaining {
 			best = i
 		}
 	}
 	if fired > 0 {
 		best = fired - 1
-		rules[best].RetryAfter, rules[best].Reset = InFlightRetryAfter, InFlightRetryAfter
+		each[best].RetryAfter, each[best].Reset = InFlightRetryAfter, InFlightRetryAfter
 	}
-	d := rules[best]
+	d := each[best]
 	if n > 1 {
-		d.Rules = rules
+		d.Rules = each
 	}
 	return d, nil
 }
@@ -263,10 +281,10 @@ func (p *Policy) parseSlots(req *request, reply []int64) (Decision, error) {
 func (p *Policy) takeLocal(req *request, h *holding) Decision {
 	now := time.Now()
 	var d Decision
-	for i := range req.slots {
-		cl := &req.slots[i]
-		left, ok := cl.rule.local.Take(cl.key)
-		d = Decision{Rule: cl.rule.name, Allowed: ok, Limit: cl.rule.limit, Remaining: left, Time: now, Local: true, decider: &cl.rule.ruleBase}
+	for i, r := range p.slots {
+		cl := slotCall{rule: r, key: req.keys[i]}
+		left, ok := r.local.Take(cl.key)
+		d = Decision{Rule: r.name, Allowed: ok, Limit: r.limit, Remaining: left, Time: now, Local: true, decider: &r.ruleBase}
 		if !ok {
 			d.RetryAfter, d.Reset = InFlightRetryAfter, InFlightRetryAfter
 			h.giveLocal()
@@ -280,11 +298,11 @@ func (p *Policy) takeLocal(req *request, h *holding) Decision {
 // peekSlots is [Policy.Peek] for an in-flight rule: Limit is n, Remaining
 // the slots free now, and Allowed whether a request would get one.
 func (p *Policy) peekSlots(ctx context.Context, r *slotRule, key string) (Decision, error) {
-	req := &request{slots: []slotCall{{rule: r, key: key}}, keys: []string{key}}
-	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, slotScript, req.keys, p.slotArgs(req, "peek", "peek"))
+	rules := []*slotRule{r}
+	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, slotScript, []string{key}, p.slotArgs(rules, "peek", "peek"))
 	if err == nil {
 		var d Decision
-		if d, err = p.parseSlots(req, reply); err == nil {
+		if d, err = p.parseSlots(rules, reply); err == nil {
 			return d, nil
 		}
 	}
@@ -296,14 +314,14 @@ func (p *Policy) peekSlots(ctx context.Context, r *slotRule, key string) (Decisi
 // the in-process counts. It gives them back once, on release.
 type holding struct {
 	p      *Policy
-	req    *request
+	req    *request // the in-flight step's: its keys are p.slots'
 	holder string
 	ctx    context.Context // the request's values, never cancelled
 	redis  bool            // holds (or may hold) a lease in Redis
 	// uncertain: the acquire failed, so the lease is given back in the
 	// background, best effort.
 	uncertain bool
-	local     []*slotCall // the slots held in process
+	local     []slotCall // the slots held in process
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -313,9 +331,9 @@ type holding struct {
 // renewEvery is how often a lease is renewed: three times per lease, so
 // that one failed renewal does not lose the slot.
 func (h *holding) renewEvery() time.Duration {
-	lease := h.req.slots[0].rule.lease
-	for _, cl := range h.req.slots[1:] {
-		lease = min(lease, cl.rule.lease)
+	lease := h.p.slots[0].lease
+	for _, r := range h.p.slots[1:] {
+		lease = min(lease, r.lease)
 	}
 	return max(lease/3, time.Millisecond)
 }
@@ -340,7 +358,7 @@ func (h *holding) renewLater() {
 // (the script renews only a lease that is there).
 func (h *holding) renew() {
 	p := h.p
-	reply, _, err := p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "renew", h.holder))
+	reply, _, err := p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "renew", h.holder))
 	if err == nil {
 		if n, ok := one(reply); !ok {
 			err = fmt.Errorf("unexpected reply %v", reply)
@@ -350,7 +368,7 @@ func (h *holding) renew() {
 	}
 	if err != nil {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not renew an in-flight slot",
-			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.slots[0].rule.name), errAttr(err))
+			slog.String("route", h.req.scope.label()), slog.String("rule", h.p.slots[0].name), errAttr(err))
 	}
 	h.renewLater()
 }
@@ -389,16 +407,16 @@ func (h *holding) release() {
 	if h.uncertain {
 		h.giveLocal()
 		go func() {
-			_, _, _ = p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
+			_, _, _ = p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "release", h.holder))
 		}()
 		return
 	}
 	// The in-process count keeps the slot until Redis has it back.
 	defer h.giveLocal()
-	_, _, err := p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(h.req, "release", h.holder))
+	_, _, err := p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "release", h.holder))
 	if err != nil {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not release an in-flight slot; its lease will free it",
-			slog.String("route", h.req.scope.label()), slog.String("rule", h.req.slots[0].rule.name), errAttr(err))
+			slog.String("route", h.req.scope.label()), slog.String("rule", h.p.slots[0].name), errAttr(err))
 	}
 }
 
@@ -407,10 +425,10 @@ func (h *holding) release() {
 // fallback then never admits more in flight in this process than its cap,
 // whoever granted the slots already held.
 func (h *holding) holdLocal(req *request) {
-	for i := range req.slots {
-		if cl := &req.slots[i]; cl.rule.local != nil {
-			cl.rule.local.Hold(cl.key)
-			h.local = append(h.local, cl)
+	for i, r := range h.p.slots {
+		if r.local != nil {
+			r.local.Hold(req.keys[i])
+			h.local = append(h.local, slotCall{rule: r, key: req.keys[i]})
 		}
 	}
 }

@@ -228,8 +228,7 @@ func die(t *testing.T, p *Policy) {
 	t.Helper()
 	req := p.newSlotRequest(scope{method: http.MethodGet, route: "/order"})
 	for i, r := range p.slots {
-		req.slots[i] = slotCall{rule: r, key: buildKey(&r.ruleBase, p.named, req.scope, nil)}
-		req.keys[i] = req.slots[i].key
+		req.keys[i] = buildKey(&r.ruleBase, p.named, req.scope, nil)
 	}
 	h, err := p.takeSlots(context.Background(), req)
 	if err != nil || h == nil || !req.d.Allowed {

@@ -200,7 +200,7 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	}
 	r := a.rule.(*rateRule)
 	req := &request{scope: a.scope}
-	req.calls, req.keys = req.one[:], req.oneKey[:r.records()]
+	req.alloc([]*rateRule{r}, r.records())
 	p.setCall(req, 0, r, &a.who, max(r.cost, 1))
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, peekScript, req.keys, p.severalArgs(req))
 	if err != nil {

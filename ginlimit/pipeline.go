@@ -26,10 +26,10 @@ import (
 // policy.
 
 // share is one key's part in a script call: a rate rule's, or its Ban's.
+// Its record in the call is not kept: see rec.
 type share struct {
 	key    string
 	cost   int
-	rec    int          // its record in the script call: see place
 	ticket state.Ticket // its place in its rule's deny cache (see enter)
 }
 
@@ -37,27 +37,25 @@ type share struct {
 type call struct {
 	rule *rateRule
 	share
-	ban banCall
+	// ban is the share of rule's Ban (rule.ban): its strikes and bans; nil
+	// for a rule without one. It is held apart so that the calls, and the
+	// one call a request holds itself, stay small (see request).
+	ban *share
 }
 
-// banCall is the share of a call's Ban: its rule's strikes and bans.
-type banCall struct {
-	rule *banRule // nil for a rule without a Ban
-	share
-}
-
-// request is the memory of one decision, in one allocation for one rule:
-// the decision the handler reads, the calls, the key slice go-redis takes,
-// and the header values. A request of the in-flight step has slots instead
-// of calls (inflight.go).
+// request is the memory of one decision, in one allocation for one rule
+// without a Ban: the decision the handler reads, the calls, the key slice
+// go-redis takes, and the header values. Its size is watched
+// (TestRequestSize): past 512 bytes, Go's allocator gives each request a
+// header of its own, which the hot paths measurably pay for. The request of
+// the in-flight step has no calls (newSlotRequest).
 type request struct {
 	d      Decision
 	scope  scope
 	calls  []call
-	slots  []slotCall
-	keys   []string // by record (see place)
+	keys   []string // by record (see rec)
 	one    [1]call
-	oneKey [2]string // one rule's key, and its Ban's
+	oneKey [1]string
 	vals   [6]string
 	// buf holds, while prepare builds the keys, an IP address's text; then
 	// the header values, which writeHeaders hands to the response as
@@ -68,52 +66,75 @@ type request struct {
 // newRequest returns the memory of a decision on every rate rule of p.
 func (p *Policy) newRequest(s scope) *request {
 	req := &request{scope: s}
-	if len(p.rules) == 1 {
-		req.calls, req.keys = req.one[:], req.oneKey[:p.records]
-	} else {
-		req.calls, req.keys = make([]call, len(p.rules)), make([]string, p.records)
-	}
+	req.alloc(p.rules, p.records)
 	return req
 }
 
+// alloc makes req's calls for rules, whose calls take records records in
+// all (see rec). One rule without a Ban uses req's own memory; otherwise
+// the calls and the keys are allocated, and the Bans' shares take the
+// places past the calls' end in the calls' allocation, so that a Ban costs
+// no allocation of its own.
+func (req *request) alloc(rules []*rateRule, records int) {
+	if records == 1 {
+		req.calls, req.keys = req.one[:], req.oneKey[:]
+		return
+	}
+	n := len(rules)
+	all := make([]call, records) // n calls, then one share per Ban
+	req.calls, req.keys = all[:n:n], make([]string, records)
+	bans := all[n:]
+	for i, r := range rules {
+		if r.ban != nil {
+			req.calls[i].ban, bans = &bans[0].share, bans[1:]
+		}
+	}
+}
+
 // setCall makes req.calls[i] rule r's for identity w (nil for none) at
-// cost, with its Ban's when r has one, and places it.
+// cost, with its Ban's when r has one, and places it. A rule of the
+// request's plan has a Ban when the rule it stands for has one (see
+// compilePlans), so alloc gave it its share.
 func (p *Policy) setCall(req *request, i int, r *rateRule, w *who, cost int) {
 	cl := &req.calls[i]
-	*cl = call{rule: r}
+	*cl = call{rule: r, ban: cl.ban}
 	cl.key, cl.cost = buildKey(&r.ruleBase, p.named, req.scope, w), cost
 	if r.ban != nil {
-		cl.ban.rule = r.ban
-		cl.ban.key, cl.ban.cost = buildKey(&r.ban.ruleBase, p.named, req.scope, w), 1
+		*cl.ban = share{key: buildKey(&r.ban.ruleBase, p.named, req.scope, w), cost: 1}
 	}
 	req.place(i)
 }
 
-// place gives req.calls[i], and its Ban, their records in req's script
-// call, after call i-1's, and puts their keys there. A record is a key, a
-// group of arguments and a group of the reply, all at the same index; the
-// several-rule script decides them in order and a ban must be decided
-// before its rule (lua/several.lua), so a call's Ban takes the record
-// before its own. This is the one place that knows the layout: the
-// arguments (putRecord) and the reply (callDecision, answerAt) go by each
-// share's rec, and records counts them.
+// place puts the keys of req.calls[i], and of its Ban, at their records
+// (see rec).
 func (req *request) place(i int) {
-	next := 0
-	if i > 0 {
-		next = req.calls[i-1].rec + 1
+	at := req.rec(i)
+	if cl := &req.calls[i]; cl.ban != nil {
+		req.keys[at-1] = cl.ban.key
 	}
-	cl := &req.calls[i]
-	if cl.ban.rule != nil {
-		cl.ban.rec = next
-		req.keys[next] = cl.ban.key
-		next++
+	req.keys[at] = req.calls[i].key
+}
+
+// rec is the record of req.calls[i] in req's script call; its Ban's is the
+// one before (rec-1). A record is a key, a group of arguments and a group
+// of the reply, all at the same index; the several-rule script decides
+// them in order and a ban must be decided before its rule
+// (lua/several.lua), so each call takes the records after the previous
+// call's, its Ban's first. This is the one place that knows the layout:
+// the keys (place), the arguments (putRecord) and the reply (callDecision,
+// answerAt) go by rec, and records counts them.
+func (req *request) rec(i int) int {
+	at := i
+	for j := range req.calls[:i+1] {
+		if req.calls[j].ban != nil {
+			at++
+		}
 	}
-	cl.rec = next
-	req.keys[next] = cl.key
+	return at
 }
 
 // records is how many records a call on r takes in a script call: its
-// own, and its Ban's (see place).
+// own, and its Ban's (see rec).
 func (r *rateRule) records() int {
 	if r.ban != nil {
 		return 2
@@ -133,7 +154,7 @@ func (p *Policy) serve(c *gin.Context) {
 	var slots *request
 	if len(p.slots) > 0 {
 		slots = p.newSlotRequest(req.scope)
-		if !p.prepare(c, slots) {
+		if !p.prepareSlots(c, slots) {
 			return
 		}
 	}
@@ -181,9 +202,8 @@ func (p *Policy) serve(c *gin.Context) {
 	}
 }
 
-// prepare finds each rule's identity, key and cost for req (its calls, or
-// the slots of an in-flight step), or answers the request (401, 400 or
-// 500) and returns false.
+// prepare finds each rate rule's identity, key and cost for req, or
+// answers the request (401, 400 or 500) and returns false.
 //
 // The identity lives on prepare's stack, its IP text in req.buf (free until
 // the headers are written): only the keys leave it. (A debug line about a
@@ -204,17 +224,13 @@ func (p *Policy) prepare(c *gin.Context, req *request) bool {
 			req.calls[i].cost = r.costFunc(c)
 		}
 	}
-	for i := range req.slots {
-		r := p.slots[i]
-		if err := r.identify(c, &w); err != nil {
-			p.identityFailed(c, &r.ruleBase, err)
-			return false
-		}
-		req.slots[i] = slotCall{rule: r, key: buildKey(&r.ruleBase, p.named, req.scope, &w)}
-		req.keys[i] = req.slots[i].key
-	}
 	return true
 }
+
+// inFlight reports whether req is the in-flight step's (newSlotRequest),
+// whose rules are the policy's in-flight rules: only that request has no
+// calls, as a request of the rate rules always has (alloc).
+func (req *request) inFlight() bool { return req.calls == nil }
 
 // Allow decides one request for key, an identity of the caller's choosing
 // (a user id, "ip:192.0.2.1", a tenant), costing n units on every rule (1
@@ -266,7 +282,7 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 			p.strikeAll(req, i, byBan)
 			cl := &req.calls[i]
 			if byBan {
-				return cl.ban.rule.cached(turn.Answer(), true), nil // the cheap path
+				return cl.rule.ban.cached(turn.Answer(), true), nil // the cheap path
 			}
 			return cl.rule.cached(turn.Answer(), false), nil
 		}
@@ -341,15 +357,15 @@ func (p *Policy) gone(req *request, err error) (Decision, error) {
 func (p *Policy) enter(req *request) (state.Turn, int, bool) {
 	for i := range req.calls {
 		cl := &req.calls[i]
-		if b := cl.ban.rule; b != nil {
-			if turn := enterShare(b.deny, &cl.ban.share); turn.Verdict != state.Send {
+		if cl.ban != nil {
+			if turn := enterShare(cl.rule.ban.deny, cl.ban); turn.Verdict != state.Send {
 				p.release(req.calls[:i])
 				return turn, i, true
 			}
 		}
 		if turn := enterShare(cl.rule.deny, &cl.share); turn.Verdict != state.Send {
 			p.release(req.calls[:i])
-			releaseShare(cl.ban.deny(), &cl.ban.share)
+			releaseShare(cl.banDeny(), cl.ban)
 			return turn, i, false
 		}
 	}
@@ -369,12 +385,12 @@ func enterShare(deny *state.DenyCache, s *share) state.Turn {
 	return turn
 }
 
-// deny is the deny cache of b's Ban, or nil for a call without one.
-func (b *banCall) deny() *state.DenyCache {
-	if b.rule == nil {
+// banDeny is the deny cache of cl's Ban, or nil for a call without one.
+func (cl *call) banDeny() *state.DenyCache {
+	if cl.ban == nil {
 		return nil
 	}
-	return b.rule.deny
+	return cl.rule.ban.deny
 }
 
 // release lets go of the calls the deny caches counted and that were not
@@ -382,7 +398,7 @@ func (b *banCall) deny() *state.DenyCache {
 func (p *Policy) release(calls []call) {
 	for i := range calls {
 		cl := &calls[i]
-		releaseShare(cl.ban.deny(), &cl.ban.share)
+		releaseShare(cl.banDeny(), cl.ban)
 		releaseShare(cl.rule.deny, &cl.share)
 	}
 }
@@ -400,30 +416,33 @@ func releaseShare(deny *state.DenyCache, s *share) {
 // could not decide, which proves nothing).
 func (p *Policy) leave(req *request, d *Decision, each []Decision, ok bool) {
 	for i := range req.calls {
-		cl := &req.calls[i]
-		leaveShare(cl.ban.deny(), &cl.ban.share, d, each, ok)
-		leaveShare(cl.rule.deny, &cl.share, d, each, ok)
+		cl, at := &req.calls[i], req.rec(i)
+		if cl.ban != nil {
+			leaveShare(cl.rule.ban.deny, cl.ban, answerOf(d, each, at-1), ok)
+		}
+		leaveShare(cl.rule.deny, &cl.share, answerOf(d, each, at), ok)
 	}
 }
 
-// leaveShare tells deny (when there is one) what the call proved for share s.
-func leaveShare(deny *state.DenyCache, s *share, d *Decision, each []Decision, ok bool) {
+// leaveShare tells deny (when there is one) what the call proved for share
+// s: a, unless Redis could not decide (ok false).
+func leaveShare(deny *state.DenyCache, s *share, a state.Answer, ok bool) {
 	switch {
 	case deny == nil:
 		return
 	case !ok:
 		deny.Release(s.key, s.ticket)
 	default:
-		deny.Leave(s.key, s.ticket, s.answer(d, each))
+		deny.Leave(s.key, s.ticket, a)
 	}
 	s.ticket = state.Ticket{}
 }
 
-// answer is what Redis answered for share s: d, or its own decision among
-// each when there are several.
-func (s *share) answer(d *Decision, each []Decision) state.Answer {
+// answerOf is what Redis answered for the share of record rec: d, or its
+// own decision among each when there are several.
+func answerOf(d *Decision, each []Decision, rec int) state.Answer {
 	if each != nil {
-		return each[s.rec].answer()
+		return each[rec].answer()
 	}
 	return d.answer()
 }
@@ -452,11 +471,11 @@ func (p *Policy) call(req *request) (*redis.Script, []any) {
 func (p *Policy) severalArgs(req *request) []any {
 	args := p.newArgs(len(req.keys))
 	for i := range req.calls {
-		cl := &req.calls[i]
-		if b := cl.ban.rule; b != nil {
-			putRecord(args, cl.ban.rec, b.settings, cl.ban.cost)
+		cl, at := &req.calls[i], req.rec(i)
+		if cl.ban != nil {
+			putRecord(args, at-1, cl.rule.ban.settings, cl.ban.cost)
 		}
-		putRecord(args, cl.rec, cl.rule.settings, cl.cost)
+		putRecord(args, at, cl.rule.settings, cl.cost)
 	}
 	return args
 }
@@ -500,15 +519,14 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 		return Decision{}, nil, err
 	}
 	if n == 1 && !every {
-		cl := &req.calls[0]
-		return callDecision(&cl.rule.ruleBase, reply, cl.rec, fired, now, false), nil, nil
+		return callDecision(&req.calls[0].rule.ruleBase, reply, 0, fired, now, false), nil, nil
 	}
 	each := make([]Decision, n)
 	rules := make([]Decision, len(req.calls))
 	best := -1
 	for i := range req.calls {
 		var firedHere bool
-		rules[i], firedHere = req.calls[i].decision(reply, each, fired, now)
+		rules[i], firedHere = req.calls[i].decision(req.rec(i), reply, each, fired, now)
 		switch {
 		case firedHere:
 			best = i
@@ -528,18 +546,18 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 	return d, each, nil
 }
 
-// decision is cl's decision from the script's reply, its Ban's folded in,
-// and whether one of its records fired; each gets its records' own
-// decisions.
-func (cl *call) decision(reply []int64, each []Decision, fired int, now time.Time) (Decision, bool) {
-	each[cl.rec] = callDecision(&cl.rule.ruleBase, reply, cl.rec, fired, now, false)
-	d, firedHere := each[cl.rec], fired == cl.rec+1
-	if b := cl.ban.rule; b != nil {
-		each[cl.ban.rec] = callDecision(&b.ruleBase, reply, cl.ban.rec, fired, now, true)
-		if each[cl.ban.rec].Banned {
-			d = each[cl.ban.rec]
+// decision is cl's decision, at record rec (see rec), from the script's
+// reply, its Ban's folded in, and whether one of its records fired; each
+// gets its records' own decisions.
+func (cl *call) decision(rec int, reply []int64, each []Decision, fired int, now time.Time) (Decision, bool) {
+	each[rec] = callDecision(&cl.rule.ruleBase, reply, rec, fired, now, false)
+	d, firedHere := each[rec], fired == rec+1
+	if cl.ban != nil {
+		each[rec-1] = callDecision(&cl.rule.ban.ruleBase, reply, rec-1, fired, now, true)
+		if each[rec-1].Banned {
+			d = each[rec-1]
 		}
-		firedHere = firedHere || fired == cl.ban.rec+1
+		firedHere = firedHere || fired == rec
 	}
 	return d, firedHere
 }

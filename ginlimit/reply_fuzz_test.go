@@ -148,10 +148,10 @@ func checkDecision(t *testing.T, p *Policy, req *request, reply []int64, d Decis
 	// belongs to its rule's call.
 	owner, recRule := make([]*call, n), make([]*ruleBase, n)
 	for i := range req.calls {
-		cl := &req.calls[i]
-		owner[cl.rec], recRule[cl.rec] = cl, &cl.rule.ruleBase
-		if cl.ban.rule != nil {
-			owner[cl.ban.rec], recRule[cl.ban.rec] = cl, &cl.ban.rule.ruleBase
+		cl, at := &req.calls[i], req.rec(i)
+		owner[at], recRule[at] = cl, &cl.rule.ruleBase
+		if cl.ban != nil {
+			owner[at-1], recRule[at-1] = cl, &cl.rule.ban.ruleBase
 		}
 	}
 	if fired > 0 {
@@ -252,20 +252,15 @@ func FuzzSlotReply(f *testing.F) {
 	f.Add(uint8(0), packReply(1))
 	f.Fuzz(func(t *testing.T, sel uint8, raw []byte) {
 		p := ps[int(sel)%len(ps)]
-		req := p.newSlotRequest(scope{route: "k"})
-		for i, r := range p.slots {
-			req.slots[i] = slotCall{rule: r, key: buildKey(&r.ruleBase, p.named, req.scope, nil)}
-			req.keys[i] = req.slots[i].key
-		}
 		reply := replyInts(t, raw)
-		n := len(req.slots)
+		n := len(p.slots)
 		checkReplyHead(t, reply, n, 1)
 
 		if v, ok := one(reply); ok != (len(reply) == 1) || ok && v != reply[0] {
 			t.Fatalf("one(%v) = %d, %v", reply, v, ok)
 		}
 
-		d, err := p.parseSlots(req, reply)
+		d, err := p.parseSlots(p.slots, reply)
 		if len(reply) != 2+n || reply[1] < 0 || reply[1] > int64(n) {
 			if err == nil || !reflect.DeepEqual(d, Decision{}) {
 				t.Fatalf("%d rules, malformed reply %v: %+v, %v; want only an error", n, reply, d, err)
@@ -275,15 +270,15 @@ func FuzzSlotReply(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%d rules, reply %v: %v", n, reply, err)
 		}
-		checkSlotDecision(t, req, reply, d)
+		checkSlotDecision(t, p.slots, reply, d)
 	})
 }
 
 // checkSlotDecision checks the decision parseSlots made of a well-formed
 // reply.
-func checkSlotDecision(t *testing.T, req *request, reply []int64, d Decision) {
+func checkSlotDecision(t *testing.T, rules []*slotRule, reply []int64, d Decision) {
 	t.Helper()
-	n, fired := len(req.slots), int(reply[1])
+	n, fired := len(rules), int(reply[1])
 	if d.Allowed != (fired == 0) || !d.Time.Equal(time.UnixMicro(reply[0])) {
 		t.Fatalf("reply %v: decision %+v", reply, d)
 	}
@@ -299,9 +294,9 @@ func checkSlotDecision(t *testing.T, req *request, reply []int64, d Decision) {
 	if counts && d.Remaining > d.Limit {
 		t.Fatalf("reply %v: %d slots free of %d", reply, d.Remaining, d.Limit)
 	}
-	free := func(i int) int { return max(req.slots[i].rule.limit-int(reply[2+i]), 0) }
+	free := func(i int) int { return max(rules[i].limit-int(reply[2+i]), 0) }
 	if fired > 0 {
-		r := req.slots[fired-1].rule
+		r := rules[fired-1]
 		if d.Rule != r.name || d.Remaining != free(fired-1) || d.RetryAfter != InFlightRetryAfter || d.Reset != InFlightRetryAfter {
 			t.Fatalf("reply %v: refusal %+v, want rule %q's with %d free and Retry-After %v", reply, d, r.name, free(fired-1), InFlightRetryAfter)
 		}

@@ -207,10 +207,12 @@ func (p *Policy) policyFor(req *request) string {
 		}
 		b = append(b, r.policyHeader...)
 	}
-	for _, cl := range req.calls {
-		add(&cl.rule.ruleBase)
+	if req.inFlight() {
+		for _, r := range p.slots {
+			add(&r.ruleBase)
+		}
 	}
-	for _, cl := range req.slots {
+	for _, cl := range req.calls {
 		add(&cl.rule.ruleBase)
 	}
 	return string(b)

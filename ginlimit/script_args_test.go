@@ -43,11 +43,12 @@ func TestScriptArgs(t *testing.T) {
 	// A rule's Ban takes the record before the rule's own, with its own
 	// settings and its cost (the strikes it reports).
 	rb := &rateRule{settings: r.settings, ban: &banRule{settings: ruleArgs(banAlg, time.Minute, 3, 60000)}}
-	req = &request{calls: make([]call, 2), keys: make([]string, r.records()+rb.records())}
+	req = &request{}
+	req.alloc([]*rateRule{r, rb}, r.records()+rb.records())
 	req.calls[0] = call{rule: r}
 	req.calls[0].cost = 2
 	req.place(0)
-	req.calls[1] = call{rule: rb, ban: banCall{rule: rb.ban}}
+	req.calls[1] = call{rule: rb, ban: req.calls[1].ban}
 	req.calls[1].cost, req.calls[1].ban.cost = 3, 7
 	req.place(1)
 	args = p.severalArgs(req)
@@ -57,8 +58,8 @@ func TestScriptArgs(t *testing.T) {
 		args[ban+lua.ArgsPerRule+lua.ArgCost] != 3 || args[ban+lua.ArgsPerRule+lua.ArgAlgorithm] != args[lua.ArgRules+lua.ArgAlgorithm] {
 		t.Errorf("severalArgs with a Ban = %v", args)
 	}
-	if req.calls[1].ban.rec != 1 || req.calls[1].rec != 2 || !slices.Equal(req.keys, []string{"", "", ""}) {
-		t.Errorf("records %d (ban %d), keys %q", req.calls[1].rec, req.calls[1].ban.rec, req.keys)
+	if req.rec(0) != 0 || req.rec(1) != 2 || !slices.Equal(req.keys, []string{"", "", ""}) {
+		t.Errorf("records %d and %d (its ban's the one before), keys %q", req.rec(0), req.rec(1), req.keys)
 	}
 	if s := singleArgs("", 4); s[lua.ArgClock] != "" || s[lua.SingleArgCost] != 4 || len(s) != lua.SingleArgs {
 		t.Errorf("singleArgs = %v", s)

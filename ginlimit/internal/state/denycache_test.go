@@ -20,7 +20,7 @@ func newDenyCache(size int, staleness time.Duration) *DenyCache {
 // enterAt is Enter at now, on the test's clock, and returns its
 // verdict, what it counted (nil if nothing) and the state that decided.
 func (c *DenyCache) enterAt(key string, now int64, cost int) (Verdict, *keyState, keyState) {
-	t := c.enter(key, Ticket{sent: now, cost: cost})
+	t := c.enter(key, Ticket{sent: now, cost: int32(cost)})
 	snap := t.snap
 	snap.probing = snap.probing || t.Ticket.probe
 	return t.Verdict, t.Ticket.counted, snap

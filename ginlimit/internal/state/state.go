@@ -291,9 +291,11 @@ const (
 type Ticket struct {
 	sent    int64 // the cache's clock when the call was let through
 	gen     uint64
-	cost    int
 	counted *keyState // the state that counts the call in flight, or nil
-	probe   bool      // the call checks a lapsed rejection (see Enter)
+	// cost fits in 32 bits (a cost is at most lua.MaxCost), which keeps a
+	// ticket, held in every share of a decision's memory, small.
+	cost  int32
+	probe bool // the call checks a lapsed rejection (see Enter)
 }
 
 // Turn is what Enter decides for a call: its verdict, the ticket to hand
@@ -329,8 +331,9 @@ func (c *DenyCache) Stamp() Ticket {
 	return Ticket{sent: c.now(), gen: c.hub.generation(), cost: 1}
 }
 
-// Enter decides whether a call of cost units on key may go to Redis now.
-// A call let through (Send) must hand its ticket to Leave or Release.
+// Enter decides whether a call of cost units (1 to lua.MaxCost) on key may
+// go to Redis now. A call let through (Send) must hand its ticket to Leave
+// or Release.
 //
 // A certain rejection whose state has outlived the staleness bound (but
 // not the moment its quota grows) is checked with Redis by one call, the
@@ -340,12 +343,12 @@ func (c *DenyCache) Stamp() Ticket {
 // goroutines flood it.
 func (c *DenyCache) Enter(key string, cost int) Turn {
 	t := c.Stamp()
-	t.cost = cost
+	t.cost = int32(cost)
 	return c.enter(key, t)
 }
 
 func (c *DenyCache) enter(key string, t Ticket) Turn {
-	now, cost := t.sent, t.cost
+	now, cost := t.sent, int(t.cost)
 	s := c.keys.Shard(key)
 	s.RLock()
 	st, _ := s.Get(key)
@@ -387,7 +390,7 @@ func (c *DenyCache) enter(key string, t Ticket) Turn {
 func (c *DenyCache) lapsed(st *keyState, t Ticket) Turn {
 	now := t.sent
 	switch {
-	case st.remaining >= t.cost || now >= st.grows:
+	case st.remaining >= int(t.cost) || now >= st.grows:
 		return Turn{Verdict: Send, Ticket: t}
 	case !st.probing:
 		st.probing = true
@@ -418,7 +421,7 @@ func release(t Ticket) {
 	case t.probe:
 		st.probing = false
 	default:
-		st.inflight -= t.cost
+		st.inflight -= int(t.cost)
 		if st.wake != nil {
 			close(st.wake)
 			st.wake = nil
