@@ -166,8 +166,8 @@ func (p *Policy) carry(cl call, n int64) {
 	if !cl.rule.deny.StrikeN(cl.key, n) {
 		return
 	}
-	// The report keeps its own copy of the Ban's share: the request's
-	// memory is the request's.
+	// The report runs later, on a timer: it keeps a copy of the Ban's
+	// share, never a pointer into the request's memory.
 	ban := *cl.ban
 	cl.ticket, ban.ticket, cl.ban = state.Ticket{}, state.Ticket{}, &ban
 	time.AfterFunc(cl.rule.deny.Staleness(), func() {
@@ -185,7 +185,8 @@ func (p *Policy) carry(cl call, n int64) {
 // a ban). When Redis does not answer, the strikes go back to be carried.
 func (p *Policy) reportStrikes(ctx context.Context, calls []call, add int64) {
 	// The calls whose Ban reports strikes, each with a copy of its Ban's
-	// share (the calls' memory is theirs), whose record is its index.
+	// share (the report writes the cost and ticket of its own), whose
+	// record is its index.
 	var report []call
 	var keys []string
 	for _, cl := range calls {
