@@ -155,22 +155,6 @@ func (p *Policy) giveBack(calls []call) {
 	}
 }
 
-// learn tells the fallback of each rule of req, and of its Ban, what Redis
-// answered for its key (d, or each share's own decision when there are
-// several), so that a fallback decision continues from it. sent is when
-// the call was sent.
-func (p *Policy) learn(req *request, d *Decision, each []Decision, sent time.Time) {
-	for i := range req.calls {
-		cl, at := &req.calls[i], req.rec(i)
-		if b := cl.rule.ban; b != nil && b.local != nil {
-			b.local.Learn(cl.ban.key, answerOf(d, each, at-1), sent)
-		}
-		if cl.rule.local != nil {
-			cl.rule.local.Learn(cl.key, answerOf(d, each, at), sent)
-		}
-	}
-}
-
 // newLocal returns the FailLocal fallback of a rule of limit per window on
 // route, or nil when the route's failure policy is another.
 func newLocal(route *routeConfig, limit int, window time.Duration) *state.Buckets {

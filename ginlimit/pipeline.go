@@ -310,7 +310,9 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 // ask decides req with one script call, and with the failure policy, or
 // as a client that has gone, when Redis does not answer.
 func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
-	p.bringStrikes(req)
+	if p.bans {
+		p.bringStrikes(req) // only a route with a Ban carries strikes
+	}
 	script, args := p.call(req)
 	var sent time.Time
 	if p.onFail == FailLocal {
@@ -645,5 +647,21 @@ func (r *rateRule) tooCostly(cost int, named bool) Decision {
 	return Decision{
 		Rule: r.name, Limit: r.limit, decider: &r.ruleBase,
 		Reason: "the request costs " + strconv.Itoa(cost) + ", more than " + what + " can ever admit (" + strconv.Itoa(r.maxCost) + ")",
+	}
+}
+
+// learn tells the fallback of each rule of req, and of its Ban, what Redis
+// answered for its key (d, or each share's own decision when there are
+// several), so that a fallback decision continues from it. sent is when
+// the call was sent.
+func (p *Policy) learn(req *request, d *Decision, each []Decision, sent time.Time) {
+	for i := range req.calls {
+		cl, at := &req.calls[i], req.rec(i)
+		if b := cl.rule.ban; b != nil && b.local != nil {
+			b.local.Learn(cl.ban.key, answerOf(d, each, at-1), sent)
+		}
+		if cl.rule.local != nil {
+			cl.rule.local.Learn(cl.key, answerOf(d, each, at), sent)
+		}
 	}
 }

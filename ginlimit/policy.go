@@ -392,8 +392,3 @@ func sfString(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
-
-// ceilSeconds rounds d up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
-}

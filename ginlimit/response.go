@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -315,4 +316,9 @@ func (p *Policy) log() *slog.Logger {
 // debugEnabled reports whether the policy's logger writes debug lines now.
 func (p *Policy) debugEnabled(ctx context.Context) bool {
 	return p.log().Enabled(ctx, slog.LevelDebug)
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
 }
