@@ -23,11 +23,11 @@ import (
 
 // The metric names, as package metrics documents them.
 const (
-	decisions = "ginlimit_decisions_total"
-	latency   = "ginlimit_decision_seconds"
-	nearLimit = "ginlimit_near_limit_total"
-	denyCache = "ginlimit_deny_cache_hits_total"
-	breaker   = "ginlimit_breaker_open"
+	decisions = promtest.Decisions
+	latency   = promtest.Latency
+	nearLimit = promtest.NearLimit
+	denyCache = promtest.DenyCacheHits
+	breaker   = promtest.BreakerOpen
 )
 
 // TestMetricsEndToEnd serves the demo's kinds of routes through gin with a

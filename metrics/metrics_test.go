@@ -28,13 +28,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// The metric names, as the package documents them.
+// The metric names, as package metrics documents them.
 const (
-	decisions = "ginlimit_decisions_total"
-	latency   = "ginlimit_decision_seconds"
-	nearLimit = "ginlimit_near_limit_total"
-	denyCache = "ginlimit_deny_cache_hits_total"
-	breaker   = "ginlimit_breaker_open"
+	decisions = promtest.Decisions
+	latency   = promtest.Latency
+	nearLimit = promtest.NearLimit
+	denyCache = promtest.DenyCacheHits
+	breaker   = promtest.BreakerOpen
 )
 
 var errDown = errors.New("redis: connection refused")

@@ -9,6 +9,16 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
+// The metric names, as package metrics documents them, spelled out once
+// for the tests on both sides of it.
+const (
+	Decisions     = "ginlimit_decisions_total"
+	Latency       = "ginlimit_decision_seconds"
+	NearLimit     = "ginlimit_near_limit_total"
+	DenyCacheHits = "ginlimit_deny_cache_hits_total"
+	BreakerOpen   = "ginlimit_breaker_open"
+)
+
 // Snapshot is one scrape of a Collector: its metric families by name.
 type Snapshot map[string]*dto.MetricFamily
 
