@@ -139,187 +139,291 @@ else
 end
 local peek = false -- a decision, never a Peek
 
--- Exact sliding log, weighted.
+-- Exact sliding log, weighted, in one string.
 --
--- The window is (now - window, now]: an entry whose score is exactly
--- now - window has left it. A request is admitted only while the units
--- inside the window plus its cost fit in the limit; an admitted request is
--- recorded as one entry, whatever its cost, and a rejected one not at all.
--- A decision is O(log n) in the entries of the key (a rejection whose cost
--- needs more than the oldest entry to leave, O(log^2 n)), whatever the cost.
+-- The window is (now - window, now]. A request is admitted only while the
+-- units inside the window plus its cost fit in the limit; an admitted
+-- request of cost c is recorded as c entries, one per unit, and a rejected
+-- one not at all. So a request fits exactly when the (limit - cost + 1)th
+-- most recent unit has left the window, and remaining, reset and retry are
+-- exact on every answer.
 --
--- Key    a ZSET with one entry per admitted request, scored by its
---        admission time in µs, at = max(now, the newest entry's at), so
---        that scores never decrease, even when the clock steps back (an
---        entry is then recorded later than now and stays longer, which only
---        rejects more). The member is 18 bytes, 25 when its units are exact
---        (for a cost of 1), or 22 for a cost other than 1: unsigned
---        big-endian integers
---          at     (7 bytes) the score again: the common path reads the newest
---                 member only, and a score read costs Redis a conversion of
---                 a double to text;
---          cum    (7 bytes) the units admitted on the key so far, this
---                 request's included. It strictly increases, so members are
---                 unique, and Redis orders the members of one score by their
---                 bytes, so by cum: the newest entry is the last, and all
---                 are in admission order;
---          units  (4 bytes) the units in the window ending at this admission,
---                 this request's included, or more (a bound: see param);
---          first  (7 bytes) only when units is exact (counted, or known
---                 from an exact newest entry): the at of the oldest entry
---                 in that window. While it has not left the window, nothing
---                 has, so units is still the units in the window: the
---                 newest entry alone decides, with one read, both an
---                 admission (whose entry is exact in turn when fewer than
---                 exact-below units remain, and a bound otherwise) and a
---                 rejection that needs one unit to leave (the oldest
---                 entry's leaving frees one); an older instance reads the
---                 member's first 18 bytes, as before;
---          cost   (4 bytes) only when it is not 1.
---        The units in the window are cum(newest) - cum(oldest in the
---        window) + cost(oldest in the window), from two reads. cum goes back
---        by 2^51 when it reaches 2^52 (so that it stays exact, below 2^53),
---        never between two entries of one score; differences of cum are
---        taken modulo 2^51. Entries that have left the window count for
---        nothing; they are removed after each exact count of an admission
---        (so at least once per limit - exact-below units admitted), after an
---        admission that finds the window empty, after a 16th of the
---        admissions (now % 16 == 0), and by a request that another rule
---        rejects or a 16th of the rejections. The key expires a window after
---        its newest entry, or up to a quarter of a window later: its first
---        entry sets exactly a window; the others set the end of the quarter
---        of a window (aligned on the clock) they come in plus a window, and
---        only when that quarter is not the newest entry's, or the newest
---        entry was the key's first.
--- param  exact-below (an integer, at least 0): remaining and reset are
---        exact when the request is rejected or fewer than this many units
---        remain; otherwise remaining is a lower bound and reset the window,
---        an upper bound. The newest entry's units plus the units admitted
---        since bound the units in the window while the clock is not behind
---        the newest entry: while that bound leaves at least exact-below
---        units after the request, it is admitted on the newest entry alone,
---        with one read. Otherwise, and on a 16th of the calls
---        (now % 16 == 0) to keep the bound close, the units are counted
---        exactly, unless the newest entry's are exact (first).
+-- Times are kept to the millisecond: an admission at now (µs) is recorded
+-- at ceil(now / 1000) ms, at = max(that, the newest entry's), so that
+-- entries never go back in time, even when the clock does (an entry is then
+-- recorded later than now and stays longer, which only rejects more). An
+-- entry leaves the window when at * 1000 <= now - window: never sooner than
+-- the µs of its admission would, and at most 1 ms later.
+--
+-- Key    a string: the body, one 4-byte entry per admitted unit (its at
+--        minus the base, big-endian, oldest first), then a trailer of
+--        SLIDING_LOG_TRAILER bytes, big-endian:
+--          base   (6) the ms the entries count from;
+--          n      (4) the entries in the body;
+--          tail   (4) the index of the oldest entry that was in the window
+--                 when the key was last written; those before it are dead;
+--          newest (4) the newest entry (its at minus the base);
+--          lcum   (7) while the key the ZSET log kept may still hold
+--                 admissions (see Upgrade), the cum of its newest member
+--                 imported so far, else 0;
+--          m      (1) how many entries q holds;
+--          q      (32) a copy of the m oldest entries from tail on (8 at
+--                 most), so that a decision that finds the oldest have left
+--                 the window reads the next ones with the trailer.
+--        A decision reads the trailer alone (GETRANGE with negative offsets,
+--        which needs no length), and an admission writes its entries and the
+--        new trailer with one SETRANGE where the old trailer was: the same
+--        two calls as the fixed window's. Only when all of q has left does
+--        a decision read the body: the next 8 entries, or a binary search
+--        for the oldest entry in the window when those have all left too,
+--        each a GETRANGE of the body. Memory follows what was admitted: 4
+--        bytes per unit in the window, plus the dead ones, which an
+--        admission drops (the body is rewritten with SET, its live part
+--        only) when they reach a quarter of the live ones and at least 64,
+--        or the base is 2^31 ms old (then every entry is rewritten from a
+--        new base). An admission into an empty window rewrites the key
+--        whole. The key expires a window after its newest entry, or up to a
+--        quarter of a window later: the SET that writes it whole sets that;
+--        SETRANGE keeps the expiry, and is followed by a PEXPIREAT only when
+--        the admission comes in a quarter of a window (aligned on the clock)
+--        later than the newest entry's.
+-- param  the length of the key's prefix before its "sl2:" tag, so that the
+--        script finds the key the ZSET log kept (the same name without the
+--        tag); 0 when there is none.
 -- cost   1 to the limit.
--- State  (the sections' a and b) from check: a = cum + 1 (negated when the key's TTL already covers
---        the request; nil for an empty key) and b = the bound (a number), or
---        0 when the window is empty, or, counted exactly, the reply with the
---        oldest entry in the window rewritten as {the units in the window,
---        its at, the newest entry's at when commit needs it}, or, from an
---        exact newest entry, {its units, its first, nil, true}; for a
---        rejection, a = the time its retry ends, and b as above or, decided
---        on the newest entry alone, its units (a number). From commit: the
---        units in the window with the request, and the oldest entry's at
---        when they are exact.
+-- State  from check: a = nil and b = 0 when nothing is in the window (and
+--        nothing is to be imported); on the common path a = the entries of
+--        q that have left the window and b = the trailer as read; otherwise
+--        b = a table of the fields (sliding_log_state) and a = nil.
+--        From commit: a = the units in the window with the request and
+--        b = the oldest one's at.
 --
 -- remaining is the limit minus the units in the window (at least 0: after
--- the clock stepped back, entries newer than now count too, and can
--- together exceed the limit); reset is the time until the oldest entry in
--- the window leaves it, the first moment remaining can grow (see param); and
--- retry, for a rejected request, the time until the entry that holds the
+-- the clock stepped back, entries newer than now count too); reset is the
+-- time until the oldest entry in the window leaves it, the first moment
+-- remaining can grow; and retry, for a rejected request, the time until the
 -- (units + cost - limit)th unit of the window, counted from the oldest, has
--- left: the moment the request first fits (found by a binary search over
--- the ranks of the window, or at once when it is the oldest entry, as it
--- always is for a cost of 1).
+-- left: the moment the request first fits.
 --
--- check only reads, so that the first write of an admission is its ZADD,
--- which Redis refuses before anything is written when it is out of memory
--- (maxmemory); the sweeps come after it, or in report when nothing is
--- written (a deletion, which Redis allows then).
+-- check only reads, so that the first write of an admission is its SET or
+-- SETRANGE, which Redis refuses before anything is written when it is out
+-- of memory (maxmemory).
 --
--- A member whose first byte is a digit was written by the format before
--- this one (an entry per unit, named after its time) and counts as one unit:
--- while one is the newest entry, the units in the window are counted
--- (ZCOUNT); while one is the oldest in the window, the count is the newest
--- entry's cum, which started at those units: all the units since, an upper
--- bound, until the old entries have left the window.
+-- Upgrade. The version before kept the log in a ZSET under the key without
+-- the tag (its member: at in µs (7 bytes), cum (7), units (4), then first
+-- (7) or cost (4), or, older still, a member whose first byte is a digit,
+-- one unit named after its time). When this script finds no key of its
+-- own, or its lcum says the older key may still be written by an instance
+-- of the version before, it reads that key, and counts the entries in its
+-- window that it has not imported yet (cum above lcum) as its own, at their
+-- times (and no earlier than its newest entry); the next admission writes
+-- them into this key. So during a rolling deploy an instance of this
+-- version counts every admission of the older ones on the key it shares
+-- with them; they do not count its own (they read only the ZSET), so for
+-- the deploy's duration each older instance can admit up to the limit
+-- more. lcum goes back to 0 once the older key is gone: it expires a window
+-- after its last admission.
 
--- The exact count, given the newest entry's cum: the reply with the oldest
--- entry in the window, rewritten as {the units in the window, its at}, or 0
--- when the window is empty; and the time (µs) when the entry holding the
--- kth unit of the window, counted from the oldest, has left, where
--- k = units - over is what must leave before the request fits: the at of
--- the first entry whose cum reaches cum(oldest) - cost(oldest) + k, found by
--- a binary search over the ranks of the window, counted from the newest
--- (-1), unless it is the oldest. Only the uncommon paths come here.
-local function sliding_log_exact(key, window, cum, over)
-  -- Scores are whole µs, so (now - window, +inf] is [now - window + 1, +inf]:
-  -- a number, which Redis reads as a double (exactly: below 2^53).
-  local from = now - window + 1
-  -- The oldest entry is in the window unless a sweep is due: read it by
-  -- rank, which costs Redis less than by score, and by score only when it
-  -- has left the window (or is of the older format, whose score is not in
-  -- the member).
-  local first = redis.call('ZRANGE', key, '0', '0')
-  local f = first[1]
-  if not f then
-    return 0
+-- SLIDING_LOG_TRAILER is the trailer's length; sliding_log_zero pads q.
+local SLIDING_LOG_TRAILER, sliding_log_zero = 58, '\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0'
+
+-- sliding_log_slow(op, key, window, param, s, cost) holds every path but
+-- the common ones, in one function so that a call makes one closure (Redis
+-- runs a script's whole text on every call); the functions inside it are
+-- made only when it runs.
+--
+--   'state': s is the trailer as read ('' when there is no key); returns
+--     the decision's state as a table: base, n, tail, newest, lcum, q (the
+--     entries of the trailer's q from the oldest in the window, or the
+--     next ones of the body), live (the units in the window) and imp
+--     (entries imported from the older key, which count after the body's);
+--   'write': records cost units at now in state s, and returns the units in
+--     the window with them and the oldest one's at (ms);
+--   'unit': returns the at (ms) of unit number cost (from 1) in the window
+--     of state s, counted from the oldest.
+local function sliding_log_slow(op, key, window, param, s, cost)
+  local cut = now - window
+
+  -- at(e, i) is the ith entry (from 0) of string e.
+  local function at(e, i)
+    return (unpack_ints('>I4', e, 4 * i + 1))
   end
-  local at, fcum, fcost, units
-  if string.byte(f) < 48 then
-    at, fcum = unpack_ints('>I7I7', f)
-  end
-  if not at or at < from then
-    first = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'LIMIT', '0', '1')
-    f = first[1]
-    if not f then
-      return 0
+
+  -- read(from, count) reads count entries of the body from index from.
+  local function read(from, count)
+    if count <= 0 then
+      return ''
     end
-    at = nil
-    if string.byte(f) < 48 then
-      at, fcum = unpack_ints('>I7I7', f)
-    end
+    return redis.call('GETRANGE', key, string.format('%d', 4 * from), string.format('%d', 4 * (from + count) - 1))
   end
-  if at then
-    fcost = 1
-    if #f == 22 then
-      fcost = unpack_ints('>I4', f, 19)
+
+  -- gone(e, from, to) is the number of entries of e from index from that
+  -- have left the window, counting no further than index to - 1.
+  local function gone(e, from, to)
+    local i = from
+    while i < to and (s.base + at(e, i)) * 1000 <= cut do
+      i = i + 1
     end
-    units = cum - fcum + fcost
-    if units < 0 then
-      units = units + 2251799813685248
+    return i - from
+  end
+
+  if op == 'unit' then
+    local body = s.live - #s.imp / 4
+    if cost > body then
+      return s.base + at(s.imp, cost - body - 1)
+    elseif cost <= #s.q / 4 then
+      return s.base + at(s.q, cost - 1)
     end
-  else
-    -- The older format: count from the first entry in this one.
-    at = tonumber(redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2])
-    fcum, fcost, units = 1, 1, cum
+    return s.base + at(read(s.tail + cost - 1, 1), 0)
   end
-  first[1], first[2] = units, at
-  local k = units - over
-  if k <= fcost then
-    return first, at + window
-  end
-  -- A binary search, for a cost that needs more than the oldest entry to
-  -- leave.
-  local base = fcum - fcost
-  local lo = -redis.call('ZCOUNT', key, from, '+inf')
-  local hi = -1
-  at = nil
-  -- The entry at lo holds fewer than k units from base, the one at hi k
-  -- (the newest: units >= k).
-  while hi - lo > 1 do
-    local mid = math.floor((lo + hi) / 2)
-    local r = string.format('%d', mid)
-    local e = redis.call('ZRANGE', key, r, r)[1]
-    local eat, ecum, d = nil, nil, 0
-    if string.byte(e) < 48 then
-      eat, ecum = unpack_ints('>I7I7', e)
-      d = ecum - base
-      if d < 0 then
-        d = d + 2251799813685248
+
+  if op == 'state' then
+    local tr = s
+    s = {imp = '', q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
+    if #tr == SLIDING_LOG_TRAILER then
+      local m
+      s.base, s.n, s.tail, s.newest, s.lcum, m = unpack_ints('>I6I4I4I4I7I1', tr)
+      if (s.base + s.newest) * 1000 > cut then
+        -- The oldest entry in the window: in q, or in the body after it.
+        local q = string.sub(tr, 27, 26 + 4 * m)
+        local tail = s.tail + gone(q, 0, m)
+        if tail - s.tail == m then
+          local k = math.min(8, s.n - tail)
+          local e = read(tail, k)
+          local i = gone(e, 0, k)
+          tail = tail + i
+          q = string.sub(e, 4 * i + 1)
+          if i == k then
+            -- Those have all left too: a binary search over the rest, whose
+            -- newest entry is in the window.
+            local hi = s.n - 1
+            while tail < hi do
+              local mid = math.floor((tail + hi) / 2)
+              if gone(read(mid, 1), 0, 1) == 0 then
+                hi = mid
+              else
+                tail = mid + 1
+              end
+            end
+            q = read(tail, math.min(8, s.n - tail))
+          end
+        else
+          q = string.sub(q, 4 * (tail - s.tail) + 1)
+        end
+        s.q, s.tail, s.live = q, tail, s.n - tail
+      else
+        -- Everything has left the window: start again.
+        s.base, s.n, s.tail, s.newest = nil, 0, 0, 0
       end
     end
-    if d >= k then
-      hi, at = mid, eat
-    else
-      lo = mid
+    s.base = s.base or math.ceil(now / 1000)
+    if param > 0 and (#tr ~= SLIDING_LOG_TRAILER or s.lcum > 0) then
+      -- The key the ZSET log kept: its entries in the window with a cum
+      -- above lcum, at no earlier than the newest entry.
+      local old = string.sub(key, 1, param) .. string.sub(key, param + 5)
+      if redis.call('EXISTS', old) == 0 then
+        s.lcum = 0
+        return s
+      end
+      -- A member at µs t is recorded at ceil(t / 1000) ms: in the window
+      -- when t is past cut's millisecond.
+      local members = redis.call('ZRANGEBYSCORE', old, string.format('%d', cut - cut % 1000 + 1), '+inf', 'WITHSCORES')
+      if s.live == 0 and members[2] then
+        -- Nothing of this key's in the window: count from the oldest member.
+        s.base = math.min(s.base, math.ceil(tonumber(members[2]) / 1000))
+      end
+      local parts, top, newest = {}, s.lcum, s.newest
+      for i = 1, #members, 2 do
+        local m, cum, units = members[i], nil, 1
+        if string.byte(m) < 48 then
+          cum = unpack_ints('>I7', m, 8)
+          if #m == 22 then
+            units = unpack_ints('>I4', m, 19)
+          end
+        elseif s.lcum == 0 then
+          -- Older still: one unit, and no cum; imported with a new key only.
+          cum = 0
+        end
+        if cum and (cum > s.lcum or s.lcum == 0) then
+          newest = math.max(newest, math.ceil(tonumber(members[i + 1]) / 1000) - s.base)
+          parts[#parts + 1] = string.rep(pack('>I4', newest), units)
+          top = math.max(top, cum)
+        end
+      end
+      s.imp, s.newest, s.lcum = table.concat(parts), newest, math.max(top, 1)
+      s.live = s.live + #s.imp / 4
+    end
+    return s
+  end
+
+  -- op == 'write'
+  local off = math.max(math.ceil(now / 1000) - s.base, s.newest)
+  local body = s.live - #s.imp / 4
+  local whole = s.n == 0 or #s.imp > 0 or s.tail >= 64 and s.tail * 4 >= body or off >= 2147483648
+  local live = ''
+  if whole then
+    live = read(s.tail, body) .. s.imp
+  end
+  if off >= 2147483648 then
+    -- A new base: the oldest entry in the window's.
+    local parts, base = {}, s.base + at(live, 0)
+    for i = 0, #live / 4 - 1 do
+      parts[i + 1] = pack('>I4', s.base + at(live, i) - base)
+    end
+    live, off, s.base = table.concat(parts), off + s.base - base, base
+  end
+  -- The cost's entries: up to 4096 in one string, doubled up to its
+  -- length rather than added one by one, and the rest as whole chunks of
+  -- 4096 (16 KiB), written one after another: a long string made in Lua
+  -- costs Redis more per byte than a short one written many times.
+  local chunks, new = math.floor((cost - 1) / 4096), pack('>I4', off)
+  local rest = cost - 4096 * chunks
+  while #new < 4 * rest do
+    new = new .. new
+  end
+  local chunk = new
+  if chunks > 0 then
+    while #chunk < 16384 do
+      chunk = chunk .. chunk
     end
   end
-  if not at then
-    at = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
+  new = string.sub(new, 1, 4 * rest)
+  local q, tail, n = s.q, s.tail, s.n + cost
+  if whole then
+    q, tail, n = string.sub(live, 1, 32), 0, s.live + cost
+    if #q < 32 then
+      q = q .. string.sub(new, 1, 32 - #q)
+    end
+  elseif #q / 4 == body and body < 8 then
+    q = q .. string.sub(new, 1, 32 - #q)
   end
-  return first, at + window
+  local trailer = pack('>I6I4I4I4I7I1', s.base, n, tail, off, s.lcum, #q / 4) .. q .. string.sub(sliding_log_zero, #q + 1)
+  local quarter = math.ceil(window / 4000)
+  local expire = string.format('%d', (math.floor((s.base + off) / quarter) + 1) * quarter + math.ceil(window / 1000))
+  local at_end = 4 * s.n
+  if whole then
+    -- The first write is the SET, which can grow memory (see lua.go).
+    redis.call('SET', key, live .. new .. (chunks == 0 and trailer or ''), 'PXAT', expire)
+    at_end = #live + #new
+  else
+    if chunks == 0 then
+      redis.call('SETRANGE', key, string.format('%d', at_end), new .. trailer)
+    else
+      redis.call('SETRANGE', key, string.format('%d', at_end), new)
+      at_end = at_end + #new
+    end
+    if math.floor((s.base + off) / quarter) ~= math.floor((s.base + s.newest) / quarter) then
+      redis.call('PEXPIREAT', key, expire)
+    end
+  end
+  if chunks > 0 then
+    for i = 1, chunks do
+      redis.call('SETRANGE', key, string.format('%d', at_end), chunk)
+      at_end = at_end + #chunk
+    end
+    redis.call('SETRANGE', key, string.format('%d', at_end), trailer)
+  end
+  return s.live + cost, s.base + at(q, 0)
 end
 
 -- A cost of 1, the common case, is the string '1': Lua compares interned
@@ -343,6 +447,10 @@ else
     -- sliding_log.lua's validate section:
     if cost > limit then
       invalid = 'cost must be at most the limit'
+    elseif limit > 100000 then
+      invalid = 'a sliding log takes a limit of at most 100000'
+    elseif window > 2073600000000 then
+      invalid = 'a sliding log takes a window of at most 24 days (2073600000000 µs)'
     end
   until true
 end
@@ -394,180 +502,99 @@ local key = KEYS[1]
 local ok, a, b
 repeat
   -- sliding_log.lua's check section:
-  local newest = redis.call('ZREVRANGE', key, '0', '0')
-  local m = newest[1]
-  if not m then
-    ok, a, b = true, nil, 0
-    break
-  end
-  local last, cum, units, first
-  if string.byte(m) < 48 then
-    if #m == 25 then
-      last, cum, units, first = unpack_ints('>I7I7I4I7', m)
-    else
-      last, cum, units = unpack_ints('>I7I7I4', m)
-    end
-  else
-    -- The older format.
-    last = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
-    units = redis.call('ZCOUNT', key, now - window + 1, '+inf')
-    cum = units
-  end
-  -- a, for commit: cum + 1, negated when the key's TTL already covers this
-  -- request: when it comes in the newest entry's quarter of a window,
-  -- unless that entry was the key's first (the only one whose cum is its
-  -- cost).
-  a = cum + 1
-  local q = window / 4
-  if now - now % q == last - last % q then
-    local c = 1
-    if #m == 22 then
-      c = unpack_ints('>I4', m, 19)
-    end
-    if cum ~= c then
-      a = -a
-    end
-  end
-  if last <= now and cum < 4503599627370496 - cost then
-    if first and first > now - window then
-      -- The newest entry's units are exact and nothing has left the window
-      -- since (its oldest entry, at first, is still in it): they are the
-      -- units in the window now. Far from the limit, the admission is
-      -- recorded as on the common path (a bound: no table, a shorter
-      -- entry); near it, exactly, so that the next decision can be taken
-      -- on it alone too.
-      if units + cost <= limit - param then
-        ok, b = true, units
+  -- The trailer (SLIDING_LOG_TRAILER bytes).
+  local tr = redis.call('GETRANGE', key, '-58', '-1')
+  if #tr == 58 then
+    local base, n, tail, newest, lcum, m = unpack_ints('>I6I4I4I4I7I1', tr)
+    if lcum == 0 and (base + newest) * 1000 > now - window then
+      -- The common path: the oldest entry in the window is in q.
+      local i = 0
+      while i < m and (base + unpack_ints('>I4', tr, 27 + 4 * i)) * 1000 <= now - window do
+        i = i + 1
+      end
+      if i < m then
+        ok, a, b = n - tail - i + cost <= limit, i, tr
         break
       end
-      if units + cost <= limit then
-        ok, b = true, {units, first, nil, true}
-        break
-      end
-      if units + cost - limit == 1 then
-        -- One unit must leave: the oldest entry's leaving frees it.
-        ok, a, b = false, first + window, units
-        break
-      end
-    elseif last <= now - window then
-      -- Everything has left the window.
-      ok, b = true, 0
-      break
-    elseif units + cost <= limit - param and now % 16 ~= 0 then
-      -- The common path.
-      ok, b = true, units
-      break
     end
   end
-  local found, retry_at = sliding_log_exact(key, window, cum, limit - cost)
-  if found == 0 then
-    ok, b = true, 0
+  b = sliding_log_slow('state', key, window, param, tr)
+  if b.live == 0 and b.lcum == 0 then
+    ok, a, b = cost <= limit, nil, 0
     break
   end
-  if found[1] + cost > limit then
-    ok, a, b = false, retry_at, found
-    break
-  end
-  if last > now or cum >= 4503599627370496 - cost then
-    found[3] = last
-  end
-  ok, b = true, found
+  ok, a = b.live + cost <= limit, nil
 until true
 local admitted = ok
 if ok then
   repeat
     -- sliding_log.lua's commit section:
-    local cum, units, at, last, first = 0, b, now, nil, nil
     if a then
-      cum = a - 1
-      if a < 0 then
-        cum = -a - 1
+      -- The common path: append to the body, unless it is due to be rewritten.
+      local base, n, tail, newest, lcum, m = unpack_ints('>I6I4I4I4I7I1', b)
+      tail = tail + a
+      local live = n - tail
+      local at = (now - now % 1000) / 1000
+      if now % 1000 ~= 0 then
+        at = at + 1
       end
-    end
-    local exact = type(b) == 'table'
-    if exact then
-      units, first, last = b[1], b[2], b[3]
-      if last and last > now then
-        at = last
+      local off = at - base
+      if off < newest then
+        off = newest
       end
+      if off < 2147483648 and (tail < 64 or tail * 4 < live) then
+        local q, new = string.sub(b, 27 + 4 * a, 26 + 4 * m), pack('>I4', off)
+        if cost ~= 1 then
+          new = string.rep(new, cost)
+        end
+        if m - a == live and live < 8 then
+          q = string.sub(q .. new, 1, 32)
+        end
+        redis.call('SETRANGE', key, 4 * n .. '', new .. pack('>I6I4I4I4I7I1', base, n + cost, tail, off, 0, #q / 4) .. q .. string.sub(sliding_log_zero, #q + 1))
+        local quarter = math.ceil(window / 4000)
+        at = base + off
+        if at - at % quarter ~= base + newest - (base + newest) % quarter then
+          redis.call('PEXPIREAT', key, string.format('%d', at - at % quarter + quarter + math.ceil(window / 1000)))
+        end
+        a, b = live + cost, base + unpack_ints('>I4', q)
+        break
+      end
+      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = string.sub(b, 27 + 4 * a, 26 + 4 * m), live = live, imp = ''}
     elseif b == 0 then
-      -- The window is empty: this entry is its oldest.
-      first = at
+      b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = ''}
     end
-    units, cum = units + cost, cum + cost
-    if cum >= 4503599627370496 and (b == 0 or last and at > last) then
-      cum = cum - 2251799813685248
-    end
-    -- The member, as bytes: at (7), cum (7), units (4), then first (7) when
-    -- the units are exact, or cost (4) when it is not 1.
-    local m
-    if cost ~= 1 then
-      m = pack('>I7I7I4I4', at, cum, units, cost)
-    elseif first then
-      m = pack('>I7I7I4I7', at, cum, units, first)
-    else
-      m = pack('>I7I7I4', at, cum, units)
-    end
-    redis.call('ZADD', key, string.format('%d', at), m)
-    -- Sweep when the units were counted exactly (so at least once per
-    -- limit - exact-below units admitted) or all had left the window, and on
-    -- a 16th of the admissions; not when the newest entry showed that
-    -- nothing has left (b[4]).
-    if exact and not b[4] or (a and b == 0) or now % 16 == 0 then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-    end
-    if not a then
-      redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
-    elseif a > 0 then
-      local q = window / 4
-      redis.call('PEXPIRE', key, string.format('%d', math.ceil((at - at % q + q + window - now) / 1000)))
-    end
-    -- For report: the units in the window with the request, and the oldest
-    -- entry's at when they are exact.
-    a, b = units, nil
-    if exact then
-      b = first
-    end
+    a, b = sliding_log_slow('write', key, window, param, b, cost)
   until true
 end
 local remaining, reset, retry
 repeat
   -- sliding_log.lua's report section:
   if admitted then
-    remaining, reset, retry = limit - a, window, 0
-    if b and limit - a < param then
-      reset = b + window - now
-    end
+    remaining, reset, retry = limit - a, b * 1000 + window - now, 0
     break
   end
-  if a and (ok or now % 16 == 0) then
-    -- Nothing was written: sweep the entries that have left the window
-    -- (not a write Redis refuses when it is out of memory), when another
-    -- rule rejected the request, and on a 16th of the rejections.
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-  end
-  if b == 0 then
+  if b == 0 or type(b) == 'table' and b.live == 0 then
     remaining, reset, retry = limit, window, 0
     break
   end
-  if not ok and type(b) ~= 'table' then
-    -- Rejected on the newest entry alone: b is the units in the window,
-    -- and a, when its oldest entry leaves.
-    remaining, reset, retry = math.max(0, limit - b), a - now, a - now
+  if a then
+    -- The common path: the oldest entry in the window is q's entry a.
+    local base, n, tail, newest, lcum, m = unpack_ints('>I6I4I4I4I7I1', b)
+    local live = n - tail - a
+    remaining, reset, retry = math.max(0, limit - live), (base + unpack_ints('>I4', b, 27 + 4 * a)) * 1000 + window - now, 0
+    if not ok then
+      local k = live + cost - limit
+      if k <= m - a then
+        retry = (base + unpack_ints('>I4', b, 23 + 4 * (a + k))) * 1000 + window - now
+      else
+        retry = sliding_log_slow('unit', key, window, param, {base = base, tail = tail + a, q = '', imp = '', live = live}, k) * 1000 + window - now
+      end
+    end
     break
   end
-  if type(b) ~= 'table' then
-    -- Another rule rejected a request that this one admits on the bound:
-    -- count exactly, as for a rejection.
-    b = sliding_log_exact(key, window, math.abs(a) - 1, math.huge)
-    if b == 0 then
-      remaining, reset, retry = limit, window, 0
-      break
-    end
-  end
-  remaining, reset, retry = math.max(0, limit - b[1]), b[2] + window - now, 0
+  remaining, reset, retry = math.max(0, limit - b.live), sliding_log_slow('unit', key, window, param, b, 1) * 1000 + window - now, 0
   if not ok then
-    retry = a - now
+    retry = sliding_log_slow('unit', key, window, param, b, b.live + cost - limit) * 1000 + window - now
   end
 until true
 if ok then

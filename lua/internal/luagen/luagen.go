@@ -11,7 +11,7 @@
 //     settings that name what is wrong.
 //
 //   - One file per algorithm and the companion penalty.lua: its comments and
-//     helper functions (named after the file, as sliding_log_exact), then
+//     helper functions (named after the file, as sliding_log_slow), then
 //     four sections, each introduced by a marker line "-- @<section>"
 //     (see [sections] for what each reads and assigns).
 //
