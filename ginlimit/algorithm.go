@@ -79,6 +79,15 @@ func (a AlgorithmKind) validate(r *ruleConfig) error {
 		if r.window.Microseconds()%int64(r.subWindows) != 0 {
 			return fmt.Errorf("Window(%v): a SlidingCounter's window must divide into %d sub-windows of whole microseconds", r.window, r.subWindows)
 		}
+	case SlidingLog:
+		// The log keeps an entry per unit in the window, each a time in ms
+		// that takes 4 bytes from a base it moves on at most every 2^31 ms.
+		if r.limit > lua.MaxLogLimit {
+			return fmt.Errorf("Limit(%d): a SlidingLog keeps 4 bytes per unit in the window and takes a limit of at most %d; use SlidingCounter for more", r.limit, lua.MaxLogLimit)
+		}
+		if r.window > lua.MaxLogWindow*time.Microsecond {
+			return fmt.Errorf("Window(%v): a SlidingLog takes a window of at most %v; use SlidingCounter for longer", r.window, lua.MaxLogWindow*time.Microsecond)
+		}
 	case TokenBucket:
 		// The bucket keeps its state in 1/limit µs: burst*window must stay
 		// exact in a double.
@@ -97,7 +106,8 @@ func (a AlgorithmKind) param(r *ruleConfig) int {
 	case TokenBucket:
 		return r.burstOrLimit()
 	case SlidingLog:
-		return lua.ExactBelow
+		// Where slidingLogTag starts in the key (see zsetKey).
+		return len(r.prefix)
 	}
 	return 0
 }

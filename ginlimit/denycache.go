@@ -4,16 +4,12 @@ import (
 	"fmt"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
-	"github.com/ginlimit/ginlimit/lua"
 )
 
-// exactBelow is the sliding log's exact-below, lua.ExactBelow: below this
-// remaining quota (and on every rejection) the script reports the exact
-// time until the oldest entry leaves the window, which the deny cache's
-// bounds need; above it, it reports the window, an upper bound, and saves
-// a read. The deny cache keeps a key's bound, and counts its calls in
-// flight, below the same quota.
-const exactBelow = lua.ExactBelow
+// exactBelow is the remaining quota below which the deny cache keeps a
+// key's bound and counts its calls in flight: near the limit, where a
+// bound saves calls; far from it, a key is left to Redis alone.
+const exactBelow = 64
 
 // DenyCache sets how many keys near or over their limit each rule of the
 // route remembers in process; 0 turns the cache off. The default is

@@ -96,6 +96,25 @@ func (p *Policy) target(t Target) (anyRule, []string, error) {
 	return rate, keys, nil
 }
 
+// zsetKeys is, for each sliding-log rule of t's count (its declared rule
+// and plans), the key under which the version before kept that count
+// (zsetKey): the log's script honours a count there, so Reset deletes it
+// too. t has been checked by target.
+func (p *Policy) zsetKeys(t Target) []string {
+	a, err := p.aim(t)
+	declared, ok := a.declared.(*rateRule)
+	if err != nil || !ok {
+		return nil
+	}
+	var keys []string
+	for _, x := range append([]*rateRule{declared}, slices.Collect(maps.Values(declared.plans))...) {
+		if x.alg == SlidingLog {
+			keys = append(keys, zsetKey(&x.ruleBase, buildKey(&x.ruleBase, p.named, a.scope, &a.who)))
+		}
+	}
+	return keys
+}
+
 // rateKeys is r's keys for scope s and identity w: its Ban's, then its own.
 func (p *Policy) rateKeys(r *rateRule, s scope, w *who) []string {
 	key := buildKey(&r.ruleBase, p.named, s, w)
@@ -232,6 +251,7 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 	if err != nil {
 		return err
 	}
+	keys = append(keys, p.zsetKeys(t)...)
 	r := target.base()
 	by = boundLabel(by)
 	start := time.Now()

@@ -450,9 +450,8 @@ func (r *ruleBase) targetWho(w *who, t Target) error {
 	return nil
 }
 
-// keyTag is what the algorithm adds to a rule's key prefix: nothing for the
-// sliding log (its keys keep their names across versions), and for the
-// others the algorithm and what gives their stored data its shape: the
+// keyTag is what the algorithm adds to a rule's key prefix: the algorithm
+// and what gives its stored data its shape: the
 // sub-window length of the counter (its state is counted in sub-window
 // numbers) and the limit of the bucket (its state is in 1/limit µs). So
 // switching a live route to another algorithm, or changing those settings,
@@ -467,9 +466,14 @@ func (r *ruleBase) targetWho(w *who, t Target) error {
 // older script would read the new state as a full bucket). For the windows
 // a deploy spans, old and new instances then count apart: up to twice the
 // limit, never an error or an unbounded bypass; the older keys expire
-// within a window of the last old instance.
+// within a window of the last old instance. The sliding log's string is
+// under "sl2:" (slidingLogTag), where its ZSET was under no tag; its script
+// reads that ZSET too (lua/sliding_log.lua, Upgrade), so that a deploy
+// keeps every count the older version wrote before it.
 func (a AlgorithmKind) keyTag(r *ruleConfig) string {
 	switch a {
+	case SlidingLog:
+		return slidingLogTag
 	case SlidingCounter:
 		return "sc-" + strconv.FormatInt(r.window.Microseconds()/int64(r.subWindows), 10) + ":"
 	case FixedWindow:
@@ -478,6 +482,18 @@ func (a AlgorithmKind) keyTag(r *ruleConfig) string {
 		return "tb-" + strconv.Itoa(r.limit) + ":"
 	}
 	return ""
+}
+
+// slidingLogTag is the sliding log's keyTag. Its script is told where it
+// starts in the key (the param, the length of the prefix before it), to
+// find the key the ZSET log kept: the same without it.
+const slidingLogTag = "sl2:"
+
+// zsetKey is the key under which the sliding log's version before kept
+// the count that r keeps under key (key without slidingLogTag).
+func zsetKey(r *ruleBase, key string) string {
+	n := len(r.prefix) - len(slidingLogTag)
+	return key[:n] + key[len(r.prefix):]
 }
 
 // slotTag is what an in-flight rule adds to its key prefix, so that its

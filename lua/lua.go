@@ -35,7 +35,8 @@
 // ArgClock, a test clock in µs (an integer, 0 to 2^53) or "" for Redis
 // TIME, then ArgsPerRule per rule from ArgRules: its algorithm's number in
 // [Numbered], its window in µs (MinWindow to MaxWindow), its limit (1 to
-// MaxLimit), its param (0 to MaxParam: exact-below for sliding_log;
+// MaxLimit), its param (0 to MaxParam: for sliding_log, where its key's
+// "sl2:" tag starts, or 0 (see sliding_log.lua);
 // sub-windows for sliding_counter, 1 to 1000, dividing the window; unused
 // for fixed_window; burst for token_bucket, at least 1, with burst*window
 // at most 2^53) and the request's cost (1 to MaxCost, and at most the
@@ -147,17 +148,16 @@ const (
 	MinWindow = 1000 // the shortest window, in µs (1 ms)
 	MaxWindow = 1e15 // the longest window, in µs (about 31 years)
 	MaxLimit  = 1e9  // the largest limit
-	MaxParam  = 1e9  // the largest param (burst, sub-windows, exact-below, ban ms)
-	MaxCost   = 1e9  // the largest cost of one request
+	MaxParam  = 1e9  // the largest param (burst, sub-windows, the log's tag offset, ban ms)
+	// MaxLogLimit is the largest limit of a sliding log, which keeps 4
+	// bytes per unit in its window.
+	MaxLogLimit = 100_000
+	// MaxLogWindow is the longest window of a sliding log, in µs (24 days),
+	// whose entries are 4-byte ms offsets from a base that moves on at most
+	// every 2^31 ms.
+	MaxLogWindow = 2_073_600_000_000
+	MaxCost      = 1e9 // the largest cost of one request
 )
-
-// ExactBelow is the sliding log's param that ginlimit sends: below this
-// remaining quota, and on every rejection, the script reports the exact
-// time until the oldest entry leaves the window; above it, the window, an
-// upper bound, which saves a read. ginlimit's deny cache counts a key's
-// calls in flight below the same quota, so its bounds always have the
-// exact reset they need.
-const ExactBelow = 64
 
 // The decision scripts' reply: ReplyHead integers, then ReplyPerRule for
 // each rule, rule i's (from 0) field f at [At](i, f). The in-flight
