@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,9 +39,10 @@ type benchCase struct {
 	// Floor marks the PING and no-op script cases, which decide nothing:
 	// they are in the throughput tables only.
 	Floor bool
-	// ZSET marks the cases that keep one sorted-set entry per admitted
-	// request, whose memory is also given per entry.
-	ZSET bool
+	// Log marks the cases that keep one entry per admitted request (a
+	// sorted-set member, or ginlimit's 4 bytes), whose memory is also given
+	// per entry.
+	Log bool
 	// Exact marks the cases that must admit exactly the limit in a flood.
 	Exact bool
 	// Memory and Flood put the case in those sections.
@@ -49,8 +51,9 @@ type benchCase struct {
 	// admitted decisions cost what another case's do, and that differs only
 	// in what it does with rejections.
 	FloodOnly bool
-	// CostOnly keeps the case to the script-cost section: a reference
-	// script, not a limiter anyone runs.
+	// CostOnly keeps the case out of the throughput tables and the flood,
+	// in the script-cost section (and the memory table when Memory is set):
+	// a reference script, not a limiter anyone runs.
 	CostOnly bool
 	// Aligned marks a fixed window aligned on the Redis clock (multiples of
 	// the window since the Unix epoch): a flood that crosses a boundary may
@@ -133,11 +136,20 @@ func allCases() []*benchCase {
 		},
 		{
 			ID: "seeds", Name: "seeds' recipe (ZSET, app clock)", Algorithm: "sliding log, ZSET, app clock in ms",
-			ZSET: true, Exact: true, Memory: true, Flood: true,
+			Log: true, Exact: true, Memory: true, Flood: true,
 			RedisKey: seedsKey,
 			New:      newSeeds,
 			Note: "The published Java recipe: ZREMRANGEBYSCORE 0 (now-window), ZCARD, then ZADD now member and " +
 				"EXPIRE window-seconds if under the limit; now is the app's time.Now().UnixMilli() and the member is now-<16 random hex digits>.",
+		},
+		{
+			ID: "seeds-short", Name: "seeds' recipe, shortest unique member", Algorithm: "sliding log, ZSET, app clock in ms",
+			Log: true, Memory: true, CostOnly: true,
+			RedisKey: func(key string) string { return "seeds-short:" + key },
+			New:      newSeedsShort,
+			Note: "The seeds' recipe with the shortest member that is unique in one process: a counter in base 36 " +
+				"(1 to 4 bytes here), where the published recipe's is now-<16 hex digits> (30 bytes). " +
+				"A fleet would need an instance's tag too; this is the recipe's floor. In the script-cost and memory sections only.",
 		},
 		{
 			ID: "seeds-time", Name: "seeds' recipe on the Redis clock (TIME)", Algorithm: "sliding log, ZSET, Redis clock in ms",
@@ -163,7 +175,7 @@ func allCases() []*benchCase {
 				"(no MULTI); a rejected request is counted too. Its window starts at a key's first request.",
 		},
 		{
-			ID: "ginlimit-script", Name: "ginlimit's sliding-log script, raw EVALSHA", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			ID: "ginlimit-script", Name: "ginlimit's sliding-log script, raw EVALSHA", Algorithm: "sliding log, one string of 4-byte entries, Redis clock",
 			RedisKey: func(key string) string { return "raw:{" + key + "}" },
 			New:      newRawSlidingLog,
 			Note: "The script ginlimit runs for one sliding-log rule (`lua.Single`), called with `Script.Run` on the case's client with the " +
@@ -192,14 +204,14 @@ func allCases() []*benchCase {
 			Note:     "As the sliding-log script raw, for the token bucket (burst = the limit); in the script-cost section only.",
 		},
 		{
-			ID: "ginlimit", Name: "ginlimit sliding log, DenyCache(0)", Algorithm: "sliding log, ZSET, Redis clock in µs",
-			ZSET: true, Exact: true, Memory: true, Flood: true,
+			ID: "ginlimit", Name: "ginlimit sliding log, DenyCache(0)", Algorithm: "sliding log, one string of 4-byte entries, Redis clock",
+			Log: true, Exact: true, Memory: true, Flood: true,
 			RedisKey: ginlimitKey("bench:"),
 			New:      newGinlimit("bench:", ginlimit.DenyCache(0)),
 			Note:     "p.Allow(ctx, key, 1) with the deny cache off: every decision goes to Redis (the honest per-decision cost).",
 		},
 		{
-			ID: "ginlimit-defaults-plain", Name: "ginlimit sliding log, defaults, plain client", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			ID: "ginlimit-defaults-plain", Name: "ginlimit sliding log, defaults, plain client", Algorithm: "sliding log, one string of 4-byte entries, Redis clock",
 			Exact: true, Flood: true, Client: plainClient,
 			RedisKey: ginlimitKey("bench-defaults-plain:"),
 			New:      newGinlimit("bench-defaults-plain:"),
@@ -208,7 +220,7 @@ func allCases() []*benchCase {
 				"ginlimit bounds each call's time itself.",
 		},
 		{
-			ID: "ginlimit-defaults", Name: "ginlimit sliding log, defaults, ContextTimeoutEnabled client", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			ID: "ginlimit-defaults", Name: "ginlimit sliding log, defaults, ContextTimeoutEnabled client", Algorithm: "sliding log, one string of 4-byte entries, Redis clock",
 			Exact: true, Flood: true,
 			RedisKey: ginlimitKey("bench-defaults:"),
 			New:      newGinlimit("bench-defaults:"),
@@ -216,7 +228,7 @@ func allCases() []*benchCase {
 				"the client every other case uses: go-redis bounds socket reads by the decision's deadline.",
 		},
 		{
-			ID: "ginlimit-autopipeline", Name: "ginlimit sliding log + autopipeline, DenyCache(0)", Algorithm: "sliding log, ZSET, Redis clock in µs",
+			ID: "ginlimit-autopipeline", Name: "ginlimit sliding log + autopipeline, DenyCache(0)", Algorithm: "sliding log, one string of 4-byte entries, Redis clock",
 			Exact:    true,
 			RedisKey: ginlimitKey("bench-autopipeline:"),
 			New:      newGinlimit("bench-autopipeline:", ginlimit.DenyCache(0)),
@@ -307,17 +319,17 @@ func selectCases(filter string) ([]*benchCase, bool, error) {
 
 // newRawSlidingLog runs ginlimit's single-rule sliding-log script directly,
 // as a policy of limit per window builds it (see package lua): with the
-// window in µs, the limit and the remaining count below which the script
-// answers exactly (ginlimit's 64) written into it, and called with the
-// arguments such a policy sends: the Redis clock ("") and a cost of 1.
+// window in µs and the limit written into it, and a param of 0 (its keys
+// have no older ZSET key to read), and called with the arguments such a
+// policy sends: the Redis clock ("") and a cost of 1.
 func newRawSlidingLog(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
-	return newRawScript(ginlimit.SlidingLog, 64, "raw:")(rdb, limit, window)
+	return newRawScript(ginlimit.SlidingLog, 0, "raw:")(rdb, limit, window)
 }
 
 // newRawScript returns a constructor of deciders that run ginlimit's
 // single-rule script of alg directly, built as a policy of limit per window
 // builds it (with param, the algorithm's own setting, written in: the
-// sliding log's exact-below, the counter's sub-windows, the bucket's burst,
+// sliding log's 0, the counter's sub-windows, the bucket's burst,
 // or 0 for the bucket's "burst = the limit"), on keys prefix{key}, with the
 // arguments such a policy sends: the Redis clock ("") and a cost of 1.
 func newRawScript(alg ginlimit.AlgorithmKind, param int64, prefix string) func(*redis.Client, int, time.Duration) (decider, error) {
@@ -386,6 +398,19 @@ func newSeedsOnRedisTime(rdb *redis.Client, limit int, window time.Duration) (de
 	return newSeedsWith(seedsOnRedisTimeScript, "seeds-time:")(rdb, limit, window)
 }
 
+// newSeedsShort returns the seeds' recipe with the shortest member unique
+// in this process: a counter in base 36.
+func newSeedsShort(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
+	windowMs := window.Milliseconds()
+	windowSec := max(1, int64((window+time.Second-1)/time.Second))
+	var seq atomic.Uint64
+	return func(ctx context.Context, key string) (bool, error) {
+		member := strconv.FormatUint(seq.Add(1), 36)
+		n, err := seedsScript.Run(ctx, rdb, []string{"seeds-short:" + key}, time.Now().UnixMilli(), windowMs, limit, windowSec, member).Int64()
+		return n == 1, err
+	}, nil
+}
+
 // newSeeds returns the seeds' recipe: one EVALSHA per decision.
 func newSeeds(rdb *redis.Client, limit int, window time.Duration) (decider, error) {
 	return newSeedsWith(seedsScript, "seeds:")(rdb, limit, window)
@@ -421,8 +446,9 @@ func seedsDecider(rdb *redis.Client, script *redis.Script, prefix string, limit 
 
 // ginlimitKey returns a KEYS pattern of the Redis key that ginlimit's
 // Policy.Allow writes for a key with no bytes to escape: prefix<tag>{key},
-// where the tag names the algorithm and its shape ("" for the sliding log,
-// "fw2:" for the fixed window, ...; braces are not special in a pattern).
+// where the tag names the algorithm and its shape ("sl2:" for the sliding
+// log, "fw2:" for the fixed window, ...; braces are not special in a
+// pattern).
 func ginlimitKey(prefix string) func(string) string {
 	return func(key string) string { return prefix + "*{" + key + "}" }
 }

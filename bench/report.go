@@ -273,11 +273,11 @@ func clientsText(res *results) string {
 func renderMemory(w writer, mem []memoryResult) {
 	w("## Redis memory per active key\n\n")
 	w("One fresh key, sent exactly `limit` requests one after another (window %v, so nothing leaves it), then `MEMORY USAGE key SAMPLES 0` "+
-		"(every element counted) and `OBJECT ENCODING key`. Bytes per entry is usage ÷ limit, for the ZSET-based cases.\n\n", memoryWindow)
+		"(every element counted) and `OBJECT ENCODING key`. Bytes per entry is usage ÷ limit, for the cases that keep an entry per admitted request (the logs).\n\n", memoryWindow)
 	w("| case | what it keeps | Redis key | limit | admitted | MEMORY USAGE bytes | encoding | bytes per entry |\n|---|---|---|--:|--:|--:|---|--:|\n")
 	for _, m := range mem {
 		perEntry := "–"
-		if m.Case.ZSET {
+		if m.Case.Log {
 			perEntry = fmt.Sprintf("%.2f", m.PerEntry())
 		}
 		admitted := fmt.Sprint(m.Admitted)

@@ -502,19 +502,33 @@ local key = KEYS[1]
 local ok, a, b
 repeat
   -- sliding_log.lua's check section:
-  -- The trailer (SLIDING_LOG_TRAILER bytes).
+  -- The trailer (SLIDING_LOG_TRAILER bytes) and the first entry of its q.
   local tr = redis.call('GETRANGE', key, '-58', '-1')
   if #tr == 58 then
-    local base, n, tail, newest, lcum, m = unpack_ints('>I6I4I4I4I7I1', tr)
-    if lcum == 0 and (base + newest) * 1000 > now - window then
-      -- The common path: the oldest entry in the window is in q.
+    local base, n, tail, newest, lcum, m, e = unpack_ints('>I6I4I4I4I7I1I4', tr)
+    local cut = now - window
+    if m > 0 and lcum == 0 and (base + newest) * 1000 > cut then
+      -- The common path: the oldest entry in the window is q's entry i, e.
       local i = 0
-      while i < m and (base + unpack_ints('>I4', tr, 27 + 4 * i)) * 1000 <= now - window do
+      while (base + e) * 1000 <= cut do
         i = i + 1
+        if i == m then
+          break
+        end
+        e = unpack_ints('>I4', tr, 27 + 4 * i)
       end
       if i < m then
-        ok, a, b = n - tail - i + cost <= limit, i, tr
-        break
+        local live = n - tail - i
+        if live + cost <= limit then
+          ok, a, b = true, e * 8 + i, tr
+          break
+        end
+        if live + cost - limit == 1 then
+          -- Rejected until the oldest unit leaves: a, when (µs); b, -1 minus
+          -- the remaining.
+          ok, a, b = false, (base + e) * 1000 + window, live - limit - 1
+          break
+        end
       end
     end
   end
@@ -530,9 +544,12 @@ if ok then
   repeat
     -- sliding_log.lua's commit section:
     if a then
-      -- The common path: append to the body, unless it is due to be rewritten.
+      -- The common path: append to the body, unless it is due to be rewritten
+      -- or the cost is large. a is q's first entry in the window times 8 plus
+      -- its index.
+      local i = a % 8
       local base, n, tail, newest, lcum, m = unpack_ints('>I6I4I4I4I7I1', b)
-      tail = tail + a
+      tail = tail + i
       local live = n - tail
       local at = (now - now % 1000) / 1000
       if now % 1000 ~= 0 then
@@ -542,12 +559,13 @@ if ok then
       if off < newest then
         off = newest
       end
-      if off < 2147483648 and (tail < 64 or tail * 4 < live) then
-        local q, new = string.sub(b, 27 + 4 * a, 26 + 4 * m), pack('>I4', off)
+      local q = string.sub(b, 27 + 4 * i, 26 + 4 * m)
+      if cost <= 64 and off < 2147483648 and (tail < 64 or tail * 4 < live) then
+        local new = pack('>I4', off)
         if cost ~= 1 then
           new = string.rep(new, cost)
         end
-        if m - a == live and live < 8 then
+        if m - i == live and live < 8 then
           q = string.sub(q .. new, 1, 32)
         end
         redis.call('SETRANGE', key, 4 * n .. '', new .. pack('>I6I4I4I4I7I1', base, n + cost, tail, off, 0, #q / 4) .. q .. string.sub(sliding_log_zero, #q + 1))
@@ -556,10 +574,12 @@ if ok then
         if at - at % quarter ~= base + newest - (base + newest) % quarter then
           redis.call('PEXPIREAT', key, string.format('%d', at - at % quarter + quarter + math.ceil(window / 1000)))
         end
-        a, b = live + cost, base + unpack_ints('>I4', q)
+        -- b first: gopher-lua (miniredis) assigns a before it reads a for b.
+        b = base + (a - i) / 8
+        a = live + cost
         break
       end
-      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = string.sub(b, 27 + 4 * a, 26 + 4 * m), live = live, imp = ''}
+      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = ''}
     elseif b == 0 then
       b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = ''}
     end
@@ -577,19 +597,17 @@ repeat
     remaining, reset, retry = limit, window, 0
     break
   end
+  if type(b) == 'number' then
+    -- Rejected on the common path, until the oldest unit leaves (at a).
+    remaining, reset, retry = -1 - b, a - now, a - now
+    break
+  end
   if a then
-    -- The common path: the oldest entry in the window is q's entry a.
-    local base, n, tail, newest, lcum, m = unpack_ints('>I6I4I4I4I7I1', b)
-    local live = n - tail - a
-    remaining, reset, retry = math.max(0, limit - live), (base + unpack_ints('>I4', b, 27 + 4 * a)) * 1000 + window - now, 0
-    if not ok then
-      local k = live + cost - limit
-      if k <= m - a then
-        retry = (base + unpack_ints('>I4', b, 23 + 4 * (a + k))) * 1000 + window - now
-      else
-        retry = sliding_log_slow('unit', key, window, param, {base = base, tail = tail + a, q = '', imp = '', live = live}, k) * 1000 + window - now
-      end
-    end
+    -- Admissible on the common path, not recorded: the oldest entry in the
+    -- window is a's (see commit).
+    local i = a % 8
+    local base, n, tail = unpack_ints('>I6I4I4', b)
+    remaining, reset, retry = limit - (n - tail - i), (base + (a - i) / 8) * 1000 + window - now, 0
     break
   end
   remaining, reset, retry = math.max(0, limit - b.live), sliding_log_slow('unit', key, window, param, b, 1) * 1000 + window - now, 0
