@@ -358,7 +358,7 @@ local function sliding_log_slow(op, key, window, param, s, cost)
       -- The key the ZSET log kept: its entries in the window with a cum
       -- above lcum, at no earlier than the newest entry.
       local old = string.sub(key, 1, param) .. string.sub(key, param + 5)
-      if redis.call('EXISTS', old) == 0 then
+      if string.sub(key, param + 1, param + 4) ~= 'sl2:' or redis.call('EXISTS', old) == 0 then
         s.lcum = 0
         return s
       end
@@ -488,19 +488,28 @@ local function sliding_log_check(key, window, limit, param, cost)
       local base, n, tail, newest, lcum, m, e = unpack_ints('>I6I4I4I4I7I1I4', tr)
       local cut = now - window
       if m > 0 and lcum == 0 and (base + newest) * 1000 > cut then
-        -- The common path: the oldest entry in the window is q's entry i, e.
-        local i = 0
+        -- The common path: the oldest entry in the window is entry i, e, of q
+        -- or, once q has all left, of the next 8 entries of the body read after
+        -- it; qs is the trailer's first 26 bytes and those entries.
+        local i, qs = 0, tr
         while (base + e) * 1000 <= cut do
           i = i + 1
           if i == m then
-            break
+            -- Once only (m is at most 16 then, as a's encoding needs).
+            local k = math.min(8, n - tail - m)
+            if k <= 0 or m > 8 then
+              break
+            end
+            local from = 4 * (tail + m)
+            qs = string.sub(tr, 1, 26 + 4 * m) .. redis.call('GETRANGE', key, from .. '', from + 4 * k - 1 .. '')
+            m = m + k
           end
-          e = unpack_ints('>I4', tr, 27 + 4 * i)
+          e = unpack_ints('>I4', qs, 27 + 4 * i)
         end
         if i < m then
           local live = n - tail - i
           if live + cost <= limit then
-            ok, a, b = true, e * 8 + i, tr
+            ok, a, b = true, (e * 32 + m) * 16 + i, qs
             break
           end
           if live + cost - limit == 1 then
@@ -527,10 +536,11 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
   repeat
     if a then
       -- The common path: append to the body, unless it is due to be rewritten
-      -- or the cost is large. a is q's first entry in the window times 8 plus
-      -- its index.
-      local i = a % 8
-      local base, n, tail, newest, lcum, m = unpack_ints('>I6I4I4I4I7I1', b)
+      -- or the cost is large. a is ((e * 32) + m) * 16 + i: entry i, e, of
+      -- the m after the trailer's first 26 bytes in b (see check).
+      local i = a % 16
+      local m = (a - i) / 16 % 32
+      local base, n, tail, newest = unpack_ints('>I6I4I4I4', b)
       tail = tail + i
       local live = n - tail
       local at = (now - now % 1000) / 1000
@@ -541,23 +551,23 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
       if off < newest then
         off = newest
       end
-      local q = string.sub(b, 27 + 4 * i, 26 + 4 * m)
+      local q = string.sub(b, 27 + 4 * i, math.min(26 + 4 * m, 58 + 4 * i))
       if cost <= 64 and off < 2147483648 and (tail < 64 or tail * 4 < live) then
         local new = pack('>I4', off)
         if cost ~= 1 then
           new = string.rep(new, cost)
         end
-        if m - i == live and live < 8 then
+        if #q / 4 == live and live < 8 then
           q = string.sub(q .. new, 1, 32)
         end
         redis.call('SETRANGE', key, 4 * n .. '', new .. pack('>I6I4I4I4I7I1', base, n + cost, tail, off, 0, #q / 4) .. q .. string.sub(sliding_log_zero, #q + 1))
-        local quarter = math.ceil(window / 4000)
+        local quarter = (window + 3999 - (window + 3999) % 4000) / 4000 -- ceil(window / 4000) ms
         at = base + off
         if at - at % quarter ~= base + newest - (base + newest) % quarter then
           redis.call('PEXPIREAT', key, string.format('%d', at - at % quarter + quarter + math.ceil(window / 1000)))
         end
         -- b first: gopher-lua (miniredis) assigns a before it reads a for b.
-        b = base + (a - i) / 8
+        b = base + ((a - i) / 16 - m) / 32
         a = live + cost
         break
       end
@@ -590,9 +600,9 @@ local function sliding_log_report(key, window, limit, param, cost, ok, admitted,
     if a then
       -- Admissible on the common path, not recorded: the oldest entry in the
       -- window is a's (see commit).
-      local i = a % 8
+      local i = a % 16
       local base, n, tail = unpack_ints('>I6I4I4', b)
-      remaining, reset, retry = limit - (n - tail - i), (base + (a - i) / 8) * 1000 + window - now, 0
+      remaining, reset, retry = limit - (n - tail - i), (base + ((a - i) / 16 - (a - i) / 16 % 32) / 32) * 1000 + window - now, 0
       break
     end
     remaining, reset, retry = math.max(0, limit - b.live), sliding_log_slow('unit', key, window, param, b, 1) * 1000 + window - now, 0
