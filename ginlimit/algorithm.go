@@ -18,8 +18,10 @@ import (
 type AlgorithmKind string
 
 const (
-	// SlidingLog is the exact sliding log (the default): a Redis sorted set
-	// with one entry per admitted request in the window, whatever its cost.
+	// SlidingLog is the exact sliding log (the default): one Redis string
+	// per key with a 4-byte entry per admitted unit in the window (the
+	// admission time in ms, rounded up). It takes a limit of at most
+	// 100,000 and a window of at most 24 days.
 	SlidingLog AlgorithmKind = "sliding_log"
 	// SlidingCounter divides the window into [DefaultSubWindows] parts and
 	// sums the counts of the parts that overlap the window. Memory is
