@@ -22,7 +22,7 @@ import (
 )
 
 // logTrailer is the length of a sliding-log key's trailer.
-const logTrailer = 58
+const logTrailer = 63
 
 // bigEndian reads b as an unsigned big-endian integer.
 func bigEndian(b string) int64 {
@@ -42,8 +42,9 @@ type logKey struct {
 }
 
 // readLog reads a sliding-log key and checks that its parts agree: n
-// entries in the body, tail within it, q a copy of 1 to 8 entries from tail
-// on, the entries in order and newest the last. ok is false when there is no
+// entries in the body, tail within it, q's entries from qi on a copy of the
+// entries from tail on, first tail's entry, the entries in order and newest
+// the last. ok is false when there is no
 // key.
 func readLog(ctx context.Context, t *testing.T, c *redis.Client, key string) (k logKey, ok bool) {
 	t.Helper()
@@ -59,24 +60,24 @@ func readLog(ctx context.Context, t *testing.T, c *redis.Client, key string) (k 
 	}
 	tr := s[len(s)-logTrailer:]
 	k.base, k.n, k.tail, k.newest, k.lcum = bigEndian(tr[0:6]), bigEndian(tr[6:10]), bigEndian(tr[10:14]), bigEndian(tr[14:18]), bigEndian(tr[18:25])
-	m := int(tr[25])
+	m, qi, first := int(tr[25]), int(tr[26]), (k.base+bigEndian(tr[27:31]))*1000
 	for i := 0; i < len(s)-logTrailer; i += 4 {
 		k.body = append(k.body, (k.base+bigEndian(s[i:i+4]))*1000)
 	}
-	for i := range m {
-		k.q = append(k.q, (k.base+bigEndian(tr[26+4*i:30+4*i]))*1000)
+	for i := qi; i < m; i++ {
+		k.q = append(k.q, (k.base+bigEndian(tr[31+4*i:35+4*i]))*1000)
 	}
 	switch {
 	case int64(len(k.body)) != k.n:
 		t.Fatalf("%s: %d entries, the trailer says %d", key, len(k.body), k.n)
-	case k.tail >= k.n || m > 8 || int64(m) > k.n-k.tail:
-		t.Fatalf("%s: tail %d and %d in q, of %d entries", key, k.tail, m, k.n)
-	case !slices.Equal(k.q, k.body[k.tail:k.tail+int64(m)]):
+	case k.tail >= k.n || m > 8 || qi >= m || int64(m-qi) > k.n-k.tail:
+		t.Fatalf("%s: tail %d, q's %d from %d, of %d entries", key, k.tail, m, qi, k.n)
+	case !slices.Equal(k.q, k.body[k.tail:k.tail+int64(m-qi)]):
 		t.Fatalf("%s: q %v is not the entries from tail %d on, %v", key, k.q, k.tail, k.body[k.tail:])
+	case first != k.body[k.tail]:
+		t.Fatalf("%s: first %d is not tail's entry %d", key, first, k.body[k.tail])
 	case !slices.IsSorted(k.body) || k.body[k.n-1] != (k.base+k.newest)*1000:
 		t.Fatalf("%s: entries %v out of order, or newest %d not the last", key, k.body, k.newest)
-	case m == 0:
-		t.Fatalf("%s: q is empty", key)
 	}
 	return k, true
 }

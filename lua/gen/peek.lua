@@ -194,8 +194,8 @@ end
 -- the µs of its admission would, and at most 1 ms later.
 --
 -- Key    a string: the body, one 4-byte entry per admitted unit (its at
---        minus the base, big-endian, oldest first), then a trailer of
---        SLIDING_LOG_TRAILER bytes, big-endian:
+--        minus the base, big-endian, oldest first), then a trailer of 63
+--        bytes, big-endian:
 --          base   (6) the ms the entries count from;
 --          n      (4) the entries in the body;
 --          tail   (4) the index of the oldest entry that was in the window
@@ -204,10 +204,12 @@ end
 --          lcum   (7) while the key the ZSET log kept may still hold
 --                 admissions (see Upgrade), the cum of its newest member
 --                 imported so far, else 0;
---          m      (1) how many entries q holds;
---          q      (32) a copy of the m oldest entries from tail on (8 at
---                 most), so that a decision that finds the oldest have left
---                 the window reads the next ones with the trailer.
+--          m      (1) how many entries q holds (8 at most);
+--          qi     (1) which of them is tail's: those before it are dead;
+--          first  (4) tail's entry, so that one unpack gives it;
+--          q      (32) a copy of m entries of the body, tail's at qi, so
+--                 that a decision that finds the oldest have left the
+--                 window reads the next ones with the trailer.
 --        A decision reads the trailer alone (GETRANGE with negative offsets,
 --        which needs no length), and an admission writes its entries and the
 --        new trailer with one SETRANGE where the old trailer was: the same
@@ -262,13 +264,11 @@ end
 -- more. lcum goes back to 0 once the older key is gone: it expires a window
 -- after its last admission.
 
--- SLIDING_LOG_TRAILER is the trailer's length; sliding_log_zero pads q.
-local SLIDING_LOG_TRAILER, sliding_log_zero = 58, '\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0'
-
--- sliding_log_slow(op, key, window, param, s, cost) holds every path but
--- the common ones, in one function so that a call makes one closure (Redis
--- runs a script's whole text on every call); the functions inside it are
--- made only when it runs.
+-- sliding_log_slow(op, key, window, param, s, cost, now, pack, unpack_ints)
+-- holds every path but the common ones, in one function that takes what it
+-- uses as arguments, so that a call makes one closure and no upvalue
+-- (Redis runs a script's whole text on every call); the functions inside
+-- it are made only when it runs.
 --
 --   'state': s is the trailer as read ('' when there is no key); returns
 --     the decision's state as a table: base, n, tail, newest, lcum, q (the
@@ -279,7 +279,7 @@ local SLIDING_LOG_TRAILER, sliding_log_zero = 58, '\0\0\0\0\0\0\0\0\0\0\0\0\0\0\
 --     the window with them and the oldest one's at (ms);
 --   'unit': returns the at (ms) of unit number cost (from 1) in the window
 --     of state s, counted from the oldest.
-local function sliding_log_slow(op, key, window, param, s, cost)
+local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpack_ints)
   local cut = now - window
 
   -- at(e, i) is the ith entry (from 0) of string e.
@@ -318,12 +318,13 @@ local function sliding_log_slow(op, key, window, param, s, cost)
   if op == 'state' then
     local tr = s
     s = {imp = '', q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
-    if #tr == SLIDING_LOG_TRAILER then
-      local m
-      s.base, s.n, s.tail, s.newest, s.lcum, m = unpack_ints('>I6I4I4I4I7I1', tr)
+    if #tr == 63 then
+      local m, qi
+      s.base, s.n, s.tail, s.newest, s.lcum, m, qi = unpack_ints('>I6I4I4I4I7I1I1', tr)
+      m = m - qi
       if (s.base + s.newest) * 1000 > cut then
         -- The oldest entry in the window: in q, or in the body after it.
-        local q = string.sub(tr, 27, 26 + 4 * m)
+        local q = string.sub(tr, 32 + 4 * qi, 31 + 4 * (qi + m))
         local tail = s.tail + gone(q, 0, m)
         if tail - s.tail == m then
           local k = math.min(8, s.n - tail)
@@ -355,7 +356,7 @@ local function sliding_log_slow(op, key, window, param, s, cost)
       end
     end
     s.base = s.base or math.ceil(now / 1000)
-    if param > 0 and (#tr ~= SLIDING_LOG_TRAILER or s.lcum > 0) then
+    if param > 0 and (#tr ~= 63 or s.lcum > 0) then
       -- The key the ZSET log kept: its entries in the window with a cum
       -- above lcum, at no earlier than the newest entry.
       local old = string.sub(key, 1, param) .. string.sub(key, param + 5)
@@ -435,7 +436,7 @@ local function sliding_log_slow(op, key, window, param, s, cost)
   elseif #q / 4 == body and body < 8 then
     q = q .. string.sub(new, 1, 32 - #q)
   end
-  local trailer = pack('>I6I4I4I4I7I1', s.base, n, tail, off, s.lcum, #q / 4) .. q .. string.sub(sliding_log_zero, #q + 1)
+  local trailer = pack('>I6I4I4I4I7I1I1I4', s.base, n, tail, off, s.lcum, #q / 4, 0, at(q, 0)) .. q .. string.rep('\0', 32 - #q)
   local quarter = math.ceil(window / 4000)
   local expire = string.format('%d', (math.floor((s.base + off) / quarter) + 1) * quarter + math.ceil(window / 1000))
   local at_end = 4 * s.n
@@ -483,34 +484,40 @@ end
 local function sliding_log_check(key, window, limit, param, cost)
   local ok, a, b
   repeat
-    -- The trailer (SLIDING_LOG_TRAILER bytes) and the first entry of its q.
-    local tr = redis.call('GETRANGE', key, '-58', '-1')
-    if #tr == 58 then
-      local base, n, tail, newest, lcum, m, e = unpack_ints('>I6I4I4I4I7I1I4', tr)
+    -- The trailer (63 bytes), which gives the oldest entry in the window when
+    -- the key was last written (first).
+    local tr = redis.call('GETRANGE', key, '-63', '-1')
+    if #tr == 63 then
+      local base, n, tail, newest, lcum, m, qi, e = unpack_ints('>I6I4I4I4I7I1I1I4', tr)
       local cut = now - window
-      if m > 0 and lcum == 0 and (base + newest) * 1000 > cut then
-        -- The common path: the oldest entry in the window is entry i, e, of q
-        -- or, once q has all left, of the next 8 entries of the body read after
-        -- it; qs is the trailer's first 26 bytes and those entries.
-        local i, qs = 0, tr
+      if m > qi and lcum == 0 and (base + newest) * 1000 > cut then
+        -- The common path: the oldest entry in the window is e, i entries on
+        -- from tail: in q, or once q has all left, in the next 8 entries of
+        -- the body, which b2 then holds after the trailer.
+        local i, b2 = 0, tr
         while (base + e) * 1000 <= cut do
           i = i + 1
-          if i == m then
-            -- Once only (m is at most 16 then, as a's encoding needs).
-            local k = math.min(8, n - tail - m)
-            if k <= 0 or m > 8 then
+          local c = i - m + qi -- below 0: in q; else in the body's entries
+          if c < 0 then
+            e = unpack_ints('>I4', tr, 32 + 4 * (qi + i))
+          else
+            if c == 0 then
+              local k, from = math.min(8, n - tail - i), 4 * (tail + i)
+              if k > 0 then
+                b2 = tr .. redis.call('GETRANGE', key, from .. '', from + 4 * k - 1 .. '')
+              end
+            end
+            if c >= (#b2 - 63) / 4 then
+              e = nil
               break
             end
-            local from = 4 * (tail + m)
-            qs = string.sub(tr, 1, 26 + 4 * m) .. redis.call('GETRANGE', key, from .. '', from + 4 * k - 1 .. '')
-            m = m + k
+            e = unpack_ints('>I4', b2, 64 + 4 * c)
           end
-          e = unpack_ints('>I4', qs, 27 + 4 * i)
         end
-        if i < m then
+        if e then
           local live = n - tail - i
           if live + cost <= limit then
-            ok, a, b = true, (e * 32 + m) * 16 + i, qs
+            ok, a, b = true, e * 32 + i, b2
             break
           end
           if live + cost - limit == 1 then
@@ -522,7 +529,7 @@ local function sliding_log_check(key, window, limit, param, cost)
         end
       end
     end
-    b = sliding_log_slow('state', key, window, param, tr)
+    b = sliding_log_slow('state', key, window, param, tr, cost, now, pack, unpack_ints)
     if b.live == 0 and b.lcum == 0 then
       ok, a, b = cost <= limit, nil, 0
       break
@@ -537,11 +544,10 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
   repeat
     if a then
       -- The common path: append to the body, unless it is due to be rewritten
-      -- or the cost is large. a is ((e * 32) + m) * 16 + i: entry i, e, of
-      -- the m after the trailer's first 26 bytes in b (see check).
-      local i = a % 16
-      local m = (a - i) / 16 % 32
-      local base, n, tail, newest = unpack_ints('>I6I4I4I4', b)
+      -- or the cost is large. a is the oldest entry in the window times 32
+      -- plus how many entries left it (see check).
+      local i = a % 32
+      local base, n, tail, newest, lcum, m, qi = unpack_ints('>I6I4I4I4I7I1I1', b)
       tail = tail + i
       local live = n - tail
       local at = (now - now % 1000) / 1000
@@ -552,31 +558,45 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
       if off < newest then
         off = newest
       end
-      local q = string.sub(b, 27 + 4 * i, math.min(26 + 4 * m, 58 + 4 * i))
       if cost <= 64 and off < 2147483648 and (tail < 64 or tail * 4 < live) then
-        local new = pack('>I4', off)
+        local q, new = nil, pack('>I4', off)
         if cost ~= 1 then
           new = string.rep(new, cost)
         end
-        if #q / 4 == live and live < 8 then
-          q = string.sub(q .. new, 1, 32)
+        if #b > 63 then
+          -- q: the entries of the body that check read, from the oldest in
+          -- the window.
+          q, qi = string.sub(b, 64 + 4 * (i - m + qi)), 0
+          m = #q / 4
+          q = q .. string.rep('\0', 32 - #q)
+        elseif live == m - qi - i and live < 8 then
+          -- q holds every entry in the window: the new ones join it.
+          q, qi = string.sub(string.sub(b, 32 + 4 * (qi + i), 31 + 4 * m) .. new, 1, 32), 0
+          m = #q / 4
+          q = q .. string.rep('\0', 32 - #q)
+        else
+          q, qi = string.sub(b, 32, 63), qi + i
         end
-        redis.call('SETRANGE', key, 4 * n .. '', new .. pack('>I6I4I4I4I7I1', base, n + cost, tail, off, 0, #q / 4) .. q .. string.sub(sliding_log_zero, #q + 1))
+        redis.call('SETRANGE', key, 4 * n .. '', new .. pack('>I6I4I4I4I7I1I1I4', base, n + cost, tail, off, 0, m, qi, (a - i) / 32) .. q)
         local quarter = (window + 3999 - (window + 3999) % 4000) / 4000 -- ceil(window / 4000) ms
         at = base + off
         if at - at % quarter ~= base + newest - (base + newest) % quarter then
           redis.call('PEXPIREAT', key, string.format('%d', at - at % quarter + quarter + math.ceil(window / 1000)))
         end
         -- b first: gopher-lua (miniredis) assigns a before it reads a for b.
-        b = base + ((a - i) / 16 - m) / 32
+        b = base + (a - i) / 32
         a = live + cost
         break
+      end
+      local q = string.sub(b, 32 + 4 * (qi + i), 31 + 4 * m)
+      if #b > 63 then
+        q = string.sub(b, 64 + 4 * (i - m + qi))
       end
       b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = ''}
     elseif b == 0 then
       b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = ''}
     end
-    a, b = sliding_log_slow('write', key, window, param, b, cost)
+    a, b = sliding_log_slow('write', key, window, param, b, cost, now, pack, unpack_ints)
   until true
   return a, b
 end
@@ -601,14 +621,14 @@ local function sliding_log_report(key, window, limit, param, cost, ok, admitted,
     if a then
       -- Admissible on the common path, not recorded: the oldest entry in the
       -- window is a's (see commit).
-      local i = a % 16
+      local i = a % 32
       local base, n, tail = unpack_ints('>I6I4I4', b)
-      remaining, reset, retry = limit - (n - tail - i), (base + ((a - i) / 16 - (a - i) / 16 % 32) / 32) * 1000 + window - now, 0
+      remaining, reset, retry = limit - (n - tail - i), (base + (a - i) / 32) * 1000 + window - now, 0
       break
     end
-    remaining, reset, retry = math.max(0, limit - b.live), sliding_log_slow('unit', key, window, param, b, 1) * 1000 + window - now, 0
+    remaining, reset, retry = math.max(0, limit - b.live), sliding_log_slow('unit', key, window, param, b, 1, now, pack, unpack_ints) * 1000 + window - now, 0
     if not ok then
-      retry = sliding_log_slow('unit', key, window, param, b, b.live + cost - limit) * 1000 + window - now
+      retry = sliding_log_slow('unit', key, window, param, b, b.live + cost - limit, now, pack, unpack_ints) * 1000 + window - now
     end
   until true
   return remaining, reset, retry
