@@ -169,9 +169,9 @@ type DenyConfig struct {
 	Size int
 	// Staleness is the longest the cache keeps anything it learned.
 	Staleness time.Duration
-	// ExactBelow is the remaining quota below which Redis reports the exact
-	// time until quota grows, and below which the cache keeps a key's
-	// bound and counts its calls in flight.
+	// ExactBelow is the remaining quota below which the cache keeps a key's
+	// bound and counts its calls in flight (every script reports the exact
+	// time until quota grows there).
 	ExactBelow int
 	// Strikes says the cache counts the refusals it answers, for a ban
 	// (StrikeN, Drain).
