@@ -2,6 +2,7 @@ package ginlimit
 
 import (
 	"context"
+	"encoding/binary"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,15 +24,24 @@ import (
 
 // cannedReply is a go-redis hook that answers every command with an
 // admitting single-rule reply and sends nothing: it leaves only the client's
-// and the middleware's own work in a benchmark.
+// and the middleware's own work in a benchmark. The reply is what the
+// script sends, its integers packed in a string, made anew for each
+// command as go-redis reads a real one.
 type cannedReply struct{}
 
 func (cannedReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (cannedReply) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 	return func(_ context.Context, cmd redis.Cmder) error {
-		if c, ok := cmd.(*redis.Cmd); ok {
-			c.SetVal([]any{time.Now().UnixMicro(), int64(0), int64(1), int64(5), int64(1_000_000), int64(0)})
+		var b [6 * 8]byte
+		for i, v := range [6]int64{time.Now().UnixMicro(), 0, 1, 5, 1_000_000, 0} {
+			binary.BigEndian.PutUint64(b[8*i:], uint64(v))
+		}
+		switch c := cmd.(type) {
+		case *redis.Cmd:
+			c.SetVal(string(b[:]))
+		case *redis.StringCmd:
+			c.SetVal(string(b[:]))
 		}
 		return nil
 	}

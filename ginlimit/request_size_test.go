@@ -1,9 +1,14 @@
 package ginlimit
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRequestSize: a request, the memory of one decision, stays within 512
@@ -44,6 +49,45 @@ func TestRequestAllocations(t *testing.T) {
 				if (req.calls[i].ban != nil) != (r.ban != nil) || req.keys[req.rec(i)] != req.calls[i].key {
 					t.Errorf("call %d: Ban's share %v for a rule with Ban %v; keys %q", i, req.calls[i].ban, r.ban, req.keys)
 				}
+			}
+		})
+	}
+}
+
+// TestLimitedRequestAllocations: a request that one rate rule admits,
+// through gin and go-redis, makes at most 8 allocations: the request (1),
+// its key (1), gin's Keys map that DecisionFrom reads (2), the call's
+// memory (1: see engine's wire), go-redis's command (1), the key boxed
+// among its arguments (1) and the reply (1). The client's replies are
+// canned, made anew for each command as go-redis's reader makes a real
+// one, so the count is the one a real client sees, go-redis's
+// auto-pipeliner aside (BenchmarkMiddlewareRealRedis/limited_route).
+func TestLimitedRequestAllocations(t *testing.T) {
+	const want = 8
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	c.AddHook(cannedReply{})
+	t.Cleanup(func() { _ = c.Close() })
+	for _, tc := range []struct {
+		name string
+		typ  Dimension
+	}{{"Method", Method}, {"IP", IP}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := gin.New()
+			e.GET("/r/:id", testLimit(Redis(c), Type(tc.typ), Limit(1_000_000)), func(c *gin.Context) { c.Status(http.StatusOK) })
+			req := httptest.NewRequest(http.MethodGet, "/r/1", nil)
+			req.RemoteAddr = "192.0.2.1:1234"
+			w := httptest.NewRecorder()
+			serve := func() {
+				clear(w.Header())
+				w.Body.Reset()
+				e.ServeHTTP(w, req)
+			}
+			serve() // the first reply tells the engine the script's reply shape
+			if w.Code != http.StatusOK || w.Header().Get("X-Ratelimit-Remaining") == "" {
+				t.Fatalf("status %d, headers %v: the decision did not come from the (canned) script", w.Code, w.Header())
+			}
+			if n := testing.AllocsPerRun(200, serve); n > want {
+				t.Errorf("a limited request makes %v allocations, want at most %d", n, want)
 			}
 		})
 	}

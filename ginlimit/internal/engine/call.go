@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/ginlimit/ginlimit/lua"
 )
 
 // Run sends one script call to the node that serves keys[0] (every key of
@@ -75,11 +73,12 @@ func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration
 	}
 	defer n.release(l)
 	answered := n.answered.Load()
-	cctx, cancel := e.callContext(ctx, timeout)
+	w := new(wire)
+	cctx, cancel := e.callContext(ctx, timeout, &w.ctx)
 	if cancel != nil {
 		defer cancel()
 	}
-	reply, err := e.send(cctx, l, n, s, keys, args)
+	reply, err := e.send(cctx, l, n, w, s, keys, args)
 	failed, err := n.judge(ctx, answered, err)
 	if NoVerdict(err) {
 		// No verdict on Redis, either way: the breaker's count of failures
@@ -93,18 +92,19 @@ func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration
 	return reply, n.brk, err
 }
 
-// send puts one call on the wire of n: through the auto-pipeliner when
-// enough calls already wait on Redis, otherwise directly. Lease calls
-// never go through the pipeliner, so they never wait behind its backlog.
-func (e *Engine) send(ctx context.Context, l lane, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
+// send puts one call on the wire of n, in w's memory: through the
+// auto-pipeliner when enough calls already wait on Redis, otherwise
+// directly. Lease calls never go through the pipeliner, so they never wait
+// behind its backlog.
+func (e *Engine) send(ctx context.Context, l lane, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
 	if e.pipe == nil || l != decisionLane {
-		return e.runDirect(ctx, n, s, keys, args)
+		return e.runDirect(ctx, n, w, s, keys, args)
 	}
 	defer e.calls.Add(-1)
 	if e.calls.Add(1) > e.pipeAbove.Load() {
-		return e.runPipelined(ctx, n, s, keys, args)
+		return e.runPipelined(ctx, n, w, s, keys, args)
 	}
-	return e.runDirect(ctx, n, s, keys, args)
+	return e.runDirect(ctx, n, w, s, keys, args)
 }
 
 // judge classifies how a call of n ended, for the breaker and the caller:
@@ -196,15 +196,16 @@ func isNetTimeout(err error) bool {
 // goroutine ends at the client's own ReadTimeout. At most the client's pool
 // size of such goroutines can wait on a hung server, because waiting for a
 // pooled connection does honour ctx.
-func (e *Engine) runDirect(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
+func (e *Engine) runDirect(ctx context.Context, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
 	return n.call(ctx, func() ([]int64, error) {
+		w := w.take()
 		switch {
 		case e.honours && !e.nodes.isCluster():
-			return ints(s.Run(ctx, e.client, keys, args...))
+			return e.evalSha(ctx, e.client, w, s, keys, args)
 		case e.bound != nil:
-			return ints(s.Run(ctx, e.bound, keys, args...))
+			return e.evalSha(ctx, e.bound, w, s, keys, args)
 		}
-		return boundedCounting(ctx, &n.stranded, func() ([]int64, error) { return ints(s.Run(ctx, e.client, keys, args...)) })
+		return boundedCounting(ctx, &n.stranded, func() ([]int64, error) { return e.evalSha(ctx, e.client, w, s, keys, args) })
 	})
 }
 
@@ -214,23 +215,19 @@ func (e *Engine) runDirect(ctx context.Context, n *node, s *redis.Script, keys [
 // executes. On NOSCRIPT (after SCRIPT FLUSH or a restart) the script is run
 // once through the plain client (or its clone), whose EVAL loads it again.
 // Like runDirect, it fails fast when n's server is gone (node.call).
-func (e *Engine) runPipelined(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	return n.call(ctx, func() ([]int64, error) { return e.pipelined(ctx, s, keys, args) })
+func (e *Engine) runPipelined(ctx context.Context, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
+	return n.call(ctx, func() ([]int64, error) { return e.pipelined(ctx, w.take(), s, keys, args) })
 }
 
-// pipelined is one call of runPipelined.
-func (e *Engine) pipelined(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, "evalsha", s.Hash(), len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
+// pipelined is one attempt of runPipelined, in w's memory.
+func (e *Engine) pipelined(ctx context.Context, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
+	sc := e.scriptOf(s)
+	cmd := w.command(ctx, sc, keys, args)
 	err := e.pipe.Submit(ctx, cmd).WaitContext(ctx)
 	if err == nil {
-		return ints(cmd)
+		return w.reply(sc, cmd)
 	}
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if noScript(err) {
 		if e.bound != nil {
 			return ints(s.Run(ctx, e.bound, keys, args...))
 		}
@@ -242,15 +239,6 @@ func (e *Engine) pipelined(ctx context.Context, s *redis.Script, keys []string, 
 	return nil, err
 }
 
-// ints returns the integers of a script's reply (see lua.Ints).
-func ints(cmd *redis.Cmd) ([]int64, error) {
-	v, err := cmd.Result()
-	if err != nil {
-		return nil, err
-	}
-	return lua.Ints(v)
-}
-
 // errTimedOut is the cause of a call's context when its Timeout ran out.
 //
 //lint:ignore ST1005 Redis is a proper noun, and the text is what a user reads
@@ -259,8 +247,9 @@ var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", cont
 // callContext returns the context that bounds one call on the wire: it
 // ends timeout after now, or up to timeout/deadlineSteps later (never
 // earlier), or at ctx's own deadline when that comes first, and carries
-// ctx's values (a tracing hook's span, say). The returned cancel is nil when
-// there is nothing to release.
+// ctx's values (a tracing hook's span, say). A call on the shared deadline
+// gets own as its context (no allocation of its own: see wire). The
+// returned cancel is nil when there is nothing to release.
 //
 // A call shares its deadline with every call of the engine that starts
 // within the same step, so a call pays for no context, timer or channel of
@@ -270,7 +259,7 @@ var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", cont
 // script runs in Redis all the same, and its answer is still read. A
 // request whose context has already ended, or whose deadline comes before
 // the shared one, gets a context of its own.
-func (e *Engine) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+func (e *Engine) callContext(ctx context.Context, timeout time.Duration, own *callCtx) (context.Context, context.CancelFunc) {
 	d, ok := e.bounds.Load(timeout)
 	if !ok {
 		d, _ = e.bounds.LoadOrStore(timeout, &deadlines{timeout: timeout, step: max(timeout/deadlineSteps, time.Microsecond)})
@@ -282,7 +271,8 @@ func (e *Engine) callContext(ctx context.Context, timeout time.Duration) (contex
 	if own, ok := ctx.Deadline(); ok && own.Before(end) {
 		return context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	}
-	return &callCtx{Context: ctx, bound: bound}, nil
+	*own = callCtx{Context: ctx, bound: bound}
+	return own, nil
 }
 
 // deadlineSteps is how many shared deadlines a Timeout is divided into: a

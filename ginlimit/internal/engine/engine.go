@@ -48,6 +48,7 @@ type Engine struct {
 	calls     atomic.Int64         // calls now waiting on Redis, when pipelining
 	nodes     *nodes               // the breaker and the slots of each node
 	bounds    sync.Map             // Timeout -> *deadlines
+	scripts   sync.Map             // *redis.Script -> *script
 	mu        sync.Mutex           // guards loaded and prepared
 	loaded    bool                 // the scripts loaded: Redis answered
 	prepared  map[string]bool      // SHA1s of the scripts seen by Prepare
