@@ -73,8 +73,8 @@ func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration
 	}
 	defer n.release(l)
 	answered := n.answered.Load()
-	w := new(wire)
-	cctx, cancel := e.callContext(ctx, timeout, &w.ctx)
+	w := &wire{start: time.Now()}
+	cctx, cancel := e.callContext(ctx, timeout, w)
 	if cancel != nil {
 		defer cancel()
 	}
@@ -197,7 +197,7 @@ func isNetTimeout(err error) bool {
 // size of such goroutines can wait on a hung server, because waiting for a
 // pooled connection does honour ctx.
 func (e *Engine) runDirect(ctx context.Context, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	return n.call(ctx, func() ([]int64, error) {
+	return n.call(ctx, w.start, func() ([]int64, error) {
 		w := w.take()
 		switch {
 		case e.honours && !e.nodes.isCluster():
@@ -216,7 +216,7 @@ func (e *Engine) runDirect(ctx context.Context, n *node, w *wire, s *redis.Scrip
 // once through the plain client (or its clone), whose EVAL loads it again.
 // Like runDirect, it fails fast when n's server is gone (node.call).
 func (e *Engine) runPipelined(ctx context.Context, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	return n.call(ctx, func() ([]int64, error) { return e.pipelined(ctx, w.take(), s, keys, args) })
+	return n.call(ctx, w.start, func() ([]int64, error) { return e.pipelined(ctx, w.take(), s, keys, args) })
 }
 
 // pipelined is one attempt of runPipelined, in w's memory.
@@ -244,11 +244,12 @@ func (e *Engine) pipelined(ctx context.Context, w *wire, s *redis.Script, keys [
 //lint:ignore ST1005 Redis is a proper noun, and the text is what a user reads
 var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", context.DeadlineExceeded)
 
-// callContext returns the context that bounds one call on the wire: it
-// ends timeout after now, or up to timeout/deadlineSteps later (never
-// earlier), or at ctx's own deadline when that comes first, and carries
-// ctx's values (a tracing hook's span, say). A call on the shared deadline
-// gets own as its context (no allocation of its own: see wire). The
+// callContext returns the context that bounds the call of w on the wire,
+// which starts at w.start: it ends timeout after that, or up to
+// timeout/deadlineSteps later (never earlier), or at ctx's own deadline
+// when that comes first, and carries ctx's values (a tracing hook's span,
+// say). A call on the shared deadline
+// gets w.ctx as its context (no allocation of its own: see wire). The
 // returned cancel is nil when there is nothing to release.
 //
 // A call shares its deadline with every call of the engine that starts
@@ -259,20 +260,20 @@ var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", cont
 // script runs in Redis all the same, and its answer is still read. A
 // request whose context has already ended, or whose deadline comes before
 // the shared one, gets a context of its own.
-func (e *Engine) callContext(ctx context.Context, timeout time.Duration, own *callCtx) (context.Context, context.CancelFunc) {
+func (e *Engine) callContext(ctx context.Context, timeout time.Duration, w *wire) (context.Context, context.CancelFunc) {
 	d, ok := e.bounds.Load(timeout)
 	if !ok {
 		d, _ = e.bounds.LoadOrStore(timeout, &deadlines{timeout: timeout, step: max(timeout/deadlineSteps, time.Microsecond)})
 	}
-	bound, end := d.(*deadlines).at(time.Now())
+	bound, end := d.(*deadlines).at(w.start)
 	if ctx.Err() != nil {
 		return context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	}
 	if own, ok := ctx.Deadline(); ok && own.Before(end) {
 		return context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	}
-	*own = callCtx{Context: ctx, bound: bound}
-	return own, nil
+	w.ctx = callCtx{Context: ctx, bound: bound}
+	return &w.ctx, nil
 }
 
 // deadlineSteps is how many shared deadlines a Timeout is divided into: a

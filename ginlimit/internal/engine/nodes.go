@@ -229,12 +229,16 @@ func (n *node) release(l lane) {
 // may have run before the connection broke, so this may count a request
 // twice, as go-redis's own retry of a broken connection does. A call that
 // ran out of its Timeout is a Redis failure only if Redis does not answer
-// a PING either (see answers); otherwise it is ErrSaturated.
-func (n *node) call(ctx context.Context, f func() ([]int64, error)) ([]int64, error) {
-	if err := n.reach(ctx); err != nil {
-		return nil, err
+// a PING either (see answers); otherwise it is ErrSaturated. start is when
+// the call began (its Timeout counts from then).
+func (n *node) call(ctx context.Context, start time.Time, f func() ([]int64, error)) ([]int64, error) {
+	if n.down.Load() {
+		if err := n.reach(ctx); err != nil {
+			return nil, err
+		}
+		start = time.Now() // the call on the wire starts after the dial
 	}
-	start, answered := time.Now(), n.answered.Load()
+	answered := n.answered.Load()
 	reply, err := f()
 	if err == nil || !connFailure(err) {
 		return reply, err

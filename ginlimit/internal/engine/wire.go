@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,20 +17,23 @@ import (
 // go-redis (the pipeliner runs what it was given) or by its goroutine
 // (bounded).
 type wire struct {
-	ctx  callCtx
-	used bool // an attempt took it (see take)
-	args [wireArgs]any
-	ints [wireInts]int64
+	start time.Time // when the call began (runOn)
+	ctx   callCtx
+	used  bool // an attempt took it (see take)
+	args  [wireArgs]any
+	ints  [wireInts]int64
 }
 
+// A wire holds what a single-rule decision needs, no more, so that it
+// stays small (the garbage collector's work grows with it); a call that
+// needs more allocates it apart.
 const (
 	// wireArgs holds the EVALSHA of a single-rule decision: the command,
-	// the SHA1, the key count, the key, the clock and the cost. A call with
-	// more arguments allocates them.
-	wireArgs = 8
-	// wireInts holds a single-rule decision's reply (six integers, see
-	// lua.Single). A longer reply allocates its integers.
-	wireInts = 8
+	// the SHA1, the key count, the key, the clock and the cost.
+	wireArgs = 6
+	// wireInts holds a single-rule decision's reply: six integers (see
+	// lua.Single).
+	wireInts = 6
 )
 
 // take returns w for a call's first attempt, and a wire of its own for a
