@@ -45,6 +45,14 @@
 // abandoned at the deadline (a cluster or Ring); the engine never retries
 // inside go-redis, and fails fast once a node's server refuses connections.
 //
+// # A call's memory
+//
+// The engine builds a call's EVALSHA itself rather than through
+// Script.Run: its context, arguments and reply's integers share one
+// allocation, each script's SHA1 is boxed once, and a script that replies
+// a string (the decision scripts pack their integers in one) is read as a
+// string, with no boxing (see wire.go).
+//
 // # The PING verdict
 //
 // A call that runs out of its timeout while Redis answered nothing else of
