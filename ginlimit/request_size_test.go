@@ -73,7 +73,7 @@ func TestLimitedRequestAllocations(t *testing.T) {
 	}{{"Method", Method}, {"IP", IP}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := gin.New()
-			e.GET("/r/:id", testLimit(Redis(c), Type(tc.typ), Limit(1_000_000)), func(c *gin.Context) { c.Status(http.StatusOK) })
+			e.GET("/r/:id", testLimit(Redis(c), Type(tc.typ), Limit(benchLimit)), func(c *gin.Context) { c.Status(http.StatusOK) })
 			req := httptest.NewRequest(http.MethodGet, "/r/1", nil)
 			req.RemoteAddr = "192.0.2.1:1234"
 			w := httptest.NewRecorder()
