@@ -248,9 +248,9 @@ var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", cont
 // which starts at w.start: it ends timeout after that, or up to
 // timeout/deadlineSteps later (never earlier), or at ctx's own deadline
 // when that comes first, and carries ctx's values (a tracing hook's span,
-// say). A call on the shared deadline
-// gets w.ctx as its context (no allocation of its own: see wire). The
-// returned cancel is nil when there is nothing to release.
+// say). A call on the shared deadline gets w.ctx as its context (no
+// allocation of its own: see wire). The returned cancel is nil when there
+// is nothing to release.
 //
 // A call shares its deadline with every call of the engine that starts
 // within the same step, so a call pays for no context, timer or channel of
