@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -130,6 +132,84 @@ func fixedWindowCount(t *testing.T, c redis.Cmdable, key string) int64 {
 		n = n<<8 | int64(b)
 	}
 	return n
+}
+
+// logTrailer is the length of a sliding log key's trailer (see
+// lua/sliding_log.lua): base (6 bytes), n (4), tail (4), newest (4), lcum
+// (7), m (1) and q (32).
+const logTrailer = 58
+
+// slidingLogKey is a sliding log's string as lua/sliding_log.lua documents
+// it: each entry of its body as the time it was recorded at, in µs (dead
+// ones included, oldest first), and tail, the index of the oldest entry
+// that was in the window when the key was last written.
+type slidingLogKey struct {
+	entries []int64
+	tail    int
+}
+
+// units is the units the key counted when it was last written: its
+// entries from tail on.
+func (k slidingLogKey) units() int64 { return int64(len(k.entries) - k.tail) }
+
+// inWindow is the units of the key in a window of window µs at now (µs): an
+// entry is in it while its time is after now - window.
+func (k slidingLogKey) inWindow(now, window int64) int64 {
+	var n int64
+	for _, at := range k.entries {
+		if at > now-window {
+			n++
+		}
+	}
+	return n
+}
+
+// readSlidingLog reads the sliding log key key, and checks that its parts
+// agree: a body of 4-byte entries, as many as the trailer's n, in order,
+// with tail within them and the newest the trailer's. A missing key is an
+// empty log; a key of another type is Redis's error (WRONGTYPE).
+func readSlidingLog(ctx context.Context, c redis.Cmdable, key string) (slidingLogKey, error) {
+	var k slidingLogKey
+	s, err := c.Get(ctx, key).Result()
+	if err == redis.Nil {
+		return k, nil
+	}
+	if err != nil {
+		return k, err
+	}
+	if len(s) < logTrailer || (len(s)-logTrailer)%4 != 0 {
+		return k, fmt.Errorf("sliding log %s: %d bytes, not 4-byte entries and a trailer of %d", key, len(s), logTrailer)
+	}
+	be := func(b string) int64 {
+		var x int64
+		for i := range len(b) {
+			x = x<<8 | int64(b[i])
+		}
+		return x
+	}
+	tr := s[len(s)-logTrailer:]
+	base, n, tail, newest := be(tr[0:6]), be(tr[6:10]), be(tr[10:14]), be(tr[14:18])
+	for i := 0; i < len(s)-logTrailer; i += 4 {
+		k.entries = append(k.entries, (base+be(s[i:i+4]))*1000)
+	}
+	k.tail = int(tail)
+	switch {
+	case int64(len(k.entries)) != n:
+		return k, fmt.Errorf("sliding log %s: %d entries, the trailer says %d", key, len(k.entries), n)
+	case tail >= n:
+		return k, fmt.Errorf("sliding log %s: tail %d of %d entries", key, tail, n)
+	case !slices.IsSorted(k.entries) || k.entries[n-1] != (base+newest)*1000:
+		return k, fmt.Errorf("sliding log %s: entries %v out of order, or newest %d not the last", key, k.entries, base+newest)
+	}
+	return k, nil
+}
+
+// logUnits is the units the sliding log key key counted when it was last
+// written (readSlidingLog, units): N for a key that admitted N units in one
+// window.
+func logUnits(ctx context.Context, c redis.Cmdable, key string) (int64, error) {
+	k, err := readSlidingLog(ctx, c, key)
+	return k.units(), err
 }
 
 // costOf is the fixed cost n: a Cost function that returns it.

@@ -99,34 +99,43 @@ func TestSlidingLogRejectedRequestsAreNotRecorded(t *testing.T) {
 	})
 }
 
+// TestSlidingLog250msWindow: a sub-second window is kept to the
+// microsecond, and the key expires at the end of the quarter of a window
+// (aligned on the clock, in ms) its newest entry came in, plus the window:
+// a window after that entry, or up to a quarter of a window later, so that
+// the other admissions of that quarter need not set it again.
 func TestSlidingLog250msWindow(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	pre := prefix(t)
-	p := mustPolicy(t, Redis(c), Key(pre), Window(250*time.Millisecond), Limit(1), DenyCache(0))
+	const window = 250 * time.Millisecond
+	p := mustPolicy(t, Redis(c), Key(pre), Window(window), Limit(1), DenyCache(0))
 	ctx := context.Background()
-	key := pre + "{k}"
-	if d, _ := p.Allow(ctx, "k", 1); !d.Allowed || d.Reset != 250*time.Millisecond {
+	key := pre + slidingLogTag + "{k}"
+	// expiry is the TTL at now of a key whose newest entry is at now (both
+	// on a millisecond): quarter is the window's quarter in ms, rounded up.
+	expiry := func(now time.Time) time.Duration {
+		ms, quarter := now.UnixMilli(), int64(window/time.Millisecond+3)/4
+		return time.Duration((ms/quarter+1)*quarter-ms)*time.Millisecond + window
+	}
+	if d, _ := p.Allow(ctx, "k", 1); !d.Allowed || d.Reset != window {
 		t.Fatalf("first request: %+v", d)
 	}
-	if ttl := m.TTL(key); ttl != 250*time.Millisecond {
-		t.Fatalf("TTL %v, want 250ms (a sub-second window must not truncate to 0)", ttl)
+	if ttl := m.TTL(key); ttl != expiry(t0) || ttl <= window || ttl > window+63*time.Millisecond {
+		t.Fatalf("TTL %v, want %v: the window (a sub-second one must not truncate to 0) to a quarter more", ttl, expiry(t0))
 	}
 	m.SetTime(t0.Add(249 * time.Millisecond))
 	if d, _ := p.Allow(ctx, "k", 1); d.Allowed {
 		t.Fatalf("at 249ms: allowed, want rejected")
 	}
-	m.SetTime(t0.Add(250 * time.Millisecond))
+	now := t0.Add(window)
+	m.SetTime(now)
 	if d, _ := p.Allow(ctx, "k", 1); !d.Allowed {
 		t.Fatalf("at 250ms: rejected, want allowed")
 	}
-	// Once a key has entries, it expires at the end of the quarter of a
-	// window an admission came in, plus the window: a window after its
-	// newest entry, or up to a quarter of a window later (so the other
-	// admissions of that quarter need not set it again).
 	ttl := m.TTL(key)
-	if ttl < 250*time.Millisecond || ttl > 250*time.Millisecond+250*time.Millisecond/4+time.Millisecond {
-		t.Fatalf("TTL %v after an admission, want from the window (250ms) to a quarter more", ttl)
+	if ttl != expiry(now) {
+		t.Fatalf("TTL %v after an admission at 250ms, want %v", ttl, expiry(now))
 	}
 	m.FastForward(ttl - time.Millisecond)
 	if !m.Exists(key) {
@@ -141,8 +150,8 @@ func TestSlidingLog250msWindow(t *testing.T) {
 func TestSlidingLogSameMicrosecondAllCounted(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
-	pre := prefix(t)
-	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Minute), Limit(50))
+	m.SetTime(t0.Add(time.Microsecond)) // off the millisecond: rounded up
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(50))
 	ctx := context.Background()
 	allowed := 0
 	for range 80 { // the clock never moves: all 80 in one microsecond
@@ -157,12 +166,17 @@ func TestSlidingLogSameMicrosecondAllCounted(t *testing.T) {
 	if allowed != 50 {
 		t.Fatalf("admitted %d, want 50", allowed)
 	}
-	members, err := m.ZMembers(pre + "{k}")
+	k, err := readSlidingLog(ctx, c, ruleKey(p, 0, "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(members) != 50 {
-		t.Fatalf("ZSET holds %d members, want 50 unique ones", len(members))
+	if k.units() != 50 || len(k.entries) != 50 {
+		t.Fatalf("the log holds %d units (%d entries), want 50", k.units(), len(k.entries))
+	}
+	for _, at := range k.entries {
+		if want := t0.Add(time.Millisecond).UnixMicro(); at != want {
+			t.Fatalf("an entry at %dµs, want %dµs: the microsecond rounded up to the millisecond", at, want)
+		}
 	}
 }
 
@@ -170,7 +184,7 @@ func TestSlidingLogRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	ctx := context.Background()
-	// ARGV: clock, algorithm, window µs, limit, exact-below, cost.
+	// ARGV: clock, algorithm, window µs, limit, param, cost.
 	for _, args := range [][]any{
 		{"", 0, 999, 1, 0, 1}, {"", 0, 1000, 0, 0, 1}, {"", 0, "x", 1, 0, 1}, {"", 0, 1000, 1.5, 0, 1},
 		{"", 0, 1000, "y", 0, 1}, {"", 0, 1000, 1, -1, 1}, {"", 0, 1000, 1, "z", 1}, {"", 0, 1000, 1, 0},
@@ -183,76 +197,94 @@ func TestSlidingLogRejectsBadArguments(t *testing.T) {
 	}
 }
 
-// TestSlidingLogResetPrecision: with plenty of quota left the reset is the
-// window (an upper bound, no ZRANGE); near the limit and on rejection it is
-// exact.
-func TestSlidingLogResetPrecision(t *testing.T) {
+// TestSlidingLogResetAlwaysExact: remaining and reset are exact on every
+// answer, far from the limit as near it and on rejection: reset is the time
+// until the oldest entry, recorded at its admission's time rounded up to
+// the millisecond, leaves the window.
+func TestSlidingLogResetAlwaysExact(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
-	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Second), Limit(exactBelow+2), DenyCache(0))
+	const limit = exactBelow + 2
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Second), Limit(limit), DenyCache(0))
 	ctx := context.Background()
-	for i := range exactBelow + 3 {
-		m.SetTime(t0.Add(time.Duration(i) * time.Millisecond))
+	// The first at 1µs is recorded at 1ms: it leaves the window at t0+1.001s.
+	for i := range limit + 2 {
+		at := time.Duration(i)*time.Millisecond + time.Microsecond
+		m.SetTime(t0.Add(at))
 		d, err := p.Allow(ctx, "k", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := time.Second // remaining >= exactBelow: the window
-		if d.Remaining < exactBelow || !d.Allowed {
-			want = time.Second - time.Duration(i)*time.Millisecond // exact: the first entry leaves at t0+1s
+		wantRemaining := max(0, limit-(i+1))
+		if i >= limit {
+			wantRemaining = 0
 		}
-		if d.Reset != want {
-			t.Fatalf("request %d (remaining %d, allowed %v): reset %v, want %v", i, d.Remaining, d.Allowed, d.Reset, want)
+		if want := time.Second + time.Millisecond - at; d.Reset != want || d.Remaining != wantRemaining || d.Allowed != (i < limit) {
+			t.Fatalf("request %d at %v: allowed %v, remaining %d, reset %v; want %v, %d, %v", i, at, d.Allowed, d.Remaining, d.Reset, i < limit, wantRemaining, want)
 		}
 	}
 }
 
-// TestSlidingLogLazyRemoval: with plenty of quota left, a request is
-// admitted on the newest entry's bound alone, and entries that left the
-// window may stay (remaining is then a lower bound); once the bound leaves
-// fewer than exactBelow units, the units are counted exactly and the
-// entries that left are removed.
-func TestSlidingLogLazyRemoval(t *testing.T) {
+// TestSlidingLogDeadEntries: a decision never removes anything (no sweep):
+// entries that left the window stay in the key, uncounted, until an
+// admission rewrites it, which it does once they are at least 64 and a
+// quarter of the ones in the window; fewer stay. remaining and reset are
+// exact all along.
+func TestSlidingLogDeadEntries(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
-	pre := prefix(t)
-	const limit = 200
-	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Second), Limit(limit), DenyCache(0))
+	const limit = 100
+	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Second), Limit(limit), DenyCache(0))
 	ctx := context.Background()
-	// Odd microseconds keep the script off its one-in-sixteen exact count
-	// and sweep.
-	for _, at := range []time.Duration{time.Microsecond, 600*time.Millisecond + time.Microsecond} {
+	key := ruleKey(p, 0, "k")
+	ms := time.Millisecond
+	// check reads the key: entries in all, units from tail on.
+	check := func(step string, entries, units int) {
+		t.Helper()
+		k, err := readSlidingLog(ctx, c, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(k.entries) != entries || k.units() != int64(units) {
+			t.Fatalf("%s: the key holds %d entries, %d of them counted; want %d and %d", step, len(k.entries), k.units(), entries, units)
+		}
+	}
+	// allow admits or rejects one request at t0+at and checks its answer.
+	allow := func(at time.Duration, allowed bool, remaining int, reset time.Duration) {
+		t.Helper()
 		m.SetTime(t0.Add(at))
-		for range 30 {
-			if d, err := p.Allow(ctx, "k", 1); err != nil || !d.Allowed {
-				t.Fatalf("%+v, %v", d, err)
-			}
-		}
-	}
-	m.SetTime(t0.Add(1200*time.Millisecond + time.Microsecond)) // the first 30 have left the window
-	lazy, swept := 0, false
-	for i := range 110 {
 		d, err := p.Allow(ctx, "k", 1)
-		if err != nil || !d.Allowed {
-			t.Fatalf("request %d: %+v, %v", i, d, err)
-		}
-		trueRemaining := limit - 30 - (i + 1)
-		switch {
-		case d.Remaining > trueRemaining:
-			t.Fatalf("request %d: remaining %d exceeds the true %d", i, d.Remaining, trueRemaining)
-		case d.Remaining < exactBelow && d.Remaining != trueRemaining:
-			t.Fatalf("request %d: remaining %d below %d must be exact (%d)", i, d.Remaining, exactBelow, trueRemaining)
-		case d.Remaining < trueRemaining:
-			lazy++
-		}
-		n, _ := c.ZCard(ctx, pre+"{k}").Result()
-		if n == int64(30+i+1) {
-			swept = true
-		} else if swept || n != int64(60+i+1) {
-			t.Fatalf("request %d: the set holds %d entries, want %d before the sweep or %d after", i, n, 60+i+1, 30+i+1)
+		if err != nil || d.Allowed != allowed || d.Remaining != remaining || d.Reset != reset {
+			t.Fatalf("at %v: %+v, %v; want allowed %v, remaining %d, reset %v", at, d, err, allowed, remaining, reset)
 		}
 	}
-	if lazy == 0 || !swept {
-		t.Fatalf("%d lower bounds, swept %v: want both", lazy, swept)
+	// 70 at 1µs (recorded at 1ms), 30 at 600.001ms (recorded at 601ms).
+	for i := range 70 {
+		allow(time.Microsecond, true, limit-1-i, time.Second+ms-time.Microsecond)
 	}
+	for i := range 30 {
+		allow(600*ms+time.Microsecond, true, 29-i, 401*ms-time.Microsecond)
+	}
+	allow(600*ms+time.Microsecond, false, 0, 401*ms-time.Microsecond)
+	check("full", 100, 100)
+	// At 1001ms the 70 have left: a Peek and a rejection of cost 71 see
+	// it, and write nothing.
+	m.SetTime(t0.Add(1001 * ms))
+	d, err := p.Peek(ctx, Target{Key: "k"})
+	if err != nil || d.Remaining != 70 || d.Reset != 600*ms {
+		t.Fatalf("Peek at 1001ms: %+v, %v; want remaining 70, reset 600ms", d, err)
+	}
+	if d, err := p.Allow(ctx, "k", 71); err != nil || d.Allowed || d.Remaining != 70 || d.RetryAfter != 600*ms {
+		t.Fatalf("cost 71 at 1001ms: %+v, %v; want rejected, remaining 70, retry 600ms", d, err)
+	}
+	check("after a Peek and a rejection", 100, 100)
+	// The admission finds 70 dead (at least 64, and a quarter of the 30):
+	// it rewrites the key without them.
+	allow(1001*ms, true, 69, 600*ms)
+	check("after the admission that rewrites", 31, 31)
+	// At 1601ms the 30 have left too, but they are fewer than 64: they
+	// stay, uncounted.
+	allow(1601*ms, true, 98, 400*ms)
+	check("after 30 more left", 32, 2)
 }
+
