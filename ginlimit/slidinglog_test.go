@@ -287,4 +287,3 @@ func TestSlidingLogDeadEntries(t *testing.T) {
 	allow(1601*ms, true, 98, 400*ms)
 	check("after 30 more left", 32, 2)
 }
-
