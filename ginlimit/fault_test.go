@@ -44,6 +44,7 @@ import (
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 const (
@@ -124,7 +125,7 @@ func faultExact(t *testing.T, c *redis.Client, n int) {
 	if admitted.Load() != int64(n) {
 		t.Fatalf("exactness check: %d of %d concurrent decisions admitted with limit %d", admitted.Load(), 3*n, n)
 	}
-	if card, err := c.ZCard(context.Background(), p.rules[0].prefix+"{exact}").Result(); err != nil || card != int64(n) {
+	if card, err := logUnits(context.Background(), c, ruleKey(p, 0, "exact")); err != nil || card != int64(n) {
 		t.Fatalf("exactness check: the key holds %d entries (%v), want %d", card, err, n)
 	}
 }
@@ -174,7 +175,7 @@ func TestFaultRedisKilled(t *testing.T) {
 				ReadTimeout: faultStall, WriteTimeout: faultStall})
 			// A limit never reached, so that every successful decision is
 			// Redis's, never the deny cache's.
-			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1_000_000),
+			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(lua.MaxLogLimit),
 				OnFailure(fp), Timeout(faultStall))
 			if p.engine.Breaker() == nil {
 				t.Fatal("the default circuit breaker is off")
@@ -370,7 +371,7 @@ func TestFaultScriptFlush(t *testing.T) {
 			if admitted.Load() != limit {
 				t.Fatalf("%d admitted, want exactly %d", admitted.Load(), limit)
 			}
-			if card, err := admin.ZCard(ctx, p.rules[0].prefix+"{k}").Result(); err != nil || card != limit {
+			if card, err := logUnits(ctx, admin, ruleKey(p, 0, "k")); err != nil || card != limit {
 				t.Fatalf("the key holds %d entries (%v), want %d", card, err, limit)
 			}
 			if duringFlushes.Load() == 0 || evals == 0 {
@@ -849,8 +850,8 @@ func blockedClients(t *testing.T, c *redis.Client) int {
 	return 0
 }
 
-// TestFaultErrorReplies: the rule's key holds a string, so the sliding
-// log's ZCARD answers WRONGTYPE. Decisions return an error wrapping Redis's,
+// TestFaultErrorReplies: the rule's key holds a hash, so the sliding
+// log's GETRANGE answers WRONGTYPE. Decisions return an error wrapping Redis's,
 // under the failure policy; an HTTP route answers the policy's response
 // without the error text, which goes to the log. Once the key is deleted,
 // decisions work again and count exactly on that very key.
@@ -872,8 +873,8 @@ func TestFaultErrorReplies(t *testing.T) {
 				OnFailure(fp))
 			// The key holds an identity, which no error text may carry.
 			const id = "user:alice@example.com"
-			key := p.rules[0].prefix + "{" + id + "}"
-			if err := c.Set(ctx, key, "not a sorted set", 0).Err(); err != nil {
+			key := ruleKey(p, 0, id)
+			if err := c.HSet(ctx, key, "not", "a sliding log").Err(); err != nil {
 				t.Fatal(err)
 			}
 			var wrongType int
@@ -922,7 +923,7 @@ func TestFaultErrorReplies(t *testing.T) {
 			if admitted.Load() != limit {
 				t.Fatalf("after DEL: %d of %d admitted, want %d", admitted.Load(), 3*limit, limit)
 			}
-			if card, err := c.ZCard(ctx, key).Result(); err != nil || card != limit {
+			if card, err := logUnits(ctx, c, key); err != nil || card != limit {
 				t.Fatalf("after DEL: the key holds %d entries (%v), want %d", card, err, limit)
 			}
 		})
@@ -935,8 +936,8 @@ func TestFaultErrorReplies(t *testing.T) {
 			e.GET("/x", testLimit(Redis(c), Key(pfx), Type(IP), Window(time.Minute), Limit(limit),
 				OnFailure(fp), withLogger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
 			const poisoned, other = "192.0.2.10", "192.0.2.11"
-			key := pfx + "{GET /x ip:" + poisoned + "}"
-			if err := c.Set(ctx, key, "not a sorted set", 0).Err(); err != nil {
+			key := pfx + slidingLogTag + "{GET /x ip:" + poisoned + "}"
+			if err := c.HSet(ctx, key, "not", "a sliding log").Err(); err != nil {
 				t.Fatal(err)
 			}
 			from := map[string]string{"RemoteAddr": poisoned + ":1234"}
@@ -1033,9 +1034,8 @@ func (b *syncBuffer) String() string {
 // Redis failures. (They used to: after DefaultBreakerFailures WRONGTYPE
 // replies on one poisoned key, every other key of the rule got
 // ErrCircuitOpen, and with FailClosed one bad key turned the whole route
-// into 503s.) A realistic trigger: redeploying a route with another
-// Algorithm but the same Key, whose live sliding-log sorted sets then answer
-// WRONGTYPE to the new script until they expire, up to one window later.
+// into 503s.) A realistic trigger: another program, or an operator, that
+// writes a key of another type (here a hash) under the rule's Key.
 func TestFaultErrorReplyLeavesTheBreakerClosed(t *testing.T) {
 	faultNoLeaks(t)
 	srv := redistest.Start(t)
@@ -1045,7 +1045,7 @@ func TestFaultErrorReplyLeavesTheBreakerClosed(t *testing.T) {
 	// one on a loaded machine would fail for want of time, not WRONGTYPE.
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(10),
 		OnFailure(FailClosed))
-	if err := c.Set(ctx, p.rules[0].prefix+"{poisoned}", "not a sorted set", 0).Err(); err != nil {
+	if err := c.HSet(ctx, ruleKey(p, 0, "poisoned"), "not", "a sliding log").Err(); err != nil {
 		t.Fatal(err)
 	}
 	for i := range DefaultBreakerFailures {
