@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // TestClusterKeysSpread: IP decisions for 300 clients write 300 keys, each
@@ -43,7 +44,7 @@ func TestClusterKeysSpread(t *testing.T) {
 		if w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Remaining") != "4" {
 			t.Fatalf("client %s: %d %v %s", ip, w.Code, w.Header(), w.Body)
 		}
-		key := pre + "{GET /x ip:" + ip + "}"
+		key := pre + slidingLogTag + "{GET /x ip:" + ip + "}"
 		m := cl.MasterForKey(key)
 		want[m] = append(want[m], key)
 	}
@@ -180,7 +181,7 @@ func storedUnits(t *testing.T, c *redis.ClusterClient, alg AlgorithmKind, key st
 	ctx := context.Background()
 	switch alg {
 	case SlidingLog:
-		n, err := c.ZCard(ctx, key).Result()
+		n, err := logUnits(ctx, c, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,8 +223,10 @@ func TestClusterRules(t *testing.T) {
 			Rule(Name("a"), Window(10*time.Second), Limit(2)),
 			Rule(Name("b"), Window(hour), Limit(3), Algorithm(FixedWindow)))
 		// The test clock only moves forward from the wall clock: keys
-		// expire on the server's own clock.
-		now := time.Now().UnixMicro()
+		// expire on the server's own clock. It starts on a millisecond, the
+		// sliding log's unit, so that rule a's entries leave exactly 10 s
+		// after their admission.
+		now := (time.Now().UnixMicro()/1000 + 1) * 1000
 		p.clock = func() int64 { return now }
 		// One identity per master, so the script runs on each of them.
 		ids := identityPerMaster(cl)
@@ -257,7 +260,8 @@ func TestClusterRules(t *testing.T) {
 			ka, kb := ruleKey(p, 0, id), ruleKey(p, 1, id)
 			// The entries in rule a's window at the end: the two admitted at
 			// the start have left it, the rejected requests added nothing.
-			if n, err := c.ZCount(ctx, ka, "("+strconv.FormatInt(end-(10*time.Second).Microseconds(), 10), "+inf").Result(); err != nil || n != 1 {
+			log, err := readSlidingLog(ctx, c, ka)
+			if n := log.inWindow(end, (10 * time.Second).Microseconds()); err != nil || n != 1 {
 				t.Fatalf("%s: rule a holds %d, %v; want 1 (nothing from the rejected request)", ka, n, err)
 			}
 			if v := fixedWindowCount(t, c, kb); v != 3 {
@@ -284,7 +288,7 @@ func TestClusterRules(t *testing.T) {
 		if allowed != 300 {
 			t.Fatalf("admitted %d of 640, want exactly 300 (rule a's limit)", allowed)
 		}
-		if n, err := clients[0].ZCard(ctx, pre+"{hot} rule:a").Result(); err != nil || n != 300 {
+		if n, err := logUnits(ctx, clients[0], ruleKey(policies[0], 0, "hot")); err != nil || n != 300 {
 			t.Fatalf("rule a holds %d, %v; want 300", n, err)
 		}
 		// The 340 requests rule a rejected took no token from rule b.
@@ -514,7 +518,7 @@ func TestClusterMasterDown(t *testing.T) {
 			if m == victim {
 				continue
 			}
-			n, err := cl.NodeClient(m).ZCard(ctx, pre+"{"+id+"}").Result()
+			n, err := logUnits(ctx, cl.NodeClient(m), ruleKey(p, 0, id))
 			if err != nil || n != limit || admitted[id] != limit {
 				t.Fatalf("%s on master %d: admitted %d, the key holds %d (%v); want exactly %d", id, m, admitted[id], n, err, limit)
 			}
@@ -562,7 +566,7 @@ func TestClusterMasterDownHealthyMastersServe(t *testing.T) {
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRedirects: 1, DialTimeout: 200 * time.Millisecond,
 			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 		t.Cleanup(func() { _ = cc.Close() })
-		cases[i].p = mustPolicy(t, append([]Option{Redis(cc), Key(prefix(t)), Window(time.Hour), Limit(1e9), DenyCache(0),
+		cases[i].p = mustPolicy(t, append([]Option{Redis(cc), Key(prefix(t)), Window(time.Hour), Limit(lua.MaxLogLimit), DenyCache(0),
 			Timeout(time.Second), OnFailure(FailClosed), quiet}, cases[i].opts...)...)
 		for _, id := range identityPerMaster(cl) { // connect to every master
 			if _, err := cases[i].p.Allow(ctx, id, 1); err != nil {
