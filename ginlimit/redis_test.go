@@ -77,9 +77,9 @@ func TestExactUnderConcurrency(t *testing.T) {
 			if allowed.Load() != 500 || rejected.Load() != 1024-500 {
 				t.Fatalf("admitted %d and rejected %d, want exactly 500 and 524", allowed.Load(), rejected.Load())
 			}
-			n, err := srv.Client().ZCard(context.Background(), pre+"{hot}").Result()
+			n, err := logUnits(context.Background(), srv.Client(), ruleKey(policies[0], 0, "hot"))
 			if err != nil || n != 500 {
-				t.Fatalf("ZCARD = %d, %v; want 500 unique members", n, err)
+				t.Fatalf("the log holds %d units, %v; want 500", n, err)
 			}
 		})
 	}
@@ -238,17 +238,20 @@ func TestSurvivesScriptFlush(t *testing.T) {
 }
 
 // TestRealRedisClockAndTTL: the decision time is the server's TIME, and a
-// 250 ms window gets a 250 ms TTL.
+// 250 ms window's key expires at the end of the quarter of a window (63 ms,
+// aligned on the clock) its entry came in, plus the window: the entry's
+// time is the decision's rounded up to the millisecond.
 func TestRealRedisClockAndTTL(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client()
 	pre := prefix(t)
-	p := mustPolicy(t, Redis(c), Key(pre), Window(250*time.Millisecond), Limit(1))
+	const window = 250 * time.Millisecond
+	p := mustPolicy(t, Redis(c), Key(pre), Window(window), Limit(1))
 	ctx := context.Background()
-	// On a loaded machine the key can expire before PTTL reads it: that
-	// attempt proves nothing unless it expired too early, and a new key is
-	// tried. Likewise the server's TIME is compared with the time this
+	// On a loaded machine the key can expire before PEXPIRETIME reads it:
+	// that attempt proves nothing unless it expired too early, and a new key
+	// is tried. Likewise the server's TIME is compared with the time this
 	// process took, not with a fixed second.
 	for attempt := 0; ; attempt++ {
 		key := "k" + strconv.Itoa(attempt)
@@ -257,23 +260,25 @@ func TestRealRedisClockAndTTL(t *testing.T) {
 		if err != nil || !d.Allowed {
 			t.Fatalf("%+v, %v", d, err)
 		}
-		ttl, err := c.PTTL(ctx, pre+"{"+key+"}").Result()
+		exp, err := c.PExpireTime(ctx, ruleKey(p, 0, key)).Result()
 		tm, terr := c.Time(ctx).Result()
 		took := time.Since(start)
-		if err != nil || ttl > 250*time.Millisecond {
-			t.Fatalf("PTTL = %v, %v; want (0, 250ms]", ttl, err)
-		}
+		at, quarter := (d.Time.UnixMicro()+999)/1000, int64(63)
+		want := time.Duration((at/quarter+1)*quarter) * time.Millisecond
 		if terr != nil || d.Time.After(tm) || tm.Sub(d.Time) > took+100*time.Millisecond {
 			t.Fatalf("decision time %v, server TIME %v %v, %v later", d.Time, tm, terr, took)
 		}
-		if ttl > 0 {
+		if err != nil || exp >= 0 && exp != want+window {
+			t.Fatalf("PEXPIRETIME = %v, %v; want %v (the admission at %v)", exp, err, want+window, d.Time)
+		}
+		if exp >= 0 {
 			break
 		}
-		if took < 250*time.Millisecond {
-			t.Fatalf("PTTL = %v %v after the admission; want (0, 250ms]", ttl, took)
+		if took < window {
+			t.Fatalf("PEXPIRETIME = %v %v after the admission; want %v", exp, took, want+window)
 		}
 		if attempt == 20 {
-			t.Fatalf("20 keys expired before PTTL read them")
+			t.Fatalf("20 keys expired before PEXPIRETIME read them")
 		}
 	}
 }
