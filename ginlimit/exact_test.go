@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // uncrossedWindow is a window no test run crosses: the fixed window's
@@ -113,10 +114,12 @@ func TestConcurrentExactEveryAlgorithm(t *testing.T) {
 // admissions, 100 rejections and 10 windows, so that entries leave the
 // window all the time (the sliding log's exact newest entries are made and
 // outlived again and again). Every
-// decision carries Redis's time (Decision.Time); afterwards, sorted by it:
-// no window-long span (T - w, T] of admissions holds more than the limit,
-// and no rejection at T had room (the admissions up to T, ties included,
-// plus its cost fit). On one redis-server and on a cluster.
+// decision carries Redis's time (Decision.Time); afterwards, sorted by it,
+// with each admission in the window while its time rounded up to the
+// millisecond (the log's record of it) is after T - w: at no admission at T
+// do the admissions in the window hold more than the limit, and no
+// rejection at T had room (the admissions up to T in the window, ties
+// included, plus its cost fit). On one redis-server and on a cluster.
 func TestRedisClockWindowExact(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -129,7 +132,7 @@ func TestRedisClockWindowExact(t *testing.T) {
 			const limit = 100
 			// The window holds about three limits of the decisions this
 			// machine makes now, so that some are rejected however loaded it is.
-			warm := mustPolicy(t, Redis(tg.client), Key(prefix(t)+"warm:"), Window(time.Hour), Limit(1e9), DenyCache(0))
+			warm := mustPolicy(t, Redis(tg.client), Key(prefix(t)+"warm:"), Window(time.Hour), Limit(lua.MaxLogLimit), DenyCache(0))
 			var made atomic.Int64
 			var wg sync.WaitGroup
 			warmStart := time.Now()
@@ -207,8 +210,11 @@ func TestRedisClockWindowExact(t *testing.T) {
 			}
 			var admitted, rejected int
 			for i, d := range all {
-				// Units admitted in (d.at - w, d.at], ties after i included.
-				units := through(d.at) - through(d.at-w)
+				// Units admitted up to d.at, ties after i included, whose
+				// time rounded up to the millisecond is after d.at - w: those
+				// after the last whole millisecond at or before d.at - w.
+				cut := d.at - w
+				units := through(d.at) - through(cut-cut%1000)
 				if d.allowed {
 					admitted++
 					if units > limit {
