@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 var (
@@ -107,10 +108,11 @@ func (c modelCase) options() []Option {
 }
 
 // The cases: windows of 1 ms, 7.3 ms, 250 ms and 1 s (and multiples of 3 and
-// 60 for the counter), limits from 1 to 200 with several around the sliding
-// log's exactBelow (64), token buckets with bursts below and above the limit
-// and refill times that are not whole microseconds. Each exact algorithm
-// runs at least 10,000 steps per backend.
+// 60 for the counter), limits from 1 to 200, and for the sliding log its
+// largest limit (lua.MaxLogLimit) and its longest window (lua.MaxLogWindow,
+// over which its entries' base moves on); token buckets with bursts below
+// and above the limit and refill times that are not whole microseconds. Each
+// exact algorithm runs at least 10,000 steps per backend.
 const milli = time.Millisecond
 
 var (
@@ -124,9 +126,9 @@ var (
 		{window: 7300 * time.Microsecond, limit: 100, steps: 1400, seed: 107},
 		{window: time.Second, limit: 130, steps: 1400, seed: 108},
 		{window: 1 * milli, limit: 200, steps: 1200, seed: 109},
-		// Weighted: costs up to the limit are one entry each.
-		{window: 250 * milli, limit: 100_000, steps: 1000, seed: 110},
-		{window: time.Second, limit: 1_000_000_000, steps: 1000, seed: 111},
+		// Costs up to the largest limit; the longest window.
+		{window: 250 * milli, limit: lua.MaxLogLimit, steps: 1000, seed: 110},
+		{window: lua.MaxLogWindow * time.Microsecond, limit: 1000, steps: 1000, seed: 111},
 	}
 	modelFixedWindowCases = []modelCase{
 		{window: 1 * milli, limit: 1, steps: 1000, seed: 201},
@@ -213,6 +215,11 @@ func runModelCases(t *testing.T, alg AlgorithmKind, cases []modelCase) {
 		for _, c := range cases {
 			c := miniCase(c)
 			t.Run(c.String(), func(t *testing.T) {
+				if alg == SlidingLog && c.window >= maxLogBaseSpan && miniredisMisassigns() {
+					t.Skip("miniredis's Lua (gopher-lua) sets live to the string \"base\" in lua/sliding_log.lua's " +
+						"`live, off, s.base = table.concat(parts), off + s.base - base, base`, the move to a new base that " +
+						"only a window this long reaches; real Redis runs it right (the redis run of this case)")
+				}
 				// A miniredis per case: its clock is the case's. TTLs move
 				// with it (FastForward), so a key that expired while its
 				// state still mattered would show as a mismatch.
@@ -249,6 +256,19 @@ func runModelCases(t *testing.T, alg AlgorithmKind, cases []modelCase) {
 			})
 		}
 	})
+}
+
+// maxLogBaseSpan is a window long enough for the sliding log to move its
+// entries' base on (every 2^31 ms of entries at most): the gap between two
+// admissions in the window can then reach it.
+const maxLogBaseSpan = 1 << 30 * time.Millisecond
+
+// miniredisMisassigns reports whether the sliding log's script still holds
+// the one statement gopher-lua, miniredis's Lua, compiles wrong: a multiple
+// assignment to locals and a table field, whose first value gets the field's
+// name instead.
+func miniredisMisassigns() bool {
+	return strings.Contains(lua.Several(), "live, off, s.base = table.concat(parts), off + s.base - base, base")
 }
 
 // persistingScripter runs each script call in MULTI/EXEC with a PERSIST of
@@ -309,7 +329,7 @@ func runModelCase(t *testing.T, c modelCase, b modelBackend) {
 	ctx := context.Background()
 
 	var recent [8]modelLogged
-	var allowed, rejected, exact, bound int
+	var allowed, rejected int
 	for i := range steps {
 		var cost int
 		now, cost = g.next()
@@ -323,7 +343,7 @@ func runModelCase(t *testing.T, c modelCase, b modelBackend) {
 		got := modelResult{d.Allowed, d.Remaining, int64(d.Reset / time.Microsecond), int64(d.RetryAfter / time.Microsecond)}
 		want := decideModel(m, now, cost)
 		recent[i%len(recent)] = modelLogged{i, now - g.start, cost, got}
-		why := modelCompare(c.alg, c.windowUS(), got, want)
+		why := modelCompare(got, want)
 		if why == "" && d.Time.UnixMicro() != now {
 			why = fmt.Sprintf("decision time %d, want the test clock %d", d.Time.UnixMicro(), now)
 		}
@@ -337,21 +357,14 @@ func runModelCase(t *testing.T, c modelCase, b modelBackend) {
 				c.alg, c, seed, i, steps, now-g.start, now, cost, why, got, want, h.String(), modelRunPattern(t), seed)
 		}
 		g.observe(want)
-		switch {
-		case !want.allowed:
-			rejected++
-		default:
+		if want.allowed {
 			allowed++
-		}
-		if !want.allowed || want.remaining < exactBelow {
-			exact++
-		}
-		if got.remaining != want.remaining {
-			bound++
+		} else {
+			rejected++
 		}
 	}
-	t.Logf("seed %d: %d steps over %v: %d allowed, %d rejected; %d rejected or with remaining below %d; %d where the script's remaining was a lower bound",
-		seed, steps, time.Duration(now-g.start)*time.Microsecond, allowed, rejected, exact, exactBelow, bound)
+	t.Logf("seed %d: %d steps over %v: %d allowed, %d rejected",
+		seed, steps, time.Duration(now-g.start)*time.Microsecond, allowed, rejected)
 }
 
 // modelRunPattern is a -run pattern that selects t alone.
@@ -387,8 +400,9 @@ type modelTimeline struct {
 
 func newModelTimeline(c modelCase, seed uint64, epoch int64) *modelTimeline {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	// Start anywhere within two windows of the epoch, so boundaries and the
-	// sliding log's one-in-eight sweep fall differently per seed.
+	// Start anywhere within two windows of the epoch, so that boundaries,
+	// and the sliding log's milliseconds and quarter-window expiries, fall
+	// differently per seed.
 	start := epoch + rng.Int64N(2*c.windowUS())
 	return &modelTimeline{rng: rng, c: c, start: start, now: start, first: true}
 }
@@ -631,7 +645,7 @@ func TestModelSlidingCounterWorstCase(t *testing.T) {
 		sub := c.windowUS() / int64(n)
 		j := modelEpoch() / sub
 		firstAt, secondAt := (j+1)*sub-1, (j+int64(n))*sub
-		log := newSlidingLogModel(c.windowUS(), math.MaxInt)
+		log := idealLogModel(c.windowUS(), math.MaxInt)
 		for _, at := range []int64{firstAt, secondAt} {
 			now = at
 			m.SetTime(time.UnixMicro(now))
@@ -665,9 +679,10 @@ func TestModelSlidingCounterWorstCase(t *testing.T) {
 //     rule applied to what the counter itself admitted. A wrong admission
 //     puts more than the limit in the window ending now. A wrong rejection
 //     cannot happen: the counted sub-windows lie inside the window.
-//   - against an exact limiter: an exact sliding log runs beside the counter
-//     on the same timeline, with its own admissions, and the decisions are
-//     compared one by one.
+//   - against an exact limiter: the sliding log (its model, which records
+//     admissions to the millisecond as the script does) runs beside the
+//     counter on the same timeline, with its own admissions, and the
+//     decisions are compared one by one.
 //
 // It also reports the most units the counter let into one window's length
 // (documented: up to 2*limit) and checks the documented bound that any span
@@ -690,9 +705,9 @@ func TestModelSlidingCounterError(t *testing.T) {
 		times := modelPoissonTimeline(seed, modelEpoch(), window, limit, windows, load)
 		for _, n := range []int{2, 10, 60} {
 			counter := newSlidingCounterModel(window, limit, n)
-			admitted := newSlidingLogModel(window, math.MaxInt) // what the counter admitted
-			span := newSlidingLogModel(window-window/int64(n), math.MaxInt)
-			exact := newSlidingLogModel(window, limit)
+			admitted := idealLogModel(window, math.MaxInt) // what the counter admitted
+			span := idealLogModel(window-window/int64(n), math.MaxInt)
+			exact := newSlidingLogModel(window, limit) // the sliding log's script
 			var allowed, wrongAllow, wrongReject, counterOnly, exactOnly, peak, spanPeak int
 			for _, now := range times {
 				truth := admitted.inWindow(now)+1 <= limit

@@ -32,30 +32,45 @@ var (
 )
 
 // slidingLogModel is the exact sliding log: the window is (now-window, now],
-// an admitted request is one entry of its cost (the script's ZSET member),
-// rejected requests are not recorded. It always reports the exact remaining
-// and reset; the script is exact only below exactBelow (see modelCompare).
+// an admitted request is one entry of its cost, rejected requests are not
+// recorded, and remaining, reset and retry are exact on every answer.
 //
-// One entry of cost c holds c units that leave together: the retry of a
-// request that needs k units to leave is when the entry holding the kth unit
-// from the oldest leaves, the first entry whose running sum of costs reaches
-// k. That is the same moment as with one entry per unit (the script before
-// weighted entries), so the decisions are unchanged.
+// The script records an admission at now rounded up to the millisecond
+// (and never before its newest entry), and an entry leaves the window once
+// that time is a window old: newSlidingLogModel does the same (unit 1000).
+// idealLogModel records the microsecond itself (unit 1), the exact rule the
+// sliding counter is measured against.
+//
+// The script keeps one entry per unit; the model keeps one entry of cost c
+// for c units recorded at one time, which leave together: the retry of a
+// request that needs k units to leave is when the entry holding the kth
+// unit from the oldest leaves, the first entry whose running sum of costs
+// reaches k, the same moment as with one entry per unit.
 type slidingLogModel struct {
 	window int64
 	limit  int
+	unit   int64             // entries are recorded at now rounded up to a multiple of it
 	log    []slidingLogEntry // the entries still in the window, oldest first
 	units  int               // the sum of their costs
 }
 
-// slidingLogEntry is one admitted request: its time (µs) and cost.
+// slidingLogEntry is one admitted request: the time (µs) it is recorded
+// at, and its cost.
 type slidingLogEntry struct {
 	at   int64
 	cost int
 }
 
+// newSlidingLogModel is the model of the sliding log's script, which
+// records admissions to the millisecond.
 func newSlidingLogModel(window int64, limit int) *slidingLogModel {
-	return &slidingLogModel{window: window, limit: limit}
+	return &slidingLogModel{window: window, limit: limit, unit: 1000}
+}
+
+// idealLogModel is an exact sliding log that records admissions to the
+// microsecond.
+func idealLogModel(window int64, limit int) *slidingLogModel {
+	return &slidingLogModel{window: window, limit: limit, unit: 1}
 }
 
 // expire drops the entries that have left the window at now: an entry of
@@ -75,9 +90,14 @@ func (m *slidingLogModel) inWindow(now int64) int {
 	return m.units
 }
 
-// record adds an entry of cost units admitted at now, whatever the limit.
+// record adds an entry of cost units admitted at now, whatever the limit:
+// at now rounded up to the model's unit, and never before the newest entry.
 func (m *slidingLogModel) record(now int64, cost int) {
-	m.log = append(m.log, slidingLogEntry{now, cost})
+	at := (now + m.unit - 1) / m.unit * m.unit
+	if n := len(m.log); n > 0 {
+		at = max(at, m.log[n-1].at)
+	}
+	m.log = append(m.log, slidingLogEntry{at, cost})
 	m.units += cost
 }
 
@@ -265,24 +285,11 @@ func decideModel(m rateModel, now int64, cost int) modelResult {
 }
 
 // modelCompare returns why got (the script) differs from want (the model),
-// or "". The sliding log's remaining and reset are exact only when the
-// request is rejected or fewer than exactBelow units remain; above that the
-// script reports a lower bound of remaining (still at least exactBelow) and
-// the window as reset.
-func modelCompare(alg AlgorithmKind, window int64, got, want modelResult) string {
+// or "": every field must be equal, the sliding log's remaining and reset
+// included.
+func modelCompare(got, want modelResult) string {
 	if got.allowed != want.allowed || got.retry != want.retry {
 		return "allowed or retry differ"
-	}
-	if alg == SlidingLog && want.allowed && want.remaining >= exactBelow {
-		switch {
-		case got.remaining > want.remaining:
-			return fmt.Sprintf("remaining %d above the true %d", got.remaining, want.remaining)
-		case got.remaining < exactBelow:
-			return fmt.Sprintf("remaining %d below exactBelow (%d) but not exact (%d)", got.remaining, exactBelow, want.remaining)
-		case got.reset != window:
-			return fmt.Sprintf("reset %dµs with remaining >= exactBelow, want the window %dµs", got.reset, window)
-		}
-		return ""
 	}
 	if got.remaining != want.remaining || got.reset != want.reset {
 		return "remaining or reset differ"
@@ -342,13 +349,37 @@ func TestModelSlidingLogTable(t *testing.T) {
 		{1100 * ms, 10, modelResult{false, 3, 900 * ms, 900 * ms}},
 		{2000 * ms, 10, modelResult{true, 0, w, 0}},
 	})
-	// A limit of 1e9 with costs to match: one entry each.
-	runModelTable(t, newSlidingLogModel(w, 1e9), modelTableBase, []modelStep{
-		{0, 1e9 - 1, modelResult{true, 1, w, 0}},
-		{1, 2, modelResult{false, 1, w - 1, w - 1}},
-		{1, 1, modelResult{true, 0, w - 1, 0}},
-		{w, 1e9, modelResult{false, 1e9 - 1, 1, 1}},
-		{w + 1, 1e9, modelResult{true, 0, w, 0}},
+	// The largest limit (lua.MaxLogLimit) with costs to match.
+	const top = 100_000
+	runModelTable(t, newSlidingLogModel(w, top), modelTableBase, []modelStep{
+		{0, top - 1, modelResult{true, 1, w, 0}},
+		{ms, 2, modelResult{false, 1, w - ms, w - ms}},
+		{ms, 1, modelResult{true, 0, w - ms, 0}},
+		{w, top, modelResult{false, top - 1, ms, ms}},
+		{w + ms, top, modelResult{true, 0, w, 0}},
+	})
+	// Off the millisecond: an admission is recorded at its time rounded up
+	// to the millisecond, never before the newest entry, and leaves the
+	// window a window after that.
+	runModelTable(t, newSlidingLogModel(w, 2), modelTableBase, []modelStep{
+		{1, 1, modelResult{true, 1, w + 999, 0}},             // recorded at 1 ms
+		{500, 1, modelResult{true, 0, w + 500, 0}},           // at 1 ms too
+		{w, 1, modelResult{false, 0, ms, ms}},                // both still in the window
+		{w + 999, 1, modelResult{false, 0, 1, 1}},            // 1 µs before they leave
+		{w + ms, 1, modelResult{true, 1, w, 0}},              // both left; recorded at w + 1 ms
+		{w + ms + 1, 1, modelResult{true, 0, w - 1, 0}},      // recorded at w + 2 ms
+		{w + 2*ms, 1, modelResult{false, 0, w - ms, w - ms}}, // the first leaves at 2w + 1 ms
+		{2*w + ms, 2, modelResult{false, 1, ms, ms}},         // it has left; the second in 1 ms
+		{2*w + 2*ms, 2, modelResult{true, 0, w, 0}},          // both left
+	})
+	// The ideal log, to the microsecond, that the sliding counter is
+	// measured against.
+	runModelTable(t, idealLogModel(w, 2), modelTableBase, []modelStep{
+		{1, 1, modelResult{true, 1, w, 0}},
+		{500, 1, modelResult{true, 0, w - 499, 0}},
+		{w, 1, modelResult{false, 0, 1, 1}},
+		{w + 1, 1, modelResult{true, 0, 499, 0}},
+		{w + 500, 2, modelResult{false, 1, w - 499, w - 499}},
 	})
 }
 
