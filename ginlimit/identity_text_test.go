@@ -30,11 +30,15 @@ import (
 // keysAndTagsDigest is the SHA-256 of keysAndTagsLines as an earlier,
 // simpler implementation of keys and tags wrote them (bb2d903~2: a per-who
 // 96-byte buffer, a copy of who per call, and func(byte) bool escaping),
-// with one error text renamed since: a Target missing the user of a
-// UserOrIP rule is told "(UserOrIP)" where it was told the name of the
-// option that preceded it, "(AnonymousByIP)". Every key and tag is the
-// same, byte for byte.
-const keysAndTagsDigest = "6175ae5ede1fc2c2387335f556909717bdc70a1314e909cdd24c02dc0844b93e"
+// with two changes since. One error text was renamed: a Target missing the
+// user of a UserOrIP rule is told "(UserOrIP)" where it was told the name
+// of the option that preceded it, "(AnonymousByIP)". And the sliding log's
+// keys gained the "sl2:" tag after the prefix (slidingLogTag), when its
+// storage went from a sorted set to a string; a sorted list of keys that
+// holds them may sort them elsewhere for it. Without the tag, every key and
+// tag is the same, byte for byte (the digest before it was
+// 6175ae5ede1fc2c2387335f556909717bdc70a1314e909cdd24c02dc0844b93e).
+const keysAndTagsDigest = "95db4a6b2600de35bcf91555225bd429a1fb1a65a7fe30de7e641dab7c218746"
 
 // TestKeysAndTagsMatchRecordedDigest: for 16 route configurations (IP,
 // IPv6 buckets of /128 and /7, users, UserOrIP, several IP parts in
@@ -48,7 +52,7 @@ func TestKeysAndTagsMatchRecordedDigest(t *testing.T) {
 	lines := keysAndTagsLines(t)
 	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
 	if got := hex.EncodeToString(sum[:]); got != keysAndTagsDigest {
-		t.Fatalf("%d lines, digest %s, want %s (the pre-change keys and tags)", len(lines), got, keysAndTagsDigest)
+		t.Fatalf("%d lines, digest %s, want %s (the recorded keys and tags)", len(lines), got, keysAndTagsDigest)
 	}
 }
 
@@ -370,16 +374,16 @@ func TestConcurrentRulesBanInFlight(t *testing.T) {
 	want := map[string]bool{}
 	for g := range clients {
 		ip := ipOf(g) + "/128"
-		want["ka:{GET /r/:id} rule:a ip:"+ip] = true
+		want["ka:sl2:{GET /r/:id} rule:a ip:"+ip] = true
 		if u := uidOf(g); u != "" {
-			want["kb:{GET /r/:id} rule:b ip:"+ip+" user:"+escape(u, idSafe)] = true
+			want["kb:sl2:{GET /r/:id} rule:b ip:"+ip+" user:"+escape(u, idSafe)] = true
 		} else {
-			want["kb:{GET /r/:id} rule:b ip:"+ip+" anon:"+ip] = true
+			want["kb:sl2:{GET /r/:id} rule:b ip:"+ip+" anon:"+ip] = true
 		}
 	}
 	got := map[string]bool{}
 	for _, k := range m.Keys() {
-		if strings.HasPrefix(k, "ka:{") || strings.HasPrefix(k, "kb:{") {
+		if strings.HasPrefix(k, "ka:sl2:{") || strings.HasPrefix(k, "kb:sl2:{") {
 			got[k] = true
 			if !want[k] {
 				t.Errorf("unexpected key %q", k)
