@@ -1,15 +1,19 @@
 package ginlimit
 
 // Configuration mistakes that must fail at start-up, naming what is wrong:
-// a nil option, and dimensions no Target could tell apart.
+// a nil option, dimensions no Target could tell apart, and a sliding log
+// beyond its limit or window.
 
 import (
 	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // panicText runs f and returns the text of its panic, or "" if it did not
@@ -98,5 +102,47 @@ func TestDimensionsSharingAValueNameAreRefused(t *testing.T) {
 	// Distinct names, and the built-in dimensions, still go together.
 	if _, err := l.Policy(Key(prefix(t)), Per(IP, ByParam("id"), ByHeader("X-K"), ByFunc("f", func(*gin.Context) (string, bool) { return "v", true }))); err != nil {
 		t.Errorf("distinct names refused: %v", err)
+	}
+}
+
+// TestSlidingLogBoundsAreRefusedAtStartUp: a sliding log keeps 4 bytes per
+// unit in its window, as milliseconds from a base: a limit above
+// lua.MaxLogLimit or a window above lua.MaxLogWindow is refused at start-up
+// with an error that names the option, never silently served another way;
+// the bounds themselves are accepted, and a SlidingCounter takes both.
+func TestSlidingLogBoundsAreRefusedAtStartUp(t *testing.T) {
+	_, rdb := newMini(t)
+	l, err := New(Redis(rdb), Timeout(testTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	longest := lua.MaxLogWindow * time.Microsecond
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want string // in the error; "" for none
+	}{
+		{"limit above", []Option{Limit(lua.MaxLogLimit + 1)}, "Limit(100001): a SlidingLog"},
+		{"window above", []Option{Window(25 * 24 * time.Hour)}, "Window(600h0m0s): a SlidingLog"},
+		{"explicit algorithm", []Option{Algorithm(SlidingLog), Limit(lua.MaxLogLimit + 1)}, "Limit(100001): a SlidingLog"},
+		{"a rule of several", []Option{Rule(Name("a"), Limit(5)), Rule(Name("b"), Window(25 * 24 * time.Hour))}, "Window(600h0m0s): a SlidingLog"},
+		{"the largest limit", []Option{Limit(lua.MaxLogLimit)}, ""},
+		{"the longest window", []Option{Window(longest)}, ""},
+		{"counter, limit", []Option{Algorithm(SlidingCounter), Limit(lua.MaxLogLimit + 1)}, ""},
+		{"counter, window", []Option{Algorithm(SlidingCounter), Window(25 * 24 * time.Hour)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, newErr := New(append([]Option{Redis(rdb), Key(prefix(t))}, tc.opts...)...)
+			_, polErr := l.Policy(append([]Option{Key(prefix(t))}, tc.opts...)...)
+			for what, err := range map[string]error{"New": newErr, "Limiter.Policy": polErr} {
+				switch {
+				case tc.want == "" && err != nil:
+					t.Errorf("%s: %v; want it accepted", what, err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+					t.Errorf("%s: %v; want an error with %q", what, err, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -35,7 +35,7 @@ func TestPerKeys(t *testing.T) {
 	if w.Code != http.StatusOK {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
-	want := pre + "{GET /v/:id/claim user:alice p.id:7 h.x-api-key:k%201 f.tenant:acme}"
+	want := pre + "sl2:{GET /v/:id/claim user:alice p.id:7 h.x-api-key:k%201 f.tenant:acme}"
 	if keys := m.Keys(); len(keys) != 1 || keys[0] != want {
 		t.Fatalf("keys %q, want [%q]", keys, want)
 	}
@@ -151,7 +151,7 @@ func TestPerHashed(t *testing.T) {
 	e.GET("/v/:id", testLimit(Redis(c), Key(pre), Per(IP, ByParam("id")), HashIdentities(secret)), ok)
 	do(e, http.MethodGet, "/v/7", map[string]string{"RemoteAddr": "192.0.2.1:1"})
 	keys := m.Keys()
-	if len(keys) != 1 || !strings.HasPrefix(keys[0], pre+"{GET /v/:id ip+p.id:") || strings.Contains(keys[0], "192.0.2.1") {
+	if len(keys) != 1 || !strings.HasPrefix(keys[0], pre+"sl2:{GET /v/:id ip+p.id:") || strings.Contains(keys[0], "192.0.2.1") {
 		t.Fatalf("keys %q: want one hashed ip+p.id part", keys)
 	}
 }

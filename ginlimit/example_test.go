@@ -84,7 +84,7 @@ func ExamplePolicy_Allow() {
 	// Output:
 	// true 0 false
 	// false 0 true
-	// [export:{tenant-42}]
+	// [export:sl2:{tenant-42}]
 }
 
 func ExampleDecisionFrom() {
@@ -212,6 +212,9 @@ func ExampleLimiter_RateLimit() {
 		panic(err)
 	}
 	defer mr.Close()
+	// The Redis clock decides; on a whole millisecond, the sliding log's
+	// unit, the reset is the window exactly.
+	mr.SetTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
@@ -234,7 +237,7 @@ func ExampleLimiter_RateLimit() {
 	// Output:
 	// 200 "coupon:merchant";r=0;t=10
 	// 429 "coupon:merchant";r=0;t=10
-	// [coupon:merchant:{POST /api/coupon/merchant ip:192.0.2.1}]
+	// [coupon:merchant:sl2:{POST /api/coupon/merchant ip:192.0.2.1}]
 }
 
 func ExamplePolicy_Peek() {
@@ -378,7 +381,7 @@ func ExamplePer() {
 	// 200
 	// 429
 	// 200
-	// [voucher:claim:{GET /api/vouchers/:id/claim user:alice p.id:7} voucher:claim:{GET /api/vouchers/:id/claim user:alice p.id:8}]
+	// [voucher:claim:sl2:{GET /api/vouchers/:id/claim user:alice p.id:7} voucher:claim:sl2:{GET /api/vouchers/:id/claim user:alice p.id:8}]
 }
 
 func ExampleLimitBy() {
@@ -499,7 +502,7 @@ func ExampleType() {
 	// /api/feed?user=alice 429
 	// /api/feed 200
 	// /api/feed 429
-	// [feed:{GET /api/feed anon:192.0.2.1} feed:{GET /api/feed user:alice}]
+	// [feed:sl2:{GET /api/feed anon:192.0.2.1} feed:sl2:{GET /api/feed user:alice}]
 }
 
 func ExampleObserve() {

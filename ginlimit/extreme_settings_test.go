@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // TestTokenBucketAt2Pow53: settings ginlimit accepts at start-up
@@ -48,12 +49,12 @@ func TestExtremeSettings(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	ctx := context.Background()
-	maxW := maxWindow
+	maxW, maxLog := maxWindow, lua.MaxLogWindow*time.Microsecond // the sliding log's longest
 	for i, opts := range [][]Option{
 		{Window(time.Millisecond), Limit(1)},
-		{Window(time.Millisecond), Limit(1e9)},
-		{Window(maxW), Limit(1e9)},
-		{Window(maxW), Limit(1)},
+		{Window(time.Millisecond), Limit(lua.MaxLogLimit)},
+		{Window(maxLog), Limit(lua.MaxLogLimit)},
+		{Window(maxLog), Limit(1)},
 		{Window(time.Millisecond + time.Microsecond), Limit(7)},
 		{Window(time.Millisecond), Limit(1e9), Algorithm(SlidingCounter), subWindows(1000)},
 		{Window(maxW), Limit(1e9), Algorithm(SlidingCounter), subWindows(1000)},

@@ -194,7 +194,7 @@ func keyCases(f *testing.F) []keyCase {
 			},
 			identity: all,
 			target:   allTarget,
-			hashed:   regexp.MustCompile(`^h:\{GET /r/:id user\+p\.id\+h\.x-k\+f\.f:[0-9a-f]{32}\}$`),
+			hashed:   regexp.MustCompile(`^h:sl2:\{GET /r/:id user\+p\.id\+h\.x-k\+f\.f:[0-9a-f]{32}\}$`),
 		},
 		{
 			name:  "IP and parameter",

@@ -49,7 +49,7 @@ func TestUnmatchedRequestsChooseNoKeyText(t *testing.T) {
 		t.Fatalf("codes %v, want %v: made-up methods and paths must share one bucket", codes, want)
 	}
 	keys := m.Keys()
-	if len(keys) != 1 || keys[0] != pre+"{* unmatched ip:192.0.2.7}" {
+	if len(keys) != 1 || keys[0] != pre+"sl2:{* unmatched ip:192.0.2.7}" {
 		t.Fatalf("keys %q, want the one fixed unmatched key", keys)
 	}
 }

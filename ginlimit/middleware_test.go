@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -113,7 +114,7 @@ func TestRouteTemplateSharesOneBucket(t *testing.T) {
 			t.Fatalf("request %d: %d, want %d", i, w.Code, want)
 		}
 	}
-	if keys := m.Keys(); len(keys) != 1 || keys[0] != pre+"{GET /voucher-order/seckill/:id}" {
+	if keys := m.Keys(); len(keys) != 1 || keys[0] != pre+"sl2:{GET /voucher-order/seckill/:id}" {
 		t.Fatalf("keys %q, want the one route-template key", keys)
 	}
 }
@@ -133,15 +134,15 @@ func TestKeyLayoutAndEscaping(t *testing.T) {
 	for _, tc := range []struct {
 		path, user, remote, want string
 	}{
-		{"/ip", "", "192.0.2.1:1234", pre + "{GET /ip ip:192.0.2.1}"},
-		{"/ip", "", "[::ffff:192.0.2.2]:1234", pre + "{GET /ip ip:192.0.2.2}"},
-		{"/ip", "", "[2001:db8::1]:1234", pre + "{GET /ip ip:2001:db8::/64}"},
+		{"/ip", "", "192.0.2.1:1234", pre + "sl2:{GET /ip ip:192.0.2.1}"},
+		{"/ip", "", "[::ffff:192.0.2.2]:1234", pre + "sl2:{GET /ip ip:192.0.2.2}"},
+		{"/ip", "", "[2001:db8::1]:1234", pre + "sl2:{GET /ip ip:2001:db8::/64}"},
 		// Another address in the same /64 is the same client.
-		{"/ip", "", "[2001:db8::dead:beef]:1234", pre + "{GET /ip ip:2001:db8::/64}"},
-		{"/user", "alice", "192.0.2.1:1", pre + "{GET /user user:alice}"},
+		{"/ip", "", "[2001:db8::dead:beef]:1234", pre + "sl2:{GET /ip ip:2001:db8::/64}"},
+		{"/user", "alice", "192.0.2.1:1", pre + "sl2:{GET /user user:alice}"},
 		// A user id that tries to close the hash tag or spell another key.
-		{"/user", "x} ip:1.2.3.4", "192.0.2.1:1", pre + "{GET /user user:x%7D%20ip:1.2.3.4}"},
-		{"/user", "a%7D", "192.0.2.1:1", pre + "{GET /user user:a%257D}"},
+		{"/user", "x} ip:1.2.3.4", "192.0.2.1:1", pre + "sl2:{GET /user user:x%7D%20ip:1.2.3.4}"},
+		{"/user", "a%7D", "192.0.2.1:1", pre + "sl2:{GET /user user:a%257D}"},
 	} {
 		m.FlushAll()
 		w := do(e, http.MethodGet, tc.path, map[string]string{"X-Test-User": tc.user, "RemoteAddr": tc.remote})
@@ -196,10 +197,10 @@ func TestSpoofedForwardedFor(t *testing.T) {
 	for _, tc := range []struct {
 		path, remote, xff, wantKey string
 	}{
-		{"/default", "203.0.113.9:5000", "198.51.100.1", pre + "{GET /default ip:203.0.113.9}"},
-		{"/proxied", "203.0.113.9:5000", "198.51.100.1", pre + "{GET /proxied ip:203.0.113.9}"},
-		{"/proxied", "10.1.2.3:5000", "198.51.100.1", pre + "{GET /proxied ip:198.51.100.1}"},
-		{"/proxied", "10.1.2.3:5000", "6.6.6.6, 198.51.100.2, 10.9.9.9", pre + "{GET /proxied ip:198.51.100.2}"},
+		{"/default", "203.0.113.9:5000", "198.51.100.1", pre + "sl2:{GET /default ip:203.0.113.9}"},
+		{"/proxied", "203.0.113.9:5000", "198.51.100.1", pre + "sl2:{GET /proxied ip:203.0.113.9}"},
+		{"/proxied", "10.1.2.3:5000", "198.51.100.1", pre + "sl2:{GET /proxied ip:198.51.100.1}"},
+		{"/proxied", "10.1.2.3:5000", "6.6.6.6, 198.51.100.2, 10.9.9.9", pre + "sl2:{GET /proxied ip:198.51.100.2}"},
 	} {
 		m.FlushAll()
 		for i, want := range []int{200, 429} {
@@ -383,10 +384,9 @@ func TestCostOverHTTP(t *testing.T) {
 			t.Fatalf("request %d (n=%d): %d %q %s", i, tc.n, w.Code, w.Header().Get("X-RateLimit-Remaining"), w.Body)
 		}
 	}
-	// One entry per admitted request, whatever its cost: a weighted request
-	// costs Redis no more than a single one.
-	if n, _ := m.ZMembers(pre + "{GET /batch}"); len(n) != 3 {
-		t.Fatalf("the log holds %d entries for the 3 admitted requests (10 units), want 3", len(n))
+	// One entry per admitted unit: the 3 admitted requests are 10 entries.
+	if n, err := logUnits(context.Background(), c, pre+"sl2:{GET /batch}"); err != nil || n != 10 {
+		t.Fatalf("the log holds %d units (%v) for the 3 admitted requests of 10 units, want 10", n, err)
 	}
 	// A fixed cost is a function returning it; one above the limit is
 	// refused on every request, before Redis.

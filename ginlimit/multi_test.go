@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,10 +27,12 @@ func TestRulesAllOrNothing(t *testing.T) {
 			Rule(Name("sec"), Window(time.Second), Limit(2)),
 			Rule(Name("min"), Window(time.Minute), Limit(3), Algorithm(FixedWindow)))
 		// miniredis expires keys on its own clock (t0); a real server on
-		// the wall clock, so its test clock must not lag the wall clock.
-		var now int64 = t0.UnixMicro() + 1
+		// the wall clock, so its test clock must not lag the wall clock. It
+		// is on a millisecond, sec's unit, so that sec's entries leave the
+		// window exactly a second after their admission.
+		var now int64 = t0.UnixMicro() + 1000
 		if i == 1 { // the start of the next minute: ahead, and far from a boundary
-			now = time.Now().Truncate(time.Minute).Add(time.Minute).UnixMicro() + 1
+			now = time.Now().Truncate(time.Minute).Add(time.Minute).UnixMicro() + 1000
 		}
 		p.clock = func() int64 { return now }
 		ctx := context.Background()
@@ -62,7 +63,8 @@ func TestRulesAllOrNothing(t *testing.T) {
 				t.Fatalf("step %d: rejected without a retry: %+v", i, d)
 			}
 		}
-		n, err := c.ZCount(ctx, pre+"{k} rule:sec", "("+strconv.FormatInt(now-time.Second.Microseconds(), 10), "+inf").Result()
+		log, err := readSlidingLog(ctx, c, ruleKey(p, 0, "k"))
+		n := log.inWindow(now, time.Second.Microseconds())
 		// The two admitted at t left the window at t+1s; the one admitted
 		// then stays, and the request that min rejected added nothing.
 		if err != nil || n != 1 {
@@ -157,7 +159,7 @@ func TestRulesOverHTTP(t *testing.T) {
 		t.Fatalf("a 401 wrote keys: %q", keys)
 	}
 	for _, k := range keys {
-		if !strings.HasPrefix(k, pre+"{GET /x/:id} rule:") {
+		if !strings.HasPrefix(k, pre+"sl2:{GET /x/:id} rule:") {
 			t.Fatalf("key %q is not in the route's hash slot", k)
 		}
 	}

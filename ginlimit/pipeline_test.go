@@ -85,8 +85,10 @@ func TestNewLoadsEveryScript(t *testing.T) {
 	for _, s := range allScripts {
 		shas = append(shas, s.Hash())
 	}
+	// The sliding log's param is the length of its key's prefix.
+	pre := prefix(t)
 	singles := []string{
-		redis.NewScript(lua.Single(string(SlidingLog), time.Minute.Microseconds(), 5, exactBelow)).Hash(),
+		redis.NewScript(lua.Single(string(SlidingLog), time.Minute.Microseconds(), 5, int64(len(pre)))).Hash(),
 		redis.NewScript(lua.Single(string(TokenBucket), time.Second.Microseconds(), 7, 7)).Hash(),
 	}
 	shas = append(shas, singles...)
@@ -101,7 +103,7 @@ func TestNewLoadsEveryScript(t *testing.T) {
 	if got, err := c.ScriptExists(ctx, singles...).Result(); err != nil || slices.Contains(got, true) {
 		t.Fatalf("after New, before any route: %v, %v; want no single-rule script loaded", got, err)
 	}
-	if _, err := l.Policy(Key(prefix(t)), Window(time.Minute), Limit(5)); err != nil {
+	if _, err := l.Policy(Key(pre), Window(time.Minute), Limit(5)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Policy(Key(prefix(t)), Window(time.Second), Limit(7), Algorithm(TokenBucket)); err != nil {
@@ -246,7 +248,7 @@ func TestLogsCarryNoIdentity(t *testing.T) {
 			t.Fatalf("%s: no 12-digit identity tag in:\n%s", path, line)
 		}
 		if path == "/hashed" {
-			want := pre + "h:{GET /hashed user:" + got[1]
+			want := pre + "h:sl2:{GET /hashed user:" + got[1]
 			found := false
 			for _, k := range m.Keys() {
 				found = found || strings.HasPrefix(k, want)

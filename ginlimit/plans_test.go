@@ -72,7 +72,7 @@ func TestLimitByClaim(t *testing.T) {
 	}
 	found := false
 	for _, k := range m.Keys() {
-		if k == pre+"tier=pro:{GET /x user:alice}" {
+		if k == pre+"tier=pro:sl2:{GET /x user:alice}" {
 			found = true
 		}
 	}
@@ -102,7 +102,7 @@ func TestLimitByClaim(t *testing.T) {
 	}
 	found = false
 	for _, k := range m.Keys() {
-		if k == pre+"m:tier=pro:{GET /y} rule:burst user:dave" {
+		if k == pre+"m:tier=pro:sl2:{GET /y} rule:burst user:dave" {
 			found = true
 		}
 	}

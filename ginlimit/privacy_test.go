@@ -32,7 +32,7 @@ func TestHashIdentities(t *testing.T) {
 	if len(keys) != 4 {
 		t.Fatalf("keys %q: want one per identity (2 IPs, 2 users)", keys)
 	}
-	shape := regexp.MustCompile(`^` + regexp.QuoteMeta(pre) + `\{GET /(ip ip|user user):[0-9a-f]{32}\}$`)
+	shape := regexp.MustCompile(`^` + regexp.QuoteMeta(pre) + `sl2:\{GET /(ip ip|user user):[0-9a-f]{32}\}$`)
 	for _, k := range keys {
 		if !shape.MatchString(k) || strings.Contains(k, "192.0.2") || strings.Contains(k, "alice") || strings.Contains(k, "bob") {
 			t.Errorf("key %q holds the raw identity or has the wrong shape", k)
@@ -67,7 +67,7 @@ func TestUserOrIP(t *testing.T) {
 			t.Fatalf("request %d: %d, want %d", i, w.Code, tc.want)
 		}
 	}
-	want := map[string]bool{pre + "{GET /x anon:192.0.2.1}": true, pre + "{GET /x anon:192.0.2.2}": true, pre + "{GET /x user:alice}": true}
+	want := map[string]bool{pre + "sl2:{GET /x anon:192.0.2.1}": true, pre + "sl2:{GET /x anon:192.0.2.2}": true, pre + "sl2:{GET /x user:alice}": true}
 	for _, k := range m.Keys() {
 		if !want[k] {
 			t.Errorf("unexpected key %q", k)
