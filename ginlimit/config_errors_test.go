@@ -126,7 +126,7 @@ func TestSlidingLogBoundsAreRefusedAtStartUp(t *testing.T) {
 		{"limit above", []Option{Limit(lua.MaxLogLimit + 1)}, "Limit(100001): a SlidingLog"},
 		{"window above", []Option{Window(25 * 24 * time.Hour)}, "Window(600h0m0s): a SlidingLog"},
 		{"explicit algorithm", []Option{Algorithm(SlidingLog), Limit(lua.MaxLogLimit + 1)}, "Limit(100001): a SlidingLog"},
-		{"a rule of several", []Option{Rule(Name("a"), Limit(5)), Rule(Name("b"), Window(25 * 24 * time.Hour))}, "Window(600h0m0s): a SlidingLog"},
+		{"a rule of several", []Option{Rule(Name("a"), Limit(5)), Rule(Name("b"), Window(25*24*time.Hour))}, "Window(600h0m0s): a SlidingLog"},
 		{"the largest limit", []Option{Limit(lua.MaxLogLimit)}, ""},
 		{"the longest window", []Option{Window(longest)}, ""},
 		{"counter, limit", []Option{Algorithm(SlidingCounter), Limit(lua.MaxLogLimit + 1)}, ""},
