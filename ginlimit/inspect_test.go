@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -399,6 +400,47 @@ func TestResetClearsTheFallbackBuckets(t *testing.T) {
 	}
 	if _, _, ok := r.local.Take(keys[0], now, 3); !ok {
 		t.Fatal("after Reset the fallback bucket is still used up")
+	}
+}
+
+// TestResetClearsTheZSETLogsKey: the sliding log's script counts the
+// admissions that the version before kept in a sorted set, under the key
+// without the sl2: tag (zsetKey), so Reset deletes that key too: an
+// identity whose older key is full is refused, Peek says so, and after
+// Reset it is admitted up to the limit again.
+func TestResetClearsTheZSETLogsKey(t *testing.T) {
+	t.Parallel()
+	m, c := newMini(t)
+	pre := prefix(t)
+	in := newInstance(t, c, Key(pre), Window(time.Minute), Limit(3), Type(User))
+	ctx := context.Background()
+	target := Target{Route: claimRoute, User: "alice"}
+	alice := map[string]string{"X-User": "alice"}
+	oldKey := pre + "{GET /claim user:alice}"
+	// Three admissions of the oldest format: one unit per member, named
+	// after its time in µs.
+	for i := range int64(3) {
+		at := t0.UnixMicro() - i*time.Second.Microseconds()
+		if err := c.ZAdd(ctx, oldKey, redis.Z{Score: float64(at), Member: strconv.FormatInt(at, 10)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := do(in.e, http.MethodGet, "/claim", alice); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("with the older key full: %d, want 429", w.Code)
+	}
+	if d, err := in.policy.Peek(ctx, target); err != nil || d.Allowed || d.Remaining != 0 {
+		t.Fatalf("Peek with the older key full: %+v, %v; want refused, 0 remaining", d, err)
+	}
+	if err := in.policy.Reset(ctx, target, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if m.Exists(oldKey) {
+		t.Fatalf("Reset left the older key %q", oldKey)
+	}
+	for i, want := range []int{200, 200, 200, 429} {
+		if w := do(in.e, http.MethodGet, "/claim", alice); w.Code != want {
+			t.Fatalf("request %d after Reset: %d, want %d", i, w.Code, want)
+		}
 	}
 }
 
