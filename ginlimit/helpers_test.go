@@ -136,8 +136,8 @@ func fixedWindowCount(t *testing.T, c redis.Cmdable, key string) int64 {
 
 // logTrailer is the length of a sliding log key's trailer (see
 // lua/sliding_log.lua): base (6 bytes), n (4), tail (4), newest (4), lcum
-// (7), m (1) and q (32).
-const logTrailer = 58
+// (7), m (1), qi (1), first (4) and q (32).
+const logTrailer = 63
 
 // slidingLogKey is a sliding log's string as lua/sliding_log.lua documents
 // it: each entry of its body as the time it was recorded at, in µs (dead
@@ -166,8 +166,9 @@ func (k slidingLogKey) inWindow(now, window int64) int64 {
 
 // readSlidingLog reads the sliding log key key, and checks that its parts
 // agree: a body of 4-byte entries, as many as the trailer's n, in order,
-// with tail within them and the newest the trailer's. A missing key is an
-// empty log; a key of another type is Redis's error (WRONGTYPE).
+// with tail within them, first tail's entry and the newest the trailer's.
+// A missing key is an empty log; a key of another type is Redis's error
+// (WRONGTYPE).
 func readSlidingLog(ctx context.Context, c redis.Cmdable, key string) (slidingLogKey, error) {
 	var k slidingLogKey
 	s, err := c.Get(ctx, key).Result()
@@ -188,7 +189,7 @@ func readSlidingLog(ctx context.Context, c redis.Cmdable, key string) (slidingLo
 		return x
 	}
 	tr := s[len(s)-logTrailer:]
-	base, n, tail, newest := be(tr[0:6]), be(tr[6:10]), be(tr[10:14]), be(tr[14:18])
+	base, n, tail, newest, first := be(tr[0:6]), be(tr[6:10]), be(tr[10:14]), be(tr[14:18]), be(tr[27:31])
 	for i := 0; i < len(s)-logTrailer; i += 4 {
 		k.entries = append(k.entries, (base+be(s[i:i+4]))*1000)
 	}
@@ -198,6 +199,8 @@ func readSlidingLog(ctx context.Context, c redis.Cmdable, key string) (slidingLo
 		return k, fmt.Errorf("sliding log %s: %d entries, the trailer says %d", key, len(k.entries), n)
 	case tail >= n:
 		return k, fmt.Errorf("sliding log %s: tail %d of %d entries", key, tail, n)
+	case k.entries[tail] != (base+first)*1000:
+		return k, fmt.Errorf("sliding log %s: first %d is not tail's entry %d", key, base+first, k.entries[tail]/1000)
 	case !slices.IsSorted(k.entries) || k.entries[n-1] != (base+newest)*1000:
 		return k, fmt.Errorf("sliding log %s: entries %v out of order, or newest %d not the last", key, k.entries, base+newest)
 	}
