@@ -281,6 +281,23 @@ func miniredisMisassigns() bool {
 // on a real clock.
 type persistingScripter struct{ *redis.Client }
 
+// Process runs a command the way the engine sends its EVALSHA (it builds
+// the command itself and gives it to a client that runs commands): a
+// script call goes in MULTI/EXEC with a PERSIST of its first key, as
+// EvalSha's does; anything else as it is.
+func (p persistingScripter) Process(ctx context.Context, cmd redis.Cmder) error {
+	args := cmd.Args()
+	if name := strings.ToLower(fmt.Sprint(args[0])); name != "evalsha" && name != "eval" || len(args) < 4 {
+		return p.Client.Process(ctx, cmd)
+	}
+	_, _ = p.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		_ = pipe.Process(ctx, cmd)
+		pipe.Persist(ctx, fmt.Sprint(args[3]))
+		return nil
+	})
+	return cmd.Err()
+}
+
 func (p persistingScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
 	var cmd *redis.Cmd
 	_, _ = p.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
