@@ -230,7 +230,11 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
     for i = 0, #live / 4 - 1 do
       parts[i + 1] = pack('>I4', s.base + at(live, i) - base)
     end
-    live, off, s.base = table.concat(parts), off + s.base - base, base
+    -- One assignment each: gopher-lua (miniredis) can assign a name of a
+    -- multiple assignment before it reads it for the next.
+    off = off + s.base - base
+    live = table.concat(parts)
+    s.base = base
   end
   -- The cost's entries: up to 4096 in one string, doubled up to its
   -- length rather than added one by one, and the rest as whole chunks of
@@ -373,16 +377,19 @@ if a then
     if #b > 63 then
       -- q: the entries of the body that check read, from the oldest in
       -- the window.
-      q, qi = string.sub(b, 64 + 4 * (i - m + qi)), 0
+      q = string.sub(b, 64 + 4 * (i - m + qi))
+      qi = 0
       m = #q / 4
       q = q .. string.rep('\0', 32 - #q)
     elseif live == m - qi - i and live < 8 then
       -- q holds every entry in the window: the new ones join it.
-      q, qi = string.sub(string.sub(b, 32 + 4 * (qi + i), 31 + 4 * m) .. new, 1, 32), 0
+      q = string.sub(string.sub(b, 32 + 4 * (qi + i), 31 + 4 * m) .. new, 1, 32)
+      qi = 0
       m = #q / 4
       q = q .. string.rep('\0', 32 - #q)
     else
-      q, qi = string.sub(b, 32, 63), qi + i
+      q = string.sub(b, 32, 63)
+      qi = qi + i
     end
     redis.call('SETRANGE', key, 4 * n .. '', new .. pack('>I6I4I4I4I7I1I1I4', base, n + cost, tail, off, 0, m, qi, (a - i) / 32) .. q)
     local quarter = (window + 3999 - (window + 3999) % 4000) / 4000 -- ceil(window / 4000) ms
