@@ -13,8 +13,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -604,5 +606,45 @@ func TestClusterMasterDownHealthyMastersServe(t *testing.T) {
 				t.Fatalf("%d of %d decisions on the healthy masters failed; want at most 1%%", liveFailed.Load(), live.Load())
 			}
 		})
+	}
+}
+
+// TestClusterHonoursTheZSETLog: on a Redis Cluster, a sliding-log key that
+// the version before kept (its script, lua/testdata, run on the cluster for
+// the key without the sl2: tag) is honoured by this version's first
+// decision and while the older instance goes on: the older key has the same
+// hash tag, so the script reads it in the slot of its own key.
+func TestClusterHonoursTheZSETLog(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	c := cl.Client()
+	ctx := context.Background()
+	src, err := os.ReadFile("../lua/testdata/single_sliding_log_zset.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 10
+	older := redis.NewScript(strings.NewReplacer("@WINDOW@", strconv.FormatInt(time.Minute.Microseconds(), 10),
+		"@LIMIT@", strconv.Itoa(limit), "@PARAM@", "64", "@SETTINGS_BAD@", "false").Replace(string(src)))
+	pre := prefix(t)
+	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Minute), Limit(limit), DenyCache(0))
+	admitOld := func(cost int) {
+		t.Helper()
+		// The Redis clock (""), as that version sent.
+		if err := older.Run(ctx, c, []string{pre + "{k}"}, "", cost).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admitOld(3)
+	d, err := p.Allow(ctx, "k", 1)
+	if err != nil || !d.Allowed || d.Remaining != limit-4 {
+		t.Fatalf("the first decision after the older instance admitted 3: %+v, %v; want allowed with %d remaining", d, err, limit-4)
+	}
+	admitOld(2)
+	if d, err = p.Allow(ctx, "k", limit-7); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("after the older instance admitted 2 more: %+v, %v; want allowed with 1 remaining", d, err)
+	}
+	if d, err = p.Allow(ctx, "k", 2); err != nil || d.Allowed {
+		t.Fatalf("over the limit counted across both versions: %+v, %v; want refused", d, err)
 	}
 }
