@@ -215,11 +215,6 @@ func runModelCases(t *testing.T, alg AlgorithmKind, cases []modelCase) {
 		for _, c := range cases {
 			c := miniCase(c)
 			t.Run(c.String(), func(t *testing.T) {
-				if alg == SlidingLog && c.window >= maxLogBaseSpan && miniredisMisassigns() {
-					t.Skip("miniredis's Lua (gopher-lua) sets live to the string \"base\" in lua/sliding_log.lua's " +
-						"`live, off, s.base = table.concat(parts), off + s.base - base, base`, the move to a new base that " +
-						"only a window this long reaches; real Redis runs it right (the redis run of this case)")
-				}
 				// A miniredis per case: its clock is the case's. TTLs move
 				// with it (FastForward), so a key that expired while its
 				// state still mattered would show as a mismatch.
@@ -256,19 +251,6 @@ func runModelCases(t *testing.T, alg AlgorithmKind, cases []modelCase) {
 			})
 		}
 	})
-}
-
-// maxLogBaseSpan is a window long enough for the sliding log to move its
-// entries' base on (every 2^31 ms of entries at most): the gap between two
-// admissions in the window can then reach it.
-const maxLogBaseSpan = 1 << 30 * time.Millisecond
-
-// miniredisMisassigns reports whether the sliding log's script still holds
-// the one statement gopher-lua, miniredis's Lua, compiles wrong: a multiple
-// assignment to locals and a table field, whose first value gets the field's
-// name instead.
-func miniredisMisassigns() bool {
-	return strings.Contains(lua.Several(), "live, off, s.base = table.concat(parts), off + s.base - base, base")
 }
 
 // persistingScripter runs each script call in MULTI/EXEC with a PERSIST of
