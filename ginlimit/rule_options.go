@@ -63,7 +63,8 @@ func Window(d time.Duration) RuleOption {
 }
 
 // Limit sets how many requests are admitted per window. The default is
-// [DefaultLimit]. It must be between 1 and 1e9.
+// [DefaultLimit]. It must be between 1 and 1e9, and at most 100,000 for a
+// [SlidingLog], which New checks.
 func Limit(n int) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
 		if n < 1 || n > lua.MaxLimit {
