@@ -508,7 +508,7 @@ local function sliding_log_check(key, window, limit, param, cost)
             if c == 0 then
               local k, from = math.min(8, n - tail - i), 4 * (tail + i)
               if k > 0 then
-                b2 = tr .. redis.call('GETRANGE', key, from .. '', from + 4 * k - 1 .. '')
+                b2 = tr .. redis.call('GETRANGE', key, string.format('%d', from), string.format('%d', from + 4 * k - 1))
               end
             end
             if c >= (#b2 - 63) / 4 then
@@ -563,9 +563,11 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
         off = newest
       end
       if cost <= 64 and off < 2147483648 and (tail < 64 or tail * 4 < live) then
-        local q, new = nil, pack('>I4', off)
+        -- The cost's entries but the last, which the trailer's pack writes:
+        -- one pack call fewer for a cost of 1.
+        local q, new = nil, ''
         if cost ~= 1 then
-          new = string.rep(new, cost)
+          new = string.rep(pack('>I4', off), cost - 1)
         end
         if #b > 63 then
           -- q: the entries of the body that check read, from the oldest in
@@ -576,7 +578,7 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
           q = q .. string.rep('\0', 32 - #q)
         elseif live == m - qi - i and live < 8 then
           -- q holds every entry in the window: the new ones join it.
-          q = string.sub(string.sub(b, 32 + 4 * (qi + i), 31 + 4 * m) .. new, 1, 32)
+          q = string.sub(string.sub(b, 32 + 4 * (qi + i), 31 + 4 * m) .. new .. pack('>I4', off), 1, 32)
           qi = 0
           m = #q / 4
           q = q .. string.rep('\0', 32 - #q)
@@ -584,7 +586,7 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
           q = string.sub(b, 32, 63)
           qi = qi + i
         end
-        redis.call('SETRANGE', key, 4 * n .. '', new .. pack('>I6I4I4I4I7I1I1I4', base, n + cost, tail, off, 0, m, qi, (a - i) / 32) .. q)
+        redis.call('SETRANGE', key, string.format('%d', 4 * n), new .. pack('>I4I6I4I4I4I7I1I1I4', off, base, n + cost, tail, off, 0, m, qi, (a - i) / 32) .. q)
         local quarter = (window + 3999 - (window + 3999) % 4000) / 4000 -- ceil(window / 4000) ms
         at = base + off
         if at - at % quarter ~= base + newest - (base + newest) % quarter then
