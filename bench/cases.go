@@ -197,6 +197,16 @@ func allCases() []*benchCase {
 			Note:     "As the sliding-log script raw, for the fixed window; in the script-cost section only.",
 		},
 		{
+			ID: "log-floor", Name: "floor: a log's own Redis work", Algorithm: "a 4-byte entry and a 63-byte trailer appended to one string, Redis clock",
+			CostOnly: true,
+			RedisKey: func(key string) string { return "log-floor:{" + key + "}" },
+			New:      newLogFloor,
+			Note: "Not a limiter: the Redis work that any log keeping its entries and its state in one string must do, and nothing more " +
+				"(logFloorScript): TIME, a GETRANGE of the 63-byte trailer, a SETRANGE of the new entry and trailer where the old trailer was, " +
+				"the packed reply; no validation, no window, and the string emptied every 128 entries. " +
+				"Its µs/call over the fixed window's is what the log's shape costs whatever its Lua does.",
+		},
+		{
 			ID: "ginlimit-bucket-script", Name: "ginlimit's token-bucket script, raw EVALSHA", Algorithm: "token bucket, Redis clock in µs",
 			CostOnly: true,
 			RedisKey: func(key string) string { return "raw-bucket:{" + key + "}" },
@@ -360,6 +370,48 @@ func newRawScript(alg ginlimit.AlgorithmKind, param int64, prefix string) func(*
 // noopScript is the floor of a script call: EVALSHA of a script that does
 // nothing.
 var noopScript = redis.NewScript("return 1")
+
+// logFloorScript is the floor of a log in one string: what a decision
+// that admits must do in Redis (read the state, append an entry and the
+// state after it, reply as ginlimit's scripts do), with no logic. It admits
+// while the string holds fewer than ARGV[1] entries, and empties the string
+// every 128 entries, so that it stays as small as the log's.
+var logFloorScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local key = KEYS[1]
+local tr = redis.call('GETRANGE', key, '-63', '-1')
+local n = 0
+if #tr == 63 then
+  n = struct.unpack('>I4', tr, 7)
+else
+  tr = string.rep('\0', 63)
+end
+if n >= tonumber(ARGV[1]) then
+  return struct.pack('>i8i8i8i8i8i8', now, 1, 0, 0, 0, 0)
+end
+if n >= 128 then
+  redis.call('SET', key, tr)
+  n = 0
+end
+redis.call('SETRANGE', key, string.format('%d', 4 * n), struct.pack('>I4I6I4', n, now / 1000, n + 1) .. string.sub(tr, 11))
+return struct.pack('>i8i8i8i8i8i8', now, 0, 1, 0, 0, 0)
+`)
+
+// newLogFloor runs logFloorScript with the limit.
+func newLogFloor(rdb *redis.Client, limit int, _ time.Duration) (decider, error) {
+	return func(ctx context.Context, key string) (bool, error) {
+		raw, err := logFloorScript.Run(ctx, rdb, []string{"log-floor:{" + key + "}"}, limit).Result()
+		if err != nil {
+			return false, err
+		}
+		reply, err := lua.Ints(raw)
+		if err != nil || len(reply) < 2 {
+			return false, fmt.Errorf("log floor: reply %v: %w", raw, err)
+		}
+		return reply[1] == 0, nil
+	}, nil
+}
 
 // seedsScript is the ZSET sliding log of the Java articles the project
 // started from, as published: the app's clock in milliseconds, EXPIRE in
