@@ -6,40 +6,40 @@ import (
 	"time"
 )
 
-// Outcome classifies a decision for metrics and logs.
-type Outcome string
-
-// The outcomes of a decision. Every decision has exactly one.
+// The outcomes of a decision, the values of [Event.Outcome], for metrics
+// and logs. Every decision has exactly one. They are plain strings, as
+// Event.Route and Event.Rule are: an outcome is read and compared, never
+// given to ginlimit.
 const (
 	// OutcomeAllowed: Redis (or the deny cache) admitted the request.
-	OutcomeAllowed Outcome = "allowed"
+	OutcomeAllowed = "allowed"
 	// OutcomeLimited: the request was refused with 429.
-	OutcomeLimited Outcome = "limited"
+	OutcomeLimited = "limited"
 	// OutcomeShadowLimited: shadow mode let through a request that would
 	// have been refused.
-	OutcomeShadowLimited Outcome = "shadow_limited"
+	OutcomeShadowLimited = "shadow_limited"
 	// OutcomeError: Redis could not decide; FailOpen or FailClosed applied.
-	OutcomeError Outcome = "error"
+	OutcomeError = "error"
 	// OutcomeSaturated: this process could not get the decision to a
 	// healthy Redis in time (see [ErrSaturated]); it was refused with 503.
-	OutcomeSaturated Outcome = "saturated"
+	OutcomeSaturated = "saturated"
 	// OutcomeFallback: Redis could not decide and FailLocal's in-process
 	// limiter did.
-	OutcomeFallback Outcome = "fallback"
+	OutcomeFallback = "fallback"
 	// OutcomeBanned: the request was refused with 429 because its identity
 	// is banned on the rule (see [Ban]).
-	OutcomeBanned Outcome = "banned"
+	OutcomeBanned = "banned"
 	// OutcomeClientGone: the request's own context ended before Redis
 	// decided it (see [ErrClientGone]); it was not admitted.
-	OutcomeClientGone Outcome = "client_gone"
+	OutcomeClientGone = "client_gone"
 	// OutcomeReset is not a decision: [Policy.Reset] cleared a count of the
 	// rule. Its Event has By; its Decision has only Rule, Limit, Remaining
 	// (the limit) and Time.
-	OutcomeReset Outcome = "reset"
+	OutcomeReset = "reset"
 )
 
 // outcomeOf returns the outcome of d.
-func outcomeOf(d Decision) Outcome {
+func outcomeOf(d Decision) string {
 	switch {
 	case errors.Is(d.Err, ErrClientGone):
 		return OutcomeClientGone
@@ -70,8 +70,9 @@ type Event struct {
 	Route string
 	// Rule is the rule that decided (see [Decision.Rule]).
 	Rule string
-	// Outcome classifies the decision.
-	Outcome Outcome
+	// Outcome classifies the decision: one of the Outcome constants
+	// (OutcomeAllowed, ...).
+	Outcome string
 	// Decision is the decision itself.
 	Decision Decision
 	// Latency is how long the decision took, Redis included.

@@ -34,7 +34,7 @@ var latencyBuckets = [...]float64{
 
 // outcomes are the values of the decision label, in the order of
 // [series.decisions].
-var outcomes = [...]ginlimit.Outcome{
+var outcomes = [...]string{
 	ginlimit.OutcomeAllowed,
 	ginlimit.OutcomeLimited,
 	ginlimit.OutcomeShadowLimited,
@@ -59,7 +59,7 @@ func outcomeIndex(e *ginlimit.Event) int {
 // classify returns the outcome ginlimit gives d, for an Event that came
 // without a known one. The order of the cases is ginlimit's: a decision
 // can be both an error and a fallback, and the first case wins.
-func classify(d ginlimit.Decision) ginlimit.Outcome {
+func classify(d ginlimit.Decision) string {
 	switch {
 	case errors.Is(d.Err, ginlimit.ErrClientGone):
 		return ginlimit.OutcomeClientGone
@@ -80,7 +80,7 @@ func classify(d ginlimit.Decision) ginlimit.Outcome {
 }
 
 // indexOf returns the index of o in outcomes, or -1.
-func indexOf(o ginlimit.Outcome) int {
+func indexOf(o string) int {
 	for i, known := range outcomes {
 		if o == known {
 			return i

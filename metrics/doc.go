@@ -38,7 +38,7 @@
 //
 // decision is one of the eight ginlimit outcomes: allowed, limited,
 // shadow_limited, error, saturated, fallback, banned and client_gone
-// (string(ginlimit.Outcome)). The
+// (Event.Outcome, the ginlimit.Outcome constants). The
 // histogram's buckets run from 50µs (a deny-cache answer) to 1s (far beyond
 // any sane decision timeout): 50µs, 100µs, 250µs, 500µs, 1ms, 2.5ms, 5ms,
 // 10ms, 25ms, 50ms, 100ms, 250ms, 500ms, 1s.
