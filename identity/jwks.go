@@ -223,11 +223,11 @@ func (k jwk) publicKey() (crypto.PublicKey, error) {
 func (s jwks) keyFor(t *jwt.Token, kid string) (any, error) {
 	entry, ok := s[kid]
 	if !ok {
-		return nil, errors.New("no key with the token's kid")
+		return nil, errUnknownKID
 	}
 	k := entry
 	if k.alg != "" && k.alg != t.Method.Alg() {
-		return nil, fmt.Errorf("the token's kid is for %s, not %s", k.alg, t.Method.Alg())
+		return nil, fmt.Errorf("%w: the token's kid is for %s, not %s", errNoKeyAlg, k.alg, t.Method.Alg())
 	}
 	one := keySet{}
 	switch pub := k.key.(type) {

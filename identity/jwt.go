@@ -57,6 +57,7 @@ const maxTokenLen = 8 << 10
 // runs a goroutine until its context is done or [JWT.Close] is called.
 type JWT struct {
 	parser   *jwt.Parser
+	algs     []string // the accepted algorithms, to tell a refused one (parseReason)
 	keys     keySet
 	claim    string
 	jwks     atomic.Pointer[jwks]
@@ -256,7 +257,7 @@ func NewJWT(opts ...JWTOption) (*JWT, error) {
 	if cfg.audience != "" {
 		popts = append(popts, jwt.WithAudience(cfg.audience))
 	}
-	j := &JWT{parser: jwt.NewParser(popts...), keys: cfg.keys, claim: cfg.claim, jwksPath: cfg.jwksPath}
+	j := &JWT{parser: jwt.NewParser(popts...), algs: algs, keys: cfg.keys, claim: cfg.claim, jwksPath: cfg.jwksPath}
 	if cfg.jwks != nil {
 		j.jwks.Store(&cfg.jwks)
 	}
@@ -336,7 +337,7 @@ func (k keySet) keyFor(t *jwt.Token) (any, error) {
 			return k.ed25519, nil
 		}
 	}
-	return nil, fmt.Errorf("no key for algorithm %q", t.Method.Alg())
+	return nil, fmt.Errorf("%w: %q", errNoKeyAlg, t.Method.Alg())
 }
 
 // keyFor picks the verification key. A kid that the JWKS has selects that
@@ -352,10 +353,18 @@ func (k keySet) keyFor(t *jwt.Token) (any, error) {
 func (j *JWT) keyFor(t *jwt.Token) (any, error) {
 	set := j.jwks.Load()
 	if set == nil {
-		if j.remote != nil && wants(t) {
+		if j.remote == nil {
+			return j.keys.keyFor(t)
+		}
+		if wants(t) {
 			j.remote.want()
 		}
-		return j.keys.keyFor(t)
+		k, err := j.keys.keyFor(t)
+		if err != nil {
+			// The key would be in the set that has not come yet.
+			return nil, fmt.Errorf("%w: no key set loaded yet", errUnknownKID)
+		}
+		return k, nil
 	}
 	kid, named := t.Header["kid"].(string)
 	if named {
@@ -368,7 +377,7 @@ func (j *JWT) keyFor(t *jwt.Token) (any, error) {
 	}
 	if j.keys.algorithms() == nil {
 		if named {
-			return nil, errors.New("no key with the token's kid")
+			return nil, errUnknownKID
 		}
 		return set.keyFor(t, "")
 	}
@@ -393,15 +402,18 @@ func (j *JWT) Verify(r *http.Request) (string, error) {
 		id = v
 	case json.Number:
 		if !isInteger(string(v)) {
-			return "", fmt.Errorf("%w: claim %q is not an integer", ErrUnauthenticated, j.claim)
+			return "", fail(ReasonClaims, fmt.Errorf("%w: claim %q is not an integer", ErrUnauthenticated, j.claim))
 		}
 		id = string(v)
 	case nil:
-		return "", fmt.Errorf("%w: no claim %q", ErrUnauthenticated, j.claim)
+		return "", fail(ReasonClaims, fmt.Errorf("%w: no claim %q", ErrUnauthenticated, j.claim))
 	default:
-		return "", fmt.Errorf("%w: claim %q is a %T, not a string or integer", ErrUnauthenticated, j.claim, v)
+		return "", fail(ReasonClaims, fmt.Errorf("%w: claim %q is a %T, not a string or integer", ErrUnauthenticated, j.claim, v))
 	}
-	return checkID(id)
+	if _, err := checkID(id); err != nil {
+		return "", fail(ReasonClaims, err)
+	}
+	return id, nil
 }
 
 // verified returns the claims of the request's valid bearer token.
@@ -411,8 +423,9 @@ func (j *JWT) verified(r *http.Request) (jwt.MapClaims, error) {
 		return nil, err
 	}
 	claims := jwt.MapClaims{}
-	if _, err := j.parser.ParseWithClaims(raw, claims, j.keyFor); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	tok, err := j.parser.ParseWithClaims(raw, claims, j.keyFor)
+	if err != nil {
+		return nil, fail(parseReason(err, tok, j.algs), fmt.Errorf("%w: %w", ErrUnauthenticated, err))
 	}
 	return claims, nil
 }
@@ -451,15 +464,15 @@ func (j *JWT) Challenge() string { return `Bearer` }
 func bearer(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return "", fmt.Errorf("%w: no Authorization header", ErrUnauthenticated)
+		return "", fail(ReasonMissing, fmt.Errorf("%w: no Authorization header", ErrUnauthenticated))
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", fmt.Errorf("%w: Authorization is not a Bearer token", ErrUnauthenticated)
+		return "", fail(ReasonMalformed, fmt.Errorf("%w: Authorization is not a Bearer token", ErrUnauthenticated))
 	}
 	tok = strings.TrimSpace(tok)
 	if tok == "" || len(tok) > maxTokenLen {
-		return "", fmt.Errorf("%w: empty or oversized bearer token", ErrUnauthenticated)
+		return "", fail(ReasonMalformed, fmt.Errorf("%w: empty or oversized bearer token", ErrUnauthenticated))
 	}
 	return tok, nil
 }

@@ -44,13 +44,16 @@ var _ User = contextUser{}
 func (u contextUser) UserID(c *gin.Context) (string, error) {
 	v, ok := c.Get(u.key)
 	if !ok {
-		return "", fmt.Errorf("%w: no value under context key %q", ErrUnauthenticated, u.key)
+		return "", fail(ReasonMissing, fmt.Errorf("%w: no value under context key %q", ErrUnauthenticated, u.key))
 	}
 	id, err := idString(v)
 	if err != nil {
-		return "", fmt.Errorf("%w: context key %q: %w", ErrUnauthenticated, u.key, err)
+		return "", fail(ReasonMalformed, fmt.Errorf("%w: context key %q: %w", ErrUnauthenticated, u.key, err))
 	}
-	return checkID(id)
+	if _, err := checkID(id); err != nil {
+		return "", fail(ReasonMalformed, err)
+	}
+	return id, nil
 }
 
 // idString converts a context value to an id: strings, integers and
