@@ -169,28 +169,59 @@ func TestBadTokensAre401AndCountedNowhere(t *testing.T) {
 	}
 	hour := time.Now().Add(time.Hour).Unix()
 	b64 := base64.RawURLEncoding.EncodeToString
-	for _, tc := range []struct{ name, auth string }{
-		{"missing", ""},
-		{"not bearer", "Basic YWxpY2U6c2VjcmV0"},
-		{"garbage", "Bearer not.a.jwt"},
-		{"alg none", "Bearer " + b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(`{"sub":"alice","exp":`+strconv.FormatInt(hour, 10)+`}`)) + "."},
-		{"wrong secret", "Bearer " + sign(t, jwt.SigningMethodHS256, []byte("another-secret-of-at-least-32-bytes!!"), jwt.MapClaims{"sub": "alice", "exp": hour})},
-		{"RS256 not accepted", "Bearer " + sign(t, jwt.SigningMethodRS256, rsaKey, jwt.MapClaims{"sub": "alice", "exp": hour})},
-		{"HS512 not accepted", "Bearer " + sign(t, jwt.SigningMethodHS512, secret, jwt.MapClaims{"sub": "alice", "exp": hour})},
-		{"expired", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(-time.Hour).Unix()})},
-		{"not yet valid", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": hour, "nbf": hour - 60})},
-		{"no exp", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice"})},
-		{"missing claim", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"exp": hour})},
-		{"empty claim", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "", "exp": hour})},
+	for _, tc := range []struct{ name, auth, reason string }{
+		{"missing", "", identity.ReasonMissing},
+		{"not bearer", "Basic YWxpY2U6c2VjcmV0", identity.ReasonMalformed},
+		{"garbage", "Bearer not.a.jwt", identity.ReasonMalformed},
+		{"alg none", "Bearer " + b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(`{"sub":"alice","exp":`+strconv.FormatInt(hour, 10)+`}`)) + ".", identity.ReasonAlgorithm},
+		{"wrong secret", "Bearer " + sign(t, jwt.SigningMethodHS256, []byte("another-secret-of-at-least-32-bytes!!"), jwt.MapClaims{"sub": "alice", "exp": hour}), identity.ReasonBadSignature},
+		{"RS256 not accepted", "Bearer " + sign(t, jwt.SigningMethodRS256, rsaKey, jwt.MapClaims{"sub": "alice", "exp": hour}), identity.ReasonAlgorithm},
+		{"HS512 not accepted", "Bearer " + sign(t, jwt.SigningMethodHS512, secret, jwt.MapClaims{"sub": "alice", "exp": hour}), identity.ReasonAlgorithm},
+		{"expired", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(-time.Hour).Unix()}), identity.ReasonExpired},
+		{"not yet valid", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": hour, "nbf": hour - 60}), identity.ReasonNotYetValid},
+		{"no exp", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice"}), identity.ReasonClaims},
+		{"missing claim", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"exp": hour}), identity.ReasonClaims},
+		{"empty claim", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "", "exp": hour}), identity.ReasonClaims},
 	} {
+		before := identityFailures(t, h)[tc.reason]
 		w := call{path: "/api/coupon/claim", auth: tc.auth}.do(h)
 		if w.Code != 401 || w.Body.String() != `{"code":401,"message":"Authentication required"}` {
 			t.Errorf("%s: %d %s, want 401", tc.name, w.Code, w.Body)
+		}
+		// Each refusal shows in /metrics under its reason.
+		if after := identityFailures(t, h)[tc.reason]; after != before+1 {
+			t.Errorf("%s: ginlimit_identity_failures_total{reason=%q} went from %v to %v, want +1", tc.name, tc.reason, before, after)
 		}
 	}
 	if n, err := rdb.DBSize(context.Background()).Result(); err != nil || n != 0 {
 		t.Fatalf("DBSIZE = %d, %v after only rejected tokens; want 0", n, err)
 	}
+}
+
+// identityFailures scrapes the demo's /metrics and returns
+// ginlimit_identity_failures_total summed by reason.
+func identityFailures(t *testing.T, h http.Handler) map[string]float64 {
+	t.Helper()
+	w := call{path: "/metrics"}.do(h)
+	if w.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", w.Code)
+	}
+	byReason := map[string]float64{}
+	for line := range strings.Lines(w.Body.String()) {
+		rest, ok := strings.CutPrefix(line, "ginlimit_identity_failures_total{")
+		labels, value, found := strings.Cut(rest, "} ")
+		if !ok || !found {
+			continue
+		}
+		_, reason, _ := strings.Cut(labels, `reason="`)
+		reason, _, _ = strings.Cut(reason, `"`)
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		byReason[reason] += v
+	}
+	return byReason
 }
 
 // TestAlgorithmConfusion: a verifier holding an RSA public key rejects an

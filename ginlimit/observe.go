@@ -3,7 +3,12 @@ package ginlimit
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/identity"
 )
 
 // The outcomes of a decision, the values of [Event.Outcome], for metrics
@@ -36,6 +41,11 @@ const (
 	// rule. Its Event has By; its Decision has only Rule, Limit, Remaining
 	// (the limit) and Time.
 	OutcomeReset = "reset"
+	// OutcomeUnauthorized is not a decision either: a rule that counts per
+	// [User] found no valid identity, and the request was answered 401
+	// before anything was counted. Its Event has Reason; its Decision has
+	// only Rule. Observers that count decisions should count these apart.
+	OutcomeUnauthorized = "unauthorized"
 )
 
 // outcomeOf returns the outcome of d.
@@ -82,8 +92,14 @@ type Event struct {
 	By string
 	// Breaker is the state of the circuit breaker that served the
 	// decision (the backend's, per master on a cluster, per shard on a
-	// Ring) after it: "closed", "open" or "half-open" ("" when it is off).
+	// Ring) after it: "closed", "open" or "half-open" ("" when it is off,
+	// and for OutcomeReset and OutcomeUnauthorized).
 	Breaker string
+	// Reason is, for OutcomeUnauthorized, why the request had no valid
+	// identity: one of the few identity.Reason constants (such as
+	// identity.ReasonExpired), never anything of the token or the
+	// identity; "" otherwise.
+	Reason string
 }
 
 // Observe adds f as an observer of every decision: every admission and
@@ -104,6 +120,29 @@ func Observe(f func(ctx context.Context, e Event)) Option {
 		r.observers = append(r.observers[:len(r.observers):len(r.observers)], f)
 		return nil
 	})
+}
+
+// unauthorized tells p's observers that rule r found no valid identity
+// for the request of c (err wraps identity.ErrUnauthenticated), and logs
+// it at debug level: at most one line per reason per logEvery on the
+// route, so that a wrong secret, which fails every request, shows without
+// flooding the log. The line and the Event carry the reason, never err's
+// text, which a User of the application's own may fill with the identity.
+func (p *Policy) unauthorized(c *gin.Context, r *ruleBase, err error) {
+	ctx := c.Request.Context()
+	reason := identity.Reason(err)
+	if p.debugEnabled(ctx) {
+		t, _ := p.authLogs.LoadOrStore(reason, &logThrottle{})
+		t.(*logThrottle).log(ctx, p.log(), slog.LevelDebug, "ginlimit: no valid identity for the request; answering 401",
+			slog.String("rule", r.name), slog.String("route", c.FullPath()), slog.String("reason", reason))
+	}
+	if len(p.observers) == 0 {
+		return
+	}
+	e := Event{Route: requestScope(c).label(), Rule: r.name, Outcome: OutcomeUnauthorized, Decision: Decision{Rule: r.name}, Reason: reason}
+	for _, o := range p.observers {
+		o(ctx, e)
+	}
 }
 
 // observe tells p's observers about d.

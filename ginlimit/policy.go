@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -50,6 +51,7 @@ type Policy struct {
 	logger    *slog.Logger
 	logs      *logThrottle // warnings and errors, shared by the limiter's routes
 	debugLogs logThrottle  // refusals at debug level, per route
+	authLogs  sync.Map     // identity failures at debug level, per route: reason -> *logThrottle
 	secret    []byte       // keys the identity tags of log lines
 
 	clock func() int64 // tests only: the scripts' clock in µs

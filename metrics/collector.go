@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/identity"
 )
 
 // Label values that the Collector itself writes.
@@ -109,6 +110,8 @@ type Collector struct {
 	breaker    *prometheus.GaugeVec
 	resets     *prometheus.CounterVec
 	lastReset  *prometheus.GaugeVec
+	failures   *prometheus.CounterVec
+	reasons    map[string]bool // identity.Reasons, the values of failures' reason label
 
 	pairs sync.Map // pairKey -> *series, read without a lock
 	mu    sync.Mutex
@@ -127,6 +130,8 @@ type series struct {
 	nearLimit prometheus.Counter
 	denyCache prometheus.Counter
 	breaker   prometheus.Gauge
+
+	route, rule string // the label values, for the series made on demand
 }
 
 // Compile-time checks that a Collector is what it says.
@@ -183,7 +188,21 @@ func New(opts ...Option) *Collector {
 			Name: "ginlimit_last_reset_timestamp_seconds",
 			Help: "When Policy.Reset last cleared a count of the route's rule, by who asked, in Unix seconds.",
 		}, resetLabels),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ginlimit_identity_failures_total",
+			Help: "Requests answered 401 because a User rule found no valid identity, by route template, rule and reason (missing, malformed, bad_signature, expired, ...).",
+		}, []string{"route", "rule", "reason"}),
+		reasons: reasonSet(),
 	}
+}
+
+// reasonSet returns the reasons of package identity, as a set.
+func reasonSet() map[string]bool {
+	set := map[string]bool{}
+	for _, r := range identity.Reasons() {
+		set[r] = true
+	}
+	return set
 }
 
 // resetLabels are the labels of the reset metrics.
@@ -193,8 +212,12 @@ var resetLabels = []string{"route", "rule", "by"}
 // value collector.Observe; it is called by ginlimit on the request's goroutine; it takes no lock once e's (route,
 // rule) pair has been seen.
 func (c *Collector) Observe(_ context.Context, e ginlimit.Event) {
-	if e.Outcome == ginlimit.OutcomeReset {
+	switch e.Outcome {
+	case ginlimit.OutcomeReset:
 		c.observeReset(&e)
+		return
+	case ginlimit.OutcomeUnauthorized:
+		c.observeUnauthorized(&e)
 		return
 	}
 	s := c.seriesFor(e.Route, e.Rule)
@@ -232,6 +255,20 @@ func (c *Collector) observeReset(e *ginlimit.Event) {
 	c.lastReset.WithLabelValues(labels...).Set(float64(e.Decision.Time.UnixMilli()) / 1e3)
 }
 
+// observeUnauthorized counts an identity failure by its reason. The
+// (route, rule) pair is that of the rule's decisions, folded under Other
+// past the MaxSeries cap as they are; a reason this package does not know
+// (an Event made by hand) is counted as identity.ReasonOther, so that the
+// reason label keeps identity's few values.
+func (c *Collector) observeUnauthorized(e *ginlimit.Event) {
+	s := c.seriesFor(e.Route, e.Rule)
+	reason := e.Reason
+	if !c.reasons[reason] {
+		reason = identity.ReasonOther
+	}
+	c.failures.WithLabelValues(s.route, s.rule, reason).Inc()
+}
+
 // Describe sends the descriptors of every metric of the Collector. It
 // implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -242,6 +279,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.breaker.Describe(ch)
 	c.resets.Describe(ch)
 	c.lastReset.Describe(ch)
+	c.failures.Describe(ch)
 }
 
 // Collect sends the current value of every series. It implements
@@ -254,6 +292,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.breaker.Collect(ch)
 	c.resets.Collect(ch)
 	c.lastReset.Collect(ch)
+	c.failures.Collect(ch)
 }
 
 // seriesFor returns the series of the pair (route, rule): its own while the
@@ -298,6 +337,8 @@ func (c *Collector) newSeries(route, rule string) *series {
 		nearLimit: c.nearLimits.WithLabelValues(route, rule),
 		denyCache: c.denyCache.WithLabelValues(route, rule),
 		breaker:   c.breaker.WithLabelValues(route, rule),
+		route:     route,
+		rule:      rule,
 	}
 	for i, o := range outcomes {
 		s.decisions[i] = c.decisions.WithLabelValues(route, rule, string(o))

@@ -31,10 +31,20 @@
 //	ginlimit_resets_total{route,rule,by}           counter: counts cleared with Policy.Reset
 //	ginlimit_last_reset_timestamp_seconds{route,rule,by}
 //	                                               gauge: when the last of them was, in Unix seconds
+//	ginlimit_identity_failures_total{route,rule,reason}
+//	                                               counter: requests answered 401 because a User rule
+//	                                               found no valid identity, by reason
 //
 // by is who asked for a reset, as the application gave it to Policy.Reset
 // (an admin tool's name, say); the identity whose count was cleared is never
 // a label. route is "" for a policy used through Policy.Allow.
+//
+// reason is one of the few identity.Reason values (missing, malformed,
+// bad_signature, expired, not_yet_valid, unknown_kid, algorithm, claims,
+// other): a wrong JWT secret shows as bad_signature on every request,
+// skewed clocks as expired or not_yet_valid. Its series are made on the
+// first failure of each reason; these requests are not decisions, and
+// ginlimit_decisions_total does not count them.
 //
 // decision is one of the eight ginlimit outcomes: allowed, limited,
 // shadow_limited, error, saturated, fallback, banned and client_gone

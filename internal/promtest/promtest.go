@@ -17,6 +17,8 @@ const (
 	NearLimit     = "ginlimit_near_limit_total"
 	DenyCacheHits = "ginlimit_deny_cache_hits_total"
 	BreakerOpen   = "ginlimit_breaker_open"
+
+	IdentityFailures = "ginlimit_identity_failures_total"
 )
 
 // Snapshot is one scrape of a Collector: its metric families by name.
