@@ -4,25 +4,22 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/identity"
+	"github.com/ginlimit/ginlimit/internal/pairs"
 )
 
 // Label values that the Collector itself writes.
 const (
 	// Other is the route and rule label value of the decisions of every
 	// (route, rule) pair seen after the [MaxSeries] cap was reached.
-	Other = "other"
+	Other = pairs.Other
 	// Unmatched is the route label value of the decisions of requests that
 	// matched no route, whose method the client chose freely.
-	Unmatched = "unmatched"
+	Unmatched = pairs.Unmatched
 )
 
 // latencyBuckets are the upper bounds of ginlimit_decision_seconds, from a
@@ -101,7 +98,6 @@ func indexOf(o string) int {
 // and two Collectors share nothing.
 type Collector struct {
 	nearLimit float64
-	maxSeries int64
 
 	decisions  *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
@@ -113,14 +109,8 @@ type Collector struct {
 	failures   *prometheus.CounterVec
 	reasons    map[string]bool // identity.Reasons, the values of failures' reason label
 
-	pairs sync.Map // pairKey -> *series, read without a lock
-	mu    sync.Mutex
-	n     atomic.Int64           // pairs with their own labels, at most maxSeries
-	other atomic.Pointer[series] // the fold of the pairs past the cap; nil until needed
+	pairs *pairs.Cap[*series] // the series of each (route, rule) pair, folded past MaxSeries
 }
-
-// pairKey is a (route, rule) pair as the Event gives it.
-type pairKey struct{ route, rule string }
 
 // series is every metric of one (route, rule) pair, resolved once so that
 // Observe does no label lookup.
@@ -156,9 +146,8 @@ func New(opts ...Option) *Collector {
 		panic(err)
 	}
 	pair := []string{"route", "rule"}
-	return &Collector{
+	c := &Collector{
 		nearLimit: cfg.nearLimit,
-		maxSeries: int64(cfg.maxSeries),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ginlimit_decisions_total",
 			Help: "Rate limit decisions, by route template, rule and outcome (allowed, limited, shadow_limited, error, fallback, banned).",
@@ -194,6 +183,8 @@ func New(opts ...Option) *Collector {
 		}, []string{"route", "rule", "reason"}),
 		reasons: reasonSet(),
 	}
+	c.pairs = pairs.New(cfg.maxSeries, c.newSeries)
+	return c
 }
 
 // reasonSet returns the reasons of package identity, as a set.
@@ -220,7 +211,7 @@ func (c *Collector) Observe(_ context.Context, e ginlimit.Event) {
 		c.observeUnauthorized(&e)
 		return
 	}
-	s := c.seriesFor(e.Route, e.Rule)
+	s := c.pairs.Get(e.Route, e.Rule)
 	i := outcomeIndex(&e)
 	s.decisions[i].Inc()
 	s.latency.Observe(max(e.Latency.Seconds(), 0))
@@ -243,14 +234,8 @@ func (c *Collector) Observe(_ context.Context, e ginlimit.Event) {
 // up on each one; past the MaxSeries cap of (route, rule) pairs, they are
 // counted under Other as decisions are.
 func (c *Collector) observeReset(e *ginlimit.Event) {
-	route, rule := e.Route, e.Rule
-	if unmatched(route) {
-		route = Unmatched
-	}
-	if _, ok := c.pairs.Load(pairKey{route, rule}); !ok && c.n.Load() >= c.maxSeries {
-		route, rule = Other, Other
-	}
-	labels := []string{labelValue(route), labelValue(rule), labelValue(e.By)}
+	route, rule := c.pairs.Labels(e.Route, e.Rule)
+	labels := []string{route, rule, pairs.Value(e.By)}
 	c.resets.WithLabelValues(labels...).Inc()
 	c.lastReset.WithLabelValues(labels...).Set(float64(e.Decision.Time.UnixMilli()) / 1e3)
 }
@@ -261,7 +246,7 @@ func (c *Collector) observeReset(e *ginlimit.Event) {
 // (an Event made by hand) is counted as identity.ReasonOther, so that the
 // reason label keeps identity's few values.
 func (c *Collector) observeUnauthorized(e *ginlimit.Event) {
-	s := c.seriesFor(e.Route, e.Rule)
+	s := c.pairs.Get(e.Route, e.Rule)
 	reason := e.Reason
 	if !c.reasons[reason] {
 		reason = identity.ReasonOther
@@ -295,40 +280,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.failures.Collect(ch)
 }
 
-// seriesFor returns the series of the pair (route, rule): its own while the
-// cap allows, the fold's after.
-func (c *Collector) seriesFor(route, rule string) *series {
-	if unmatched(route) {
-		route = Unmatched
-	}
-	k := pairKey{route, rule}
-	if s, ok := c.pairs.Load(k); ok {
-		return s.(*series)
-	}
-	if c.n.Load() >= c.maxSeries {
-		if s := c.other.Load(); s != nil {
-			return s
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s, ok := c.pairs.Load(k); ok {
-		return s.(*series)
-	}
-	if c.n.Load() >= c.maxSeries {
-		s := c.other.Load()
-		if s == nil {
-			s = c.newSeries(Other, Other)
-			c.other.Store(s)
-		}
-		return s
-	}
-	s := c.newSeries(labelValue(route), labelValue(rule))
-	c.pairs.Store(k, s)
-	c.n.Add(1)
-	return s
-}
-
 // newSeries creates, at zero, every series of the label values route and
 // rule.
 func (c *Collector) newSeries(route, rule string) *series {
@@ -344,20 +295,4 @@ func (c *Collector) newSeries(route, rule string) *series {
 		s.decisions[i] = c.decisions.WithLabelValues(route, rule, string(o))
 	}
 	return s
-}
-
-// unmatched reports whether route is that of a request that matched no
-// route: a method and an empty template (ginlimit joins them with a space).
-func unmatched(route string) bool {
-	return route != "" && route[len(route)-1] == ' '
-}
-
-// labelValue returns s as a Prometheus label value, which must be valid
-// UTF-8. Route templates and rule names are in practice; this only keeps a
-// malformed one from making Observe panic on a request.
-func labelValue(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }
