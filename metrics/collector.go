@@ -3,32 +3,23 @@ package metrics
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/identity"
-	"github.com/ginlimit/ginlimit/internal/pairs"
+	"github.com/ginlimit/ginlimit/internal/obs"
 )
 
 // Label values that the Collector itself writes.
 const (
 	// Other is the route and rule label value of the decisions of every
 	// (route, rule) pair seen after the [MaxSeries] cap was reached.
-	Other = pairs.Other
+	Other = obs.Other
 	// Unmatched is the route label value of the decisions of requests that
 	// matched no route, whose method the client chose freely.
-	Unmatched = pairs.Unmatched
+	Unmatched = obs.Unmatched
 )
-
-// latencyBuckets are the upper bounds of ginlimit_decision_seconds, from a
-// deny-cache answer to far beyond any sane decision timeout. Each Collector
-// gets its own copy.
-var latencyBuckets = [...]float64{
-	0.000_05, 0.000_1, 0.000_25, 0.000_5,
-	0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-}
 
 // outcomes are the values of the decision label, in the order of
 // [series.decisions].
@@ -109,7 +100,7 @@ type Collector struct {
 	failures   *prometheus.CounterVec
 	reasons    map[string]bool // identity.Reasons, the values of failures' reason label
 
-	pairs *pairs.Cap[*series] // the series of each (route, rule) pair, folded past MaxSeries
+	pairs *obs.Cap[*series] // the series of each (route, rule) pair, folded past MaxSeries
 }
 
 // series is every metric of one (route, rule) pair, resolved once so that
@@ -155,7 +146,7 @@ func New(opts ...Option) *Collector {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ginlimit_decision_seconds",
 			Help:    "How long a rate limit decision took, Redis included, in seconds.",
-			Buckets: slices.Clone(latencyBuckets[:]),
+			Buckets: obs.LatencyBuckets(),
 		}, pair),
 		nearLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ginlimit_near_limit_total",
@@ -183,7 +174,7 @@ func New(opts ...Option) *Collector {
 		}, []string{"route", "rule", "reason"}),
 		reasons: reasonSet(),
 	}
-	c.pairs = pairs.New(cfg.maxSeries, c.newSeries)
+	c.pairs = obs.New(cfg.maxSeries, c.newSeries)
 	return c
 }
 
@@ -235,7 +226,7 @@ func (c *Collector) Observe(_ context.Context, e ginlimit.Event) {
 // counted under Other as decisions are.
 func (c *Collector) observeReset(e *ginlimit.Event) {
 	route, rule := c.pairs.Labels(e.Route, e.Rule)
-	labels := []string{route, rule, pairs.Value(e.By)}
+	labels := []string{route, rule, obs.Value(e.By)}
 	c.resets.WithLabelValues(labels...).Inc()
 	c.lastReset.WithLabelValues(labels...).Set(float64(e.Decision.Time.UnixMilli()) / 1e3)
 }

@@ -3,6 +3,8 @@ package metrics
 import (
 	"fmt"
 	"math"
+
+	"github.com/ginlimit/ginlimit/internal/obs"
 )
 
 // Defaults of a [Collector].
@@ -10,10 +12,10 @@ const (
 	// DefaultNearLimitFraction is the fraction of the limit under which an
 	// allowed decision's remaining quota counts as near the limit when no
 	// [NearLimitFraction] is given.
-	DefaultNearLimitFraction = 0.1
+	DefaultNearLimitFraction = obs.DefaultNearLimitFraction
 	// DefaultMaxSeries is how many distinct (route, rule) label pairs a
 	// Collector keeps when no [MaxSeries] is given.
-	DefaultMaxSeries = 1000
+	DefaultMaxSeries = obs.DefaultMaxSeries
 )
 
 // An Option configures a [Collector]. An invalid argument makes [New] panic,

@@ -1,10 +1,11 @@
-// Package pairs bounds the (route, rule) label pairs of ginlimit's metric
-// exporters: package metrics (Prometheus) and package otelginlimit
-// (OpenTelemetry) keep the same labels by the same rules, from here. Route
+// Package obs is what ginlimit's two metric exporters, package metrics
+// (Prometheus) and package otelginlimit (OpenTelemetry), share, so that
+// they keep the same series by the same rules: the defaults, the latency
+// buckets, and the bounds on the (route, rule) label pairs. Route
 // templates and rule names are finite in a sane application; a Cap is the
 // backstop for one that is not, and "unmatched" stands for every request
 // that matched no route, whose method the client chose freely.
-package pairs
+package obs
 
 import (
 	"strings"
@@ -12,6 +13,26 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 )
+
+// Defaults of both exporters.
+const (
+	// DefaultNearLimitFraction is the fraction of the limit under which an
+	// allowed decision's remaining quota counts as near the limit.
+	DefaultNearLimitFraction = 0.1
+	// DefaultMaxSeries is how many distinct (route, rule) pairs an
+	// exporter keeps.
+	DefaultMaxSeries = 1000
+)
+
+// LatencyBuckets returns the upper bounds, in seconds, of the decision
+// latency histogram, from a deny-cache answer to far beyond any sane
+// decision timeout, in a new slice.
+func LatencyBuckets() []float64 {
+	return []float64{
+		0.000_05, 0.000_1, 0.000_25, 0.000_5,
+		0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+	}
+}
 
 // Label values the exporters themselves write.
 const (
