@@ -113,7 +113,7 @@ func claimTexts(claims map[string]any, headerText string) []string {
 
 // checkVerdict: a User's answer is an id and no error, or no id and an
 // error wrapping ErrUnauthenticated, which repeats neither the token nor a
-// claim.
+// claim, and which identity.Reason classifies.
 func checkVerdict(t *testing.T, what, tok string, id string, err error) {
 	t.Helper()
 	switch {
@@ -122,6 +122,10 @@ func checkVerdict(t *testing.T, what, tok string, id string, err error) {
 	case err != nil && (id != "" || !errors.Is(err, identity.ErrUnauthenticated)):
 		t.Fatalf("%s = %q, %v; want no id and an error wrapping ErrUnauthenticated", what, id, err)
 	case err != nil:
+		// Every refusal of identity's own verifier has a precise reason.
+		if r := identity.Reason(err); r == identity.ReasonOther || !slices.Contains(identity.Reasons(), r) {
+			t.Fatalf("%s: Reason(%v) = %q, want one of %v other than %q", what, err, r, identity.Reasons(), identity.ReasonOther)
+		}
 		if len(tok) >= minTokenLeak {
 			if _, ok := leakedText(err.Error(), "", minTokenLeak, tok); ok {
 				t.Fatalf("%s: the error %q repeats the token %.100q", what, err, tok)
