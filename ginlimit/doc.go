@@ -64,7 +64,9 @@
 // not used. [User] routes count per user id from [UserIdentity], typically
 // identity.JWT. A request with no valid identity on a User route is answered
 // 401 {"code":401,"message":"Authentication required"}, with
-// WWW-Authenticate: Bearer for JWT, and is counted in no bucket.
+// WWW-Authenticate: Bearer for JWT, and is counted in no bucket; observers
+// see it as [OutcomeUnauthorized] with its reason (identity.Reason), and a
+// debug line, at most one per reason per 5 s, says why, without the token.
 //
 // # Responses and headers
 //
