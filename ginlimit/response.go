@@ -164,7 +164,6 @@ func (p *Policy) clientGone(c *gin.Context, req *request) {
 // 401 when it is unauthenticated, 500 (and a log line) otherwise.
 func (p *Policy) identityFailed(c *gin.Context, r *ruleBase, err error) {
 	if errors.Is(err, identity.ErrUnauthenticated) {
-		p.unauthorized(c, r, err)
 		if ch, ok := r.users.(interface{ Challenge() string }); ok {
 			challenge := ch.Challenge()
 			if c.GetHeader("Authorization") != "" {
@@ -174,6 +173,7 @@ func (p *Policy) identityFailed(c *gin.Context, r *ruleBase, err error) {
 			c.Header("WWW-Authenticate", challenge)
 		}
 		abortJSON(c, http.StatusUnauthorized, bodyUnauthorized)
+		p.unauthorized(c, r, err)
 		return
 	}
 	var missing errMissing
