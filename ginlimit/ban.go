@@ -103,7 +103,7 @@ func (r *rateRule) compileBan(rc ruleConfig, route *routeConfig, named bool) err
 		settings: ruleArgs(banAlg, b.within, b.after, int(b.duration.Milliseconds())),
 		deny:     newDenyCache(route, false),
 	}
-	br.prefix, br.body429 = r.prefix+banTag, body
+	br.prefix, br.body429, br.message = r.prefix+banTag, body, b.message
 	if route.onFail == FailLocal {
 		// A ban is Redis's: the fallback starts none, but keeps the one
 		// Redis last reported.

@@ -33,6 +33,12 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Time is the Redis server's clock when the decision was made.
 	Time time.Time
+	// Message is what the default 429 body says: the message of the rule
+	// that decided ([Message]; its [Ban]'s for a banned identity), or
+	// Reason. A [Respond] function writes it in a body of its own, as
+	// ginlimit/problem does in its detail. It is set on the decisions of
+	// requests, not on those of [Policy.Peek] and [Policy.Allow].
+	Message string
 	// Reason is set when a request was rejected for a reason other than the
 	// rate: today, a cost larger than the rule can ever admit. Such a
 	// request gets a 429 whose message is Reason, without rate limit

@@ -18,13 +18,14 @@ import (
 // targetWho (key.go), where every key is built from the identity.
 
 // Type sets what the limit is counted per, the Java annotation's type:
-// [Method] (the whole route, the default), [IP], [User] or [UserOrIP]. It
+// [Method] (the whole route, the default), [IP], [User], [UserOrIP] or
+// [Shared] (the whole group of routes that carry the rule). It
 // is sugar for [Per](t), keys included, so any Dimension fits:
 // Type(ginlimit.ByParam("id")) is Per(ginlimit.ByParam("id")).
 func Type(t Dimension) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
 		if t == nil {
-			return errors.New("Type(nil): want Method, IP, User, UserOrIP or a dimension of ByParam, ByHeader or ByFunc")
+			return errors.New("Type(nil): want Method, IP, User, UserOrIP, Shared or a dimension of ByParam, ByHeader or ByFunc")
 		}
 		return setDims(r, "Type", []Dimension{t})
 	})
@@ -77,8 +78,9 @@ func HashIdentities(secret []byte) RuleOption {
 // Dimension is one thing a rule can count per: the user, the client IP, a
 // path parameter, a header, or a function of the request. Give one to
 // [Type], or several to [Per]; every combination of their values gets a
-// count of its own. The Dimensions are [Method], [IP], [User] and
-// [UserOrIP], and those [ByParam], [ByHeader] and [ByFunc] make.
+// count of its own. The Dimensions are [Method], [IP], [User],
+// [UserOrIP] and [Shared], and those [ByParam], [ByHeader] and [ByFunc]
+// make.
 type Dimension interface {
 	dimension() dim
 }
@@ -101,6 +103,17 @@ const (
 	// per client IP, in buckets of its own ("anon:<ip>"), instead of
 	// answering it 401: one shared anonymous bucket never exists.
 	UserOrIP
+	// Shared counts every route that carries the rule in one count,
+	// instead of one per route: the routes of a group given one
+	// annotation with Use, or any routes whose rules have the same [Key]
+	// and [Name], on every instance. Combined with other dimensions it
+	// shares per their values: Per(Shared, User) is one budget per user
+	// across the group. The routes of a group must agree on the rule's
+	// algorithm, window and limit (New and RateLimit refuse a route that
+	// does not, within one Limiter), and on a route with [Rule]s every
+	// rule of a kind (rate or [InFlight]) is Shared or none is. See
+	// docs/features.md, Shared budgets.
+	Shared
 )
 
 func (b builtinDim) dimension() dim {
@@ -113,8 +126,10 @@ func (b builtinDim) dimension() dim {
 		return dim{kind: dimUser, label: "user", anon: true}
 	case Method:
 		return dim{kind: dimMethod}
+	case Shared:
+		return dim{kind: dimShared, label: "shared"}
 	}
-	return dim{err: fmt.Errorf("builtinDim(%d): want Method, IP, User or UserOrIP", int(b))}
+	return dim{err: fmt.Errorf("builtinDim(%d): want Method, IP, User, UserOrIP or Shared", int(b))}
 }
 
 // dim is what a Dimension stands for.
@@ -138,6 +153,7 @@ const (
 	dimHeader
 	dimFunc
 	dimMethod // the whole route: no part of the key
+	dimShared // the whole group: the key's scope is sharedRoute's
 )
 
 // maxDims is the most dimensions one rule counts per.
@@ -215,6 +231,8 @@ func (d dim) describe() string {
 		return "IP"
 	case dimMethod:
 		return "Method"
+	case dimShared:
+		return "Shared"
 	case dimParam:
 		return fmt.Sprintf("ByParam(%q)", d.name)
 	case dimHeader:
@@ -230,7 +248,8 @@ func (d dim) describe() string {
 // ginlimit.ByParam("id")) for "one claim per user per voucher". Per() and
 // Per(Method) count the whole route; Per(d) is [Type](d). At most 4
 // dimensions, none twice, no two of one name (the name keys
-// [Target.Values]), and Method only alone. Text from the request is
+// [Target.Values]), and Method only alone. [Shared] adds no part to the
+// key: it makes the count the group's instead of the route's. Text from the request is
 // escaped and bounded in keys as user ids are (see docs/design.md, Keys).
 // That bounds each key's length, not how many keys there are: see
 // [ByParam] and [ByHeader] for values the client chooses.
@@ -245,20 +264,25 @@ func setDims(r *ruleConfig, what string, dims []Dimension) error {
 		return fmt.Errorf("%s: %d dimensions, want at most %d", what, len(dims), maxDims)
 	}
 	ds := make([]dim, 0, len(dims))
-	anon := false
+	anon, shared := false, false
 	for i, x := range dims {
 		if x == nil {
-			return fmt.Errorf("%s: dimension %d is nil: give Method, IP, User, UserOrIP, or one of ByParam, ByHeader or ByFunc", what, i+1)
+			return fmt.Errorf("%s: dimension %d is nil: give Method, IP, User, UserOrIP, Shared, or one of ByParam, ByHeader or ByFunc", what, i+1)
 		}
 		d := x.dimension()
 		switch {
 		case d.err != nil:
 			return fmt.Errorf("%s: %w", what, d.err)
 		case d.kind == 0:
-			return fmt.Errorf("%s: dimension %d is the zero value: give Method, IP, User, UserOrIP, or one of ByParam, ByHeader or ByFunc", what, i+1)
+			return fmt.Errorf("%s: dimension %d is the zero value: give Method, IP, User, UserOrIP, Shared, or one of ByParam, ByHeader or ByFunc", what, i+1)
 		case d.kind == dimMethod && len(dims) > 1:
 			return fmt.Errorf("%s: Method counts the whole route: give it alone", what)
 		case d.kind == dimMethod:
+			continue
+		case d.kind == dimShared && shared:
+			return fmt.Errorf("%s: Shared is given twice", what)
+		case d.kind == dimShared:
+			shared = true
 			continue
 		}
 		for _, e := range ds {
@@ -277,7 +301,7 @@ func setDims(r *ruleConfig, what string, dims []Dimension) error {
 	if len(ds) == 0 {
 		ds = nil
 	}
-	r.dims, r.anonByIP = ds, anon
+	r.dims, r.anonByIP, r.shared = ds, anon, shared
 	return nil
 }
 

@@ -139,8 +139,9 @@ func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*slotRule, err
 	}
 	r := &slotRule{ruleBase: base, lease: rc.lease}
 	// No window: the IETF draft's w is optional, and a count of requests
-	// in flight has none.
-	r.policyHeader = r.quotedName + ";q=" + r.limitText
+	// in flight has none. Its unit is the draft's concurrent-requests.
+	r.policyHeader = r.quotedName + ";q=" + r.limitText + `;qu="concurrent-requests"`
+	r.group, r.groupTerms = rc.groupOf("in-flight")
 	if route.onFail == FailLocal { // the fallback decides only for FailLocal
 		r.local = state.NewSlots(max(1, rc.slots/route.localInstances))
 	}

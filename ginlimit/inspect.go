@@ -30,7 +30,9 @@ type Target struct {
 	// Route is the route as gin and [Event.Route] name it: the method, one
 	// space and the route template as registered, "GET /api/coupon/claim"
 	// (not a request's path: "/api/users/:id", not "/api/users/7"), or
-	// "unmatched" for the requests that matched no route.
+	// "unmatched" for the requests that matched no route. For a [Shared]
+	// rule, whose count is the group's, it may be empty, and any route
+	// names the same count.
 	Route string
 	// Key is the key given to [Policy.Allow], for a
 	// Policy used outside gin. A rule's Type plays no part there: the key
@@ -131,7 +133,10 @@ func (p *Policy) aim(t Target) (aim, error) {
 		return aim{}, err
 	}
 	a := aim{declared: r, rule: r}
-	if a.scope, err = targetScope(t); err != nil {
+	if r.base().shared && t.Route == "" && t.Key == "" {
+		// Any route names a Shared rule's count: none is needed.
+		a.scope = scope{method: unmatchedMethod, route: sharedRoute}
+	} else if a.scope, err = targetScope(t); err != nil {
 		return aim{}, err
 	}
 	if rate, ok := r.(*rateRule); ok && t.Plan != "" {

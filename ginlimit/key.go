@@ -20,9 +20,18 @@ import (
 //
 //	<prefix>{<scope>[ <dimension>]}                 a route with one rule
 //	<prefix>{<scope>} rule:<name>[ <dimension>]     a route with Rules
+//	<prefix>{* shared} rule:<name>[ <dimension>]    a [Shared] rule
 //
 // The scope is "<METHOD> <route template>" for a request ("* unmatched"
 // for one that matched no route), or the caller's key for [Policy.Allow].
+// A Shared rule's key has no route in it, so every route that carries the
+// rule meets the same key; it always names the rule, so a rule declared
+// alone and one declared with Rule share when their Key and Name agree.
+// Its hash tag is the same for every Shared rule, so the Shared rules of
+// one route (whose script call needs one slot) are always together, and a
+// Redis Cluster keeps every Shared count on one node, as it keeps every
+// count of one route with Rules. No route template can spell "* shared":
+// gin's begin with '/'.
 // The dimension is one " <label>:<value>" per dimension the rule counts per
 // ([Per]), in the rule's order: "ip:<addr>", "user:<id>", "anon:<addr>",
 // "p.<param>:<value>", "h.<header>:<value>", "f.<name>:<value>"; with
@@ -96,6 +105,10 @@ const (
 	unmatchedRoute  = "unmatched"
 )
 
+// sharedRoute is, under unmatchedMethod, the scope of every key of a
+// [Shared] rule, whatever the route: what makes the count the group's.
+const sharedRoute = "shared"
+
 // requestScope returns the scope of a request: its method and route
 // template, or the fixed scope of an unmatched request.
 func requestScope(c *gin.Context) scope {
@@ -149,8 +162,12 @@ func boundedLen(s string, safe charset) int {
 
 // buildKey returns rule r's Redis key for scope s and identity w (nil for
 // none). named says whether the route declares its rules with Rule, whose
-// keys carry the rule's name outside the hash tag.
+// keys carry the rule's name outside the hash tag; a Shared rule's always
+// do, under the scope "* shared" (sharedRoute).
 func buildKey(r *ruleBase, named bool, s scope, w *who) string {
+	if r.shared && s.method != "" { // Policy.Allow's key stays the whole identity
+		s, named = scope{method: unmatchedMethod, route: sharedRoute}, true
+	}
 	var parts []part
 	if w != nil {
 		parts = w.parts[:w.n]
@@ -190,6 +207,24 @@ func buildKey(r *ruleBase, named bool, s scope, w *who) string {
 	}
 	return b.String()
 }
+
+// partition is the partition of key, one of rule r's: the hex HMAC that
+// [HashIdentities] puts in place of the identity, which every layout of
+// buildKey ends with (but for the closing brace of a route with one
+// rule); "" for a rule that counts no dimension, or none hashed.
+func (r *ruleBase) partition(key string) string {
+	if r.hashKey == nil || len(r.dims) == 0 {
+		return ""
+	}
+	key = strings.TrimSuffix(key, "}")
+	if len(key) < hashHex {
+		return ""
+	}
+	return key[len(key)-hashHex:]
+}
+
+// hashHex is the length of a hashed identity in a key: 128 bits in hex.
+const hashHex = 32
 
 // escape returns s with every byte that safe rejects percent-encoded.
 func escape(s string, safe charset) string {

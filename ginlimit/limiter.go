@@ -38,6 +38,7 @@ type Limiter struct {
 	backends map[engine.Config]*backend
 	owned    []*backend // every backend made, for Close
 	closed   bool
+	groups   map[string]group // each Shared group, by its Key and Name (claimGroups)
 
 	subscribe bool // the backends' hubs subscribe to resets
 }
@@ -87,7 +88,8 @@ func newLimiter(base config, subscribe bool) *Limiter {
 // An admitted request continues down the chain; a limited one gets 429 with
 // {"code":429,"message":"<message>"} and the chain is aborted. Given to a
 // route group with Use, it counts each route of the group separately (the
-// key holds the route template), not one budget for the group.
+// key holds the route template); with Per([Shared]) the group has one
+// budget.
 func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
 	p, err := l.Policy(opts...)
 	if err != nil {
@@ -109,7 +111,9 @@ func (l *Limiter) Policy(opts ...Option) (*Policy, error) {
 	if err == nil {
 		var p *Policy
 		if p, err = l.compile(c); err == nil {
-			return p, nil
+			if err = l.claimGroups(p); err == nil {
+				return p, nil
+			}
 		}
 	}
 	return nil, err

@@ -138,6 +138,7 @@ type ruleConfig struct {
 	users      identity.User
 	hashKey    []byte
 	anonByIP   bool
+	shared     bool          // Shared: one count for every route of the group
 	slots      int           // InFlight's n: an in-flight rule when above 0
 	lease      time.Duration // InFlight's lease
 }

@@ -36,6 +36,7 @@ type Policy struct {
 	bans         bool           // some rate rule has a Ban
 	named        bool           // declared with Rule: keys and 429 bodies name the rule
 	tiered       bool           // some rule has plans (LimitBy): the policy header is per request
+	partitioned  bool           // some rule hashes its identity: the policy header has pk, per request
 	engine       *engine.Engine // makes the route's Redis calls
 	hub          *state.Hub     // keeps its caches coherent; nil without a subscription
 	policyHeader string         // RateLimit-Policy: every rule's, joined
@@ -71,7 +72,11 @@ type ruleBase struct {
 	users       identity.User
 	hashKey     []byte
 	anonByIP    bool
+	shared      bool   // Shared: its keys' scope is sharedRoute's
+	group       string // Shared: its group and the settings the group's
+	groupTerms  string // routes must agree on (groupOf)
 
+	message      string // its 429's message, for Decision.Message
 	quotedName   string
 	limitText    string
 	policyHeader string // this rule's RateLimit-Policy item
@@ -123,6 +128,9 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 		p.add(r)
 	}
 	if err := p.compileNamed(c, &rc); err != nil {
+		return nil, err
+	}
+	if err := p.checkShared(); err != nil {
 		return nil, err
 	}
 	b, err := l.backendFor(rc)
@@ -177,6 +185,7 @@ func (p *Policy) compileNamed(c config, rc *routeConfig) error {
 // what a request on it needs: a ban's call, a plan's policy header.
 func (p *Policy) add(r anyRule) {
 	p.all = append(p.all, r)
+	p.partitioned = p.partitioned || r.base().hashKey != nil && len(r.base().dims) > 0
 	switch r := r.(type) {
 	case *slotRule:
 		p.slots = append(p.slots, r)
@@ -287,6 +296,7 @@ func compileRate(rc ruleConfig, route *routeConfig, named bool) (*rateRule, erro
 		settings: ruleArgs(rc.alg, rc.window, rc.limit, param),
 	}
 	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
+	r.group, r.groupTerms = rc.groupOf("rate")
 	if err := r.compileExtras(rc, route, named); err != nil {
 		return nil, err
 	}
@@ -312,6 +322,8 @@ func (rc *ruleConfig) base(prefix string, limit int, named bool) (ruleBase, erro
 		users:       rc.users,
 		hashKey:     rc.hashKey,
 		anonByIP:    rc.anonByIP,
+		shared:      rc.shared,
+		message:     rc.message,
 		quotedName:  sfString(name),
 		limitText:   strconv.Itoa(limit),
 		body429:     body429,

@@ -2,6 +2,8 @@ package ginlimit
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -82,6 +84,12 @@ const (
 // In shadow mode nothing is refused.
 func (p *Policy) answer(c *gin.Context, req *request, err error) {
 	d := &req.d
+	if d.decider != nil {
+		d.Message = d.decider.message
+	}
+	if d.Reason != "" {
+		d.Message = d.Reason
+	}
 	if errors.Is(err, ErrClientGone) {
 		p.clientGone(c, req)
 		return
@@ -194,30 +202,88 @@ func abortJSON(c *gin.Context, code int, body string) {
 }
 
 // policyFor is the RateLimit-Policy value of req: every rule's item, with
-// the limits of the tiers the request's rules resolved to.
+// the limits of the tiers the request's rules resolved to and the
+// partition keys of its hashed identities (appendPK). On a route with
+// plans it lists the rules of the request's step: its rate rules, or its
+// in-flight rules.
 func (p *Policy) policyFor(req *request) string {
-	if !p.tiered {
+	switch {
+	case !p.tiered && !p.partitioned:
 		return p.policyHeader
-	}
-	if len(req.calls) == 1 {
+	case !p.partitioned && len(req.calls) == 1:
 		return req.calls[0].rule.policyHeader
 	}
-	b := make([]byte, 0, len(p.policyHeader)+16)
+	b := make([]byte, 0, len(p.policyHeader)+48)
 	add := func(r *ruleBase) {
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
 		b = append(b, r.policyHeader...)
+		b = p.appendPK(b, req, r)
 	}
-	if req.inFlight() {
+	switch {
+	case !p.tiered:
+		for _, r := range p.all {
+			add(r.base())
+		}
+	case req.inFlight():
 		for _, r := range p.slots {
 			add(&r.ruleBase)
 		}
-	}
-	for _, cl := range req.calls {
-		add(&cl.rule.ruleBase)
+	default:
+		for _, cl := range req.calls {
+			add(&cl.rule.ruleBase)
+		}
 	}
 	return string(b)
+}
+
+// appendPK appends the IETF draft's partition key parameter of rule r for
+// req, when r hashes the identity it counts ([HashIdentities]): ";pk=:"
+// and the base64 of the 128-bit HMAC that stands for the identity in the
+// key. It is keyed with the rule's secret, so it names the client's count
+// the same way on every instance and across restarts, and tells nothing
+// of the identity. A rule without a secret sends no pk: there is no key
+// that is both secret and the same on every instance, and an unkeyed hash
+// of an IP address or a user id is undone by trying every value. A rule
+// whose count req does not hold (an in-flight rule on the rate rules'
+// answer) sends none either.
+func (p *Policy) appendPK(b []byte, req *request, r *ruleBase) []byte {
+	if r.hashKey == nil || len(r.dims) == 0 {
+		return b
+	}
+	part := r.partition(p.keyOf(req, r))
+	var raw [hashHex / 2]byte
+	if part == "" {
+		return b
+	}
+	if _, err := hex.Decode(raw[:], []byte(part)); err != nil {
+		return b
+	}
+	b = append(b, ";pk=:"...)
+	b = base64.StdEncoding.AppendEncode(b, raw[:])
+	return append(b, ':')
+}
+
+// keyOf is rule r's key in req: a rate rule's, its Ban's or its plan's in
+// a request of the rate rules, an in-flight rule's in the in-flight
+// step's; "" when req holds none.
+func (p *Policy) keyOf(req *request, r *ruleBase) string {
+	if req.inFlight() {
+		for i, s := range p.slots {
+			if &s.ruleBase == r && i < len(req.keys) {
+				return req.keys[i]
+			}
+		}
+		return ""
+	}
+	for i := range req.calls {
+		cl := &req.calls[i]
+		if &cl.rule.ruleBase == r || cl.rule.ban != nil && &cl.rule.ban.ruleBase == r {
+			return cl.key
+		}
+	}
+	return ""
 }
 
 // writeHeaders sets the IETF RateLimit fields, the X-RateLimit-* fields and,
@@ -235,10 +301,10 @@ func (p *Policy) writeHeaders(h http.Header, req *request) {
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = appendRateLimit(b, d.Rules[i].decider, &d.Rules[i])
+			b = p.appendPK(appendRateLimit(b, d.Rules[i].decider, &d.Rules[i]), req, d.Rules[i].decider)
 		}
 	} else {
-		b = appendRateLimit(b, d.decider, d)
+		b = p.appendPK(appendRateLimit(b, d.decider, d), req, d.decider)
 	}
 	rl := len(b)
 	b = strconv.AppendInt(b, int64(d.Remaining), 10)
