@@ -15,6 +15,23 @@ type Decision struct {
 	Rule string
 	// Allowed reports whether the request was admitted.
 	Allowed bool
+	// The flags are kept together, so that a Decision has no padding
+	// between them.
+	//
+	// Local reports that Redis failed and the in-process fallback of
+	// [FailLocal] decided; Err holds the Redis error.
+	Local bool
+	// Shadow reports that shadow mode (see [Shadow]) let the request
+	// through although the rule, or the failure policy, would have refused
+	// it. Allowed still says what the rule decided.
+	Shadow bool
+	// Cached reports that the rejection came from the in-process deny cache
+	// (see [DenyCache]) without a Redis call.
+	Cached bool
+	// Banned reports that the request was refused because its identity is
+	// banned on the rule (see [Ban]); RetryAfter and Reset are the time the
+	// ban has left, and the 429 carries the ban's message.
+	Banned bool
 	// Limit is the rule's limit per window; for an in-flight rule
 	// ([InFlight]), its n.
 	Limit int
@@ -54,20 +71,6 @@ type Decision struct {
 	// gave the request a slot, and otherwise the in-flight rules' (whose
 	// Rules, when there are several, holds theirs).
 	Rules []Decision
-	// Local reports that Redis failed and the in-process fallback of
-	// [FailLocal] decided; Err holds the Redis error.
-	Local bool
-	// Shadow reports that shadow mode (see [Shadow]) let the request
-	// through although the rule, or the failure policy, would have refused
-	// it. Allowed still says what the rule decided.
-	Shadow bool
-	// Cached reports that the rejection came from the in-process deny cache
-	// (see [DenyCache]) without a Redis call.
-	Cached bool
-	// Banned reports that the request was refused because its identity is
-	// banned on the rule (see [Ban]); RetryAfter and Reset are the time the
-	// ban has left, and the 429 carries the ban's message.
-	Banned bool
 	// brk is the breaker that served the decision's call (per master on a
 	// cluster, per shard on a Ring), for observers; nil if none did.
 	brk *engine.Breaker

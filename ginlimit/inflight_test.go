@@ -356,7 +356,7 @@ func TestInFlightWithRateRule(t *testing.T) {
 	}
 	g.open()
 	w = <-first
-	if w.Code != http.StatusOK || w.Header().Get("RateLimit-Policy") != `"rate";q=3;w=3600, "orders";q=1` ||
+	if w.Code != http.StatusOK || w.Header().Get("RateLimit-Policy") != `"rate";q=3;w=3600, "orders";q=1;qu="concurrent-requests"` ||
 		!strings.HasPrefix(w.Header().Get("RateLimit"), `"rate";r=`) {
 		t.Fatalf("the holder: %d %v", w.Code, w.Header())
 	}

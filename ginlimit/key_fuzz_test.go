@@ -240,6 +240,22 @@ func keyCases(f *testing.F) []keyCase {
 				return who + " " + strconv.Quote(in.hdr) + " " + bucketText(in.ip, 128)
 			},
 		},
+		{
+			name: "Shared, per user and header, and the whole group",
+			route: newKeyRoute(policy(
+				Rule(Name("g"), Key("sa:"), Per(Shared, User, ByHeader("X-K"))),
+				Rule(Name("h"), Key("sb:"), Type(Shared)))),
+			want: func(p *Policy, in keyInput) []string {
+				if !validUser(in.uid) || in.hdr == "" {
+					return nil
+				}
+				return []string{
+					p.rules[0].prefix + "{* shared} rule:g user:" + refEscape(in.uid) + " h.x-k:" + refEscape(in.hdr),
+					p.rules[1].prefix + "{* shared} rule:h",
+				}
+			},
+			identity: func(in keyInput) string { return strconv.Quote(in.uid) + " " + strconv.Quote(in.hdr) },
+		},
 	}
 }
 
