@@ -46,6 +46,7 @@
 //
 //	<prefix>[<tag>]{<METHOD> <route template>[ <dimension>]}              one rule
 //	<prefix>[<tag>]{<METHOD> <route template>} rule:<name>[ <dimension>]  Rules
+//	<prefix>[<tag>]{* shared} rule:<name>[ <dimension>]                   Per(Shared)
 //
 // The prefix is [Key] (default "rate_limit:"); the tag names the algorithm.
 // The route template is c.FullPath(), so /voucher-order/seckill/1 and
@@ -80,7 +81,11 @@
 //	X-RateLimit-Reset: <Unix time in seconds, rounded up, when more quota comes>
 //
 // in the syntax of draft-ietf-httpapi-ratelimit-headers, and a 429 also
-// carries Retry-After in seconds, at least 1. The handler can read the
+// carries Retry-After in seconds, at least 1. A rule with
+// [HashIdentities] that counts per someone adds the draft's partition key,
+// pk, the identity's keyed hash; an in-flight rule's policy says
+// qu="concurrent-requests". Package ginlimit/problem answers a 429 in RFC
+// 9457 problem+json instead. The handler can read the
 // decision with [DecisionFrom]; [Respond] writes a 429 of your own, and
 // [Observe] sees every decision, refusal and Redis error. A deny cache
 // ([DenyCache]) answers refusals that are certain in process, so a flood on
