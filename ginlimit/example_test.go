@@ -535,3 +535,47 @@ func ExampleObserve() {
 	// Output:
 	// 1 2
 }
+
+// One budget for a group of routes: Per(Shared) takes the route out of
+// the key, so every route that carries the rule draws on one count; with
+// ByHeader beside it, one count per API key across the group.
+func ExamplePer_shared() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	api := r.Group("/api")
+	api.Use(limiter.RateLimit(ginlimit.Key("api:"), ginlimit.Window(time.Minute), ginlimit.Limit(3),
+		ginlimit.Per(ginlimit.Shared, ginlimit.ByHeader("X-API-Key"))))
+	api.GET("/orders", func(c *gin.Context) { c.String(http.StatusOK, "orders") })
+	api.POST("/orders", func(c *gin.Context) { c.String(http.StatusCreated, "created") })
+
+	for _, call := range []struct{ method, key string }{
+		{http.MethodGet, "k1"}, {http.MethodPost, "k1"}, {http.MethodGet, "k1"},
+		{http.MethodPost, "k1"}, // the fourth of k1 on the group: refused
+		{http.MethodPost, "k2"}, // another key has its own budget
+	} {
+		req := httptest.NewRequest(call.method, "/api/orders", nil)
+		req.Header.Set("X-API-Key", call.key)
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println(call.method, call.key, w.Code, w.Header().Get("X-RateLimit-Remaining"))
+	}
+	// Output:
+	// GET k1 200 2
+	// POST k1 201 1
+	// GET k1 200 0
+	// POST k1 429 0
+	// POST k2 201 2
+}
