@@ -97,8 +97,9 @@
 // A decision waits at most [DefaultQueueTimeout] in this process, then
 // gives Redis [Timeout] ([DefaultTimeout]) to answer. When Redis fails, the failure
 // policy decides: [FailLocal], the default, answers with an in-process token
-// bucket per key, each instance enforcing its share of the limit
-// ([LocalInstances]), continuing from what Redis last said of the key;
+// bucket per key, each instance enforcing its share of the limit (the
+// instances count themselves in [InstancesKey], or [LocalInstances] says
+// how many), continuing from what Redis last said of the key;
 // [FailClosed] answers 503; [FailOpen] lets the request through. A circuit
 // breaker per Redis node ([DefaultBreakerFailures]) answers at once while
 // Redis is down.

@@ -21,12 +21,15 @@ const (
 	// FailLocal, the default, decides with an in-process
 	// limiter of the same rules while Redis is failing: a token bucket per
 	// key holding at most limit/n and refilling limit/n per window, where n
-	// is [LocalInstances]. It continues from what Redis last said, never
-	// from a full budget: a key Redis has answered for starts from the
-	// remaining of that answer (less what the fallback admitted on it
-	// within the window since) and refills only from the answer's reset; a
-	// ban Redis reported holds. Only a key this instance has never seen,
-	// or has forgotten, starts with limit/n. Its decisions have Local set.
+	// is how many instances share the Redis: the count their heartbeats
+	// keep in [InstancesKey] (the last one seen, during an outage), or
+	// [LocalInstances] when given. It continues from what Redis last said,
+	// never from a full budget: a key Redis has answered for starts from
+	// this instance's part of the remaining of that answer (remaining/n,
+	// less what the fallback admitted on it within the window since) and
+	// refills only from the answer's reset; a ban Redis reported holds.
+	// Only a key this instance has never seen, or has forgotten, starts
+	// with limit/n. Its decisions have Local set.
 	// It is bounded in memory (about DefaultLocalKeys keys per rule). A
 	// Redis outage then neither stops the service nor lifts the limits:
 	// each instance enforces its share of them.
@@ -59,7 +62,10 @@ const DefaultLocalKeys = 10_000
 // LocalInstances tells the [FailLocal] fallback how many application
 // instances share the route's rules: while Redis is down, each instance
 // admits limit/n per window on its own, so together they stay near the
-// limit. It must be from 1 to 1e6; the default is 1.
+// limit. It must be from 1 to 1e6. Without it, n is the count of the
+// instances that announce themselves in [InstancesKey] (see
+// [HeartbeatPeriod]), 1 until a heartbeat has answered; given, on a route
+// or on the limiter, it overrides that count (the route's wins).
 func LocalInstances(n int) Option {
 	return routeOption(func(r *routeConfig) error {
 		if n < 1 || n > 1e6 {
@@ -117,6 +123,9 @@ func (p *Policy) describe(req *request) string {
 // refused, or of the last rule. A ban Redis reported still refuses.
 func (p *Policy) decideLocal(req *request) Decision {
 	now := time.Now()
+	if p.localClock != nil {
+		now = p.localClock()
+	}
 	var d Decision
 	for i := range req.calls {
 		c := &req.calls[i]
@@ -161,5 +170,5 @@ func newLocal(route *routeConfig, limit int, window time.Duration) *state.Bucket
 	if route.onFail != FailLocal { // the fallback decides only for FailLocal
 		return nil
 	}
-	return state.NewBuckets(limit, route.localInstances, window, DefaultLocalKeys)
+	return state.NewBuckets(limit, route.instances, window, DefaultLocalKeys)
 }

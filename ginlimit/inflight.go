@@ -76,7 +76,7 @@ const InFlightRetryAfter = time.Second
 // refusal is certain for any time.
 //
 // When Redis fails, the failure policy applies: under [FailLocal] each
-// instance allows n/[LocalInstances] (at least 1) requests in flight per
+// instance allows n/instances (at least 1; see [LocalInstances]) in flight per
 // key, counted in process together with the slots the instance already
 // holds in Redis, so an instance never runs more than that cap, or the
 // slots Redis granted it, whichever is more; under [FailOpen] the request
@@ -143,7 +143,7 @@ func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*slotRule, err
 	r.policyHeader = r.quotedName + ";q=" + r.limitText + `;qu="concurrent-requests"`
 	r.group, r.groupTerms = rc.groupOf("in-flight")
 	if route.onFail == FailLocal { // the fallback decides only for FailLocal
-		r.local = state.NewSlots(max(1, rc.slots/route.localInstances))
+		r.local = state.NewSlots(rc.slots, route.instances)
 	}
 	return r, nil
 }

@@ -41,6 +41,9 @@ type Limiter struct {
 	groups   map[string]group // each Shared group, by its Key and Name (claimGroups)
 
 	subscribe bool // the backends' hubs subscribe to resets
+
+	id       string                       // this limiter's random instance id (presence.go)
+	presence map[redis.Scripter]*presence // the count of instances per client, and its heartbeat
 }
 
 // New returns a Limiter with opts as the defaults of every route it serves.
@@ -162,6 +165,7 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	}
 	b := &backend{engine: e}
 	if l.subscribe {
+		l.announce(rc.client, e)
 		wait := time.Duration(0)
 		if e.Loaded() {
 			wait = subscribeWait // Redis answers: the subscription will not be long
@@ -200,7 +204,8 @@ func publishVia(e *engine.Engine) state.Publish {
 var errClosed = errors.New("the Limiter is closed")
 
 // Close stops what the limiter runs in the background: the subscription of
-// each Redis client to [ResetChannel] (see [Policy.Reset]). Its routes keep
+// each Redis client to [ResetChannel] (see [Policy.Reset]), and its
+// heartbeat in [InstancesKey]. Its routes keep
 // deciding, but their deny caches learn nothing more, so every decision
 // goes to Redis; no new route can be compiled on it. It does not close the
 // Redis clients, which are the application's. Close is safe to call more
@@ -211,6 +216,7 @@ func (l *Limiter) Close() error {
 	owned := l.owned
 	l.owned = nil
 	l.mu.Unlock()
+	l.silence() // the heartbeats call through the engines
 	for _, b := range owned {
 		b.close()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -105,7 +106,8 @@ type routeConfig struct {
 	timeout        time.Duration
 	queueTimeout   time.Duration
 	onFail         FailPolicy
-	localInstances int
+	localInstances int              // LocalInstances's n; 0: the heartbeat's count
+	instances      *state.Instances // what the fallbacks divide by (presence.go)
 	breakFailures  int
 	breakOpen      time.Duration
 	autoPipeline   bool
@@ -146,16 +148,15 @@ type ruleConfig struct {
 func defaults() config {
 	return config{
 		route: routeConfig{
-			timeout:        DefaultTimeout,
-			queueTimeout:   DefaultQueueTimeout,
-			autoPipeline:   true,
-			deny:           DefaultDenyCacheSize,
-			staleness:      DefaultMaxStaleness,
-			breakFailures:  DefaultBreakerFailures,
-			breakOpen:      DefaultBreakerOpen,
-			localInstances: 1,
-			onFail:         FailLocal,
-			headers:        HeadersBoth,
+			timeout:       DefaultTimeout,
+			queueTimeout:  DefaultQueueTimeout,
+			autoPipeline:  true,
+			deny:          DefaultDenyCacheSize,
+			staleness:     DefaultMaxStaleness,
+			breakFailures: DefaultBreakerFailures,
+			breakOpen:     DefaultBreakerOpen,
+			onFail:        FailLocal,
+			headers:       HeadersBoth,
 		},
 		rule: ruleConfig{
 			prefix:     DefaultKey,

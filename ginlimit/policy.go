@@ -55,7 +55,8 @@ type Policy struct {
 	authLogs  sync.Map     // identity failures at debug level, per route: reason -> *logThrottle
 	secret    []byte       // keys the identity tags of log lines
 
-	clock func() int64 // tests only: the scripts' clock in µs
+	clock      func() int64     // tests only: the scripts' clock in µs
+	localClock func() time.Time // tests only: the FailLocal fallback's clock; nil is time.Now
 }
 
 // ruleBase is what every kind of rule has: its name, how its keys are
@@ -119,6 +120,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	if rc.client == nil {
 		return nil, errNoBackend
 	}
+	rc.instances = l.instancesFor(&rc)
 	p := l.newPolicy(&rc, len(c.rules) > 0)
 	if !p.named {
 		r, err := compileRule(c.rule, &rc, false)

@@ -26,7 +26,7 @@ func takeAll(l *Buckets, key string, now time.Time, limit int) int {
 func TestBucketsContinueFromRedis(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	l := NewBuckets(50, 1, time.Hour, 1000)
+	l := NewBuckets(50, NewInstances(1), time.Hour, 1000)
 	l.Learn("partly", Answer{Remaining: 20, Reset: time.Hour, At: t0}, now)
 	if n := takeAll(l, "partly", now, 100); n != 20 {
 		t.Fatalf("after Redis reported 20 left: %d admitted", n)
@@ -39,7 +39,7 @@ func TestBucketsContinueFromRedis(t *testing.T) {
 		t.Fatalf("an older answer refilled the bucket: %d admitted", n)
 	}
 	// What the fallback admitted is charged to Redis's next answer.
-	l2 := NewBuckets(50, 1, time.Hour, 1000)
+	l2 := NewBuckets(50, NewInstances(1), time.Hour, 1000)
 	l2.Learn("k", Answer{Remaining: 30, Reset: time.Hour, At: t0}, now)
 	if n := takeAll(l2, "k", now, 5); n != 5 {
 		t.Fatalf("took %d of 5", n)
@@ -55,7 +55,7 @@ func TestBucketsContinueFromRedis(t *testing.T) {
 func TestBucketsGiveAndForget(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	l := NewBuckets(10, 2, time.Hour, 1000) // share 5
+	l := NewBuckets(10, NewInstances(2), time.Hour, 1000) // share 5
 	if _, _, ok := l.Take("k", now, 5); !ok {
 		t.Fatal("the share of 5 does not hold 5")
 	}
@@ -101,7 +101,7 @@ func TestBansHoldUntilTheirEnd(t *testing.T) {
 func TestBucketsBounded(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	l := NewBuckets(50, 1, time.Hour, 64)
+	l := NewBuckets(50, NewInstances(1), time.Hour, 64)
 	for i := range 10_000 {
 		l.Learn("k"+strconv.Itoa(i), Answer{Remaining: 0, Reset: time.Hour, At: t0}, now)
 		if n := l.keys.Len(); n > 64 {

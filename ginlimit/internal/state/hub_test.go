@@ -61,7 +61,7 @@ func TestHubAnnounceReachesEveryHub(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	a, b := hubOn(t, c), hubOn(t, c)
 	caches := []*DenyCache{newDenyCache(64, time.Hour), newDenyCache(64, time.Hour)}
-	locals := []*Buckets{NewBuckets(10, 1, time.Hour, 64), NewBuckets(10, 1, time.Hour, 64)}
+	locals := []*Buckets{NewBuckets(10, NewInstances(1), time.Hour, 64), NewBuckets(10, NewInstances(1), time.Hour, 64)}
 	for i, h := range []*Hub{a, b} {
 		h.Track(caches[i], locals[i])
 		caches[i].Leave("k", caches[i].Stamp(), Answer{Remaining: 0, Reset: time.Hour, At: time.Now()})

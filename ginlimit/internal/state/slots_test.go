@@ -7,7 +7,7 @@ import "testing"
 // a slot of it is held.
 func TestSlotsCountHeldAndTaken(t *testing.T) {
 	t.Parallel()
-	l := NewSlots(2)
+	l := NewSlots(2, nil)
 	l.Hold("k")
 	if left, ok := l.Take("k"); !ok || left != 0 {
 		t.Fatalf("one held of 2: Take %d, %v; want the last slot", left, ok)

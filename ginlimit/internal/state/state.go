@@ -560,13 +560,41 @@ func (h *Hub) generation() uint64 {
 	return h.gen.Load()
 }
 
+// Instances is how many instances of an application share a Redis, which
+// the fallbacks divide their limits by: a count a heartbeat keeps (see
+// ginlimit's presence.go), or a fixed one. A nil *Instances counts one.
+// It is safe for concurrent use.
+type Instances struct{ n atomic.Int64 }
+
+// NewInstances returns a count of n instances.
+func NewInstances(n int) *Instances {
+	c := &Instances{}
+	c.Store(n)
+	return c
+}
+
+// Load returns the count, at least 1.
+func (c *Instances) Load() int {
+	if c == nil {
+		return 1
+	}
+	return int(max(1, c.n.Load()))
+}
+
+// Store sets the count.
+func (c *Instances) Store(n int) { c.n.Store(int64(n)) }
+
 // Buckets is the in-process fallback of one rule, which decides while
 // Redis cannot: a token bucket per key, holding at most share units and
-// refilling share per window.
+// refilling share per window, where share is the rule's limit divided by
+// the instances that share it, counted at each use (so a bucket follows a
+// change of the count at once, and never holds more than the new share).
 //
 // It continues from what Redis last said, never from a full budget: each
-// answer Redis gives for a key (Learn) sets the key's bucket to the
-// remaining it reported (at most share), less what the fallback admitted on
+// answer Redis gives for a key (Learn) sets the key's bucket to this
+// instance's part of the remaining it reported (remaining/n, at most
+// share: every instance continues from the same remaining, so together
+// they may spend it once, not n times), less what the fallback admitted on
 // the key within the window before, and the refill starts only when that
 // answer said quota grows (its Reset). So a key Redis has answered for
 // keeps its last known remaining, a key it refused stays refused until its
@@ -582,11 +610,24 @@ func (h *Hub) generation() uint64 {
 // bucket's refill at a later time, which continuing from a refusal needs,
 // so the bucket is written here. It is safe for concurrent use.
 type Buckets struct {
-	share  float64
-	perNs  float64 // refill, units per nanosecond; +Inf for a ban
-	window int64   // ns
-	base   time.Time
-	keys   *Shards[*bucket]
+	limit     int
+	instances *Instances // nil for a ban's memory
+	window    int64      // ns; 0 for a ban's memory, which never refills
+	base      time.Time
+	keys      *Shards[*bucket]
+}
+
+// rate is the shape of a Buckets' buckets at one moment: the share each
+// holds at most, and the refill in units per nanosecond.
+type rate struct{ share, perNs float64 }
+
+// rate returns l's shape for the count of instances now.
+func (l *Buckets) rate() rate {
+	if l.window == 0 {
+		return rate{share: 1, perNs: math.Inf(1)} // a ban: one unit, held until its end
+	}
+	share := float64(max(1, l.limit/l.instances.Load()))
+	return rate{share: share, perNs: share / float64(l.window)}
 }
 
 // bucket is one key's bucket. Times are ns since the Buckets' base.
@@ -599,59 +640,55 @@ type bucket struct {
 	owedTill int64   // until then (a window after the last of them)
 }
 
-// NewBuckets returns the fallback of a rule of limit per window over
-// instances instances, holding about keys keys.
-func NewBuckets(limit, instances int, window time.Duration, keys int) *Buckets {
-	share := float64(max(1, limit/instances))
-	return newBuckets(share, share/float64(window), window, keys)
+// NewBuckets returns the fallback of a rule of limit per window shared by
+// instances, holding about keys keys.
+func NewBuckets(limit int, instances *Instances, window time.Duration, keys int) *Buckets {
+	return &Buckets{limit: limit, instances: instances, window: int64(window), base: time.Now(), keys: NewShards[*bucket](keys)}
 }
 
 // NewBans returns the fallback's memory of the bans of a rule's ban,
 // holding about keys keys: a key is banned until its bucket's refill
 // starts, as Redis last reported (Learn, Banned).
 func NewBans(keys int) *Buckets {
-	return newBuckets(1, math.Inf(1), 0, keys)
-}
-
-func newBuckets(share, perNs float64, window time.Duration, keys int) *Buckets {
-	return &Buckets{share: share, perNs: perNs, window: int64(window), base: time.Now(), keys: NewShards[*bucket](keys)}
+	return NewBuckets(1, nil, 0, keys)
 }
 
 func (l *Buckets) ns(t time.Time) int64 { return int64(t.Sub(l.base)) }
 
-// refill brings b's tokens up to now.
-func (l *Buckets) refill(b *bucket, now int64) {
+// refill brings b's tokens up to now, at most r's share.
+func (b *bucket) refill(now int64, r rate) {
 	start := max(b.at, b.from)
 	if now > start {
-		b.tokens = min(l.share, b.tokens+float64(now-start)*l.perNs)
+		b.tokens += float64(now-start) * r.perNs
 	}
+	b.tokens = min(r.share, b.tokens)
 	b.at = max(b.at, now)
 }
 
-// refillTime is how long a bucket takes to refill n units.
-func (l *Buckets) refillTime(n float64) time.Duration {
-	return time.Duration(math.Ceil(n / l.perNs))
+// refillTime is how long a bucket of r takes to refill n units.
+func (r rate) refillTime(n float64) time.Duration {
+	return time.Duration(math.Ceil(n / r.perNs))
 }
 
 // UnitRefill returns how long a bucket takes to refill one unit: the reset
 // of a decision the fallback admitted.
-func (l *Buckets) UnitRefill() time.Duration { return l.refillTime(1) }
+func (l *Buckets) UnitRefill() time.Duration { return l.rate().refillTime(1) }
 
 // bucket returns key's bucket, made full (share) when there is none, and
 // making room for it when its part is full. The part's lock is held.
-func (l *Buckets) bucket(s *Shard[*bucket], key string, now int64) *bucket {
+func (l *Buckets) bucket(s *Shard[*bucket], key string, now int64, r rate) *bucket {
 	if b, _ := s.Get(key); b != nil {
 		return b
 	}
 	if s.Full() {
 		s.Evict(func(_ string, b *bucket) Pick {
-			if l.refill(b, now); b.tokens >= l.share && now >= b.owedTill {
+			if b.refill(now, r); b.tokens >= r.share && now >= b.owedTill {
 				return Stale
 			}
 			return Idle
 		})
 	}
-	b := &bucket{tokens: l.share, at: now}
+	b := &bucket{tokens: r.share, at: now}
 	s.Put(key, b)
 	return b
 }
@@ -659,19 +696,19 @@ func (l *Buckets) bucket(s *Shard[*bucket], key string, now int64) *bucket {
 // Take takes cost units from key's bucket at t, if it holds them, and
 // returns the units left; otherwise how long until it could.
 func (l *Buckets) Take(key string, t time.Time, cost int) (left int, retry time.Duration, ok bool) {
-	now := l.ns(t)
+	now, r := l.ns(t), l.rate()
 	s := l.keys.Shard(key)
 	s.Lock()
 	defer s.Unlock()
-	b := l.bucket(s, key, now)
-	l.refill(b, now)
+	b := l.bucket(s, key, now, r)
+	b.refill(now, r)
 	c := float64(cost)
-	if c > l.share {
-		return int(b.tokens), l.refillTime(c), false
+	if c > r.share {
+		return int(b.tokens), r.refillTime(c), false
 	}
 	if b.tokens < c {
 		wait := max(b.from-now, 0)
-		return int(b.tokens), time.Duration(wait) + l.refillTime(c-b.tokens), false
+		return int(b.tokens), time.Duration(wait) + r.refillTime(c-b.tokens), false
 	}
 	b.tokens -= c
 	b.owed += c
@@ -686,7 +723,7 @@ func (l *Buckets) Give(key string, cost int) {
 	s.Lock()
 	defer s.Unlock()
 	if b, _ := s.Get(key); b != nil {
-		b.tokens = min(l.share, b.tokens+float64(cost))
+		b.tokens = min(l.rate().share, b.tokens+float64(cost))
 		b.owed = max(0, b.owed-float64(cost))
 	}
 }
@@ -705,22 +742,24 @@ func (l *Buckets) Banned(key string, t time.Time) time.Duration {
 }
 
 // Learn sets key's bucket from a, Redis's answer to a call sent at sent:
-// to the remaining a reports, less what the fallback admitted in the
-// window before, with the refill from a's reset on. An answer older (on
-// Redis's clock) than the one the bucket has is ignored.
+// to this instance's part of the remaining a reports (remaining/n), less
+// what the fallback admitted in the window before, with the refill from
+// a's reset on. An answer older (on Redis's clock) than the one the bucket
+// has is ignored.
 func (l *Buckets) Learn(key string, a Answer, sent time.Time) {
-	remaining := float64(a.Remaining)
+	r := l.rate()
+	remaining := float64(a.Remaining) / float64(l.instances.Load())
 	s := l.keys.Shard(key)
 	s.Lock()
 	defer s.Unlock()
 	b, _ := s.Get(key)
 	now := l.ns(sent)
-	if b == nil && remaining >= l.share {
+	if b == nil && remaining >= r.share {
 		return // a new bucket holds share: nothing to keep
 	}
 	at := a.At.UnixMicro()
 	if b == nil {
-		b = l.bucket(s, key, now)
+		b = l.bucket(s, key, now, r)
 	} else if at < b.redisAt {
 		return
 	}
@@ -728,7 +767,7 @@ func (l *Buckets) Learn(key string, a Answer, sent time.Time) {
 		b.owed = 0
 	}
 	b.redisAt, b.at = at, now
-	b.tokens = max(0, min(l.share, remaining-b.owed))
+	b.tokens = max(0, min(r.share, remaining-b.owed))
 	b.from = now + int64(a.Reset)
 }
 
@@ -737,19 +776,21 @@ func (l *Buckets) Learn(key string, a Answer, sent time.Time) {
 func (l *Buckets) Forget(key string) { l.keys.Delete(key) }
 
 // Slots is an in-flight rule's in-process count of slots per key, its
-// fallback while Redis cannot decide: at most n per key in this process,
+// fallback while Redis cannot decide: at most n/instances (at least 1,
+// counted at each Take) per key in this process,
 // counting the slots this process holds in Redis (Hold) with those the
 // fallback gave (Take). A key is kept only while a slot of it is held, so
 // it needs no bound of its own: it holds at most as many keys as requests
 // are in flight. It is safe for concurrent use.
 type Slots struct {
-	n    int
-	keys *Shards[int]
+	n         int
+	instances *Instances
+	keys      *Shards[int]
 }
 
-// NewSlots returns a count of at most n slots per key.
-func NewSlots(n int) *Slots {
-	return &Slots{n: n, keys: NewShards[int](0)}
+// NewSlots returns a count of at most n/instances slots per key.
+func NewSlots(n int, instances *Instances) *Slots {
+	return &Slots{n: n, instances: instances, keys: NewShards[int](0)}
 }
 
 // Hold counts a slot of key that Redis granted: it takes one whether or
@@ -768,11 +809,12 @@ func (l *Slots) Take(key string) (int, bool) {
 	s.Lock()
 	defer s.Unlock()
 	held, _ := s.Get(key)
-	if held >= l.n {
+	n := max(1, l.n/l.instances.Load())
+	if held >= n {
 		return 0, false
 	}
 	s.Put(key, held+1)
-	return l.n - held - 1, true
+	return n - held - 1, true
 }
 
 // Give gives back a slot of key.

@@ -1,0 +1,149 @@
+package ginlimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
+)
+
+// InstancesKey is the Redis key under which the Limiters that share a
+// Redis announce themselves, for [FailLocal] to divide each limit by how
+// many they are: a sorted set of random instance ids (they name no host,
+// process or user), each scored by when it expires. It is one key, so it
+// works on Redis Cluster; an ACL must let the limiter read and write it.
+const InstancesKey = "ginlimit:instances"
+
+// HeartbeatPeriod and HeartbeatTTL set how a Limiter made by [New]
+// announces itself while Redis answers: every HeartbeatPeriod it renews
+// its id in [InstancesKey] for HeartbeatTTL, drops the ids that have
+// expired, and keeps the count of those left (itself included) for the
+// FailLocal fallback of its routes. During an outage the beats fail and
+// it keeps the last count it saw: never 1, unless that is what Redis said.
+//
+// Counting too few instances is what lets an outage admit too much (each
+// takes a share too big), so the two are chosen against it. A new
+// instance is counted by every other one within one period, the whole
+// exposure of a scale-up. A live instance drops out of the count only
+// after its beats have failed for a whole TTL: five periods ride out a
+// stall, a breaker open for [DefaultBreakerOpen], or a few lost beats.
+// Counting too many is safe (an outage admits less), and an instance
+// that has gone is counted for at most a TTL. A beat is one small script
+// on one key, once a second per instance: nothing beside the decisions.
+const (
+	HeartbeatPeriod = time.Second
+	HeartbeatTTL    = 5 * HeartbeatPeriod
+)
+
+// presenceScript renews the id ARGV[1] in the set KEYS[1] for ARGV[2] ms,
+// on Redis's clock, drops the ids expired, and replies how many are left.
+var presenceScript = redis.NewScript(`local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {redis.call('ZCARD', KEYS[1])}`)
+
+// presence is a Limiter's count of the instances on one Redis client, and
+// the heartbeat that keeps it (nil until it runs).
+type presence struct {
+	count *state.Instances
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+// instancesFor returns the count of instances that the FailLocal
+// fallbacks of a route of rc divide its limits by. LocalInstances, when
+// the route or the limiter gives it, is taken as it is: it overrides the
+// heartbeat. Otherwise it is l's heartbeat count on rc's client, 1 until a
+// beat has answered (and for ever on a limiter that does not beat: the
+// one the package-level RateLimit makes for itself, which nothing would
+// close).
+func (l *Limiter) instancesFor(rc *routeConfig) *state.Instances {
+	if rc.localInstances > 0 {
+		return state.NewInstances(rc.localInstances)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.presence == nil {
+		l.presence = map[redis.Scripter]*presence{}
+	}
+	p := l.presence[rc.client]
+	if p == nil {
+		p = &presence{count: state.NewInstances(1)}
+		l.presence[rc.client] = p
+	}
+	return p.count
+}
+
+// announce starts l's heartbeat on client through e, unless it runs: one
+// beat now, when Redis has answered so far, so that a Limiter has its
+// count when New returns, and then one per HeartbeatPeriod until Close.
+// The beats go on the engine's lease lane (Engine.RunLease): off the
+// request path, and never starved by a flood of decisions. l.mu is held.
+func (l *Limiter) announce(client redis.Scripter, e *engine.Engine) {
+	p := l.presence[client]
+	if p == nil || p.stop != nil {
+		return // no route divides by the heartbeat's count, or it runs
+	}
+	if l.id == "" {
+		id := make([]byte, 16)
+		_, _ = rand.Read(id) // never fails (crypto/rand)
+		l.id = hex.EncodeToString(id)
+	}
+	e.Prepare(presenceScript)
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stop, p.done = cancel, make(chan struct{})
+	if e.Loaded() {
+		p.beat(ctx, e, l.id)
+	}
+	go p.run(ctx, e, l.id)
+}
+
+// run beats every HeartbeatPeriod until ctx ends.
+func (p *presence) run(ctx context.Context, e *engine.Engine, id string) {
+	defer close(p.done)
+	tick := time.NewTicker(HeartbeatPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			p.beat(ctx, e, id)
+		}
+	}
+}
+
+// beat renews id and takes the count Redis answers; when Redis does not
+// answer, the count stays the last one seen. A beat waits at most one
+// period, so beats never pile up.
+func (p *presence) beat(ctx context.Context, e *engine.Engine, id string) {
+	reply, _, err := e.RunLease(ctx, HeartbeatPeriod, presenceScript, []string{InstancesKey},
+		[]any{id, HeartbeatTTL.Milliseconds()})
+	if err != nil || len(reply) != 1 || reply[0] < 1 {
+		return
+	}
+	p.count.Store(int(min(reply[0], 1e6)))
+}
+
+// silence stops every heartbeat of l, and waits for them to end.
+func (l *Limiter) silence() {
+	l.mu.Lock()
+	var running []*presence
+	for _, p := range l.presence {
+		if p.stop != nil {
+			running = append(running, p)
+		}
+	}
+	l.mu.Unlock()
+	for _, p := range running {
+		p.stop()
+		<-p.done
+	}
+}
