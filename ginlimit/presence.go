@@ -70,26 +70,34 @@ func (l *Limiter) instancesFor(rc *routeConfig) *state.Instances {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.presenceOn(rc.client).count
+}
+
+// presenceOn returns l's count of the instances on client, made the first
+// time. l.mu is held.
+func (l *Limiter) presenceOn(client redis.Scripter) *presence {
 	if l.presence == nil {
 		l.presence = map[redis.Scripter]*presence{}
 	}
-	p := l.presence[rc.client]
+	p := l.presence[client]
 	if p == nil {
 		p = &presence{count: state.NewInstances(1)}
-		l.presence[rc.client] = p
+		l.presence[client] = p
 	}
-	return p.count
+	return p
 }
 
 // announce starts l's heartbeat on client through e, unless it runs: one
 // beat now, when Redis has answered so far, so that a Limiter has its
 // count when New returns, and then one per HeartbeatPeriod until Close.
-// The beats go on the engine's lease lane (Engine.RunLease): off the
-// request path, and never starved by a flood of decisions. l.mu is held.
+// A limiter whose routes all give LocalInstances beats too: the others
+// count it. The beats go on the engine's lease lane (Engine.RunLease): off
+// the request path, and never starved by a flood of decisions. l.mu is
+// held.
 func (l *Limiter) announce(client redis.Scripter, e *engine.Engine) {
-	p := l.presence[client]
-	if p == nil || p.stop != nil {
-		return // no route divides by the heartbeat's count, or it runs
+	p := l.presenceOn(client)
+	if p.stop != nil {
+		return // it runs
 	}
 	if l.id == "" {
 		id := make([]byte, 16)

@@ -1,0 +1,133 @@
+package ginlimit
+
+import (
+	"context"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// heartbeatWait bounds the waits for a count to change: many heartbeat
+// periods and TTLs, so that only a count that never changes fails it.
+const heartbeatWait = 30 * time.Second
+
+// waitCount waits until the Limiter of o counts n instances.
+func waitCount(t *testing.T, o fleetMember, n int) {
+	t.Helper()
+	waitFleetCount(t, []fleetMember{o}, n)
+}
+
+// newMember returns a Limiter with opts on a client of its own of srv,
+// closed when t ends, with the Policy of its defaults.
+func newMember(t *testing.T, srv *redistest.Server, opts ...Option) fleetMember {
+	t.Helper()
+	c := srv.Client()
+	l, err := New(append([]Option{Redis(c), Timeout(testTimeout), queueTimeout(testTimeout), Key(prefix(t))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := l.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fleetMember{limiter: l, client: c, policy: p}
+}
+
+// TestHeartbeatCountsTheInstances: Limiters on one Redis count each other
+// under random ids; one that closes drops out within its TTL; when Redis
+// dies, each keeps the last count it saw.
+func TestHeartbeatCountsTheInstances(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b, c := newMember(t, srv), newMember(t, srv), newMember(t, srv)
+	waitFleetCount(t, []fleetMember{a, b, c}, 3)
+	ids, err := srv.Client().ZRange(context.Background(), InstancesKey, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexID := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	for _, id := range ids {
+		if !hexID.MatchString(id) {
+			t.Errorf("instance id %q: want 32 random hex digits, naming nothing", id)
+		}
+	}
+	if len(ids) != 3 {
+		t.Fatalf("%d ids in %s, want 3: %q", len(ids), InstancesKey, ids)
+	}
+	_ = c.limiter.Close()
+	waitFleetCount(t, []fleetMember{a, b}, 2)
+	srv.Stop()
+	// Several beats fail; the count stays the one Redis last gave.
+	time.Sleep(3 * HeartbeatPeriod)
+	for _, o := range []fleetMember{a, b} {
+		if got := o.count(); got != 2 {
+			t.Errorf("during the outage an instance counts %d, want the last count seen, 2", got)
+		}
+	}
+}
+
+// TestHeartbeatNotStarvedByDecisions: with every decision slot of an
+// instance's engine held, as under a flood of decisions, its heartbeat
+// still reaches Redis and sees a new instance.
+func TestHeartbeatNotStarvedByDecisions(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a := newMember(t, srv)
+	waitCount(t, a, 1)
+	t.Cleanup(a.policy.engine.HoldSlots())
+	newMember(t, srv)
+	waitCount(t, a, 2)
+}
+
+// TestLocalInstancesOverridesTheCount: the heartbeat's count divides a
+// route's fallback unless LocalInstances is given, on the limiter or on
+// the route, and the route's wins. Each fallback admits limit/n of a key
+// it has never seen once Redis has gone.
+func TestLocalInstancesOverridesTheCount(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const limit = 12
+	live := newMember(t, srv, Limit(limit), Window(time.Hour))
+	newMember(t, srv)
+	waitCount(t, live, 2)
+	fixed := newMember(t, srv, Limit(limit), Window(time.Hour), LocalInstances(6))
+	waitCount(t, live, 3)
+	routeWins, err := fixed.limiter.Policy(LocalInstances(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	for _, tc := range []struct {
+		name string
+		p    *Policy
+		want int
+	}{
+		{"the heartbeat's count, 3", live.policy, limit / 3},
+		{"the limiter's LocalInstances(6)", fixed.policy, limit / 6},
+		{"the route's LocalInstances(1)", routeWins, limit},
+	} {
+		admitted := 0
+		for range 2 * limit {
+			if d, _ := tc.p.Allow(context.Background(), "never-seen", 1); d.Allowed && d.Local {
+				admitted++
+			}
+		}
+		if admitted != tc.want {
+			t.Errorf("%s: the fallback admitted %d of a fresh key, want %d", tc.name, admitted, tc.want)
+		}
+	}
+}
+
+// TestCloseEndsTheHeartbeat: a closed Limiter leaves no goroutine behind.
+func TestCloseEndsTheHeartbeat(t *testing.T) {
+	faultNoLeaks(t)
+	srv := redistest.Start(t)
+	o := newMember(t, srv)
+	waitCount(t, o, 1)
+	if err := o.limiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
