@@ -84,7 +84,7 @@ func ExamplePolicy_Allow() {
 	// Output:
 	// true 0 false
 	// false 0 true
-	// [export:sl2:{tenant-42}]
+	// [export:sl2:{tenant-42} ginlimit:instances]
 }
 
 func ExampleDecisionFrom() {
@@ -237,7 +237,7 @@ func ExampleLimiter_RateLimit() {
 	// Output:
 	// 200 "coupon:merchant";r=0;t=10
 	// 429 "coupon:merchant";r=0;t=10
-	// [coupon:merchant:sl2:{POST /api/coupon/merchant ip:192.0.2.1}]
+	// [coupon:merchant:sl2:{POST /api/coupon/merchant ip:192.0.2.1} ginlimit:instances]
 }
 
 func ExamplePolicy_Peek() {
@@ -381,7 +381,7 @@ func ExamplePer() {
 	// 200
 	// 429
 	// 200
-	// [voucher:claim:sl2:{GET /api/vouchers/:id/claim user:alice p.id:7} voucher:claim:sl2:{GET /api/vouchers/:id/claim user:alice p.id:8}]
+	// [ginlimit:instances voucher:claim:sl2:{GET /api/vouchers/:id/claim user:alice p.id:7} voucher:claim:sl2:{GET /api/vouchers/:id/claim user:alice p.id:8}]
 }
 
 func ExampleLimitBy() {
@@ -502,7 +502,7 @@ func ExampleType() {
 	// /api/feed?user=alice 429
 	// /api/feed 200
 	// /api/feed 429
-	// [feed:sl2:{GET /api/feed anon:192.0.2.1} feed:sl2:{GET /api/feed user:alice}]
+	// [feed:sl2:{GET /api/feed anon:192.0.2.1} feed:sl2:{GET /api/feed user:alice} ginlimit:instances]
 }
 
 func ExampleObserve() {

@@ -372,7 +372,7 @@ func TestBadTargets(t *testing.T) {
 			}
 		}
 	}
-	if keys := m.Keys(); len(keys) != 0 {
+	if keys := ruleKeys(m); len(keys) != 0 {
 		t.Errorf("bad targets touched keys %v", keys)
 	}
 }

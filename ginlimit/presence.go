@@ -61,21 +61,28 @@ type presence struct {
 // fallbacks of a route of rc divide its limits by. LocalInstances, when
 // the route or the limiter gives it, is taken as it is: it overrides the
 // heartbeat. Otherwise it is l's heartbeat count on rc's client, 1 until a
-// beat has answered (and for ever on a limiter that does not beat: the
-// one the package-level RateLimit makes for itself, which nothing would
-// close).
+// beat has answered, and for ever on a limiter that does not beat: the one
+// the package-level RateLimit makes for itself, which nothing would close,
+// or one on a client that cannot be a map key (a struct holding a map,
+// say), which gets no heartbeat of its own.
 func (l *Limiter) instancesFor(rc *routeConfig) *state.Instances {
 	if rc.localInstances > 0 {
 		return state.NewInstances(rc.localInstances)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.presenceOn(rc.client).count
+	if p := l.presenceOn(rc.client); p != nil {
+		return p.count
+	}
+	return state.NewInstances(1)
 }
 
 // presenceOn returns l's count of the instances on client, made the first
-// time. l.mu is held.
+// time; nil for a client that cannot be a map key. l.mu is held.
 func (l *Limiter) presenceOn(client redis.Scripter) *presence {
+	if !(engine.Config{Client: client}).Shareable() {
+		return nil
+	}
 	if l.presence == nil {
 		l.presence = map[redis.Scripter]*presence{}
 	}
@@ -96,8 +103,8 @@ func (l *Limiter) presenceOn(client redis.Scripter) *presence {
 // held.
 func (l *Limiter) announce(client redis.Scripter, e *engine.Engine) {
 	p := l.presenceOn(client)
-	if p.stop != nil {
-		return // it runs
+	if p == nil || p.stop != nil {
+		return // it cannot be kept, or it runs
 	}
 	if l.id == "" {
 		id := make([]byte, 16)

@@ -3,8 +3,11 @@ package ginlimit
 import (
 	"context"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
@@ -17,6 +20,12 @@ const heartbeatWait = 30 * time.Second
 func waitCount(t *testing.T, o fleetMember, n int) {
 	t.Helper()
 	waitFleetCount(t, []fleetMember{o}, n)
+}
+
+// ruleKeys returns the keys of m but InstancesKey, where the limiters of
+// the tests count each other.
+func ruleKeys(m *miniredis.Miniredis) []string {
+	return slices.DeleteFunc(m.Keys(), func(k string) bool { return k == InstancesKey })
 }
 
 // newMember returns a Limiter with opts on a client of its own of srv,
