@@ -109,3 +109,43 @@ func TestBucketsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketsFollowTheCount: a share is limit/n for the count of
+// instances at each use; an answer gives this instance its n-th of the
+// remaining; a bucket holds no more than the share of a count that grew;
+// an in-flight cap follows the count too.
+func TestBucketsFollowTheCount(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	n := NewInstances(2)
+	l := NewBuckets(12, n, time.Hour, 1000)
+	if got := takeAll(l, "a", now, 100); got != 6 {
+		t.Fatalf("2 instances, limit 12: %d admitted, want 6", got)
+	}
+	l.Learn("b", Answer{Remaining: 10, Reset: time.Hour, At: t0}, now)
+	l.Learn("c", Answer{Remaining: 10, Reset: time.Hour, At: t0}, now)
+	if got := takeAll(l, "b", now, 100); got != 5 {
+		t.Fatalf("Redis said 10 left, 2 instances: %d admitted, want 5 (10/2)", got)
+	}
+	n.Store(4)
+	if got := takeAll(l, "c", now, 100); got != 3 {
+		t.Fatalf("5 left, then the count grew to 4: %d admitted, want the new share, 3", got)
+	}
+	l.Learn("e", Answer{Remaining: 8, Reset: time.Hour, At: t0}, now)
+	if got := takeAll(l, "e", now, 100); got != 2 {
+		t.Fatalf("Redis said 8 left, 4 instances: %d admitted, want 2 (8/4)", got)
+	}
+	if got := takeAll(l, "d", now, 100); got != 3 {
+		t.Fatalf("4 instances, limit 12: %d admitted, want 3", got)
+	}
+	if d := l.UnitRefill(); d != time.Hour/3 {
+		t.Fatalf("UnitRefill %v, want %v", d, time.Hour/3)
+	}
+	s := NewSlots(4, n)
+	if _, ok := s.Take("k"); !ok {
+		t.Fatal("4 slots over 4 instances: the first refused")
+	}
+	if _, ok := s.Take("k"); ok {
+		t.Fatal("4 slots over 4 instances: a second admitted")
+	}
+}
