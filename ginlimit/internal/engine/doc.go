@@ -25,8 +25,9 @@
 // for a connection: a wait for a slot is time spent in this process,
 // bounded by the caller's queue time and by how many calls may wait, and
 // running out of either is [ErrSaturated], never a Redis failure. Lease
-// renewals and releases have slots of their own ([Engine.RunLease]), so a
-// flood of decisions cannot make a held lease lapse.
+// renewals and releases, and heartbeats, have slots of their own
+// ([Engine.RunLease]), so a flood of decisions cannot make a held lease,
+// or an instance's presence, lapse.
 //
 // # The pipeliner
 //

@@ -166,9 +166,10 @@ func (ns *nodes) addShard(shard *redis.Client) *node {
 	return n
 }
 
-// leaseSlots is how many lease renewals and releases a node has on the
-// wire at once. They are few (a renewal per held slot per lease/3, a
-// release per request that held one) and small, and they go directly to
+// leaseSlots is how many lease renewals and releases (and heartbeats) a
+// node has on the wire at once. They are few (a renewal per held slot per
+// lease/3, a release per request that held one, a heartbeat a second) and
+// small, and they go directly to
 // the connection pool, so a handful keeps them from waiting behind one
 // another, while a burst of releases cannot take the pool from decisions.
 const leaseSlots = 4
