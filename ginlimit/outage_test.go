@@ -114,7 +114,7 @@ func outageOvershoot(t *testing.T, n int, skewed bool) {
 // waitFleetCount waits until every instance of fleet counts n instances.
 func waitFleetCount(t *testing.T, fleet []fleetMember, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // many heartbeats, on a loaded machine
+	deadline := time.Now().Add(heartbeatWait)
 	for {
 		done := true
 		for _, o := range fleet {
@@ -124,7 +124,7 @@ func waitFleetCount(t *testing.T, fleet []fleetMember, n int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the instances did not all count %d within 30 s", n)
+			t.Fatalf("the instances did not all count %d within %v", n, heartbeatWait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
