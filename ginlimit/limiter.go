@@ -47,7 +47,9 @@ type Limiter struct {
 }
 
 // New returns a Limiter with opts as the defaults of every route it serves.
-// It needs a Redis backend ([Redis]), and loads the scripts on it. An
+// It needs a Redis backend ([Redis]), loads the scripts on it, and starts
+// announcing itself there, so that [FailLocal] knows how many instances
+// share it (see [HeartbeatPeriod]); [Limiter.Close] stops that. An
 // invalid option is returned as an error that names it.
 func New(opts ...Option) (*Limiter, error) {
 	c, err := defaults().with(opts)
