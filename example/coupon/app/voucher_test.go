@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/example/coupon/app"
+	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
@@ -42,14 +43,19 @@ func keys(t *testing.T, rdb *redis.Client, prefix string) []string {
 	return ks
 }
 
-// dbSize returns the number of keys in rdb's database.
+// dbSize returns the number of keys in rdb's database but
+// ginlimit.InstancesKey, where the limiters count each other.
 func dbSize(t *testing.T, rdb *redis.Client) int64 {
 	t.Helper()
 	n, err := rdb.DBSize(t.Context()).Result()
 	if err != nil {
 		t.Fatalf("DBSIZE: %v", err)
 	}
-	return n
+	heartbeat, err := rdb.Exists(t.Context(), ginlimit.InstancesKey).Result()
+	if err != nil {
+		t.Fatalf("EXISTS: %v", err)
+	}
+	return n - heartbeat
 }
 
 // TestVoucherClaimPerVoucher is the sequence on a real
