@@ -22,7 +22,7 @@ const outageEpsilon = 0.1
 // Limiter on its own client of the shared redis-server.
 type fleetMember struct {
 	limiter *Limiter
-	client  *redis.Client
+	client  redis.Scripter
 	policy  *Policy
 }
 

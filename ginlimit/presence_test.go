@@ -140,3 +140,25 @@ func TestCloseEndsTheHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHeartbeatOnACluster: on Redis Cluster the heartbeat is one key, on
+// one master, and Limiters on their own ClusterClients count each other.
+func TestHeartbeatOnACluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	var fleet []fleetMember
+	for range 2 {
+		c := cl.Client()
+		l, err := New(Redis(c), Timeout(testTimeout), queueTimeout(testTimeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		p, err := l.Policy()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fleet = append(fleet, fleetMember{limiter: l, client: c, policy: p})
+	}
+	waitFleetCount(t, fleet, 2)
+}
