@@ -32,9 +32,20 @@ type Decision struct {
 	// banned on the rule (see [Ban]); RetryAfter and Reset are the time the
 	// ban has left, and the 429 carries the ban's message.
 	Banned bool
+	// Source says where Limit and Window come from: [SourceConfig] (0), the
+	// rule's options, or an override set with [Policy.SetLimit]:
+	// [SourceOverride] for the rule's, [SourcePlanOverride] for its plan's
+	// ([LimitBy]), [SourceIdentityOverride] for the identity's. It is a
+	// small integer, not a string, to keep a Decision small: every request
+	// carries one.
+	Source uint8
 	// Limit is the rule's limit per window; for an in-flight rule
-	// ([InFlight]), its n.
+	// ([InFlight]), its n. An override set with [Policy.SetLimit] replaces
+	// the configured limit: Source says which one applied.
 	Limit int
+	// Window is the rule's window as it applied, its [Window] or an
+	// override's; 0 for an in-flight rule.
+	Window time.Duration
 	// Remaining is how many more requests the window admits now, after this
 	// one; for an in-flight rule, how many slots are free.
 	Remaining int
@@ -83,6 +94,23 @@ type Decision struct {
 	// in-process fallback (Local is set).
 	Err error
 }
+
+// The values of [Decision.Source], from the least specific: an identity's
+// override comes before its plan's, which comes before the rule's, which
+// comes before the configuration.
+const (
+	// SourceConfig: the rule's limit and window are those of its options.
+	SourceConfig uint8 = iota
+	// SourceOverride: an override of the rule, set with [Policy.SetLimit]
+	// for a [Target] that names no plan and no identity.
+	SourceOverride
+	// SourcePlanOverride: an override of the plan ([LimitBy]) the request
+	// resolved to, set for a Target that names the plan.
+	SourcePlanOverride
+	// SourceIdentityOverride: an override of the identity, set for a
+	// Target that names it, whatever its plan.
+	SourceIdentityOverride
+)
 
 type decisionKey struct{}
 

@@ -91,7 +91,7 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 		d.Err = err
 		return d, err
 	}
-	return Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, Err: err, decider: &first.ruleBase}, err
+	return Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, Window: first.window, Source: first.source, Err: err, decider: &first.ruleBase}, err
 }
 
 // describe names what a request was limited by, for error texts: the route
@@ -143,7 +143,7 @@ func (p *Policy) decideLocal(req *request) Decision {
 			continue
 		}
 		left, retry, ok := local.Take(c.key, now, c.cost)
-		d = Decision{Rule: c.rule.name, Allowed: ok, Limit: c.rule.limit, Remaining: left, Time: now, Local: true, decider: &c.rule.ruleBase}
+		d = Decision{Rule: c.rule.name, Allowed: ok, Limit: c.rule.limit, Window: c.rule.window, Source: c.rule.source, Remaining: left, Time: now, Local: true, decider: &c.rule.ruleBase}
 		if !ok {
 			d.RetryAfter, d.Reset = retry, retry
 			p.giveBack(req.calls[:i])

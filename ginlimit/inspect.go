@@ -95,7 +95,7 @@ func (p *Policy) target(t Target) (anyRule, []string, error) {
 			keys = append(keys, p.rateKeys(x, a.scope, &a.who)...)
 		}
 	}
-	return rate, keys, nil
+	return rate, p.liveKeys(a, keys), nil
 }
 
 // zsetKeys is, for each sliding-log rule of t's count (its declared rule
@@ -214,7 +214,16 @@ func targetScope(t Target) (scope, error) {
 // no fallback for a Peek. For an in-flight rule ([InFlight]), Limit is
 // its n and Remaining the slots free now; Reset frees every slot of the
 // count (the requests holding them run on and give back nothing).
+//
+// Limit, [Decision.Window] and [Decision.Source] are the settings in force
+// for the count, an override's ([Policy.SetLimit]) or the configuration's.
+// A Target that names only a rule (and plan), no Route, Key or identity,
+// asks for those alone: Peek reads no count and calls no Redis, and fills
+// Rule, Limit, Window and Source only.
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
+	if t.Route == "" && t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
+		return p.settings(t)
+	}
 	a, err := p.aim(t)
 	if err != nil {
 		return Decision{}, err

@@ -136,11 +136,13 @@ func (l *Limiter) apply(*config) error {
 type backend struct {
 	engine *engine.Engine
 	hub    *state.Hub
+	live   *liveLimits // follows the overrides (overrides.go)
 }
 
-// close ends what b runs in the background: the hub first, since its
-// acknowledgements go through the engine.
+// close ends what b runs in the background: the overrides' poll, then the
+// hub, since its acknowledgements go through the engine.
 func (b *backend) close() {
+	b.live.close()
 	b.hub.Close()
 	b.engine.Close()
 }
@@ -165,7 +167,7 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("autoPipeline(true): %w", err)
 	}
-	b := &backend{engine: e}
+	b := &backend{engine: e, live: startLive(rc.client, e.Loaded())}
 	if l.subscribe {
 		l.announce(rc.client, e)
 		wait := time.Duration(0)
@@ -206,9 +208,10 @@ func publishVia(e *engine.Engine) state.Publish {
 var errClosed = errors.New("the Limiter is closed")
 
 // Close stops what the limiter runs in the background: the subscription of
-// each Redis client to [ResetChannel] (see [Policy.Reset]), and its
-// heartbeat in [InstancesKey]. Its routes keep
-// deciding, but their deny caches learn nothing more, so every decision
+// each Redis client to [ResetChannel] (see [Policy.Reset]), its
+// heartbeat in [InstancesKey], and the poll of the overrides
+// ([Policy.SetLimit]). Its routes keep deciding, on the overrides they
+// last saw, but their deny caches learn nothing more, so every decision
 // goes to Redis; no new route can be compiled on it. It does not close the
 // Redis clients, which are the application's. Close is safe to call more
 // than once, and always returns nil.

@@ -143,6 +143,7 @@ type ruleConfig struct {
 	shared     bool          // Shared: one count for every route of the group
 	slots      int           // InFlight's n: an in-flight rule when above 0
 	lease      time.Duration // InFlight's lease
+	override   bool          // compiled for an override (overrides.go): no single-rule script
 }
 
 func defaults() config {

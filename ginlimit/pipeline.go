@@ -92,13 +92,18 @@ func (req *request) alloc(rules []*rateRule, records int) {
 }
 
 // setCall makes req.calls[i] rule r's for identity w (nil for none) at
-// cost, with its Ban's when r has one, and places it. A rule of the
+// cost, with its Ban's when r has one, and places it. An override that
+// applies (overrides.go) takes r's place, from the policy's in-process
+// view of them: no Redis call. A rule of the
 // request's plan has a Ban when the rule it stands for has one (see
 // compilePlans), so alloc gave it its share.
 func (p *Policy) setCall(req *request, i int, r *rateRule, w *who, cost int) {
 	cl := &req.calls[i]
 	*cl = call{rule: r, ban: cl.ban}
 	cl.key, cl.cost = buildKey(&r.ruleBase, p.named, req.scope, w), cost
+	if v := p.view.Load(); v != nil {
+		cl.rule, cl.key = v.resolve(r, cl.key, p.named, req.scope, w)
+	}
 	if r.ban != nil {
 		*cl.ban = share{key: buildKey(&r.ban.ruleBase, p.named, req.scope, w), cost: 1}
 	}
@@ -350,7 +355,7 @@ func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
 func (p *Policy) gone(req *request, err error) (Decision, error) {
 	first := req.calls[0].rule
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
-	return Decision{Rule: first.name, Limit: first.limit, Err: err, decider: &first.ruleBase}, err
+	return Decision{Rule: first.name, Limit: first.limit, Window: first.window, Source: first.source, Err: err, decider: &first.ruleBase}, err
 }
 
 // enter asks each call's deny caches, its Ban's then its rule's, whether
@@ -458,6 +463,9 @@ func (p *Policy) call(req *request) (*redis.Script, []any) {
 		return severalScript, p.severalArgs(req)
 	}
 	cl := req.calls[0]
+	if cl.rule.script == nil { // an override (see compileRate)
+		return severalScript, p.severalArgs(req)
+	}
 	if p.clock == nil && cl.cost == cl.rule.cost {
 		return cl.rule.script, cl.rule.args
 	}
@@ -573,6 +581,8 @@ func callDecision(r *ruleBase, reply []int64, rec, fired int, now time.Time, ban
 		Rule:      r.name,
 		Allowed:   fired == 0,
 		Limit:     r.limit,
+		Window:    r.window,
+		Source:    r.source,
 		Remaining: a.Remaining,
 		Reset:     a.Reset,
 		Time:      a.At,
@@ -621,6 +631,8 @@ func (r *ruleBase) cached(a state.Answer, banned bool) Decision {
 	return Decision{
 		Rule:       r.name,
 		Limit:      r.limit,
+		Window:     r.window,
+		Source:     r.source,
 		Remaining:  a.Remaining,
 		Reset:      a.Reset,
 		RetryAfter: a.Reset,
@@ -645,7 +657,7 @@ func (r *rateRule) tooCostly(cost int, named bool) Decision {
 		what = "rule " + r.name
 	}
 	return Decision{
-		Rule: r.name, Limit: r.limit, decider: &r.ruleBase,
+		Rule: r.name, Limit: r.limit, Window: r.window, Source: r.source, decider: &r.ruleBase,
 		Reason: "the request costs " + strconv.Itoa(cost) + ", more than " + what + " can ever admit (" + strconv.Itoa(r.maxCost) + ")",
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -27,19 +28,24 @@ import (
 // [RateLimit] compiles one per route and limiter; make one with
 // [Limiter.Policy] to take decisions without gin.
 //
-// A Policy is immutable and safe for concurrent use.
+// A Policy is safe for concurrent use. Its rules are fixed when it is
+// compiled; overrides ([Policy.SetLimit]) take their place through a view
+// that is swapped whole, never changed in place.
 type Policy struct {
-	all          []anyRule      // every rule, in the order declared
-	rules        []*rateRule    // the rate rules, decided by one script call
-	slots        []*slotRule    // the in-flight rules (inflight.go)
-	records      int            // the records of the rate rules' script call: one per rule, one per Ban (see place)
-	bans         bool           // some rate rule has a Ban
-	named        bool           // declared with Rule: keys and 429 bodies name the rule
-	tiered       bool           // some rule has plans (LimitBy): the policy header is per request
-	partitioned  bool           // some rule hashes its identity: the policy header has pk, per request
-	engine       *engine.Engine // makes the route's Redis calls
-	hub          *state.Hub     // keeps its caches coherent; nil without a subscription
-	policyHeader string         // RateLimit-Policy: every rule's, joined
+	all          []anyRule                // every rule, in the order declared
+	rules        []*rateRule              // the rate rules, decided by one script call
+	slots        []*slotRule              // the in-flight rules (inflight.go)
+	records      int                      // the records of the rate rules' script call: one per rule, one per Ban (see place)
+	bans         bool                     // some rate rule has a Ban
+	named        bool                     // declared with Rule: keys and 429 bodies name the rule
+	tiered       bool                     // some rule has plans (LimitBy): the policy header is per request
+	partitioned  bool                     // some rule hashes its identity: the policy header has pk, per request
+	engine       *engine.Engine           // makes the route's Redis calls
+	hub          *state.Hub               // keeps its caches coherent; nil without a subscription
+	live         *liveLimits              // follows the overrides in Redis (overrides.go)
+	view         atomic.Pointer[liveView] // the overrides that apply to the policy; nil for none
+	route        routeConfig              // what an override's rule is compiled with
+	policyHeader string                   // RateLimit-Policy: every rule's, joined
 
 	timeout   time.Duration
 	queue     time.Duration // QueueTimeout
@@ -67,8 +73,10 @@ type ruleBase struct {
 	name        string
 	escapedName string // as it appears in keys
 	prefix      string
-	limit       int   // its decisions' Limit: a rate rule's limit, its Ban's too, or an in-flight rule's n
-	dims        []dim // what it counts per; none for the whole route
+	limit       int           // its decisions' Limit: a rate rule's limit, its Ban's too, or an in-flight rule's n
+	window      time.Duration // its decisions' Window: a rate rule's; 0 for an in-flight rule
+	source      uint8         // its decisions' Source: SourceConfig, or the kind of override it is
+	dims        []dim         // what it counts per; none for the whole route
 	ips         *identity.IP
 	users       identity.User
 	hashKey     []byte
@@ -105,7 +113,8 @@ type rateRule struct {
 	deny     *state.DenyCache          // nil when off
 	local    *state.Buckets            // the FailLocal fallback, or nil
 
-	script   *redis.Script // the single-rule script, with this rule's settings written in
+	cfg      ruleConfig    // the settings it was compiled from, which an override changes (overrides.go)
+	script   *redis.Script // the single-rule script, with this rule's settings written in; nil for an override
 	args     []any         // that script's arguments at the fixed cost: the clock (""), the cost
 	settings []any         // this rule's arguments of the several-rule script, but the cost (ruleArgs)
 }
@@ -139,9 +148,10 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.engine, p.hub = b.engine, b.hub
+	p.engine, p.hub, p.route = b.engine, b.hub, rc
 	p.register()
 	p.policyHeader = p.joinPolicies()
+	b.live.follow(p)
 	return p, nil
 }
 
@@ -228,7 +238,9 @@ func namedRuleConfig(base ruleConfig, g ruleGroup, names map[string]bool) (ruleC
 func (p *Policy) register() {
 	for _, r := range p.rules {
 		for _, x := range append([]*rateRule{r}, slices.Collect(maps.Values(r.plans))...) {
-			p.engine.Prepare(x.script)
+			if x.script != nil {
+				p.engine.Prepare(x.script)
+			}
 			p.hub.Track(x.deny, x.local)
 			if x.ban != nil {
 				p.hub.Track(x.ban.deny, x.ban.local)
@@ -284,6 +296,7 @@ func compileRate(rc ruleConfig, route *routeConfig, named bool) (*rateRule, erro
 		return nil, err
 	}
 	param := rc.alg.param(&rc)
+	base.window = rc.window
 	r := &rateRule{
 		ruleBase: base,
 		window:   rc.window,
@@ -293,9 +306,14 @@ func compileRate(rc ruleConfig, route *routeConfig, named bool) (*rateRule, erro
 		costFunc: rc.costFunc,
 		deny:     newDenyCache(route, rc.ban != nil),
 		local:    newLocal(route, rc.limit, rc.window),
-		script:   redis.NewScript(lua.Single(string(rc.alg), rc.window.Microseconds(), int64(rc.limit), int64(param))),
+		cfg:      rc,
 		args:     singleArgs("", rc.cost),
 		settings: ruleArgs(rc.alg, rc.window, rc.limit, param),
+	}
+	if !rc.override {
+		// An override goes through the several-rule script, whose settings
+		// are arguments: no value an operator sets loads a script in Redis.
+		r.script = redis.NewScript(lua.Single(string(rc.alg), rc.window.Microseconds(), int64(rc.limit), int64(param)))
 	}
 	r.policyHeader = r.quotedName + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(rc.window), 10)
 	r.group, r.groupTerms = rc.groupOf("rate")

@@ -202,15 +202,16 @@ func abortJSON(c *gin.Context, code int, body string) {
 }
 
 // policyFor is the RateLimit-Policy value of req: every rule's item, with
-// the limits of the tiers the request's rules resolved to and the
-// partition keys of its hashed identities (appendPK). On a route with
-// plans it lists the rules of the request's step: its rate rules, or its
-// in-flight rules.
+// the limits of the tiers and overrides the request's rules resolved to
+// and the partition keys of its hashed identities (appendPK). On a route
+// with plans or overrides it lists the rules of the request's step: its
+// rate rules, or its in-flight rules.
 func (p *Policy) policyFor(req *request) string {
+	perRequest := p.tiered || p.view.Load() != nil // a plan's or an override's limits
 	switch {
-	case !p.tiered && !p.partitioned:
+	case !perRequest && !p.partitioned:
 		return p.policyHeader
-	case !p.partitioned && len(req.calls) == 1:
+	case perRequest && !p.partitioned && len(req.calls) == 1:
 		return req.calls[0].rule.policyHeader
 	}
 	b := make([]byte, 0, len(p.policyHeader)+48)
@@ -222,7 +223,7 @@ func (p *Policy) policyFor(req *request) string {
 		b = p.appendPK(b, req, r)
 	}
 	switch {
-	case !p.tiered:
+	case !perRequest:
 		for _, r := range p.all {
 			add(r.base())
 		}

@@ -1,0 +1,540 @@
+package ginlimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Limits that change at run time: an override replaces a rate rule's limit
+// and window while the service runs, for the rule, for one of its plans
+// ([LimitBy]) or for one identity. Overrides live in Redis, in one hash
+// (LimitsKey), so every instance sees them; each backend of a Limiter
+// polls a version key every OverridePoll and, when it moved, loads the
+// hash and gives each of its policies a new view (liveView). A request
+// reads the view in process (setCall): overrides add no Redis call to a
+// decision.
+//
+// An override compiles into a rule of its own with compileRate, the code
+// that compiles a rule at start-up, so that a value the scripts would
+// refuse is refused when it is set (SetLimit), naming what is wrong. Its
+// rule goes through the several-rule script, whose settings are arguments:
+// values an operator sets never load a script into Redis's script cache.
+
+const (
+	// LimitsKey is the Redis hash that holds the overrides set with
+	// [Policy.SetLimit], one field per override: the rule's key prefix
+	// followed by "*" (the rule's), by its plan's tag and "*" (a plan's),
+	// or by the identity's part of a count key, built as the count's key is
+	// (escaped, and hashed with [HashIdentities]); its value is the limit
+	// and the window in µs ("0": the rule's own window). Its version is
+	// kept beside it, in the same Redis Cluster slot. Delete the hash, or
+	// clear each override with SetLimit, to go back to the configuration.
+	LimitsKey = "{ginlimit:limits}"
+	// MaxOverrides bounds how many overrides LimitsKey holds, for every
+	// rule on that Redis together: SetLimit refuses a new one beyond it,
+	// so that no caller can grow the instances' memory without bound.
+	MaxOverrides = 10_000
+	// OverridePoll is how often each Limiter asks Redis whether the
+	// overrides changed: an instance applies a change within OverridePoll
+	// plus the poll's own bound, overridePollTimeout (500 ms in all), while
+	// Redis answers. The instance that set it applies it before SetLimit
+	// returns.
+	OverridePoll = 250 * time.Millisecond
+)
+
+// limitsVersionKey changes with every change to LimitsKey: a random value,
+// so that a Redis that lost both keys and saw as many changes since cannot
+// show an instance the version it last loaded.
+const limitsVersionKey = LimitsKey + ":version"
+
+// overridePollTimeout bounds one poll.
+const overridePollTimeout = 250 * time.Millisecond
+
+// ErrBadLimit is wrapped by the error of an override [Policy.SetLimit]
+// refuses: a limit or window the rule's algorithm cannot take (as start-up
+// would refuse it), or one override more than [MaxOverrides]. Its text says
+// what is wrong, naming the option as start-up does, and holds neither an
+// identity nor a Redis error, so an admin API may show it.
+var ErrBadLimit = errors.New("ginlimit: bad limit")
+
+// setLimitScript sets (ARGV[2], "limit window_us") or clears (ARGV[2] "")
+// the override ARGV[1] in the hash KEYS[1], refusing a new field past
+// ARGV[3] fields ({-1}), and sets the version KEYS[2] to ARGV[4].
+var setLimitScript = redis.NewScript(`
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
+    return {-1}
+  end
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+redis.call('SET', KEYS[2], ARGV[4])
+return {0}`)
+
+// pollScript returns the version KEYS[2] ("" when missing) and, when it is
+// not ARGV[1], the hash KEYS[1] as HGETALL does.
+var pollScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[2]) or ''
+if v == ARGV[1] then
+  return {v}
+end
+return {v, redis.call('HGETALL', KEYS[1])}`)
+
+// SetLimit overrides the limit and window of t's rule while the service
+// runs, on every instance: the rule's own (t names no plan and no
+// identity), a plan's (t.Plan), or one identity's (t.User, t.IP, t.Values,
+// or t.Key for a policy used through [Policy.Allow], with t.Route as for
+// [Policy.Peek]), which holds whatever the identity's plan. The most
+// specific applies: the identity's, its plan's, then the rule's. A window
+// of 0 keeps the rule's; a limit of 0 clears the override.
+//
+// The override is checked as start-up checks the rule's options (the
+// limit's and window's ranges, the algorithm's bounds, such as a
+// [SlidingLog]'s 100,000 units, a [TokenBucket]'s burst × window), and
+// refused with an error wrapping [ErrBadLimit] that names what is wrong;
+// so is one override more than [MaxOverrides]. A Target that names no
+// rate rule of the policy wraps [ErrBadTarget].
+//
+// The override is stored in Redis (see [LimitsKey]). This instance applies
+// it before SetLimit returns; every other one within [OverridePoll] and the
+// poll's bound, 500 ms in all, from a copy it keeps in process, so a
+// decision makes no more Redis calls for it. A count goes on where the
+// algorithm keeps it in the same form: the sliding log, sliding counter and
+// fixed window keep theirs across a new limit; a token bucket's new limit,
+// or a sliding counter's new sub-window length, starts a count of its own
+// (docs/operations.md says what each algorithm does). An identity's
+// override counts on the rule's own key, not its plan's. [Decision.Window]
+// and [Decision.Source] say which settings applied; Peek of a Target that
+// names only a rule (and plan) returns them without reading a count.
+func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.Duration) error {
+	r, field, src, err := p.overrideOf(t)
+	if err != nil {
+		return err
+	}
+	value := ""
+	if limit != 0 {
+		if _, err := p.compileOverride(r, limit, window, src); err != nil {
+			return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.name, err)
+		}
+		value = strconv.Itoa(limit) + " " + strconv.FormatInt(window.Microseconds(), 10)
+	}
+	var version [8]byte
+	_, _ = rand.Read(version[:]) // never fails (crypto/rand)
+	args := []any{field, value, MaxOverrides, strconv.FormatUint(binary.BigEndian.Uint64(version[:]), 10)}
+	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, setLimitScript, []string{LimitsKey, limitsVersionKey}, args)
+	if err != nil {
+		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.name, err)
+	}
+	if len(reply) == 1 && reply[0] < 0 {
+		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w: MaxOverrides (%d) overrides are set already; clear one first", r.name, ErrBadLimit, MaxOverrides)
+	}
+	if err := p.live.refresh(ctx); err != nil {
+		// Stored: this instance applies it with its next poll.
+		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: override stored, not yet applied here", slog.String("rule", r.name), errAttr(err))
+	}
+	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: limit override set",
+		slog.String("rule", r.name), slog.Int("limit", limit), slog.Duration("window", window), slog.Int("source", int(src)))
+	return nil
+}
+
+// overrideOf resolves t to the rule an override of it is compiled from
+// (the rule, or the plan's), its field in LimitsKey and its Source.
+func (p *Policy) overrideOf(t Target) (*rateRule, string, uint8, error) {
+	if t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
+		r, err := p.targetRate(t)
+		if err != nil {
+			return nil, "", 0, err
+		}
+		if t.Plan != "" {
+			return r, p.ruleField(r), SourcePlanOverride, nil
+		}
+		return r, p.ruleField(r), SourceOverride, nil
+	}
+	if t.Plan != "" {
+		return nil, "", 0, badTarget("an identity's override holds whatever its plan: leave Target.Plan empty")
+	}
+	a, err := p.aim(t)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	r, ok := a.declared.(*rateRule)
+	if !ok {
+		return nil, "", 0, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", a.declared.base().name)
+	}
+	key := buildKey(&r.ruleBase, p.named, a.scope, &a.who)
+	return r, r.cfg.prefix + key[len(r.prefix):], SourceIdentityOverride, nil
+}
+
+// targetRate is the rate rule, or plan, that t names without an identity;
+// its source is the Source of an override of it.
+func (p *Policy) targetRate(t Target) (*rateRule, error) {
+	x, err := p.targetRule(t)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := x.(*rateRule)
+	if !ok {
+		return nil, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", x.base().name)
+	}
+	if t.Plan == "" {
+		return r, nil
+	}
+	if pr := r.plans[t.Plan]; pr != nil {
+		return pr, nil
+	}
+	return nil, badTarget("rule %q has no plan %q", r.name, t.Plan)
+}
+
+// ruleField is the field in LimitsKey of an override of r, a rule or a
+// plan: its configured key prefix (a plan's carries its tag), "*", which no
+// count key has there, and, on a route with Rules, the rule's name.
+func (p *Policy) ruleField(r *rateRule) string {
+	f := r.cfg.prefix + "*"
+	if p.named {
+		f += " rule:" + r.escapedName
+	}
+	return f
+}
+
+// compileOverride compiles r with limit and window (0: r's) instead of its
+// own, as start-up compiles a rule, into the rule an override of source
+// src applies. It keeps r's Ban, so that strikes and bans go on.
+func (p *Policy) compileOverride(r *rateRule, limit int, window time.Duration, src uint8) (*rateRule, error) {
+	rc := r.cfg
+	rc.planPick, rc.plans, rc.override = nil, nil, true
+	err := Limit(limit).applyRule(&rc)
+	if err == nil && window != 0 {
+		err = Window(window).applyRule(&rc)
+	}
+	var o *rateRule
+	if err == nil {
+		o, err = compileRate(rc, &p.route, p.named)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadLimit, err)
+	}
+	o.ban, o.source = r.ban, src
+	return o, nil
+}
+
+// liveView is the overrides that apply to one policy, as its requests read
+// them (resolve). It is never changed once stored: a change stores another.
+type liveView struct {
+	swap  map[*rateRule]*rateRule // a rule or plan, and its override
+	who   map[string]*rateRule    // an identity's override, by its count key past the rule's prefix
+	rules map[overrideKey]*rateRule
+}
+
+// overrideKey is what an override's rule was compiled from: the next view
+// keeps a rule whose settings did not change, with what its deny cache and
+// fallback learned.
+type overrideKey struct {
+	from   *rateRule
+	limit  int
+	window time.Duration
+	source uint8
+}
+
+// resolve returns the rule that decides a call of r on key, for scope s and
+// identity w, and its key: the identity's override, or r's, or r itself.
+func (v *liveView) resolve(r *rateRule, key string, named bool, s scope, w *who) (*rateRule, string) {
+	o := v.who[key[len(r.prefix):]]
+	if o == nil {
+		o = v.swap[r]
+	}
+	switch {
+	case o == nil:
+		return r, key
+	case o.prefix == r.prefix:
+		return o, key
+	}
+	return o, buildKey(&o.ruleBase, named, s, w)
+}
+
+// apply gives p the view of the overrides raw (LimitsKey's fields and
+// values). The deny caches of its rules forget what they learned, which
+// may have been under other settings.
+func (p *Policy) apply(raw map[string]string) {
+	old := p.view.Load()
+	v := p.buildView(raw, old)
+	if v == nil && old == nil {
+		return
+	}
+	p.view.Store(v)
+	for _, r := range p.rules {
+		for _, x := range withPlans(r) {
+			if x.deny != nil {
+				x.deny.Clear()
+			}
+		}
+	}
+}
+
+// withPlans is r and its plans' rules.
+func withPlans(r *rateRule) []*rateRule {
+	return append([]*rateRule{r}, slices.Collect(maps.Values(r.plans))...)
+}
+
+// buildView is p's view of the overrides raw, reusing old's rules whose
+// settings did not change; nil when none applies to p. A value that does
+// not compile (written by hand) is left out: its rule keeps its settings.
+func (p *Policy) buildView(raw map[string]string, old *liveView) *liveView {
+	v := &liveView{swap: map[*rateRule]*rateRule{}, who: map[string]*rateRule{}, rules: map[overrideKey]*rateRule{}}
+	for _, r := range p.rules {
+		for _, x := range withPlans(r) {
+			src := SourceOverride
+			if x != r {
+				src = SourcePlanOverride
+			}
+			if o := p.overrideRule(v, old, x, raw[p.ruleField(x)], src); o != nil {
+				v.swap[x] = o
+			}
+		}
+		for f, s := range raw {
+			if !strings.HasPrefix(f, r.cfg.prefix+"{") || !p.owns(r, f[len(r.cfg.prefix):]) {
+				continue
+			}
+			if o := p.overrideRule(v, old, r, s, SourceIdentityOverride); o != nil {
+				v.who[f[len(r.cfg.prefix):]] = o
+			}
+		}
+	}
+	if len(v.swap) == 0 && len(v.who) == 0 {
+		return nil
+	}
+	return v
+}
+
+// owns reports whether rest, a count key past its prefix, is one of r's
+// on p: the scope, escaped, holds no '}', so what follows the first one is
+// the rule's name on a route with Rules, and nothing on another.
+func (p *Policy) owns(r *rateRule, rest string) bool {
+	i := strings.IndexByte(rest, '}')
+	if i < 0 {
+		return false
+	}
+	rest = rest[i+1:]
+	if !p.named {
+		return rest == ""
+	}
+	name := " rule:" + r.escapedName
+	return rest == name || strings.HasPrefix(rest, name+" ")
+}
+
+// overrideRule is the rule of the override value s ("limit window_us") of
+// r, from v, old or compiled now; nil for none or a value that does not
+// compile.
+func (p *Policy) overrideRule(v, old *liveView, r *rateRule, s string, src uint8) *rateRule {
+	ls, ws, ok := strings.Cut(s, " ")
+	limit, err1 := strconv.Atoi(ls)
+	us, err2 := strconv.ParseInt(ws, 10, 64)
+	if !ok || err1 != nil || err2 != nil || us < 0 || us > maxWindow.Microseconds() {
+		return nil
+	}
+	k := overrideKey{from: r, limit: limit, window: time.Duration(us) * time.Microsecond, source: src}
+	if o := v.rules[k]; o != nil {
+		return o
+	}
+	o := old.rule(k)
+	if o == nil {
+		if o, err1 = p.compileOverride(r, k.limit, k.window, src); err1 != nil {
+			return nil
+		}
+		p.hub.Track(o.deny, o.local)
+	}
+	v.rules[k] = o
+	return o
+}
+
+// rule is v's rule compiled from k, or nil (v may be nil).
+func (v *liveView) rule(k overrideKey) *rateRule {
+	if v == nil {
+		return nil
+	}
+	return v.rules[k]
+}
+
+// liveKeys is what Reset also deletes for a: the keys of the overrides
+// that take the place of a's rule and plans, where they count apart.
+func (p *Policy) liveKeys(a aim, have []string) []string {
+	v := p.view.Load()
+	declared, ok := a.declared.(*rateRule)
+	if v == nil || !ok {
+		return have
+	}
+	for _, x := range withPlans(declared) {
+		key := buildKey(&x.ruleBase, p.named, a.scope, &a.who)
+		if o, _ := v.resolve(x, key, p.named, a.scope, &a.who); o != x {
+			for _, k := range p.rateKeys(o, a.scope, &a.who) {
+				if !slices.Contains(have, k) {
+					have = append(have, k)
+				}
+			}
+		}
+	}
+	return have
+}
+
+// settings is the Decision of Peek for a Target that names a rule (and
+// plan) only: the limit and window in force, and their source.
+func (p *Policy) settings(t Target) (Decision, error) {
+	x, err := p.targetRule(t)
+	if err != nil {
+		return Decision{}, err
+	}
+	if _, ok := x.(*slotRule); ok {
+		b := x.base()
+		return Decision{Rule: b.name, Limit: b.limit}, nil
+	}
+	r, err := p.targetRate(t)
+	if err != nil {
+		return Decision{}, err
+	}
+	if v := p.view.Load(); v != nil && v.swap[r] != nil {
+		r = v.swap[r]
+	}
+	return Decision{Rule: r.name, Limit: r.limit, Window: r.window, Source: r.source}, nil
+}
+
+// liveLimits follows the overrides in Redis for the policies of one
+// backend: a goroutine polls, and applies a change to every policy.
+type liveLimits struct {
+	client redis.Scripter
+	poll   sync.Mutex // one poll at a time
+
+	mu       sync.Mutex
+	version  string            // of the overrides loaded; "?" before the first
+	raw      map[string]string // LimitsKey, as loaded
+	policies []weak.Pointer[Policy]
+	polls    atomic.Int64 // polls Redis answered, for tests
+
+	stop, done chan struct{}
+	once       sync.Once
+}
+
+// startLive starts following the overrides on client's Redis. load says
+// whether Redis answered: then the overrides are loaded before it returns,
+// so that a new Limiter's first decisions see them.
+func startLive(client redis.Scripter, load bool) *liveLimits {
+	lv := &liveLimits{client: client, version: "?", stop: make(chan struct{}), done: make(chan struct{})}
+	if load {
+		_ = lv.refresh(context.Background()) // the loop tries again
+	}
+	go lv.run()
+	return lv
+}
+
+// run polls every OverridePoll until close, or until the client is closed:
+// nothing closes the limiter of a package-level RateLimit.
+func (lv *liveLimits) run() {
+	defer close(lv.done)
+	tick := time.NewTicker(OverridePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-lv.stop:
+			return
+		case <-tick.C:
+		}
+		if err := lv.refresh(context.Background()); errors.Is(err, redis.ErrClosed) {
+			return
+		}
+	}
+}
+
+// close stops the poll and waits for it; safe to call more than once.
+func (lv *liveLimits) close() {
+	lv.once.Do(func() { close(lv.stop) })
+	<-lv.done
+}
+
+// refresh asks Redis for the overrides' version and, when it moved, loads
+// them and applies them to every policy followed.
+func (lv *liveLimits) refresh(ctx context.Context) error {
+	lv.poll.Lock()
+	defer lv.poll.Unlock()
+	lv.mu.Lock()
+	seen := lv.version
+	lv.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, overridePollTimeout)
+	defer cancel()
+	reply, err := pollScript.Run(ctx, lv.client, []string{LimitsKey, limitsVersionKey}, seen).Slice()
+	if err != nil {
+		return err
+	}
+	lv.polls.Add(1)
+	version, raw, err := parsePoll(reply)
+	if err != nil || version == seen {
+		return err
+	}
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	lv.version, lv.raw = version, raw
+	live := lv.policies[:0]
+	for _, wp := range lv.policies {
+		if p := wp.Value(); p != nil {
+			p.apply(raw)
+			live = append(live, wp)
+		}
+	}
+	clear(lv.policies[len(live):])
+	lv.policies = live
+	return nil
+}
+
+// parsePoll checks and converts pollScript's reply: the version and, when
+// it moved, the overrides (at most MaxOverrides of them).
+func parsePoll(reply []any) (string, map[string]string, error) {
+	if len(reply) == 0 || len(reply) > 2 {
+		return "", nil, fmt.Errorf("unexpected overrides reply of %d elements", len(reply))
+	}
+	version, ok := reply[0].(string)
+	if !ok {
+		return "", nil, fmt.Errorf("unexpected overrides version of type %T", reply[0])
+	}
+	if len(reply) == 1 {
+		return version, nil, nil
+	}
+	fields, ok := reply[1].([]any)
+	if !ok || len(fields)%2 != 0 {
+		return "", nil, errors.New("unexpected overrides hash")
+	}
+	raw := make(map[string]string, min(len(fields)/2, MaxOverrides))
+	for i := 0; i+1 < len(fields) && len(raw) < MaxOverrides; i += 2 {
+		f, ok1 := fields[i].(string)
+		v, ok2 := fields[i+1].(string)
+		if ok1 && ok2 {
+			raw[f] = v
+		}
+	}
+	return version, raw, nil
+}
+
+// follow applies the overrides to p from now on, those loaded at once.
+func (lv *liveLimits) follow(p *Policy) {
+	p.live = lv
+	if len(p.rules) == 0 {
+		return
+	}
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	lv.policies = append(lv.policies, weak.Make(p))
+	if lv.raw != nil {
+		p.apply(lv.raw)
+	}
+}
