@@ -119,7 +119,8 @@
 // In the repository: README.md for usage; docs/features.md for Per,
 // in-flight limits, plans, bans, Peek and Reset; docs/algorithms.md for each
 // algorithm's guarantees, error and memory; docs/operations.md for timeouts,
-// saturation, the breaker, the deny cache, Redis Cluster and memory sizing;
+// saturation, the breaker, the deny cache, limits changed at run time
+// ([Policy.SetLimit]), Redis Cluster and memory sizing;
 // docs/performance.md for benchmarks; docs/design.md for contributors (where
 // things live, how to add an algorithm or a dimension).
 package ginlimit

@@ -2,6 +2,7 @@ package ginlimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -313,6 +314,43 @@ func ExamplePolicy_Reset() {
 	// Output:
 	// true
 	// false
+	// true
+}
+
+func ExamplePolicy_SetLimit() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	exports, err := limiter.Policy(ginlimit.Key("export:"), ginlimit.Window(time.Minute), ginlimit.Limit(100))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	// This tenant bought 10,000 a minute: every instance applies it within
+	// half a second, this one before SetLimit returns.
+	if err := exports.SetLimit(ctx, ginlimit.Target{Key: "tenant-42"}, 10_000, 0); err != nil {
+		panic(err)
+	}
+	d, _ := exports.Allow(ctx, "tenant-42", 1)
+	fmt.Println(d.Limit, d.Window, d.Source == ginlimit.SourceIdentityOverride)
+	d, _ = exports.Allow(ctx, "tenant-7", 1)
+	fmt.Println(d.Limit, d.Window, d.Source == ginlimit.SourceConfig)
+	// What the scripts would refuse is refused now, with start-up's reason.
+	err = exports.SetLimit(ctx, ginlimit.Target{}, 200_000, 0)
+	fmt.Println(errors.Is(err, ginlimit.ErrBadLimit))
+	// Output:
+	// 10000 1m0s true
+	// 100 1m0s true
 	// true
 }
 

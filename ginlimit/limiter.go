@@ -167,7 +167,7 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("autoPipeline(true): %w", err)
 	}
-	b := &backend{engine: e, live: startLive(rc.client, e.Loaded())}
+	b := &backend{engine: e, live: startLive(rc.client, e.Loaded(), l.subscribe)}
 	if l.subscribe {
 		l.announce(rc.client, e)
 		wait := time.Duration(0)
@@ -242,7 +242,9 @@ func (l *Limiter) Close() error {
 // one, the route makes a limiter of its own from its options, which must
 // then include [Redis]; that limiter does not subscribe to [Policy.Reset]'s
 // announcements (nothing would close the subscription) and follows resets
-// and other changes to Redis within [DefaultMaxStaleness]. Nothing closes
+// and other changes to Redis within [DefaultMaxStaleness], and polls the
+// overrides ([Policy.SetLimit]) on a request at most every
+// [OverridePoll], which that request waits for. Nothing closes
 // it either: each such route keeps its own auto-pipeliner (a goroutine and
 // a clone of the client) until the application closes the Redis client.
 // Prefer limiter.RateLimit(...): it reads the same and shares one limiter.

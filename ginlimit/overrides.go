@@ -100,8 +100,9 @@ return {v, redis.call('HGETALL', KEYS[1])}`)
 // identity), a plan's (t.Plan), or one identity's (t.User, t.IP, t.Values,
 // or t.Key for a policy used through [Policy.Allow], with t.Route as for
 // [Policy.Peek]), which holds whatever the identity's plan. The most
-// specific applies: the identity's, its plan's, then the rule's. A window
-// of 0 keeps the rule's; a limit of 0 clears the override.
+// specific applies: the identity's, then its plan's (the rule's own, for a
+// request in no plan), then the options. A window of 0 keeps the rule's; a
+// limit of 0 clears the override.
 //
 // The override is checked as start-up checks the rule's options (the
 // limit's and window's ranges, the algorithm's bounds, such as a
@@ -147,10 +148,14 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 		// Stored: this instance applies it with its next poll.
 		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: override stored, not yet applied here", slog.String("rule", r.name), errAttr(err))
 	}
-	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: limit override set",
-		slog.String("rule", r.name), slog.Int("limit", limit), slog.Duration("window", window), slog.Int("source", int(src)))
+	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: limit override set (a limit of 0 clears it)",
+		slog.String("rule", r.name), slog.String("of", overrideNames[src]), slog.Int("limit", limit), slog.Duration("window", window))
 	return nil
 }
+
+// overrideNames names, in the log, what an override of each Source is of; the
+// identity itself is never logged.
+var overrideNames = [...]string{SourceOverride: "rule", SourcePlanOverride: "plan", SourceIdentityOverride: "identity"}
 
 // overrideOf resolves t to the rule an override of it is compiled from
 // (the rule, or the plan's), its field in LimitsKey and its Source.
@@ -422,25 +427,46 @@ type liveLimits struct {
 	raw      map[string]string // LimitsKey, as loaded
 	policies []weak.Pointer[Policy]
 	polls    atomic.Int64 // polls Redis answered, for tests
+	last     atomic.Int64 // when the last poll began (Unix ns), for due
 
-	stop, done chan struct{}
+	stop, done chan struct{} // nil without a background poll
 	once       sync.Once
 }
 
 // startLive starts following the overrides on client's Redis. load says
 // whether Redis answered: then the overrides are loaded before it returns,
-// so that a new Limiter's first decisions see them.
-func startLive(client redis.Scripter, load bool) *liveLimits {
-	lv := &liveLimits{client: client, version: "?", stop: make(chan struct{}), done: make(chan struct{})}
+// so that a new Limiter's first decisions see them. background says
+// whether a goroutine polls, until close: a Limiter from New does; the one
+// a package-level RateLimit makes for itself has nothing to close it, so
+// its requests poll instead (due).
+func startLive(client redis.Scripter, load, background bool) *liveLimits {
+	lv := &liveLimits{client: client, version: "?"}
+	lv.last.Store(time.Now().UnixNano())
 	if load {
-		_ = lv.refresh(context.Background()) // the loop tries again
+		_ = lv.refresh(context.Background()) // tried again later
 	}
-	go lv.run()
+	if background {
+		lv.stop, lv.done = make(chan struct{}), make(chan struct{})
+		go lv.run()
+	}
 	return lv
 }
 
-// run polls every OverridePoll until close, or until the client is closed:
-// nothing closes the limiter of a package-level RateLimit.
+// due polls, on a limiter without a background poll, when the last poll
+// is OverridePoll old: the one request that finds it so makes the call,
+// bounded by ctx and overridePollTimeout; the others go on at once.
+func (lv *liveLimits) due(ctx context.Context) {
+	if lv.stop != nil {
+		return
+	}
+	now, last := time.Now().UnixNano(), lv.last.Load()
+	if now-last >= int64(OverridePoll) && lv.last.CompareAndSwap(last, now) {
+		_ = lv.refresh(ctx)
+	}
+}
+
+// run polls every OverridePoll until close, or until the client is
+// closed.
 func (lv *liveLimits) run() {
 	defer close(lv.done)
 	tick := time.NewTicker(OverridePoll)
@@ -457,8 +483,12 @@ func (lv *liveLimits) run() {
 	}
 }
 
-// close stops the poll and waits for it; safe to call more than once.
+// close stops the background poll and waits for it; safe to call more
+// than once.
 func (lv *liveLimits) close() {
+	if lv.stop == nil {
+		return
+	}
 	lv.once.Do(func() { close(lv.stop) })
 	<-lv.done
 }

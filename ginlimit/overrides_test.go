@@ -396,3 +396,50 @@ func TestSetLimitOnAllow(t *testing.T) {
 		}
 	}
 }
+
+// TestOverrideHeaders: the headers of a decision under an override carry
+// its limit and window.
+func TestOverrideHeaders(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	in := newInstance(t, srv.Client(), Key(prefix(t)), Limit(3), Window(time.Minute), Type(User))
+	if err := in.policy.SetLimit(context.Background(), Target{}, 5, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	w := do(in.e, http.MethodGet, "/claim", map[string]string{"X-User": "alice"})
+	name := in.policy.rules[0].quotedName
+	if got := w.Header().Get("RateLimit-Policy"); got != name+";q=5;w=120" {
+		t.Errorf("RateLimit-Policy %q, want %s;q=5;w=120", got, name)
+	}
+	if got := w.Header().Get("X-RateLimit-Limit"); got != "5" {
+		t.Errorf("X-RateLimit-Limit %q, want 5", got)
+	}
+}
+
+// TestPackageLevelRouteFollowsOverrides: a route of the package-level
+// RateLimit without a Limiter has no background poll; its requests poll,
+// at most every OverridePoll, so it applies an override set through
+// another Limiter's Policy.
+func TestPackageLevelRouteFollowsOverrides(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	opts := []Option{Redis(c), Key(prefix(t)), Limit(3), Window(time.Minute)}
+	e := gin.New()
+	e.GET("/x", testLimit(opts...), ok)
+	if w := do(e, http.MethodGet, "/x", nil); w.Header().Get("X-RateLimit-Limit") != "3" {
+		t.Fatalf("before the override: %d, limit %q", w.Code, w.Header().Get("X-RateLimit-Limit"))
+	}
+	admin := mustPolicy(t, opts...)
+	if err := admin.SetLimit(context.Background(), Target{}, 50, 0); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if w := do(e, http.MethodGet, "/x", nil); w.Header().Get("X-RateLimit-Limit") == "50" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the package-level route did not apply the override within 30 s")
+		}
+	}
+}

@@ -112,8 +112,13 @@ func claimTarget(c *gin.Context) ginlimit.Target {
 // It calls no Redis, and runs before the admin limit, as requireUserParam.
 func (h *handlers) requirePlanQuery(c *gin.Context) {
 	if plan := c.Query("plan"); plan != "" && claimPlans()[plan] == 0 {
-		abortWith(c, http.StatusBadRequest, "The plan must be one of: "+strings.Join(slices.Sorted(maps.Keys(claimPlans())), ", "))
+		abortWith(c, http.StatusBadRequest, msgBadPlan())
 	}
+}
+
+// msgBadPlan is the message of a refused plan.
+func msgBadPlan() string {
+	return "The plan must be one of: " + strings.Join(slices.Sorted(maps.Keys(claimPlans())), ", ")
 }
 
 // peekClaim answers GET /api/admin/limits/claim/users/:user[?plan=vip] with

@@ -17,6 +17,8 @@
 //
 //	GET    /api/admin/limits/claim/users/:user  admin: a user's claim count (?plan=vip: in that plan); User: 60 per 60s per admin
 //	DELETE /api/admin/limits/claim/users/:user  admin: reset it, 204; User: 60 per 60s per admin
+//	GET    /api/admin/limits/claim              admin: the claim rule's limit, window and their source (?plan=, ?user=)
+//	PUT    /api/admin/limits/claim              admin: {"limit":n,"window_seconds":w[,"plan"|"user"]} overrides them live; 0 clears
 //
 // An admitted request gets 200 {"code":200,"message":"...","data":{...}},
 // where data.remaining is the quota left in the window. A limited one gets 429

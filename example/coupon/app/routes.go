@@ -243,6 +243,8 @@ func routes(r gin.IRoutes, h *handlers) {
 		ginlimit.Type(ginlimit.User))
 	r.GET(adminClaimUserPath, h.requireAdmin, h.requireUserParam, h.requirePlanQuery, adminLimit, h.peekClaim)
 	r.DELETE(adminClaimUserPath, h.requireAdmin, h.requireUserParam, adminLimit, h.resetClaim)
+	r.GET(adminClaimLimitsPath, h.requireAdmin, h.requirePlanQuery, adminLimit, h.claimSettings)
+	r.PUT(adminClaimLimitsPath, h.requireAdmin, adminLimit, h.setClaimLimit)
 
 	r.GET("/healthz", h.healthz)
 }
