@@ -221,7 +221,7 @@ func targetScope(t Target) (scope, error) {
 // asks for those alone: Peek reads no count and calls no Redis, and fills
 // Rule, Limit, Window and Source only.
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
-	p.live.due(ctx)
+	p.live.due(ctx, p.timeout)
 	if t.Route == "" && t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
 		return p.settings(t)
 	}

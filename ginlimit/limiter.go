@@ -167,7 +167,7 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("autoPipeline(true): %w", err)
 	}
-	b := &backend{engine: e, live: startLive(rc.client, e.Loaded(), l.subscribe)}
+	b := &backend{engine: e, live: startLive(e, e.Loaded(), l.subscribe)}
 	if l.subscribe {
 		l.announce(rc.client, e)
 		wait := time.Duration(0)

@@ -17,6 +17,8 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 )
 
 // Limits that change at run time: an override replaces a rate rule's limit
@@ -144,7 +146,7 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 	if len(reply) == 1 && reply[0] < 0 {
 		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w: MaxOverrides (%d) overrides are set already; clear one first", r.name, ErrBadLimit, MaxOverrides)
 	}
-	if err := p.live.refresh(ctx); err != nil {
+	if err := p.live.refresh(ctx, overridePollTimeout); err != nil {
 		// Stored: this instance applies it with its next poll.
 		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: override stored, not yet applied here", slog.String("rule", r.name), errAttr(err))
 	}
@@ -419,8 +421,8 @@ func (p *Policy) settings(t Target) (Decision, error) {
 // liveLimits follows the overrides in Redis for the policies of one
 // backend: a goroutine polls, and applies a change to every policy.
 type liveLimits struct {
-	client redis.Scripter
-	poll   sync.Mutex // one poll at a time
+	engine *engine.Engine // its side calls (Engine.Side) are bounded whatever the client
+	poll   sync.Mutex     // one poll at a time
 
 	mu       sync.Mutex
 	version  string            // of the overrides loaded; "?" before the first
@@ -429,8 +431,10 @@ type liveLimits struct {
 	polls    atomic.Int64 // polls Redis answered, for tests
 	last     atomic.Int64 // when the last poll began (Unix ns), for due
 
-	stop, done chan struct{} // nil without a background poll
-	once       sync.Once
+	// stop ends the background poll, and a poll under way; done is closed
+	// when the poll has ended. Both nil without a background poll.
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // startLive starts following the overrides on client's Redis. load says
@@ -439,73 +443,79 @@ type liveLimits struct {
 // whether a goroutine polls, until close: a Limiter from New does; the one
 // a package-level RateLimit makes for itself has nothing to close it, so
 // its requests poll instead (due).
-func startLive(client redis.Scripter, load, background bool) *liveLimits {
-	lv := &liveLimits{client: client, version: "?"}
+func startLive(e *engine.Engine, load, background bool) *liveLimits {
+	lv := &liveLimits{engine: e, version: "?"}
 	lv.last.Store(time.Now().UnixNano())
 	if load {
-		_ = lv.refresh(context.Background()) // tried again later
+		_ = lv.refresh(context.Background(), overridePollTimeout) // tried again later
 	}
 	if background {
-		lv.stop, lv.done = make(chan struct{}), make(chan struct{})
-		go lv.run()
+		ctx, stop := context.WithCancel(context.Background())
+		lv.stop, lv.done = stop, make(chan struct{})
+		go lv.run(ctx)
 	}
 	return lv
 }
 
 // due polls, on a limiter without a background poll, when the last poll
 // is OverridePoll old: the one request that finds it so makes the call,
-// bounded by ctx and overridePollTimeout; the others go on at once.
-func (lv *liveLimits) due(ctx context.Context) {
-	if lv.stop != nil {
+// bounded by ctx and by timeout (the route's Timeout) or
+// overridePollTimeout, whichever is shorter; the others go on at once.
+func (lv *liveLimits) due(ctx context.Context, timeout time.Duration) {
+	if lv.done != nil {
 		return
 	}
 	now, last := time.Now().UnixNano(), lv.last.Load()
 	if now-last >= int64(OverridePoll) && lv.last.CompareAndSwap(last, now) {
-		_ = lv.refresh(ctx)
+		_ = lv.refresh(ctx, min(timeout, overridePollTimeout))
 	}
 }
 
 // run polls every OverridePoll until close, or until the client is
 // closed.
-func (lv *liveLimits) run() {
+func (lv *liveLimits) run(ctx context.Context) {
 	defer close(lv.done)
 	tick := time.NewTicker(OverridePoll)
 	defer tick.Stop()
 	for {
 		select {
-		case <-lv.stop:
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if err := lv.refresh(context.Background()); errors.Is(err, redis.ErrClosed) {
+		if err := lv.refresh(ctx, overridePollTimeout); errors.Is(err, redis.ErrClosed) {
 			return
 		}
 	}
 }
 
-// close stops the background poll and waits for it; safe to call more
-// than once.
+// close stops the background poll, and a poll under way, and waits for
+// it; safe to call more than once.
 func (lv *liveLimits) close() {
-	if lv.stop == nil {
+	if lv.done == nil {
 		return
 	}
-	lv.once.Do(func() { close(lv.stop) })
+	lv.stop()
 	<-lv.done
 }
 
-// refresh asks Redis for the overrides' version and, when it moved, loads
-// them and applies them to every policy followed.
-func (lv *liveLimits) refresh(ctx context.Context) error {
+// refresh asks Redis for the overrides' version, within timeout, and, when
+// it moved, loads them and applies them to every policy followed.
+func (lv *liveLimits) refresh(ctx context.Context, timeout time.Duration) error {
 	lv.poll.Lock()
 	defer lv.poll.Unlock()
 	lv.mu.Lock()
 	seen := lv.version
 	lv.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, overridePollTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reply, err := pollScript.Run(ctx, lv.client, []string{LimitsKey, limitsVersionKey}, seen).Slice()
+	v, err := lv.engine.Side(ctx, pollScript, []string{LimitsKey, limitsVersionKey}, seen)
 	if err != nil {
 		return err
+	}
+	reply, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("unexpected overrides reply of type %T", v)
 	}
 	lv.polls.Add(1)
 	version, raw, err := parsePoll(reply)

@@ -443,3 +443,41 @@ func TestPackageLevelRouteFollowsOverrides(t *testing.T) {
 		}
 	}
 }
+
+// TestSetLimitOnAClusterWithRules: on a Redis Cluster, the overrides and
+// their version share a slot, so SetLimit and the poll work there; on a
+// route with Rules an override names its rule, and leaves the other alone.
+func TestSetLimitOnAClusterWithRules(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	opts := []Option{Key(prefix(t)), Window(time.Minute), Type(User),
+		Rule(Name("burst"), Limit(3)), Rule(Name("hourly"), Limit(100), Window(time.Hour))}
+	a, b := newInstance(t, cl.Client(), opts...), newInstance(t, cl.Client(), opts...)
+	ctx := context.Background()
+	if err := a.policy.SetLimit(ctx, Target{Rule: "burst", Route: claimRoute, User: "alice"}, 6, 0); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if d, err := b.policy.Peek(ctx, Target{Rule: "burst", Route: claimRoute, User: "alice"}); err == nil && d.Limit == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B did not apply the override within 30 s")
+		}
+	}
+	admitted := 0
+	for range 8 {
+		if code, d := b.claimAs("alice", ""); code == http.StatusOK {
+			admitted++
+			if len(d.Rules) != 2 || d.Rules[0].Limit != 6 || d.Rules[0].Source != SourceIdentityOverride || d.Rules[1].Limit != 100 || d.Rules[1].Source != SourceConfig {
+				t.Fatalf("the rules' decisions: %+v", d.Rules)
+			}
+		}
+	}
+	if admitted != 6 {
+		t.Fatalf("%d of alice's claims admitted, want 6", admitted)
+	}
+	if d, err := b.policy.Peek(ctx, Target{Rule: "hourly"}); err != nil || d.Limit != 100 || d.Source != SourceConfig {
+		t.Fatalf("the hourly rule: %+v, %v", d, err)
+	}
+}
