@@ -187,7 +187,7 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 
 // allScripts are the scripts every engine loads at start-up; each rule's
 // single-rule script is loaded when its route is compiled (Policy.register).
-var allScripts = []*redis.Script{severalScript, peekScript, resetScript, publishScript, slotScript}
+var allScripts = []*redis.Script{severalScript, peekScript, resetScript, publishScript, slotScript, versionScript, loadScript, setLimitScript}
 
 // publishVia returns how a hub publishes on ResetChannel through e: it
 // returns how many subscribers received the payload.

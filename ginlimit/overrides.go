@@ -42,9 +42,11 @@ const (
 	// followed by "*" (the rule's), by its plan's tag and "*" (a plan's),
 	// or by the identity's part of a count key, built as the count's key is
 	// (escaped, and hashed with [HashIdentities]); its value is the limit
-	// and the window in µs ("0": the rule's own window). Its version is
-	// kept beside it, in the same Redis Cluster slot. Delete the hash, or
-	// clear each override with SetLimit, to go back to the configuration.
+	// and the window in µs ("0": the rule's own window). Its version,
+	// LimitsKey+":version", is kept beside it in the same Redis Cluster
+	// slot, and tells the instances to load it again: to go back to the
+	// configuration, clear each override with SetLimit, or delete both
+	// keys. A value written by hand that does not compile is left out.
 	LimitsKey = "{ginlimit:limits}"
 	// MaxOverrides bounds how many overrides LimitsKey holds, for every
 	// rule on that Redis together: SetLimit refuses a new one beyond it,
@@ -60,7 +62,8 @@ const (
 
 // limitsVersionKey changes with every change to LimitsKey: a random value,
 // so that a Redis that lost both keys and saw as many changes since cannot
-// show an instance the version it last loaded.
+// show an instance the version it last loaded. A poll reads it alone, and
+// loads the hash only when it moved.
 const limitsVersionKey = LimitsKey + ":version"
 
 // overridePollTimeout bounds one poll.
@@ -88,20 +91,22 @@ end
 redis.call('SET', KEYS[2], ARGV[4])
 return {0}`)
 
-// pollScript returns the version KEYS[2] ("" when missing) and, when it is
-// not ARGV[1], the hash KEYS[1] as HGETALL does.
-var pollScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[2]) or ''
-if v == ARGV[1] then
-  return {v}
-end
-return {v, redis.call('HGETALL', KEYS[1])}`)
+// versionScript returns the version KEYS[1], 0 when there is none. It is
+// what every poll sends: one small call through the engine, as a decision.
+var versionScript = redis.NewScript(`return {tonumber(redis.call('GET', KEYS[1]) or '0')}`)
+
+// loadScript returns the version KEYS[2] (0 when there is none) and the
+// hash KEYS[1] as HGETALL does, read together: a poll sends it when the
+// version moved.
+var loadScript = redis.NewScript(`return {tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[1])}`)
 
 // SetLimit overrides the limit and window of t's rule while the service
 // runs, on every instance: the rule's own (t names no plan and no
 // identity), a plan's (t.Plan), or one identity's (t.User, t.IP, t.Values,
 // or t.Key for a policy used through [Policy.Allow], with t.Route as for
-// [Policy.Peek]), which holds whatever the identity's plan. The most
+// [Policy.Peek]), which holds whatever the identity's plan. A rule's or a
+// plan's override holds on every route and key the rule serves, so
+// t.Route is not needed there (and not read). The most
 // specific applies: the identity's, then its plan's (the rule's own, for a
 // request in no plan), then the options. A window of 0 keeps the rule's; a
 // limit of 0 clears the override.
@@ -138,7 +143,8 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 	}
 	var version [8]byte
 	_, _ = rand.Read(version[:]) // never fails (crypto/rand)
-	args := []any{field, value, MaxOverrides, strconv.FormatUint(binary.BigEndian.Uint64(version[:]), 10)}
+	// 1 to 2^53-1: exact in the scripts' numbers, never the 0 of no version.
+	args := []any{field, value, MaxOverrides, strconv.FormatUint(binary.BigEndian.Uint64(version[:])>>11|1, 10)}
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, setLimitScript, []string{LimitsKey, limitsVersionKey}, args)
 	if err != nil {
 		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.name, err)
@@ -425,7 +431,7 @@ type liveLimits struct {
 	poll   sync.Mutex     // one poll at a time
 
 	mu       sync.Mutex
-	version  string            // of the overrides loaded; "?" before the first
+	version  int64             // of the overrides loaded; -1 before the first
 	raw      map[string]string // LimitsKey, as loaded
 	policies []weak.Pointer[Policy]
 	polls    atomic.Int64 // polls Redis answered, for tests
@@ -444,7 +450,7 @@ type liveLimits struct {
 // a package-level RateLimit makes for itself has nothing to close it, so
 // its requests poll instead (due).
 func startLive(e *engine.Engine, load, background bool) *liveLimits {
-	lv := &liveLimits{engine: e, version: "?"}
+	lv := &liveLimits{engine: e, version: -1}
 	lv.last.Store(time.Now().UnixNano())
 	if load {
 		_ = lv.refresh(context.Background(), overridePollTimeout) // tried again later
@@ -499,28 +505,36 @@ func (lv *liveLimits) close() {
 	<-lv.done
 }
 
-// refresh asks Redis for the overrides' version, within timeout, and, when
-// it moved, loads them and applies them to every policy followed.
+// refresh asks Redis for the overrides' version and, when it moved, loads
+// them, both within timeout, and applies them to every policy followed.
 func (lv *liveLimits) refresh(ctx context.Context, timeout time.Duration) error {
 	lv.poll.Lock()
 	defer lv.poll.Unlock()
 	lv.mu.Lock()
 	seen := lv.version
 	lv.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout) // both calls together
 	defer cancel()
-	v, err := lv.engine.Side(ctx, pollScript, []string{LimitsKey, limitsVersionKey}, seen)
+	reply, err := lv.engine.RunAside(ctx, timeout, versionScript, []string{limitsVersionKey}, nil)
 	if err != nil {
 		return err
 	}
-	reply, ok := v.([]any)
-	if !ok {
-		return fmt.Errorf("unexpected overrides reply of type %T", v)
-	}
 	lv.polls.Add(1)
-	version, raw, err := parsePoll(reply)
-	if err != nil || version == seen {
-		return err
+	if len(reply) != 1 {
+		return fmt.Errorf("unexpected overrides version of %d elements", len(reply))
+	}
+	if reply[0] == seen {
+		return nil
+	}
+	version, raw := int64(0), map[string]string{}
+	if reply[0] != 0 { // 0: no override was ever set, or the keys were deleted
+		v, err := lv.engine.Side(ctx, timeout, loadScript, []string{LimitsKey, limitsVersionKey})
+		if err != nil {
+			return err
+		}
+		if version, raw, err = parseLoad(v); err != nil {
+			return err
+		}
 	}
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
@@ -537,22 +551,17 @@ func (lv *liveLimits) refresh(ctx context.Context, timeout time.Duration) error 
 	return nil
 }
 
-// parsePoll checks and converts pollScript's reply: the version and, when
-// it moved, the overrides (at most MaxOverrides of them).
-func parsePoll(reply []any) (string, map[string]string, error) {
-	if len(reply) == 0 || len(reply) > 2 {
-		return "", nil, fmt.Errorf("unexpected overrides reply of %d elements", len(reply))
+// parseLoad checks and converts loadScript's reply: the version and the
+// overrides (at most MaxOverrides of them).
+func parseLoad(v any) (int64, map[string]string, error) {
+	reply, ok := v.([]any)
+	if !ok || len(reply) != 2 {
+		return 0, nil, fmt.Errorf("unexpected overrides reply %T", v)
 	}
-	version, ok := reply[0].(string)
-	if !ok {
-		return "", nil, fmt.Errorf("unexpected overrides version of type %T", reply[0])
-	}
-	if len(reply) == 1 {
-		return version, nil, nil
-	}
-	fields, ok := reply[1].([]any)
-	if !ok || len(fields)%2 != 0 {
-		return "", nil, errors.New("unexpected overrides hash")
+	version, ok := reply[0].(int64)
+	fields, ok2 := reply[1].([]any)
+	if !ok || !ok2 || len(fields)%2 != 0 {
+		return 0, nil, errors.New("unexpected overrides reply")
 	}
 	raw := make(map[string]string, min(len(fields)/2, MaxOverrides))
 	for i := 0; i+1 < len(fields) && len(raw) < MaxOverrides; i += 2 {
