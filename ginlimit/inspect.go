@@ -218,15 +218,16 @@ func targetScope(t Target) (scope, error) {
 // Limit, [Decision.Window] and [Decision.Source] are the settings in force
 // for the count, an override's ([Policy.SetLimit]) or the configuration's.
 // A Target that names only a rule (and plan), no Route, Key or identity,
-// asks for those alone: Peek reads no count and calls no Redis, and fills
-// Rule, Limit, Window and Source only.
+// on a rule whose counts need one of them, asks for those alone: Peek
+// reads no count and calls no Redis, and fills Rule, Limit, Window and
+// Source only.
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	p.live.due(ctx, p.timeout)
-	if t.Route == "" && t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
-		return p.settings(t)
-	}
 	a, err := p.aim(t)
 	if err != nil {
+		if t.Route == "" && t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
+			return p.settings(t) // a rule (and plan) whose counts need more
+		}
 		return Decision{}, err
 	}
 	if r, ok := a.rule.(*slotRule); ok {

@@ -128,7 +128,8 @@ var loadScript = redis.NewScript(`return {tonumber(redis.call('GET', KEYS[2]) or
 // (docs/operations.md says what each algorithm does). An identity's
 // override counts on the rule's own key, not its plan's. [Decision.Window]
 // and [Decision.Source] say which settings applied; Peek of a Target that
-// names only a rule (and plan) returns them without reading a count.
+// names only a rule (and plan) returns them, without reading a count when
+// the rule's counts need an identity or a route.
 func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.Duration) error {
 	r, field, src, err := p.overrideOf(t)
 	if err != nil {
@@ -334,16 +335,20 @@ func (p *Policy) buildView(raw map[string]string, old *liveView) *liveView {
 }
 
 // owns reports whether rest, a count key past its prefix, is one of r's
-// on p: the scope, escaped, holds no '}', so what follows the first one is
-// the rule's name on a route with Rules, and nothing on another.
+// on p (see buildKey): the scope, escaped, holds no '}', so what follows
+// the first one is the rule's name on a route with Rules, or a [Shared]
+// rule's on a gin route, and nothing otherwise.
 func (p *Policy) owns(r *rateRule, rest string) bool {
 	i := strings.IndexByte(rest, '}')
 	if i < 0 {
 		return false
 	}
 	rest = rest[i+1:]
-	if !p.named {
-		return rest == ""
+	if rest == "" {
+		return !p.named
+	}
+	if !p.named && !r.shared {
+		return false
 	}
 	name := " rule:" + r.escapedName
 	return rest == name || strings.HasPrefix(rest, name+" ")

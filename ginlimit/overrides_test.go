@@ -481,3 +481,39 @@ func TestSetLimitOnAClusterWithRules(t *testing.T) {
 		t.Fatalf("the hourly rule: %+v, %v", d, err)
 	}
 }
+
+// TestSetLimitOnASharedRule: an identity's override of a Shared rule holds
+// on every route of the group, on the group's one count.
+func TestSetLimitOnASharedRule(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, err := New(Redis(srv.Client()), Timeout(testTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	opts := []Option{Key(prefix(t)), Window(time.Minute), Limit(2), Per(Shared, ByHeader("X-API-Key"))}
+	p, err := l.Policy(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := gin.New()
+	api := e.Group("/api", p.serve)
+	api.GET("/orders", ok)
+	api.POST("/orders", ok)
+	if err := p.SetLimit(context.Background(), Target{Route: "GET /api/orders", Values: map[string]string{"X-Api-Key": "k1"}}, 4, 0); err != nil {
+		t.Fatal(err)
+	}
+	admitted := map[string]int{}
+	for _, key := range []string{"k1", "k2"} {
+		for i := range 6 {
+			method := []string{http.MethodGet, http.MethodPost}[i%2]
+			if w := do(e, method, "/api/orders", map[string]string{"X-API-Key": key}); w.Code == http.StatusOK {
+				admitted[key]++
+			}
+		}
+	}
+	if admitted["k1"] != 4 || admitted["k2"] != 2 {
+		t.Fatalf("admitted across the group's routes: %v, want k1 4 (its override), k2 2", admitted)
+	}
+}

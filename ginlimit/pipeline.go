@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
@@ -50,13 +51,12 @@ type call struct {
 // header of its own, which the hot paths measurably pay for. The request of
 // the in-flight step has no calls (newSlotRequest).
 type request struct {
-	d      Decision
-	scope  scope
-	calls  []call
-	keys   []string // by record (see rec)
-	one    [1]call
-	oneKey [1]string
-	vals   [6]string
+	d     Decision
+	scope scope
+	calls []call
+	keys  []string // by record (see rec)
+	one   [1]call
+	vals  [6]string
 	// buf holds, while prepare builds the keys, an IP address's text; then
 	// the header values, which writeHeaders hands to the response as
 	// strings over buf: nothing may write buf after writeHeaders.
@@ -77,7 +77,9 @@ func (p *Policy) newRequest(s scope) *request {
 // no allocation of its own.
 func (req *request) alloc(rules []*rateRule, records int) {
 	if records == 1 {
-		req.calls, req.keys = req.one[:], req.oneKey[:]
+		// The key slice of one record is the call's own key (place writes
+		// it there again), so the request holds no second copy of it.
+		req.calls, req.keys = req.one[:], unsafe.Slice(&req.one[0].key, 1)
 		return
 	}
 	n := len(rules)
