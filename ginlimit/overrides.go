@@ -448,7 +448,7 @@ type liveLimits struct {
 	done chan struct{}
 }
 
-// startLive starts following the overrides on client's Redis. load says
+// startLive starts following the overrides on e's Redis. load says
 // whether Redis answered: then the overrides are loaded before it returns,
 // so that a new Limiter's first decisions see them. background says
 // whether a goroutine polls, until close: a Limiter from New does; the one
