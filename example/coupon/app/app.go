@@ -172,25 +172,36 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.users, err = newVerifier(ctx, secret, cfg.JWKSURL, logger); err != nil {
 		return nil, err
 	}
-	// Into a.rdb only on success: a nil *redis.Client would make a
-	// non-nil interface that Close would call.
-	if len(cfg.ClusterAddrs) > 0 {
-		rdb, err := openCluster(ctx, cfg.ClusterAddrs, logger)
-		if err != nil {
-			return nil, errors.Join(err, a.Close())
-		}
-		a.rdb = rdb
-	} else {
-		rdb, mini, err := openRedis(ctx, cfg.RedisURL, logger)
-		if err != nil {
-			return nil, errors.Join(err, a.Close())
-		}
-		a.rdb, a.mini = rdb, mini
+	if err := a.openStore(ctx, cfg, logger); err != nil {
+		return nil, errors.Join(err, a.Close())
 	}
 	// The App's own registry, not the global one: two Apps share nothing.
 	collector := metrics.New()
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collector)
+	claimPolicy, err := a.newLimiter(cfg, ips, collector)
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	logger.Info("coupon: rate limiting", slog.String("algorithm", string(cfg.Algorithm)),
+		slog.String("fail_policy", string(cfg.FailPolicy)), slog.Bool("shadow", cfg.Shadow))
+
+	writeOrder := cfg.WriteOrder
+	if writeOrder == nil {
+		writeOrder = sleepOrder
+	}
+	engine, err := newEngine(logger, registry, &handlers{secret: secret, users: a.users, logger: logger, limiter: a.limiter,
+		claimPolicy: claimPolicy, remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())})
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	a.Handler = engine
+	return a, nil
+}
+
+// newLimiter makes a's limiter from cfg, on a's Redis and verifier, and
+// returns the claim rule's Policy, which the admin routes read and change.
+func (a *App) newLimiter(cfg Config, ips *identity.IP, collector *metrics.Collector) (*ginlimit.Policy, error) {
 	opts := []ginlimit.Option{
 		ginlimit.Redis(a.rdb),
 		ginlimit.Observe(collector.Observe),
@@ -203,21 +214,45 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.DecisionTimeout > 0 {
 		opts = append(opts, ginlimit.Timeout(cfg.DecisionTimeout))
 	}
+	var err error
 	if a.limiter, err = ginlimit.New(opts...); err != nil {
-		return nil, errors.Join(fmt.Errorf("coupon: rate limiter: %w", err), a.Close())
+		return nil, fmt.Errorf("coupon: rate limiter: %w", err)
 	}
 	claimPolicy, err := a.limiter.Policy(claimOptions(a.users)...)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("coupon: claim rule: %w", err), a.Close())
+		return nil, fmt.Errorf("coupon: claim rule: %w", err)
 	}
-	logger.Info("coupon: rate limiting", slog.String("algorithm", string(cfg.Algorithm)),
-		slog.String("fail_policy", string(cfg.FailPolicy)), slog.Bool("shadow", cfg.Shadow))
+	return claimPolicy, nil
+}
 
+// openStore connects a to the Redis of cfg: its cluster, its URL, or the
+// embedded miniredis when there is neither. Into a.rdb only on success: a
+// nil *redis.Client would make a non-nil interface that Close would call.
+func (a *App) openStore(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if len(cfg.ClusterAddrs) > 0 {
+		rdb, err := openCluster(ctx, cfg.ClusterAddrs, logger)
+		if err != nil {
+			return err
+		}
+		a.rdb = rdb
+		return nil
+	}
+	rdb, mini, err := openRedis(ctx, cfg.RedisURL, logger)
+	if err != nil {
+		return err
+	}
+	a.rdb, a.mini = rdb, mini
+	return nil
+}
+
+// newEngine returns the demo's gin engine: h's routes, /metrics from
+// registry, the request log and the JSON 404.
+func newEngine(logger *slog.Logger, registry *prometheus.Registry, h *handlers) (*gin.Engine, error) {
 	engine := gin.New()
 	// Nobody is trusted to set the client IP through gin: c.ClientIP() is
 	// not used, and the IP limit resolves the client with identity.IP.
 	if err := engine.SetTrustedProxies(nil); err != nil {
-		return nil, errors.Join(fmt.Errorf("coupon: gin trusted proxies: %w", err), a.Close())
+		return nil, fmt.Errorf("coupon: gin trusted proxies: %w", err)
 	}
 	// A path no route matches gets the JSON 404, never an HTML redirect
 	// to the path with or without a trailing slash: an API client would
@@ -225,15 +260,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	engine.RedirectTrailingSlash = false
 	engine.Use(requestLog(logger), gin.Recovery())
 	engine.NoRoute(notFound)
-	writeOrder := cfg.WriteOrder
-	if writeOrder == nil {
-		writeOrder = sleepOrder
-	}
-	routes(engine, &handlers{secret: secret, users: a.users, logger: logger, limiter: a.limiter, claimPolicy: claimPolicy,
-		remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())})
+	routes(engine, h)
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
-	a.Handler = engine
-	return a, nil
+	return engine, nil
 }
 
 // JWKSRefetch is the least time between two fetches of the JWKS asked for
