@@ -222,7 +222,7 @@ func targetScope(t Target) (scope, error) {
 // reads no count and calls no Redis, and fills Rule, Limit, Window and
 // Source only.
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
-	p.live.due(ctx, p.timeout)
+	p.live.due(ctx)
 	a, err := p.aim(t)
 	if err != nil {
 		if t.Route == "" && t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {

@@ -469,16 +469,19 @@ func startLive(e *engine.Engine, load, background bool) *liveLimits {
 }
 
 // due polls, on a limiter without a background poll, when the last poll
-// is OverridePoll old: the one request that finds it so makes the call,
-// bounded by ctx and by timeout (the route's Timeout) or
-// overridePollTimeout, whichever is shorter; the others go on at once.
-func (lv *liveLimits) due(ctx context.Context, timeout time.Duration) {
+// is OverridePoll old: the one request that finds it so starts the poll,
+// on a goroutine of its own bounded by overridePollTimeout, and goes on at
+// once, as the others do. No request waits for it: a decision's budget is
+// its one round trip to Redis, and the poll is not part of it. The poll
+// does not end with the request (the request's values are kept, not its
+// cancellation), so a client that hangs up cannot cut it short.
+func (lv *liveLimits) due(ctx context.Context) {
 	if lv.done != nil {
 		return
 	}
 	now, last := time.Now().UnixNano(), lv.last.Load()
 	if now-last >= int64(OverridePoll) && lv.last.CompareAndSwap(last, now) {
-		_ = lv.refresh(ctx, min(timeout, overridePollTimeout))
+		go func() { _ = lv.refresh(context.WithoutCancel(ctx), overridePollTimeout) }()
 	}
 }
 
