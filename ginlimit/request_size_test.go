@@ -41,7 +41,7 @@ func TestRequestAllocations(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := mustPolicy(t, append([]Option{Redis(c)}, tc.opts...)...)
 			var req *request
-			if n := testing.AllocsPerRun(100, func() { req = p.newRequest(scope{route: "k"}) }); n != tc.want {
+			if n := leastAllocs(100, func() { req = p.newRequest(scope{route: "k"}) }); n != tc.want {
 				t.Errorf("newRequest makes %v allocations, want %v", n, tc.want)
 			}
 			for i, r := range p.rules {
@@ -89,9 +89,22 @@ func TestLimitedRequestAllocations(t *testing.T) {
 			if d, ok := DecisionFrom(c); !ok || !d.Allowed || d.Local || w.Header().Get("X-Ratelimit-Remaining") == "" {
 				t.Fatalf("decision %+v, headers %v: the decision did not come from the (canned) script", d, w.Header())
 			}
-			if n := testing.AllocsPerRun(200, serve); n > want {
+			if n := leastAllocs(200, serve); n > want {
 				t.Errorf("a limited request makes %v allocations, want at most %d", n, want)
 			}
 		})
 	}
+}
+
+// leastAllocs is the least of five testing.AllocsPerRun(runs, f).
+// AllocsPerRun counts every allocation of the process, and the limiters of
+// this test and of earlier ones keep goroutines that allocate now and then
+// (the overrides' poll, the heartbeat); f's own count is the same on every
+// run, so the least is f's, and a run that met a poll only counts more.
+func leastAllocs(runs int, f func()) float64 {
+	least := testing.AllocsPerRun(runs, f)
+	for range 4 {
+		least = min(least, testing.AllocsPerRun(runs, f))
+	}
+	return least
 }
