@@ -63,6 +63,11 @@ func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration
 	if err != nil {
 		return nil, n.brk, err
 	}
+	if l == leaseLane {
+		e.nodes.leaseMu.RLock()
+		defer e.nodes.leaseMu.RUnlock()
+		n = e.nodes.leaseNode(n)
+	}
 	ok, probe := n.brk.allow()
 	if !ok {
 		return nil, n.brk, ErrCircuitOpen
@@ -97,8 +102,17 @@ func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration
 // send puts one call on the wire of n, in w's memory: through the
 // auto-pipeliner when enough calls already wait on Redis, otherwise
 // directly. Lease calls never go through the pipeliner, so they never wait
-// behind its backlog.
+// behind its backlog, and go on their own pool when n is the lease lane's
+// (see lease.go); on a cluster, one that a master redirects (its slot
+// moved) goes through the cluster client, which follows the redirection.
 func (e *Engine) send(ctx context.Context, l lane, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
+	if n.own {
+		reply, err := e.runDirect(ctx, n, w, s, keys, args)
+		if redirected(err) {
+			return e.runDirect(ctx, n.main, w, s, keys, args)
+		}
+		return reply, err
+	}
 	if e.pipe == nil || l != decisionLane {
 		return e.runDirect(ctx, n, w, s, keys, args)
 	}
@@ -202,6 +216,8 @@ func (e *Engine) runDirect(ctx context.Context, n *node, w *wire, s *redis.Scrip
 	return n.call(ctx, w.start, func() ([]int64, error) {
 		w := w.take()
 		switch {
+		case n.own:
+			return e.evalSha(ctx, n.pool, w, s, keys, args) // the lease pool: bounded by ctx
 		case e.honours && !e.nodes.isCluster():
 			return e.evalSha(ctx, e.client, w, s, keys, args)
 		case e.bound != nil:

@@ -106,12 +106,15 @@ func New(cfg Config, preload ...*redis.Script) (*Engine, error) {
 }
 
 // Close ends what the engine runs in the background: its auto-pipeliner,
-// whose calls still waiting get an error. It does not close the client,
-// which is the application's.
+// whose calls still waiting get an error, and the lease lane's own pools
+// (see lease.go), once the lane's calls on them have ended; the lane's
+// calls go through the application's client after that. It does not close
+// the client, which is the application's.
 func (e *Engine) Close() {
 	if e.pipe != nil {
 		_ = e.pipe.Close()
 	}
+	e.nodes.closeLeases()
 }
 
 // Loaded reports whether Redis answered the loading of the scripts so far

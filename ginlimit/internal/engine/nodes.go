@@ -34,6 +34,11 @@ type nodes struct {
 	byAddr   sync.Map   // master address -> *node
 	byShard  sync.Map   // a Ring shard's *redis.Client -> *node
 	shardMu  sync.Mutex // serialises adding a shard's node (and pruning)
+	// leaseMu is held for reading by every call of the lease lane, and for
+	// writing to close the lane's pools (see lease.go); leaseClosed is set
+	// once they are closed.
+	leaseMu     sync.RWMutex
+	leaseClosed bool
 }
 
 // node is one Redis server's circuit breaker (nil when off) and slots: a
@@ -46,6 +51,13 @@ type node struct {
 	leases  chan struct{} // the slots of lease renewals and releases (Engine.RunLease)
 	waiting atomic.Int64
 	pool    *redis.Client
+	// lease is the node of the lease lane, with a pool of its own, made on
+	// the lane's first call (leaseNode); own marks such a node, and main is
+	// then the node it is the lane of.
+	lease     *node
+	leaseOnce sync.Once
+	own       bool
+	main      *node
 	// answered counts the calls Redis answered within their Timeout: a
 	// call that times out while it grows was not left waiting by Redis
 	// (see node.judge).
@@ -155,23 +167,33 @@ func (ns *nodes) addShard(shard *redis.Client) *node {
 		mu.Unlock()
 		return nil
 	})
-	ns.byShard.Range(func(k, _ any) bool {
+	var gone []*node
+	ns.byShard.Range(func(k, v any) bool {
 		if !live[k.(*redis.Client)] {
 			ns.byShard.Delete(k)
+			gone = append(gone, v.(*node))
 		}
 		return true
 	})
+	if len(gone) > 0 {
+		// Their lease pools go too, once no call of the lane is on them.
+		ns.leaseMu.Lock()
+		for _, g := range gone {
+			closeLease(g)
+		}
+		ns.leaseMu.Unlock()
+	}
 	n := ns.newNode(shard)
 	ns.byShard.Store(shard, n)
 	return n
 }
 
 // leaseSlots is how many lease renewals and releases (and heartbeats) a
-// node has on the wire at once. They are few (a renewal per held slot per
-// lease/3, a release per request that held one, a heartbeat a second) and
-// small, and they go directly to
-// the connection pool, so a handful keeps them from waiting behind one
-// another, while a burst of releases cannot take the pool from decisions.
+// node has on the wire at once, and how many connections its lease pool
+// has (see lease.go). They are few (a renewal per held slot per lease/3,
+// a release per request that held one, a heartbeat a second) and small,
+// so a handful keeps them from waiting behind one another, and costs the
+// server a handful of connections per process.
 const leaseSlots = 4
 
 // acquire takes one of the node's slots of lane l, waiting no longer than
