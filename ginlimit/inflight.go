@@ -84,10 +84,12 @@ const InFlightRetryAfter = time.Second
 // ([ErrSaturated]) gets 503 under every policy, and a request whose client
 // has gone ([ErrClientGone]) gets no slot from anyone.
 //
-// Renewals and releases have capacity of their own on each Redis node,
-// and skip the auto-pipeliner: they never wait behind the decisions queued
-// on the instance, so a flood of requests cannot make a held lease lapse while
-// Redis answers.
+// Renewals and releases have capacity of their own on each Redis server
+// (slots, a small connection pool ginlimit makes from the client's
+// options, and a circuit breaker), and skip the auto-pipeliner: they never
+// wait behind the decisions queued on the instance, nor for their
+// connections or dials, so a flood of requests cannot make a held lease
+// lapse while Redis answers.
 //
 // n must be from 1 to [MaxInFlight], lease from [MinLease] to [MaxLease].
 // [Policy.Peek] reads how many slots are held; [Policy.Reset] frees them

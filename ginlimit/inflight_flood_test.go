@@ -30,14 +30,16 @@ import (
 const (
 	floodDeciders = 3000
 	floodPool     = 2
-	// floodLease is long enough that a renewal is not late for want of CPU
-	// alone: on a loaded 2-core machine under the race detector, a flood
-	// delayed a renewal's timer and call by up to 0.9 s in all, lease 1 s.
-	floodLease = 2 * time.Second
+	// floodLease is short enough that a renewal waiting behind the flood's
+	// connections lapses it (it did in every run before the lease lane had
+	// its own pool), long enough that CPU alone rarely does: on a loaded
+	// 2-core machine under the race detector, a flood delayed a renewal's
+	// timer and call by up to 0.6 s.
+	floodLease = time.Second
 	// floodLeases is how many leases the flood lasts while A holds the
 	// slot: every renewal in them had to get through for the slot to be
 	// A's still.
-	floodLeases = 3
+	floodLeases = 5
 )
 
 // floodResult is what a flood test saw.
@@ -105,7 +107,10 @@ func flood(p *Policy, stop <-chan struct{}, wg *sync.WaitGroup, answered, errore
 	started.Wait()
 }
 
-// holdThroughFlood is the scenario of the flood tests: A, on a client
+// holdThroughFlood is the scenario of the flood tests. A's Timeout is
+// slotLimiter's generous one, as in the overload tests: "while Redis
+// answers" is the premise, and a loaded machine under a flood makes calls
+// miss the default 250 ms for want of CPU. A, on a client
 // with a small pool, holds the slot of an InFlight(1, floodLease) route
 // with one long request while a flood of A's own decisions runs; B, another
 // instance on the same Redis (FailClosed, so that only Redis admits it),

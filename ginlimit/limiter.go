@@ -212,9 +212,11 @@ var errClosed = errors.New("the Limiter is closed")
 // heartbeat in [InstancesKey], and the poll of the overrides
 // ([Policy.SetLimit]). Its routes keep deciding, on the overrides they
 // last saw, but their deny caches learn nothing more, so every decision
-// goes to Redis; no new route can be compiled on it. It does not close the
-// Redis clients, which are the application's. Close is safe to call more
-// than once, and always returns nil.
+// goes to Redis; no new route can be compiled on it. It closes the small
+// connection pools it made for in-flight renewals and releases (see
+// [InFlight]), whose calls go through the application's client from then
+// on; it does not close the Redis clients, which are the application's.
+// Close is safe to call more than once, and always returns nil.
 func (l *Limiter) Close() error {
 	l.mu.Lock()
 	l.closed = true

@@ -40,11 +40,12 @@ func (e *Engine) Run(ctx context.Context, queue, timeout time.Duration, s *redis
 
 // RunLease is Run for a lease's renewal or release, and for the other
 // upkeep that must not lapse under load (the limiter's heartbeat): it
-// waits for the node's lease slots, never behind the calls queued for its
-// other slots, and goes to Redis directly, never behind the
-// auto-pipeliner's backlog; so a flood of decisions on this process cannot
-// make a lease it holds lapse while Redis answers. A wait for a lease slot
-// is bounded by timeout.
+// waits for the server's lease slots, never behind the calls queued for
+// its other slots, and goes to Redis directly, never behind the
+// auto-pipeliner's backlog, on a connection pool and breaker of its own
+// (see lease.go); so a flood of decisions on this process cannot make a
+// lease it holds lapse while Redis answers. A wait for a lease slot is
+// bounded by timeout.
 func (e *Engine) RunLease(ctx context.Context, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *Breaker, error) {
 	return e.runOn(ctx, leaseLane, timeout, timeout, s, keys, args)
 }

@@ -27,9 +27,13 @@ import (
 //     for another call's dial"), and the lease lapsed.
 //
 // The lane's node (node.lease) is a node of its own, made on the lane's
-// first call to the server: its pool, its slots, its down flag and its
-// dials, and the breaker of the server's node, which it shares (a Redis
-// that fails, fails for both). The engine closes the pools it made on
+// first call to the server: its pool, its slots, its down flag, its dials
+// and its circuit breaker. The breaker is its own because a verdict on
+// Redis is only as good as the calls it is drawn from: under a flood on a
+// loaded machine, the decisions' calls can miss their Timeout waiting for
+// this process, and open their breaker while Redis answers; the lane's
+// calls wait on nothing of theirs. A Redis that does fail opens both, the
+// lane's after as many of its own calls in a row. The engine closes the pools it made on
 // Close, and never the application's client. A call of the lane after
 // Close, and on a client whose pools the engine cannot see (a Scripter of
 // another kind), goes through the application's client, on the lease slots
@@ -113,7 +117,7 @@ func (ns *nodes) leaseNode(n *node) *node {
 		return n
 	}
 	n.leaseOnce.Do(func() {
-		n.lease = &node{brk: n.brk, leases: make(chan struct{}, leaseSlots), pool: leasePool(n.pool), dialing: make(chan struct{}, 1), own: true, main: n}
+		n.lease = &node{brk: newBreaker(ns.failures, ns.open), leases: make(chan struct{}, leaseSlots), pool: leasePool(n.pool), dialing: make(chan struct{}, 1), own: true, main: n}
 	})
 	if n.lease == nil {
 		return n // a Ring shard's node that left the Ring (addShard closed its pool)
