@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -107,13 +108,40 @@ func claimTarget(c *gin.Context) ginlimit.Target {
 	return ginlimit.Target{Route: ClaimRoute, User: c.Param("user")}
 }
 
-// requirePlanQuery refuses, with 400, a ?plan= of the admin GET that names
-// no plan of the claim rule. An absent or empty ?plan= is the default plan.
-// It calls no Redis, and runs before the admin limit, as requireUserParam.
+// requirePlanQuery refuses, with 400, a query of the admin GET of one
+// user's count that parsePlanQuery refuses. It calls no Redis, and runs
+// before the admin limit, as requireUserParam.
 func (h *handlers) requirePlanQuery(c *gin.Context) {
-	if plan := c.Query("plan"); plan != "" && claimPlans()[plan] == 0 {
-		abortWith(c, http.StatusBadRequest, msgBadPlan())
+	if _, err := parsePlanQuery(c.Request.URL.RawQuery); err != nil {
+		abortWith(c, http.StatusBadRequest, err.Error())
 	}
+}
+
+// parsePlanQuery reads the query of GET
+// /api/admin/limits/claim/users/:user: no parameter but "plan", at most
+// once, naming a plan of the claim rule; an absent or empty one is the
+// default plan (""). Its errors are errOverride, whose text is the 400's
+// message.
+func parsePlanQuery(rawQuery string) (string, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", errOverride("The query must be ?plan=NAME")
+	}
+	for name, vs := range q {
+		if name != "plan" || len(vs) != 1 {
+			return "", errOverride("The query must be ?plan=NAME, at most once")
+		}
+	}
+	return checkPlan(q.Get("plan"))
+}
+
+// checkPlan returns plan when it is "" (the default plan) or a plan of
+// the claim rule.
+func checkPlan(plan string) (string, error) {
+	if plan != "" && claimPlans()[plan] == 0 {
+		return "", errOverride(msgBadPlan())
+	}
+	return plan, nil
 }
 
 // msgBadPlan is the message of a refused plan.
