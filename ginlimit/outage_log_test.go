@@ -1,8 +1,6 @@
 package ginlimit
 
 import (
-	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -15,16 +13,16 @@ import (
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
-// allowUntil makes decisions of p, 20 ms apart, until one's error satisfies
-// done, and fails t after 30 s.
-func allowUntil(t *testing.T, p *Policy, what string, done func(error) bool) {
+// getUntil serves GET /x on e, 20 ms apart, until the status is want, and
+// fails t after 30 s.
+func getUntil(t *testing.T, e *gin.Engine, want int) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := p.Allow(context.Background(), "k", 1); done(err) {
+		if do(e, http.MethodGet, "/x", nil).Code == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no decision %s within 30 s", what)
+			t.Fatalf("GET /x did not answer %d within 30 s", want)
 		}
 	}
 }
@@ -40,7 +38,7 @@ func waitLog(t *testing.T, logs *syncBuffer, want string) {
 }
 
 // TestFailureLogsTheOutageOnceWithItsCause: a real redis-server is killed
-// while a limiter uses it, with the default 250 ms Timeout and a client
+// while a route uses it, with the default 250 ms Timeout and a client
 // that bounds reads by the context, as the coupon demo's: go-redis then
 // retries the dial for longer than the Timeout and reports only that the
 // Timeout ran out. The outage is logged once over more than logEvery of
@@ -52,16 +50,17 @@ func TestFailureLogsTheOutageOnceWithItsCause(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	var logs syncBuffer
-	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(1000), Window(time.Minute), OnFailure(FailClosed),
-		Timeout(DefaultTimeout), withLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	e := gin.New()
+	e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Limit(1000), Window(time.Minute), OnFailure(FailClosed),
+		withLogger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
 
-	allowUntil(t, p, "from Redis", func(err error) bool { return err == nil })
+	getUntil(t, e, http.StatusOK)
 	mark := len(logs.String())
 	srv.Stop()
 	start := time.Now()
-	allowUntil(t, p, "failed", func(err error) bool { return err != nil && !errors.Is(err, ErrSaturated) })
+	getUntil(t, e, http.StatusServiceUnavailable)
 	for time.Since(start) < logEvery+time.Second {
-		_, _ = p.Allow(context.Background(), "k", 1)
+		do(e, http.MethodGet, "/x", nil)
 		time.Sleep(20 * time.Millisecond)
 	}
 	outage := logs.String()[mark:]
@@ -77,7 +76,7 @@ func TestFailureLogsTheOutageOnceWithItsCause(t *testing.T) {
 	}
 
 	srv.Restart()
-	allowUntil(t, p, "from Redis again", func(err error) bool { return err == nil })
+	getUntil(t, e, http.StatusOK)
 	waitLog(t, &logs, "ginlimit: Redis answers again")
 	for line := range strings.Lines(logs.String()) {
 		if strings.Contains(line, "Redis answers again") && (!strings.Contains(line, "level=INFO") || !strings.Contains(line, "down=")) {

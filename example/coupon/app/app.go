@@ -5,7 +5,7 @@
 //
 // # Routes
 //
-//	POST /api/login                  {"user_id":"alice"} -> {"token":"<HS256 JWT>"}; not limited
+//	POST /api/login                  {"user_id":"alice"} -> {"token":"<HS256 JWT>"}; IP: 10 per hour per client IP
 //	GET  /api/coupon/seckill         Method: 100 per 10s over all clients
 //	GET  /api/coupon/claim           User:   3 per 60s per bearer-token user, 10 for a "plan":"vip" token; 401 without one
 //	GET  /api/vouchers               not limited: the voucher catalog ([Vouchers])
@@ -18,7 +18,7 @@
 //	GET    /api/admin/limits/claim/users/:user  admin: a user's claim count (?plan=vip: in that plan); User: 60 per 60s per admin
 //	DELETE /api/admin/limits/claim/users/:user  admin: reset it, 204; User: 60 per 60s per admin
 //	GET    /api/admin/limits/claim              admin: the claim rule's limit, window and their source (?plan=, ?user=)
-//	PUT    /api/admin/limits/claim              admin: {"limit":n,"window_seconds":w[,"plan"|"user"]} overrides them live; 0 clears
+//	PUT    /api/admin/limits/claim              admin: {"limit":n,"window_seconds":w[,"plan"|"user"]} overrides them live; 0 clears; read strictly
 //
 // An admitted request gets 200 {"code":200,"message":"...","data":{...}},
 // where data.remaining is the quota left in the window. A limited one gets 429
