@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/ginlimit/ginlimit/example/coupon/app"
@@ -64,5 +65,29 @@ func TestLoginIsLimitedPerIP(t *testing.T) {
 	w := serve(t, h, req{method: http.MethodPost, target: "/api/login", remote: from, body: `{"user_id":""}`})
 	if w.Code != http.StatusBadRequest {
 		t.Errorf("a bad body from the limited address: %d, want 400 (checked before the limit)", w.Code)
+	}
+}
+
+// TestHeadersCarryThePartitionKey on a real redis-server: the demo hashes
+// identities (IdentitySecret), so a limited route's RateLimit-Policy
+// carries the draft's pk parameter, the same on two instances with the
+// same secret and another for another client, and the client's IP is in
+// no key.
+func TestHeadersCarryThePartitionKey(t *testing.T) {
+	t.Parallel()
+	_, a, b := twoInstances(t)
+	pk := func(h http.Handler, remote string) string {
+		w := serve(t, h, req{target: "/api/coupon/merchant", remote: remote})
+		policy := w.Header().Get("RateLimit-Policy")
+		_, v, ok := strings.Cut(policy, ";pk=:")
+		if w.Code != http.StatusOK || !ok {
+			t.Fatalf("%s: %d, RateLimit-Policy %q, want a pk parameter", remote, w.Code, policy)
+		}
+		return v
+	}
+	alice, again, other := pk(a, "192.0.2.1:1"), pk(b, "192.0.2.1:2"), pk(a, "198.51.100.7:1")
+	t.Logf("pk %s", alice)
+	if alice != again || alice == other {
+		t.Errorf("pk %q on A, %q on B for the same IP, %q for another; want the first two equal, the third not", alice, again, other)
 	}
 }
