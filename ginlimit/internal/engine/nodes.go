@@ -267,8 +267,9 @@ func (n *node) call(ctx context.Context, start time.Time, f func() ([]int64, err
 		}
 		if why != errNoPing && !errors.Is(why, context.DeadlineExceeded) {
 			// go-redis reports a dial it was still retrying as the bare
-			// deadline: say why Redis did not answer (refused, say).
-			err = fmt.Errorf("%w: %w", cause(ctx), why)
+			// deadline: say why Redis did not answer (refused, say). The
+			// error is judged as before: why adds no timeout and no reply.
+			err = fmt.Errorf("%w; a new connection: %w", err, why)
 		}
 	}
 	return nil, err
