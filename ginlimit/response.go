@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -95,13 +96,15 @@ func (p *Policy) answer(c *gin.Context, req *request, err error) {
 		return
 	}
 	if err != nil {
-		if errors.Is(err, ErrSaturated) {
-			p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: no decision in time; refusing with 503",
-				slog.String("rule", d.Rule), errAttr(err))
-		} else {
-			// A Redis failure: the outage is logged when it starts, with
+		if outage(d.brk) && !errors.Is(err, ErrSaturated) {
+			// Redis is failing: the outage is logged when it starts, with
 			// its cause, and when it ends (outageLog), not per request.
 			p.debug(c, req, "ginlimit: Redis could not decide; applying the failure policy")
+		} else {
+			// An error reply (WRONGTYPE on one key), or a saturated
+			// process: no outage says it.
+			p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
+				slog.String("rule", d.Rule), slog.String("policy", string(p.onFail)), errAttr(err))
 		}
 		if !d.Local {
 			// No counters: a route's rate rules may have set them before
@@ -134,6 +137,13 @@ func (p *Policy) answer(c *gin.Context, req *request, err error) {
 	if !d.Allowed {
 		p.refuse(c, req, http.StatusTooManyRequests, d.decider.body429)
 	}
+}
+
+// outage reports whether brk, a decision's breaker, has counted Redis
+// failures in a row or is open: the outage the engine reports to
+// outageLog. Without a breaker, there is no knowing.
+func outage(brk *engine.Breaker) bool {
+	return brk != nil && (brk.Failures() > 0 || brk.State() != "closed")
 }
 
 // retryUnavailable is the Retry-After, in seconds, of a 503 (FailClosed, or

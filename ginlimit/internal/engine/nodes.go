@@ -284,10 +284,11 @@ func (n *node) call(ctx context.Context, start time.Time, f func() ([]int64, err
 // flight runs out of its Timeout together, their replies unread in the
 // socket (Go reports a socket deadline that has passed before it reads
 // what has arrived), and none is answered. The PING tells the two apart.
-// The server is dialed first, as go-redis's pool would, but once: a
-// refused connection is the answer at once, and its error says why (the
-// PING would go through go-redis's retries of the dial, and report only
-// that they ran out of time). A Redis that hangs answers neither: each
+// The server is dialed meanwhile, as go-redis's pool would, but once, so
+// that a PING that gets no answer has a cause: a refused connection, say,
+// where go-redis, still retrying its dial, reports only that the time ran
+// out. The verdict is the PING's alone. A Redis that hangs answers
+// neither: each
 // decision that finds it so (until the breaker opens, then its probes)
 // waits up to twice the Timeout.
 func (n *node) answers(ctx context.Context, start time.Time) error {
@@ -300,10 +301,15 @@ func (n *node) answers(ctx context.Context, start time.Time) error {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.Sub(start))
 	defer cancel()
-	if err := n.dialOnce(pctx); err != nil {
-		return err
-	}
+	dialed := make(chan error, 1)
+	go func() { dialed <- n.dialOnce(pctx) }()
 	_, err := bounded(pctx, func() (string, error) { return n.pool.Ping(pctx).Result() })
+	if err == nil {
+		return nil
+	}
+	if derr := <-dialed; derr != nil {
+		return derr // refused, say: why the PING got no answer
+	}
 	return err
 }
 
