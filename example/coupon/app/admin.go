@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -93,13 +94,26 @@ func (h *handlers) requireAdmin(c *gin.Context) {
 	c.Set(adminKey, admin)
 }
 
-// requireUserParam refuses, with 400, a :user that no claim count can have:
-// empty or longer than [MaxAdminUserIDLen] bytes. gin has decoded it from
-// the path already.
+// requireUserParam refuses, with 400, a :user that no claim count can have
+// (see checkAdminUser). gin has decoded it from the path already.
 func (h *handlers) requireUserParam(c *gin.Context) {
-	if u := c.Param("user"); u == "" || len(u) > MaxAdminUserIDLen {
-		abortWith(c, http.StatusBadRequest, "The user id must be 1 to "+strconv.Itoa(MaxAdminUserIDLen)+" bytes")
+	if err := checkAdminUser(c.Param("user")); err != nil {
+		abortWith(c, http.StatusBadRequest, err.Error())
 	}
+}
+
+// checkAdminUser refuses, with an errOverride (the 400's message), a user
+// id that no claim count can have: empty, longer than [MaxAdminUserIDLen]
+// bytes, or not UTF-8 (a token's "sub" is a JSON string, always UTF-8;
+// and the answer, JSON too, could not name it as it was asked for).
+func checkAdminUser(u string) error {
+	switch {
+	case u == "" || len(u) > MaxAdminUserIDLen:
+		return errOverride("The user id must be 1 to " + strconv.Itoa(MaxAdminUserIDLen) + " bytes")
+	case !utf8.ValidString(u):
+		return errOverride("The user id must be UTF-8")
+	}
+	return nil
 }
 
 // claimTarget names the claim count of the request's :user, in the default

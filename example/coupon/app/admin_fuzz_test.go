@@ -42,7 +42,7 @@ func FuzzAdminQuery(f *testing.F) {
 			case qerr != nil:
 				t.Fatalf("settings %q: accepted an unparsable query", raw)
 			case o.Plan != "" && claimPlans()[o.Plan] == 0, o.Plan != "" && o.User != "", hasUser && q.Has("plan"),
-				hasUser && (o.User == "" || len(o.User) > MaxAdminUserIDLen), o.Plan != q.Get("plan"), o.User != q.Get("user"):
+				hasUser && checkAdminUser(o.User) != nil, o.Plan != q.Get("plan"), o.User != q.Get("user"):
 				t.Fatalf("settings %q: accepted %+v", raw, o)
 			}
 		}

@@ -89,8 +89,8 @@ const msgOverrideBody = `The body must be one JSON object {"limit": n}, with an 
 // most once, and no other; "limit" present (a clear is said with
 // {"limit": 0}, never by leaving it out), an integer, as "window_seconds"
 // is; "plan" and "user" strings that are not empty when present (an
-// empty user would name the whole rule), and not both; a user id of at
-// most MaxAdminUserIDLen bytes; and a window that converts to a
+// empty user would name the whole rule), and not both; a user id that
+// checkAdminUser takes; and a window that converts to a
 // time.Duration. What ginlimit checks (the limit, the window's range, the
 // algorithm's bounds, the plan's name) is left to SetLimit, so that it is
 // checked once, as start-up does. Its errors are errOverride, whose text
@@ -169,8 +169,8 @@ func (o ClaimOverride) check(seen map[string]bool) error {
 		return errOverride(`"limit" is required; {"limit": 0} clears the override`)
 	case o.Plan != "" && o.User != "":
 		return errOverride(`Give "plan" or "user", not both`)
-	case len(o.User) > MaxAdminUserIDLen:
-		return errOverride("The user id must be 1 to " + strconv.Itoa(MaxAdminUserIDLen) + " bytes")
+	case o.User != "":
+		return checkAdminUser(o.User)
 	}
 	return nil
 }
@@ -250,9 +250,9 @@ func (h *handlers) claimSettings(c *gin.Context) {
 // parseSettingsQuery reads the query of GET /api/admin/limits/claim: no
 // parameter but "plan" and "user", each at most once, and not both; an
 // empty or absent "plan" is the default plan, any other a plan of the
-// claim rule; and a "user" that is present is 1 to
-// MaxAdminUserIDLen bytes: an empty one, which an unset shell variable
-// makes, is refused rather than read as the rule's settings. Its errors
+// claim rule; and a "user" that is present is one checkAdminUser takes:
+// an empty one, which an unset shell variable makes, is refused rather
+// than read as the rule's settings. Its errors
 // are errOverride, whose text is the 400's message.
 func parseSettingsQuery(rawQuery string) (ClaimOverride, error) {
 	q, err := url.ParseQuery(rawQuery)
@@ -266,11 +266,13 @@ func parseSettingsQuery(rawQuery string) (ClaimOverride, error) {
 	}
 	o := ClaimOverride{Plan: q.Get("plan"), User: q.Get("user")}
 	_, hasUser := q["user"]
-	switch {
-	case hasUser && (o.User == "" || len(o.User) > MaxAdminUserIDLen):
-		return ClaimOverride{}, errOverride("The user id must be 1 to " + strconv.Itoa(MaxAdminUserIDLen) + " bytes")
-	case hasUser && q.Has("plan"):
-		return ClaimOverride{}, errOverride(`Give "plan" or "user", not both`)
+	if hasUser {
+		if err := checkAdminUser(o.User); err != nil {
+			return ClaimOverride{}, err
+		}
+		if q.Has("plan") {
+			return ClaimOverride{}, errOverride(`Give "plan" or "user", not both`)
+		}
 	}
 	_, err = checkPlan(o.Plan)
 	return o, err
