@@ -38,8 +38,9 @@
 // other token of the demo, whose "role" claim is "admin" ([AdminRole]):
 // 401 without a valid token, 403 without the role. POST /api/login never
 // mints such a token; the command's "token" subcommand does, for whoever
-// holds the secret. A :user that is empty or longer than
-// [MaxAdminUserIDLen] bytes gets 400; a Redis failure gets 503 with a fixed
+// holds the secret. A :user that is empty, longer than
+// [MaxAdminUserIDLen] bytes or not UTF-8 gets 400, and so does a query
+// the route does not take; a Redis failure gets 503 with a fixed
 // message, its error going to the log. None of these touches Redis. The
 // claim rule does not count the admin routes; each has its own limit per
 // admin ([AdminLimit] per [AdminWindow]), applied only once the request has
