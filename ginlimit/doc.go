@@ -102,9 +102,13 @@
 // how many), continuing from what Redis last said of the key;
 // [FailClosed] answers 503; [FailOpen] lets the request through. A circuit
 // breaker per Redis node ([DefaultBreakerFailures]) answers at once while
-// Redis is down.
+// Redis is down. An outage is logged once per Redis node when it starts,
+// at warn, with its cause (a refused connection, say), and once when it
+// ends, at info; the decisions taken meanwhile only at debug.
 // When this process cannot get a decision to a healthy Redis in time
 // ([ErrSaturated]), the request is refused with 503 under every policy; a
+// 503 carries a Retry-After of [DefaultBreakerOpen] rounded up to a second,
+// when the breaker's next probe may find Redis again; a
 // request whose own context ends first ([ErrClientGone]) is aborted with
 // 499. Errors and log lines name the route template and the rule, never the
 // key or the identity, and no internal error text reaches a response body.

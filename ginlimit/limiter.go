@@ -167,6 +167,7 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("autoPipeline(true): %w", err)
 	}
+	e.Watch(&outageLog{logger: rc.logger})
 	b := &backend{engine: e, live: startLive(e, e.Loaded(), l.subscribe)}
 	if l.subscribe {
 		l.announce(rc.client, e)

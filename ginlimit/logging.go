@@ -23,12 +23,14 @@ type logThrottle struct {
 	suppressed atomic.Int64
 }
 
-func (t *logThrottle) log(ctx context.Context, l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
+// log writes the record unless one was written less than logEvery ago,
+// and reports whether it wrote it.
+func (t *logThrottle) log(ctx context.Context, l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) bool {
 	now := time.Now().UnixNano()
 	next := t.next.Load()
 	if now < next || !t.next.CompareAndSwap(next, now+int64(logEvery)) {
 		t.suppressed.Add(1)
-		return
+		return false
 	}
 	if l == nil {
 		l = slog.Default()
@@ -37,6 +39,35 @@ func (t *logThrottle) log(ctx context.Context, l *slog.Logger, level slog.Level,
 		attrs = append(attrs, slog.Int64("suppressed", n))
 	}
 	l.LogAttrs(ctx, level, msg, attrs...)
+	return true
+}
+
+// outageLog is how a backend's engine reports Redis outages
+// (engine.Watcher): the first failure of a Redis server after it answered
+// is logged once, at warn, with its own error, which says why (a refused
+// connection, say); its end, the first answer after it, at info, with how
+// long Redis failed and how many calls failed meanwhile. The decisions
+// taken meanwhile under the failure policy are logged at debug only
+// (Policy.answer). Outages that start less than logEvery after a logged
+// one (a flapping Redis) are counted into the next line, and their ends
+// are not logged.
+type outageLog struct {
+	logger *slog.Logger // nil: slog.Default() at the time of logging
+	starts logThrottle
+}
+
+func (o *outageLog) Failing(cause error) bool {
+	return o.starts.log(context.Background(), o.logger, slog.LevelWarn,
+		"ginlimit: Redis is failing; limited routes apply their failure policy until it answers", errAttr(cause))
+}
+
+func (o *outageLog) Answering(down time.Duration, failures int64) {
+	l := o.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.LogAttrs(context.Background(), slog.LevelInfo, "ginlimit: Redis answers again",
+		slog.Duration("down", down), slog.Int64("failed_calls", failures))
 }
 
 func errAttr(err error) slog.Attr { return slog.String("error", err.Error()) }

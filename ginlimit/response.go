@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -95,8 +96,16 @@ func (p *Policy) answer(c *gin.Context, req *request, err error) {
 		return
 	}
 	if err != nil {
-		p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
-			slog.String("rule", d.Rule), slog.String("policy", string(p.onFail)), errAttr(err))
+		if outage(d.brk) && !errors.Is(err, ErrSaturated) {
+			// Redis is failing: the outage is logged when it starts, with
+			// its cause, and when it ends (outageLog), not per request.
+			p.debug(c, req, "ginlimit: Redis could not decide; applying the failure policy")
+		} else {
+			// An error reply (WRONGTYPE on one key), or a saturated
+			// process: no outage says it.
+			p.logs.log(c.Request.Context(), p.logger, slog.LevelWarn, "ginlimit: Redis could not decide; applying the failure policy",
+				slog.String("rule", d.Rule), slog.String("policy", string(p.onFail)), errAttr(err))
+		}
 		if !d.Local {
 			// No counters: a route's rate rules may have set them before
 			// its in-flight step failed.
@@ -109,6 +118,9 @@ func (p *Policy) answer(c *gin.Context, req *request, err error) {
 				h[hdrRateLimitPolicy] = []string{p.policyFor(req)}
 			}
 			if !d.Allowed {
+				if !p.shadow && p.headers != HeadersNone {
+					h[hdrRetryAfter] = []string{strconv.FormatInt(p.retryUnavailable(), 10)}
+				}
 				p.refuse(c, req, http.StatusServiceUnavailable, []byte(bodyUnavailable))
 			}
 			return
@@ -125,6 +137,23 @@ func (p *Policy) answer(c *gin.Context, req *request, err error) {
 	if !d.Allowed {
 		p.refuse(c, req, http.StatusTooManyRequests, d.decider.body429)
 	}
+}
+
+// outage reports whether brk, a decision's breaker, has counted Redis
+// failures in a row or is open: the outage the engine reports to
+// outageLog. Without a breaker, there is no knowing.
+func outage(brk *engine.Breaker) bool {
+	return brk != nil && (brk.Failures() > 0 || brk.State() != "closed")
+}
+
+// retryUnavailable is the Retry-After, in seconds, of a 503 (FailClosed, or
+// a saturated process): the route's breaker open time (DefaultBreakerOpen),
+// rounded up to a whole second, and at least 1. A dead Redis's breaker
+// lets its next probe through by then, so a client that waits that long
+// meets Redis again as soon as it answers, and no sooner; a saturated
+// process has had that long to drain.
+func (p *Policy) retryUnavailable() int64 {
+	return max(1, ceilSeconds(p.route.breakOpen))
 }
 
 // refuse answers a refused request: in shadow mode it lets the request

@@ -26,7 +26,7 @@ type jwks map[string]jwkKey
 // "alg" when it has one), so a kid cannot be used for algorithm confusion.
 // Call [JWT.ReloadJWKS] with a new set to rotate keys.
 //
-// RSA keys must have a modulus of at least 2048 bits and an odd public
+// RSA keys must have a modulus of 2048 to 8192 bits and an odd public
 // exponent from 65537 to 2^31-1. A set holding any RSA key below that (or
 // any other malformed key) is refused as a whole, with an error naming the
 // key's index and kid: loading half a set would silently drop a key that
@@ -144,20 +144,27 @@ func newJWKS(keys []jwk) (jwks, error) {
 
 // minRSABits and minRSAExponent are the weakest RSA key a JWKS may hold:
 // 2048 bits (NIST SP 800-131A, RFC 7518 section 3.3) and e = 65537 (FIPS
-// 186-5 section 5.5 asks for 2^16 < e).
+// 186-5 section 5.5 asks for 2^16 < e). maxRSABits is the largest, the
+// bound crypto/tls puts on a peer's key: a verification's cost grows with
+// the square of the modulus and more (65,536 bits took 0.76 s per token),
+// so a bigger key would make every token that names its kid a denial of
+// service.
 const (
 	minRSABits     = 2048
+	maxRSABits     = 8192
 	minRSAExponent = 65537
 )
 
-// checkRSA refuses an RSA public key that is too weak, or that crypto/rsa
-// would refuse to verify with (an even modulus, an even exponent, or one
-// beyond 2^31-1), so that such a key fails when the set is loaded rather
-// than on every token.
+// checkRSA refuses an RSA public key that is too weak or too costly to
+// verify with, or that crypto/rsa would refuse to verify with (an even
+// modulus, an even exponent, or one beyond 2^31-1), so that such a key
+// fails when the set is loaded rather than on every token.
 func checkRSA(k *rsa.PublicKey) error {
 	switch {
 	case k.N.BitLen() < minRSABits:
 		return fmt.Errorf("RSA modulus of %d bits, want at least %d", k.N.BitLen(), minRSABits)
+	case k.N.BitLen() > maxRSABits:
+		return fmt.Errorf("RSA modulus of %d bits, want at most %d", k.N.BitLen(), maxRSABits)
 	case k.N.Bit(0) == 0:
 		return errors.New("RSA modulus is even")
 	case k.E < minRSAExponent:

@@ -247,6 +247,7 @@ func TestJWKSWeakRSAKeys(t *testing.T) {
 	}
 	n := k.rsa2.N
 	evenN := new(big.Int).Add(n, big.NewInt(1))
+	huge := new(big.Int).Add(new(big.Int).Lsh(big.NewInt(1), 16383), big.NewInt(1)) // odd, 16,384 bits
 	for _, tc := range []struct {
 		name, jwk, want string
 	}{
@@ -259,6 +260,9 @@ func TestJWKSWeakRSAKeys(t *testing.T) {
 		{"e=0", fmt.Sprintf(`{"kty":"RSA","kid":"weak","n":%q,"e":"AA"}`, b64url(n.Bytes())), "exponent"},
 		{"1024-bit modulus", rsaJWK("weak", &short.PublicKey), "1024 bits"},
 		{"even modulus", rsaJWK("weak", &rsa.PublicKey{N: evenN, E: 65537}), "even"},
+		// A huge modulus costs every token that names its kid: 65,536
+		// bits took 0.76 s per verification.
+		{"16384-bit modulus", rsaJWK("weak", &rsa.PublicKey{N: huge, E: 65537}), "16384 bits"},
 	} {
 		set := `{"keys":[` + rsaJWK("good2", &k.rsa2.PublicKey) + `,` + tc.jwk + `]}`
 		check := func(how string, err error) {

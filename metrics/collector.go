@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,7 +23,7 @@ const (
 )
 
 // outcomes are the values of the decision label, in the order of
-// [series.decisions].
+// [series.decisions]; the HELP text of ginlimit_decisions_total lists them.
 var outcomes = [...]string{
 	ginlimit.OutcomeAllowed,
 	ginlimit.OutcomeLimited,
@@ -141,7 +142,7 @@ func New(opts ...Option) *Collector {
 		nearLimit: cfg.nearLimit,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ginlimit_decisions_total",
-			Help: "Rate limit decisions, by route template, rule and outcome (allowed, limited, shadow_limited, error, fallback, banned).",
+			Help: "Rate limit decisions, by route template, rule and outcome (" + strings.Join(outcomes[:], ", ") + ").",
 		}, []string{"route", "rule", "decision"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ginlimit_decision_seconds",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
@@ -37,7 +38,10 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Observe(otelginlimit.Trace), ginlimit.Observe(m.Observe))
+	// miniredis runs the scripts in this process, slowly under -race on a
+	// busy machine; a Redis of its own answers well within DefaultTimeout.
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second),
+		ginlimit.Observe(otelginlimit.Trace), ginlimit.Observe(m.Observe))
 	if err != nil {
 		panic(err)
 	}

@@ -6,10 +6,17 @@
 //	ADDR             listen address; default ":8080"
 //	REDIS_URL        e.g. redis://localhost:6379/0; unset starts an embedded miniredis
 //	JWT_SECRET       HS256 secret of at least 32 bytes; unset uses app.DevJWTSecret (insecure)
+//	IDENTITY_SECRET  at least 32 bytes keying the HMAC of identities in Redis keys; unset makes a random one
+//	FAIL_POLICY      local (default), open or closed: what limited routes do while Redis fails
 //	JWKS_URL         an identity provider's JWKS; RS256/ES256 tokens signed by its keys are accepted too
 //	TRUSTED_PROXIES  comma-separated CIDRs whose X-Forwarded-For is believed
 //	LIMIT_ALGORITHM  sliding_log (default), sliding_counter, fixed_window or token_bucket
 //	GIN_MODE         gin's mode; default "release"
+//
+// It logs in one format, slog's text handler on stderr: its own lines,
+// ginlimit's, go-redis's, the standard log package's and gin's debug
+// output all go through it. It starts and serves while Redis is down
+// (see package app).
 //
 // SIGINT or SIGTERM shuts it down gracefully: in-flight requests get up to
 // ten seconds to finish, then the app is closed (the rate limiter's reset
@@ -33,10 +40,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/example/coupon/app"
 )
@@ -45,6 +54,7 @@ const shutdownTimeout = 10 * time.Second
 
 func main() {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	useLogger(logger)
 	if len(os.Args) > 1 && os.Args[1] == "token" {
 		if err := token(os.Args[2:], os.Getenv, os.Stdout, logger); err != nil {
 			logger.Error("coupon token: exiting", slog.String("error", err.Error()))
@@ -110,6 +120,30 @@ func run(logger *slog.Logger) (err error) {
 		return fmt.Errorf("coupon: shutdown: %w", err)
 	}
 	return nil
+}
+
+// useLogger sends the log lines of every library the command uses through
+// l's handler, so that it writes one format: ginlimit logs to
+// slog.Default, which slog.SetDefault also makes the standard log
+// package's destination; go-redis and gin have loggers of their own.
+// These are process-wide settings, so the command makes them, not
+// package app.
+func useLogger(l *slog.Logger) {
+	slog.SetDefault(l)
+	redis.SetLogger(redisLogger{l})
+	gin.DebugPrintFunc = func(format string, values ...any) {
+		l.Info("gin: " + strings.TrimSpace(fmt.Sprintf(format, values...)))
+	}
+	gin.DefaultWriter = slog.NewLogLogger(l.Handler(), slog.LevelInfo).Writer()
+	gin.DefaultErrorWriter = slog.NewLogLogger(l.Handler(), slog.LevelError).Writer()
+}
+
+// redisLogger is go-redis's logger on an slog.Logger: go-redis logs what
+// goes wrong with connections (a dial that fails, say), as warnings.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.WarnContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
 // token prints, on out, a token for the user named in args, signed with the

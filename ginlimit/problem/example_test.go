@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
@@ -20,7 +21,9 @@ func ExampleRespond() {
 	defer m.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
-	limiter, err := ginlimit.New(ginlimit.Redis(rdb))
+	// miniredis runs the scripts in this process, slowly under -race on a
+	// busy machine; a Redis of its own answers well within DefaultTimeout.
+	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second))
 	if err != nil {
 		panic(err)
 	}

@@ -5,10 +5,12 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -92,13 +94,26 @@ func (h *handlers) requireAdmin(c *gin.Context) {
 	c.Set(adminKey, admin)
 }
 
-// requireUserParam refuses, with 400, a :user that no claim count can have:
-// empty or longer than [MaxAdminUserIDLen] bytes. gin has decoded it from
-// the path already.
+// requireUserParam refuses, with 400, a :user that no claim count can have
+// (see checkAdminUser). gin has decoded it from the path already.
 func (h *handlers) requireUserParam(c *gin.Context) {
-	if u := c.Param("user"); u == "" || len(u) > MaxAdminUserIDLen {
-		abortWith(c, http.StatusBadRequest, "The user id must be 1 to "+strconv.Itoa(MaxAdminUserIDLen)+" bytes")
+	if err := checkAdminUser(c.Param("user")); err != nil {
+		abortWith(c, http.StatusBadRequest, err.Error())
 	}
+}
+
+// checkAdminUser refuses, with an errOverride (the 400's message), a user
+// id that no claim count can have: empty, longer than [MaxAdminUserIDLen]
+// bytes, or not UTF-8 (a token's "sub" is a JSON string, always UTF-8;
+// and the answer, JSON too, could not name it as it was asked for).
+func checkAdminUser(u string) error {
+	switch {
+	case u == "" || len(u) > MaxAdminUserIDLen:
+		return errOverride("The user id must be 1 to " + strconv.Itoa(MaxAdminUserIDLen) + " bytes")
+	case !utf8.ValidString(u):
+		return errOverride("The user id must be UTF-8")
+	}
+	return nil
 }
 
 // claimTarget names the claim count of the request's :user, in the default
@@ -107,13 +122,40 @@ func claimTarget(c *gin.Context) ginlimit.Target {
 	return ginlimit.Target{Route: ClaimRoute, User: c.Param("user")}
 }
 
-// requirePlanQuery refuses, with 400, a ?plan= of the admin GET that names
-// no plan of the claim rule. An absent or empty ?plan= is the default plan.
-// It calls no Redis, and runs before the admin limit, as requireUserParam.
+// requirePlanQuery refuses, with 400, a query of the admin GET of one
+// user's count that parsePlanQuery refuses. It calls no Redis, and runs
+// before the admin limit, as requireUserParam.
 func (h *handlers) requirePlanQuery(c *gin.Context) {
-	if plan := c.Query("plan"); plan != "" && claimPlans()[plan] == 0 {
-		abortWith(c, http.StatusBadRequest, msgBadPlan())
+	if _, err := parsePlanQuery(c.Request.URL.RawQuery); err != nil {
+		abortWith(c, http.StatusBadRequest, err.Error())
 	}
+}
+
+// parsePlanQuery reads the query of GET
+// /api/admin/limits/claim/users/:user: no parameter but "plan", at most
+// once, naming a plan of the claim rule; an absent or empty one is the
+// default plan (""). Its errors are errOverride, whose text is the 400's
+// message.
+func parsePlanQuery(rawQuery string) (string, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", errOverride("The query must be ?plan=NAME")
+	}
+	for name, vs := range q {
+		if name != "plan" || len(vs) != 1 {
+			return "", errOverride("The query must be ?plan=NAME, at most once")
+		}
+	}
+	return checkPlan(q.Get("plan"))
+}
+
+// checkPlan returns plan when it is "" (the default plan) or a plan of
+// the claim rule.
+func checkPlan(plan string) (string, error) {
+	if plan != "" && claimPlans()[plan] == 0 {
+		return "", errOverride(msgBadPlan())
+	}
+	return plan, nil
 }
 
 // msgBadPlan is the message of a refused plan.

@@ -35,11 +35,13 @@ func token(t *testing.T, user, role string) string {
 }
 
 // twoInstances starts a redis-server and two demo instances on it, each
-// with its own Redis client, as two replicas of the service would run.
+// with its own Redis client, as two replicas of the service would run:
+// with the same identity secret, or they would not find each other's
+// counts.
 func twoInstances(t *testing.T) (srv *redistest.Server, a, b http.Handler) {
 	t.Helper()
 	srv = redistest.Start(t)
-	cfg := app.Config{RedisURL: "redis://" + srv.Addr + "/0", JWTSecret: testSecret}
+	cfg := app.Config{RedisURL: "redis://" + srv.Addr + "/0", JWTSecret: testSecret, IdentitySecret: testIdentitySecret}
 	return srv, newApp(t, cfg), newApp(t, cfg)
 }
 

@@ -5,7 +5,7 @@
 //
 // # Routes
 //
-//	POST /api/login                  {"user_id":"alice"} -> {"token":"<HS256 JWT>"}; not limited
+//	POST /api/login                  {"user_id":"alice"} -> {"token":"<HS256 JWT>"}; IP: 10 per hour per client IP
 //	GET  /api/coupon/seckill         Method: 100 per 10s over all clients
 //	GET  /api/coupon/claim           User:   3 per 60s per bearer-token user, 10 for a "plan":"vip" token; 401 without one
 //	GET  /api/vouchers               not limited: the voucher catalog ([Vouchers])
@@ -18,7 +18,7 @@
 //	GET    /api/admin/limits/claim/users/:user  admin: a user's claim count (?plan=vip: in that plan); User: 60 per 60s per admin
 //	DELETE /api/admin/limits/claim/users/:user  admin: reset it, 204; User: 60 per 60s per admin
 //	GET    /api/admin/limits/claim              admin: the claim rule's limit, window and their source (?plan=, ?user=)
-//	PUT    /api/admin/limits/claim              admin: {"limit":n,"window_seconds":w[,"plan"|"user"]} overrides them live; 0 clears
+//	PUT    /api/admin/limits/claim              admin: {"limit":n,"window_seconds":w[,"plan"|"user"]} overrides them live; 0 clears; read strictly
 //
 // An admitted request gets 200 {"code":200,"message":"...","data":{...}},
 // where data.remaining is the quota left in the window. A limited one gets 429
@@ -38,8 +38,9 @@
 // other token of the demo, whose "role" claim is "admin" ([AdminRole]):
 // 401 without a valid token, 403 without the role. POST /api/login never
 // mints such a token; the command's "token" subcommand does, for whoever
-// holds the secret. A :user that is empty or longer than
-// [MaxAdminUserIDLen] bytes gets 400; a Redis failure gets 503 with a fixed
+// holds the secret. A :user that is empty, longer than
+// [MaxAdminUserIDLen] bytes or not UTF-8 gets 400, and so does a query
+// the route does not take; a Redis failure gets 503 with a fixed
 // message, its error going to the log. None of these touches Redis. The
 // claim rule does not count the admin routes; each has its own limit per
 // admin ([AdminLimit] per [AdminWindow]), applied only once the request has
@@ -79,6 +80,17 @@
 // [Config.JWTSecret] it signs tokens with the public [DevJWTSecret]. Both are
 // logged at start-up, the second as a warning.
 //
+// New does not wait for Redis. While Redis is down, from start-up on or
+// later, the limited routes answer under [Config.FailPolicy]; ginlimit logs
+// the outage once, with its cause, and again when Redis answers.
+//
+// Every limited route keeps an HMAC of the client IP or user id in its
+// Redis keys, never the identity itself (ginlimit.HashIdentities, keyed
+// with [Config.IdentitySecret]), and its RateLimit-Policy header carries
+// the matching pk parameter. With no secret configured, New makes a random
+// one and says so in the log: counts then start afresh on every restart,
+// and instances do not share them.
+//
 // # Algorithm
 //
 // Every limited route uses [Config.Algorithm], the sliding log unless set
@@ -117,9 +129,6 @@ import (
 	"github.com/ginlimit/ginlimit/metrics"
 )
 
-// pingTimeout bounds the start-up check that Redis answers.
-const pingTimeout = 3 * time.Second
-
 // App is the coupon demo service. Serve its Handler and call Close once the
 // server has shut down. An App is safe for concurrent use; two Apps share
 // nothing, not even their embedded Redis.
@@ -135,12 +144,15 @@ type App struct {
 	closeErr  error
 }
 
-// New builds the demo from cfg: it validates the JWT secret, the JWKS URL
-// and the trusted proxies, fetches the JWKS when there is a URL (waiting at
-// most 5 s; see Tokens in the package doc), connects to Redis (or starts
-// the embedded one) and checks it answers within a few seconds or before ctx
-// ends, and registers the routes. ctx is used only during start-up: the
-// JWKS is refreshed in the background until [App.Close].
+// New builds the demo from cfg: it validates the JWT secret, the identity
+// secret, the JWKS URL and the trusted proxies, fetches the JWKS when there
+// is a URL (waiting at most 5 s; see Tokens in the package doc), makes the
+// Redis client (or starts the embedded Redis), and registers the routes.
+// It does not wait for Redis: a Redis that is down at start-up is an
+// outage like any other, which the rate limiter logs and rides out under
+// [Config.FailPolicy] (see Redis and secrets in the package doc). ctx is
+// used only during start-up: the JWKS is refreshed in the background until
+// [App.Close].
 func New(ctx context.Context, cfg Config) (*App, error) {
 	logger := cfg.Logger
 	if logger == nil {
@@ -167,12 +179,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coupon: trusted proxies: %w", err)
 	}
+	if cfg.IdentitySecret, err = identitySecret(cfg, logger); err != nil {
+		return nil, err
+	}
 
 	a := &App{}
 	if a.users, err = newVerifier(ctx, secret, cfg.JWKSURL, logger); err != nil {
 		return nil, err
 	}
-	if err := a.openStore(ctx, cfg, logger); err != nil {
+	if err := a.openStore(cfg, logger); err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
 	// The App's own registry, not the global one: two Apps share nothing.
@@ -210,6 +225,7 @@ func (a *App) newLimiter(cfg Config, ips *identity.IP, collector *metrics.Collec
 		ginlimit.Algorithm(cfg.Algorithm),
 		ginlimit.OnFailure(cfg.FailPolicy),
 		ginlimit.Shadow(cfg.Shadow),
+		ginlimit.HashIdentities(cfg.IdentitySecret),
 	}
 	if cfg.DecisionTimeout > 0 {
 		opts = append(opts, ginlimit.Timeout(cfg.DecisionTimeout))
@@ -225,19 +241,15 @@ func (a *App) newLimiter(cfg Config, ips *identity.IP, collector *metrics.Collec
 	return claimPolicy, nil
 }
 
-// openStore connects a to the Redis of cfg: its cluster, its URL, or the
-// embedded miniredis when there is neither. Into a.rdb only on success: a
+// openStore makes a's client of the Redis of cfg: its cluster, its URL, or
+// the embedded miniredis when there is neither. Into a.rdb only on success: a
 // nil *redis.Client would make a non-nil interface that Close would call.
-func (a *App) openStore(ctx context.Context, cfg Config, logger *slog.Logger) error {
+func (a *App) openStore(cfg Config, logger *slog.Logger) error {
 	if len(cfg.ClusterAddrs) > 0 {
-		rdb, err := openCluster(ctx, cfg.ClusterAddrs, logger)
-		if err != nil {
-			return err
-		}
-		a.rdb = rdb
+		a.rdb = openCluster(cfg.ClusterAddrs, logger)
 		return nil
 	}
-	rdb, mini, err := openRedis(ctx, cfg.RedisURL, logger)
+	rdb, mini, err := openRedis(cfg.RedisURL, logger)
 	if err != nil {
 		return err
 	}
@@ -258,7 +270,7 @@ func newEngine(logger *slog.Logger, registry *prometheus.Registry, h *handlers) 
 	// to the path with or without a trailing slash: an API client would
 	// not follow it, and an admin DELETE must not be bounced.
 	engine.RedirectTrailingSlash = false
-	engine.Use(requestLog(logger), gin.Recovery())
+	engine.Use(requestLog(logger), recovery(logger))
 	engine.NoRoute(notFound)
 	routes(engine, h)
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
@@ -312,9 +324,10 @@ func redactURL(rawURL string) string {
 	return u.Redacted()
 }
 
-// openRedis connects to the Redis at rawURL, or to a new embedded miniredis
-// when rawURL is empty, and pings it.
-func openRedis(ctx context.Context, rawURL string, logger *slog.Logger) (*redis.Client, *miniredis.Miniredis, error) {
+// openRedis makes the client of the Redis at rawURL, or of a new embedded
+// miniredis when rawURL is empty. It does not call Redis: the client
+// connects on its first command.
+func openRedis(rawURL string, logger *slog.Logger) (*redis.Client, *miniredis.Miniredis, error) {
 	var opts *redis.Options
 	var mini *miniredis.Miniredis
 	if rawURL == "" {
@@ -341,30 +354,14 @@ func openRedis(ctx context.Context, rawURL string, logger *slog.Logger) (*redis.
 	// it ginlimit runs each call in a goroutine it can abandon, and a read
 	// waits for ReadTimeout (3 s by default). REDIS_URL cannot set this.
 	opts.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opts)
-	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		_ = rdb.Close()
-		if mini != nil {
-			mini.Close()
-		}
-		return nil, nil, fmt.Errorf("coupon: ping Redis at %s: %w", opts.Addr, err)
-	}
-	return rdb, mini, nil
+	return redis.NewClient(opts), mini, nil
 }
 
-// openCluster connects to the Redis Cluster at addrs and pings it.
-func openCluster(ctx context.Context, addrs []string, logger *slog.Logger) (redis.UniversalClient, error) {
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, fmt.Errorf("coupon: ping Redis Cluster at %v: %w", addrs, err)
-	}
+// openCluster makes the client of the Redis Cluster at addrs. It does not
+// call Redis, as openRedis.
+func openCluster(addrs []string, logger *slog.Logger) redis.UniversalClient {
 	logger.Info("coupon: using Redis Cluster", slog.Any("addrs", addrs))
-	return rdb, nil
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 }
 
 // Close stops the rate limiter's background work (its subscription to

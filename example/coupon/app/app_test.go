@@ -31,6 +31,10 @@ func TestMain(m *testing.M) {
 // testSecret is the JWT secret of the tests that need to forge tokens.
 var testSecret = []byte("coupon-test-secret-0123456789abcdef")
 
+// testIdentitySecret is the identity secret of the tests whose instances
+// share counts.
+var testIdentitySecret = []byte("coupon-test-identity-secret-0123456789")
+
 // newApp returns the handler of a new App with its own embedded miniredis,
 // closed when the test ends.
 func newApp(t *testing.T, cfg app.Config) http.Handler {
@@ -381,7 +385,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	// Neither the client nor an unlimited route shows up.
-	for _, absent := range []string{"alice", "198.51.100.23", "192.0.2.1", "/voucher-order/seckill/1", "/api/login", "/metrics", "/healthz"} {
+	for _, absent := range []string{"alice", "198.51.100.23", "192.0.2.1", "/voucher-order/seckill/1", "/metrics", "/healthz"} {
 		if strings.Contains(body, absent) {
 			t.Errorf("/metrics contains %q", absent)
 		}
@@ -423,7 +427,7 @@ func TestNewErrors(t *testing.T) {
 		"bad trusted proxy":     {TrustedProxies: []string{"10.0.0.0/33"}},
 		"bad Redis URL scheme":  {RedisURL: "http://localhost:6379"},
 		"unparsable Redis URL":  {RedisURL: "redis://user:hunter2@[::1"},
-		"unreachable Redis URL": {RedisURL: "redis://127.0.0.1:1"},
+		"short identity secret": {IdentitySecret: []byte("too short")},
 		"unknown algorithm":     {Algorithm: ginlimit.AlgorithmKind("leaky_bucket")},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -656,20 +660,26 @@ func TestAlgorithms(t *testing.T) {
 			if got, want := ws[0].Header().Get("X-RateLimit-Limit"), strconv.Itoa(app.MerchantLimit); got != want {
 				t.Errorf("X-RateLimit-Limit = %q, want %q", got, want)
 			}
-			// The key carries the algorithm's tag between the prefix and the
-			// hash tag: find it.
-			key := ""
+			// Each key of an IP (hashed: HashIdentities) carries the
+			// algorithm's tag between the prefix and the hash tag.
+			var merchantKeys []string
 			for _, k := range m.Keys() {
-				if strings.HasPrefix(k, app.MerchantKey) && strings.HasSuffix(k, "{GET /api/coupon/merchant ip:192.0.2.1}") {
-					key = k
+				if strings.HasPrefix(k, app.MerchantKey) {
+					merchantKeys = append(merchantKeys, k)
 				}
 			}
-			if got := m.Type(key); got != tt.keyType || !strings.HasPrefix(key, app.MerchantKey+tt.tag) {
-				t.Errorf("%s is a %q, want a %q under the tag %q; keys: %q", key, got, tt.keyType, tt.tag, m.Keys())
+			if len(merchantKeys) != 2 {
+				t.Errorf("merchant keys %q, want one for each of 2 IPs", merchantKeys)
 			}
-			if tt.hasField != "" {
-				if fields, _ := m.HKeys(key); !slices.Contains(fields, tt.hasField) {
-					t.Errorf("%s has fields %q, want %q among them", key, fields, tt.hasField)
+			for _, key := range merchantKeys {
+				if got := m.Type(key); got != tt.keyType || !strings.HasPrefix(key, app.MerchantKey+tt.tag) ||
+					!strings.HasSuffix(key, "}") || strings.Contains(key, "192.0.2.1") {
+					t.Errorf("%s is a %q, want a %q under the tag %q, with no IP in it; keys: %q", key, got, tt.keyType, tt.tag, m.Keys())
+				}
+				if tt.hasField != "" {
+					if fields, _ := m.HKeys(key); !slices.Contains(fields, tt.hasField) {
+						t.Errorf("%s has fields %q, want %q among them", key, fields, tt.hasField)
+					}
 				}
 			}
 		})

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,14 @@ type Config struct {
 	// and verifies them on User-limited routes. It must be at least 32 bytes.
 	// When it is empty, New uses DevJWTSecret and logs a warning.
 	JWTSecret []byte
+	// IdentitySecret keys the HMAC that every limited route puts in its
+	// Redis keys in place of the client IP or user id
+	// (ginlimit.HashIdentities); it must be at least 32 bytes. Give every
+	// instance on one Redis the same secret, and keep it across restarts:
+	// the counts are found by it. When it is empty, New makes a random one
+	// and logs that it did (a warning unless Redis is the embedded
+	// miniredis, whose counts are lost on exit anyway).
+	IdentitySecret []byte
 	// JWKSURL, when not empty, is the URL of the JSON Web Key Set of an
 	// identity provider: besides the HS256 tokens of JWTSecret, RS256 and
 	// ES256 tokens signed by a key of that set are accepted. It must be
@@ -89,6 +98,7 @@ type Config struct {
 //   - SHADOW=1 becomes Shadow;
 //   - JWT_SECRET becomes JWTSecret, left nil when the variable is unset or
 //     empty;
+//   - IDENTITY_SECRET becomes IdentitySecret, left nil the same way;
 //   - JWKS_URL becomes JWKSURL; when set it must be an absolute http or
 //     https URL with a host;
 //   - TRUSTED_PROXIES, a comma-separated list of CIDRs or addresses, becomes
@@ -107,6 +117,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	cfg := Config{RedisURL: strings.TrimSpace(getenv("REDIS_URL"))}
 	if s := getenv("JWT_SECRET"); s != "" {
 		cfg.JWTSecret = []byte(s)
+	}
+	if s := getenv("IDENTITY_SECRET"); s != "" {
+		cfg.IdentitySecret = []byte(s)
 	}
 	if s := strings.TrimSpace(getenv("JWKS_URL")); s != "" {
 		if err := checkJWKSURL(s); err != nil {
@@ -149,6 +162,29 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		cfg.Algorithm = a
 	}
 	return cfg, nil
+}
+
+// identitySecretLen is the length of the identity secret New makes when
+// none is configured, and the least it accepts: ginlimit.HashIdentities's.
+const identitySecretLen = 32
+
+// identitySecret returns cfg.IdentitySecret, checked, or, when it is empty,
+// a random secret made now, and logs that it did.
+func identitySecret(cfg Config, logger *slog.Logger) ([]byte, error) {
+	if len(cfg.IdentitySecret) > 0 {
+		if len(cfg.IdentitySecret) < identitySecretLen {
+			return nil, fmt.Errorf("coupon: IdentitySecret (IDENTITY_SECRET): %d bytes, want at least %d", len(cfg.IdentitySecret), identitySecretLen)
+		}
+		return cfg.IdentitySecret, nil
+	}
+	secret := make([]byte, identitySecretLen)
+	_, _ = rand.Read(secret) // never fails (crypto/rand)
+	level := slog.LevelWarn
+	if cfg.RedisURL == "" && len(cfg.ClusterAddrs) == 0 {
+		level = slog.LevelInfo // the embedded miniredis forgets the counts on exit anyway
+	}
+	logger.Log(context.Background(), level, "coupon: IDENTITY_SECRET is not set; hashing identities in Redis keys with a random secret made at start-up: counts start afresh on every restart and are not shared with other instances")
+	return secret, nil
 }
 
 // checkAlgorithm checks that a names one of ginlimit's algorithms.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -70,32 +71,59 @@ type loginRequest struct {
 	UserID string `json:"user_id"`
 }
 
-// login answers POST /api/login {"user_id":"alice"} with an HS256 token for
-// that user. It is a demo: there is no password, anyone may be anyone, but
-// nobody may be an admin (see [NewToken]).
-func (h *handlers) login(c *gin.Context) {
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxLoginBody))
-	if err != nil {
-		reply(c, http.StatusBadRequest, "The request body is too large or could not be read", nil)
-		return
-	}
+// errLogin is a login body parseLogin refuses; its text is the 400's
+// message.
+type errLogin string
+
+func (e errLogin) Error() string { return string(e) }
+
+// parseLogin reads the user id of a POST /api/login body: a JSON object
+// whose "user_id" is 1 to MaxUserIDLen bytes. Other fields are ignored (a
+// "plan" or a "role" grants nothing; see login).
+func parseLogin(body []byte) (string, error) {
 	var req loginRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		reply(c, http.StatusBadRequest, `The request body must be a JSON object like {"user_id":"alice"}`, nil)
-		return
+		return "", errLogin(`The request body must be a JSON object like {"user_id":"alice"}`)
 	}
 	switch {
 	case req.UserID == "":
-		reply(c, http.StatusBadRequest, "user_id is required", nil)
-		return
+		return "", errLogin("user_id is required")
 	case len(req.UserID) > MaxUserIDLen:
-		reply(c, http.StatusBadRequest, "user_id must be at most "+strconv.Itoa(MaxUserIDLen)+" bytes", nil)
+		return "", errLogin("user_id must be at most " + strconv.Itoa(MaxUserIDLen) + " bytes")
+	}
+	return req.UserID, nil
+}
+
+// loginUserKey is the gin context key under which readLogin stores the
+// user id of a login body.
+const loginUserKey = "coupon.login.user"
+
+// readLogin reads and checks the body of POST /api/login, before the
+// route's limit: a body that is refused (400) costs no Redis call and
+// spends none of the address's logins.
+func (h *handlers) readLogin(c *gin.Context) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxLoginBody))
+	if err != nil {
+		abortWith(c, http.StatusBadRequest, "The request body is too large or could not be read")
 		return
 	}
+	userID, err := parseLogin(body)
+	if err != nil {
+		abortWith(c, http.StatusBadRequest, err.Error())
+		return
+	}
+	c.Set(loginUserKey, userID)
+}
+
+// login answers POST /api/login {"user_id":"alice"} with an HS256 token for
+// that user, once readLogin has read the body and the route's limit per
+// client IP admitted it. It is a demo: there is no password, anyone may be
+// anyone, but nobody may be an admin (see [NewToken]).
+func (h *handlers) login(c *gin.Context) {
 	// No role: an admin token is minted only by whoever holds the secret
 	// (the command's "token" subcommand), never by this public route.
 	// No plan either: a vip token is minted the same way.
-	token, err := NewToken(h.secret, req.UserID, Grants{}, time.Now())
+	token, err := NewToken(h.secret, c.GetString(loginUserKey), Grants{}, time.Now())
 	if err != nil {
 		h.logger.ErrorContext(c.Request.Context(), "coupon: sign token", slog.String("error", err.Error()))
 		reply(c, http.StatusInternalServerError, "Internal server error", nil)
@@ -189,6 +217,33 @@ func (h *handlers) healthz(c *gin.Context) {
 // notFound answers every path that no route matches.
 func notFound(c *gin.Context) {
 	reply(c, http.StatusNotFound, "Not found", nil)
+}
+
+// recovery answers a request whose handler panicked with 500 and the
+// demo's JSON body, and logs the panic and its stack through l, in the
+// demo's one log format (gin.Recovery writes its own). A panic with
+// http.ErrAbortHandler, which net/http uses to abort a response, is
+// passed on.
+func recovery(l *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			l.LogAttrs(c.Request.Context(), slog.LevelError, "coupon: handler panicked; answering 500",
+				slog.String("route", c.FullPath()), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+			if !c.Writer.Written() {
+				c.AbortWithStatusJSON(http.StatusInternalServerError, response{Code: http.StatusInternalServerError, Message: "Internal server error"})
+				return
+			}
+			c.Abort()
+		}()
+		c.Next()
+	}
 }
 
 // requestLog writes one Info line per request, except for health checks. It

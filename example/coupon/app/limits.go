@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -29,15 +30,20 @@ const adminClaimLimitsPath = "/api/admin/limits/claim"
 // maxOverrideBody bounds the body of PUT /api/admin/limits/claim.
 const maxOverrideBody = 4 << 10
 
-// ClaimOverride is the JSON body of PUT /api/admin/limits/claim.
+// ClaimOverride is the JSON body of PUT /api/admin/limits/claim (see
+// parseOverride for how strictly it is read).
 type ClaimOverride struct {
-	// Limit is the claims admitted per window; 0 clears the override.
+	// Limit is the claims admitted per window; 0 clears the override. It
+	// is required: a body without it is refused, never taken for a clear.
 	Limit int `json:"limit"`
-	// WindowSeconds is the window; 0 keeps the rule's ([ClaimWindow]).
+	// WindowSeconds is the window; 0 or absent keeps the rule's
+	// ([ClaimWindow]).
 	WindowSeconds int64 `json:"window_seconds"`
 	// Plan, when set, overrides that plan's limit only (see [PlanVIP]).
+	// When present it must not be empty.
 	Plan string `json:"plan,omitempty"`
 	// User, when set, overrides that user's limit only, whatever the plan.
+	// When present it must not be empty.
 	User string `json:"user,omitempty"`
 }
 
@@ -73,31 +79,112 @@ type errOverride string
 
 func (e errOverride) Error() string { return string(e) }
 
-// parseOverride reads and checks a PUT body: one JSON object of
-// ClaimOverride's fields and no other, a plan or a user but not both, a
-// user id of 1 to MaxAdminUserIDLen bytes, and a window that converts to a
+// msgOverrideBody is the message of a PUT body that is not one JSON object
+// of ClaimOverride's fields.
+const msgOverrideBody = `The body must be one JSON object {"limit": n}, with an optional "window_seconds" and an optional "plan" or "user"`
+
+// parseOverride reads and checks a PUT body strictly, since a body read
+// loosely changes limits nobody meant to change: one JSON object of
+// ClaimOverride's fields, named exactly ("LIMIT" is no field), each at
+// most once, and no other; "limit" present (a clear is said with
+// {"limit": 0}, never by leaving it out), an integer, as "window_seconds"
+// is; "plan" and "user" strings that are not empty when present (an
+// empty user would name the whole rule), and not both; a user id that
+// checkAdminUser takes; and a window that converts to a
 // time.Duration. What ginlimit checks (the limit, the window's range, the
 // algorithm's bounds, the plan's name) is left to SetLimit, so that it is
-// checked once, as start-up does.
+// checked once, as start-up does. Its errors are errOverride, whose text
+// is the 400's message and never holds the body's text.
 func parseOverride(body []byte) (ClaimOverride, error) {
-	var o ClaimOverride
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&o); err != nil {
-		return ClaimOverride{}, errOverride(`The body must be {"limit": n, "window_seconds": w}, with an optional "plan" or "user"`)
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ClaimOverride{}, errOverride(msgOverrideBody)
+	}
+	var o ClaimOverride
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		name, ok := t.(string)
+		if err != nil || !ok {
+			return ClaimOverride{}, errOverride(msgOverrideBody)
+		}
+		if seen[name] {
+			return ClaimOverride{}, errOverride(msgOverrideBody + "; each field at most once")
+		}
+		seen[name] = true
+		if err := o.setField(dec, name); err != nil {
+			return ClaimOverride{}, err
+		}
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
+		return ClaimOverride{}, errOverride(msgOverrideBody)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return ClaimOverride{}, errOverride("The body must hold one JSON object")
 	}
-	switch {
-	case o.Plan != "" && o.User != "":
-		return ClaimOverride{}, errOverride(`Give "plan" or "user", not both`)
-	case len(o.User) > MaxAdminUserIDLen:
-		return ClaimOverride{}, errOverride("The user id must be 1 to " + strconv.Itoa(MaxAdminUserIDLen) + " bytes")
-	case o.WindowSeconds < 0 || o.WindowSeconds > math.MaxInt64/int64(time.Second):
-		return ClaimOverride{}, errOverride("window_seconds must be 0 (the rule's window) or a number of seconds")
+	return o, o.check(seen)
+}
+
+// setField reads the value of the field name from dec into o.
+func (o *ClaimOverride) setField(dec *json.Decoder, name string) error {
+	t, err := dec.Token()
+	if err != nil {
+		return errOverride(msgOverrideBody)
 	}
-	return o, nil
+	switch name {
+	case "limit":
+		n, ok := jsonInt(t, math.MinInt)
+		if !ok {
+			return errOverride(`"limit" must be an integer`)
+		}
+		o.Limit = int(n)
+	case "window_seconds":
+		n, ok := jsonInt(t, 0)
+		if !ok || n > math.MaxInt64/int64(time.Second) {
+			return errOverride(`"window_seconds" must be 0 (the rule's window) or a number of seconds`)
+		}
+		o.WindowSeconds = n
+	case "plan", "user":
+		v, ok := t.(string)
+		if !ok || v == "" {
+			return errOverride(`"` + name + `" must be a string that is not empty, when present`)
+		}
+		if name == "plan" {
+			o.Plan = v
+		} else {
+			o.User = v
+		}
+	default:
+		return errOverride(msgOverrideBody + "; no other field")
+	}
+	return nil
+}
+
+// check checks what a body says as a whole, seen being the fields it
+// has.
+func (o ClaimOverride) check(seen map[string]bool) error {
+	switch {
+	case !seen["limit"]:
+		return errOverride(`"limit" is required; {"limit": 0} clears the override`)
+	case o.Plan != "" && o.User != "":
+		return errOverride(`Give "plan" or "user", not both`)
+	case o.User != "":
+		return checkAdminUser(o.User)
+	}
+	return nil
+}
+
+// jsonInt returns t, a token of a decoder with UseNumber, as an int64 of
+// at least least, and whether it is one: a JSON number written as an
+// integer ("5", not "5.0" or "5e0") that fits an int.
+func jsonInt(t json.Token, least int64) (int64, bool) {
+	num, ok := t.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(num), 10, strconv.IntSize)
+	return n, err == nil && n >= least
 }
 
 // target is the ginlimit.Target an override of o (or a look at it) names.
@@ -136,18 +223,59 @@ func (h *handlers) setClaimLimit(c *gin.Context) {
 	h.answerSettings(c, o)
 }
 
+// settingsKey is the gin context key under which requireSettingsQuery
+// stores whose settings GET /api/admin/limits/claim asks for.
+const settingsKey = "coupon.settings"
+
+// requireSettingsQuery refuses, with 400, a query of GET
+// /api/admin/limits/claim that parseSettingsQuery refuses, and otherwise
+// stores what it names for claimSettings. It calls no Redis, and runs
+// before the admin limit.
+func (h *handlers) requireSettingsQuery(c *gin.Context) {
+	o, err := parseSettingsQuery(c.Request.URL.RawQuery)
+	if err != nil {
+		abortWith(c, http.StatusBadRequest, err.Error())
+		return
+	}
+	c.Set(settingsKey, o)
+}
+
 // claimSettings answers GET /api/admin/limits/claim[?plan=vip|?user=id]
 // with the settings in force and their source.
 func (h *handlers) claimSettings(c *gin.Context) {
-	o := ClaimOverride{Plan: c.Query("plan"), User: c.Query("user")}
-	switch {
-	case o.Plan != "" && o.User != "":
-		abortWith(c, http.StatusBadRequest, `Give "plan" or "user", not both`)
-	case len(o.User) > MaxAdminUserIDLen:
-		abortWith(c, http.StatusBadRequest, "The user id must be 1 to "+strconv.Itoa(MaxAdminUserIDLen)+" bytes")
-	default:
-		h.answerSettings(c, o)
+	o, _ := c.MustGet(settingsKey).(ClaimOverride) // set by requireSettingsQuery
+	h.answerSettings(c, o)
+}
+
+// parseSettingsQuery reads the query of GET /api/admin/limits/claim: no
+// parameter but "plan" and "user", each at most once, and not both; an
+// empty or absent "plan" is the default plan, any other a plan of the
+// claim rule; and a "user" that is present is one checkAdminUser takes:
+// an empty one, which an unset shell variable makes, is refused rather
+// than read as the rule's settings. Its errors
+// are errOverride, whose text is the 400's message.
+func parseSettingsQuery(rawQuery string) (ClaimOverride, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return ClaimOverride{}, errOverride("The query must be ?plan=NAME or ?user=ID")
 	}
+	for name, vs := range q {
+		if name != "plan" && name != "user" || len(vs) != 1 {
+			return ClaimOverride{}, errOverride("The query must be ?plan=NAME or ?user=ID, each at most once")
+		}
+	}
+	o := ClaimOverride{Plan: q.Get("plan"), User: q.Get("user")}
+	_, hasUser := q["user"]
+	if hasUser {
+		if err := checkAdminUser(o.User); err != nil {
+			return ClaimOverride{}, err
+		}
+		if q.Has("plan") {
+			return ClaimOverride{}, errOverride(`Give "plan" or "user", not both`)
+		}
+	}
+	_, err = checkPlan(o.Plan)
+	return o, err
 }
 
 // answerSettings answers 200 with the settings in force for o's target.

@@ -10,6 +10,26 @@ import (
 	"github.com/ginlimit/ginlimit/identity"
 )
 
+// The rate limit of POST /api/login: LoginLimit logins per LoginWindow for
+// each client IP ([ginlimit.IP]). Anyone may log in as anyone here (it is a
+// demo), and each token is a user whose claims leave keys in Redis for up
+// to a day (a voucher claim's); so one address mints at most LoginLimit
+// users per LoginWindow, and the keys they can leave are bounded by that,
+// times the catalog and the claim rule's plans. A refused login costs one
+// Redis call and makes no key but the address's count. A body that is not a valid login
+// is refused (400) before the limit, and spends none of it.
+const (
+	// LoginKey is the Redis key prefix of POST /api/login.
+	LoginKey = "coupon:login:"
+	// LoginLimit is how many logins POST /api/login admits per client IP
+	// per LoginWindow.
+	LoginLimit = 10
+	// LoginWindow is the sliding window of POST /api/login.
+	LoginWindow = time.Hour
+	// LoginMessage is the 429 message of POST /api/login.
+	LoginMessage = "Too many logins from this address, please try again later"
+)
+
 // The rate limits of GET /api/coupon/seckill: 100 requests per 10 seconds,
 // counted over all clients together ([ginlimit.Method]).
 const (
@@ -200,9 +220,12 @@ func respondBanned(c *gin.Context, d ginlimit.Decision) {
 // identity resolvers are the limiter's. The claim route's options are also
 // h.claimPolicy's, so that the admin API can inspect and reset its counts.
 func routes(r gin.IRoutes, h *handlers) {
-	r.POST("/api/login", h.login)
-
 	limiter := h.limiter
+	r.POST("/api/login", h.readLogin, limiter.RateLimit(
+		ginlimit.Key(LoginKey), ginlimit.Window(LoginWindow), ginlimit.Limit(LoginLimit),
+		ginlimit.Message(LoginMessage),
+		ginlimit.Type(ginlimit.IP)), h.login)
+
 	r.GET("/api/coupon/seckill", limiter.RateLimit(
 		ginlimit.Key(SeckillKey), ginlimit.Window(SeckillWindow), ginlimit.Limit(SeckillLimit),
 		ginlimit.Message(SeckillMessage),
@@ -243,7 +266,7 @@ func routes(r gin.IRoutes, h *handlers) {
 		ginlimit.Type(ginlimit.User))
 	r.GET(adminClaimUserPath, h.requireAdmin, h.requireUserParam, h.requirePlanQuery, adminLimit, h.peekClaim)
 	r.DELETE(adminClaimUserPath, h.requireAdmin, h.requireUserParam, adminLimit, h.resetClaim)
-	r.GET(adminClaimLimitsPath, h.requireAdmin, h.requirePlanQuery, adminLimit, h.claimSettings)
+	r.GET(adminClaimLimitsPath, h.requireAdmin, h.requireSettingsQuery, adminLimit, h.claimSettings)
 	r.PUT(adminClaimLimitsPath, h.requireAdmin, adminLimit, h.setClaimLimit)
 
 	r.GET("/healthz", h.healthz)

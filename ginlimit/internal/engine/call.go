@@ -62,6 +62,9 @@ const (
 func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *Breaker, error) {
 	n, err := e.nodes.forKey(ctx, timeout, keys[0])
 	if err != nil {
+		if !NoVerdict(err) && !errors.Is(err, ErrCircuitOpen) {
+			n.health.note(e.nodes.watch, true, err) // no master or shard for the key
+		}
 		return nil, n.brk, err
 	}
 	if l == leaseLane {
@@ -96,6 +99,7 @@ func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration
 		}
 	} else {
 		n.brk.done(probe, failed)
+		n.outage().note(e.nodes.watch, failed, err)
 	}
 	return reply, n.brk, err
 }

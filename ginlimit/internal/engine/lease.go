@@ -125,6 +125,17 @@ func (ns *nodes) leaseNode(n *node) *node {
 	return n.lease
 }
 
+// outage returns the health n's calls are noted in: the lease lane's node
+// notes in its server's node, so that an outage is reported once per
+// server, whichever lane's call finds it first, and its end whichever
+// lane's call is answered first.
+func (n *node) outage() *health {
+	if n.own {
+		return &n.main.health
+	}
+	return &n.health
+}
+
 // closeLeases closes the lease pools the engine made, once every call on
 // them has ended; the lane's calls go through the application's client
 // from then on.

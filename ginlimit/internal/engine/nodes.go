@@ -34,6 +34,7 @@ type nodes struct {
 	byAddr   sync.Map   // master address -> *node
 	byShard  sync.Map   // a Ring shard's *redis.Client -> *node
 	shardMu  sync.Mutex // serialises adding a shard's node (and pruning)
+	watch    Watcher    // told of each node's outages; nil for none (Engine.Watch)
 	// leaseMu is held for reading by every call of the lease lane, and for
 	// writing to close the lane's pools (see lease.go); leaseClosed is set
 	// once they are closed.
@@ -73,6 +74,7 @@ type node struct {
 	// it is set, a call first dials the server itself (see reach).
 	down    atomic.Bool
 	dialing chan struct{} // one reach dial at a time
+	health  health        // the node's outage, for nodes.watch
 }
 
 func newNodes(client redis.Scripter, failures int, open time.Duration, slots int) *nodes {
@@ -118,6 +120,7 @@ func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) 
 		return ns.one, fmt.Errorf("no master for the key: %w", err)
 	}
 	ns.one.brk.done(probe, false)
+	ns.one.health.note(ns.watch, false, nil)
 	addr := master.Options().Addr
 	if n, ok := ns.byAddr.Load(addr); ok {
 		return n.(*node), nil
@@ -142,6 +145,7 @@ func (ns *nodes) shardFor(key string) (*node, error) {
 	// The Ring has a shard up again: its breaker, reported for decisions
 	// that reach no node, closes (done is two loads when it is closed).
 	ns.one.brk.done(false, false)
+	ns.one.health.note(ns.watch, false, nil)
 	if n, ok := ns.byShard.Load(shard); ok {
 		return n.(*node), nil
 	}
@@ -278,37 +282,97 @@ func (n *node) call(ctx context.Context, start time.Time, f func() ([]int64, err
 	// context's bare error) while no other call was answered, and not for
 	// want of a pooled connection (judge tells that apart).
 	timedOut := errors.Is(err, context.DeadlineExceeded) && errors.Is(cause(ctx), errTimedOut)
-	if timedOut && n.answered.Load() == answered && !poolBusy(n.pool) && n.answers(ctx, start) {
-		return nil, mayHaveRun{fmt.Errorf("%w: the call ran out of its Timeout, yet Redis answered a PING: this process read the reply late", ErrSaturated)}
+	if timedOut && n.answered.Load() == answered && !poolBusy(n.pool) {
+		why := n.answers(ctx, start)
+		if why == nil {
+			return nil, mayHaveRun{fmt.Errorf("%w: the call ran out of its Timeout, yet Redis answered a PING: this process read the reply late", ErrSaturated)}
+		}
+		if why != errNoPing && !errors.Is(why, context.DeadlineExceeded) {
+			// go-redis reports a dial it was still retrying as the bare
+			// deadline: say why Redis did not answer (refused, say). The
+			// error is judged as before: why adds no timeout and no reply.
+			err = fmt.Errorf("%w; a new connection: %w", err, why)
+		}
 	}
 	return nil, err
 }
 
-// answers reports whether the node's server answers a PING within the
-// Timeout of a call that started at start and ended at ctx's deadline. A
-// call that ran out of its Timeout while no other call of the node was
-// answered is taken for a Redis that does not answer; but when this
-// process is not given the CPU for longer than the Timeout (busy loops
-// on a small machine do that), every call in
+// answers returns nil when the node's server answers a PING within the
+// Timeout of a call that started at start and ended at ctx's deadline,
+// and otherwise why it does not. A call that ran out of its Timeout while
+// no other call of the node was answered is taken for a Redis that does
+// not answer; but when this process is not given the CPU for longer than
+// the Timeout (busy loops on a small machine do that), every call in
 // flight runs out of its Timeout together, their replies unread in the
 // socket (Go reports a socket deadline that has passed before it reads
 // what has arrived), and none is answered. The PING tells the two apart.
-// A Redis that hangs does not answer it either: each decision that finds
-// it so (until the breaker opens, then its probes) waits up to twice the
-// Timeout.
-func (n *node) answers(ctx context.Context, start time.Time) bool {
+// The server is dialed meanwhile, as go-redis's pool would, but once, so
+// that a PING that gets no answer has a cause: a refused connection, say,
+// where go-redis, still retrying its dial, reports only that the time ran
+// out. The verdict is the PING's alone. A Redis that hangs answers
+// neither: each
+// decision that finds it so (until the breaker opens, then its probes)
+// waits up to twice the Timeout.
+func (n *node) answers(ctx context.Context, start time.Time) error {
 	if n.pool == nil {
-		return false
+		return errNoPing
 	}
 	d, ok := ctx.Deadline()
 	if !ok {
-		return false
+		return errNoPing
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.Sub(start))
 	defer cancel()
+	dialed := make(chan error, 1)
+	go func() { dialed <- n.dialOnce(pctx) }()
 	_, err := bounded(pctx, func() (string, error) { return n.pool.Ping(pctx).Result() })
-	return err == nil
+	if err == nil {
+		return nil
+	}
+	if derr := <-dialed; derr != nil {
+		return derr // refused, say: why the PING got no answer
+	}
+	return err
 }
+
+// dialOnce dials the node's server once, as go-redis's pool does, and
+// closes the connection: nil when it connects, the dial's error when it
+// does not, or ctx's cause when ctx ends first (a connection made later is
+// closed then).
+func (n *node) dialOnce(ctx context.Context) error {
+	opt := n.pool.Options()
+	done := make(chan net.Conn, 1)
+	errc := make(chan error, 1)
+	// In a goroutine, since a Dialer need not honour ctx (see reach).
+	go func() {
+		c, err := opt.Dialer(ctx, opt.Network, opt.Addr)
+		if err != nil {
+			errc <- err
+			return
+		}
+		done <- c
+	}()
+	select {
+	case c := <-done:
+		_ = c.Close()
+		return nil
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		go func() {
+			select {
+			case c := <-done:
+				_ = c.Close()
+			case <-errc:
+			}
+		}()
+		return context.Cause(ctx)
+	}
+}
+
+// errNoPing is why answers cannot tell: a node of a client the engine does
+// not know, or a call without a deadline.
+var errNoPing = errors.New("no PING could be sent")
 
 // deadlineOf returns ctx's cause for err, a call's error, when err is a
 // socket timeout at ctx's deadline, and err otherwise. go-redis sets the

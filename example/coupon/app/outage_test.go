@@ -1,0 +1,57 @@
+package app_test
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ginlimit/ginlimit/example/coupon/app"
+	"github.com/ginlimit/ginlimit/ginlimit"
+	"github.com/ginlimit/ginlimit/internal/redistest"
+)
+
+// TestServesWhileRedisIsDownFromStartUp: the demo starts with a Redis
+// address nothing listens on (a redis-server started, then stopped), and
+// serves under the failure policy it is configured with: FailClosed
+// answers 503 with a Retry-After, FailLocal decides in process; the routes
+// that are not limited answer as usual. Once the server is back, Redis
+// decides again.
+func TestServesWhileRedisIsDownFromStartUp(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Stop()
+	var logs syncBuffer
+	cfg := app.Config{RedisURL: "redis://" + srv.Addr + "/0", JWTSecret: testSecret,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	closedCfg := cfg
+	closedCfg.FailPolicy = ginlimit.FailClosed
+	closed, local := newApp(t, closedCfg), newApp(t, cfg)
+
+	const unavailable = `{"code":503,"message":"Service temporarily unavailable, please try again later"}`
+	ws := run(t, closed, []step{
+		{req: req{target: "/api/coupon/seckill"}, status: http.StatusServiceUnavailable, body: unavailable},
+		{req: req{target: "/healthz"}, status: http.StatusOK},
+		{req: req{target: "/api/vouchers"}, status: http.StatusOK},
+	})
+	if got := ws[0].Header().Get("Retry-After"); got != "1" {
+		t.Errorf("FailClosed's 503: Retry-After %q, want 1", got)
+	}
+	run(t, local, append(repeat(app.MerchantLimit, step{req: req{target: "/api/coupon/merchant"}, status: http.StatusOK}),
+		step{req: req{target: "/api/coupon/merchant"}, status: http.StatusTooManyRequests, body: tooMany(app.MerchantMessage)}))
+
+	srv.Restart()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		w := serve(t, closed, req{target: "/api/coupon/seckill"})
+		if w.Code == http.StatusOK && w.Header().Get("X-RateLimit-Remaining") != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("FailClosed still answers %d %s 30 s after Redis came back", w.Code, w.Body)
+		}
+	}
+	if s := logs.String(); strings.Contains(s, "level=ERROR") {
+		t.Errorf("an error logged:\n%s", s)
+	}
+}
