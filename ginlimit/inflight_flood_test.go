@@ -21,25 +21,35 @@ import (
 // real redis-server while A serves a request that holds the one slot of an
 // InFlight(1) route: floodDeciders goroutines call Policy.Allow on another
 // route of the same Limiter, in a loop, through a client whose pool has
-// floodPool connections, so that the pool and its dials are what the
-// decisions wait for, whatever the machine's speed.
+// floodPool connection, so that A's pool is never free while they run.
+// That client waits floodPoolTimeout for a connection, no longer, and
+// does not retry (a cluster client's MaxRedirects -1): a call that finds
+// the flood holding the connection fails at once, where a longer wait
+// would make the outcome a race between the pool's queue and the CPU a
+// loaded machine lends the flood. A's decisions take that pool directly,
+// not through the auto-pipeliner, as on a cluster: each holds the
+// connection for its whole call. So a renewal that needs a connection of
+// that pool is refused (it was, in every run, before the lease lane had a
+// pool of its own), and one on a pool of its own gets through, however
+// slow the machine.
 //
-// They are not parallel: a flood takes every core it can, and the leases
-// of the tests beside it (and its own) would lapse for want of CPU, which
-// no pool can reserve, rather than of a connection.
+// Tens of deciders, not thousands, keep one connection busy: the flood
+// then leaves the CPU for A's renewal timers, whose lateness on a loaded
+// machine is CPU, which no pool can reserve. They are not parallel, for
+// the same reason.
 const (
-	floodDeciders = 3000
-	floodPool     = 2
-	// floodLease is short enough that a renewal waiting behind the flood's
-	// connections lapses it (it did in every run before the lease lane had
-	// its own pool), long enough that CPU alone rarely does: on a loaded
-	// 2-core machine under the race detector, a flood delayed a renewal's
-	// timer and call by up to 0.6 s.
-	floodLease = time.Second
+	floodDeciders    = 32
+	floodPool        = 1
+	floodPoolTimeout = time.Microsecond // go-redis reads 0 as its default, 4 s
+	// floodLease is long enough that CPU alone never lapses it: a renewal
+	// runs every floodLease/3, so the lease lapses only when renewals fail
+	// (or run late) for 2 s; beside two CPU-bound loops on 2 cores, under
+	// the race detector, a renewal timer ran up to 0.5 s late.
+	floodLease = 3 * time.Second
 	// floodLeases is how many leases the flood lasts while A holds the
 	// slot: every renewal in them had to get through for the slot to be
 	// A's still.
-	floodLeases = 5
+	floodLeases = 4
 )
 
 // floodResult is what a flood test saw.
@@ -210,9 +220,9 @@ func checkFlood(t *testing.T, res floodResult) {
 func TestInFlightLeaseOutlivesARealFlood(t *testing.T) {
 	srv := redistest.Start(t)
 	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ca := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: floodPool})
+	ca := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: floodPool, PoolTimeout: floodPoolTimeout})
 	t.Cleanup(func() { _ = ca.Close() })
-	a := slotLimiter(t, ca, quiet)
+	a := slotLimiter(t, ca, quiet, autoPipeline(false))
 	b := slotLimiter(t, srv.Client(), OnFailure(FailClosed), quiet)
 	checkFlood(t, holdThroughFlood(t, a, b, srv.Client()))
 }
@@ -223,9 +233,9 @@ func TestInFlightLeaseOutlivesARealFlood(t *testing.T) {
 func TestInFlightLeaseOutlivesARealFloodCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ca := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: floodPool})
+	ca := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: floodPool, PoolTimeout: floodPoolTimeout, MaxRedirects: -1})
 	t.Cleanup(func() { _ = ca.Close() })
-	a := slotLimiter(t, ca, quiet)
+	a := slotLimiter(t, ca, quiet, autoPipeline(false))
 	b := slotLimiter(t, cl.Client(), OnFailure(FailClosed), quiet)
 	checkFlood(t, holdThroughFlood(t, a, b, cl.Client()))
 }
