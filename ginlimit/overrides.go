@@ -264,20 +264,25 @@ type overrideKey struct {
 	source uint8
 }
 
-// resolve returns the rule that decides a call of r on key, for scope s and
-// identity w, and its key: the identity's override, or r's, or r itself.
-func (v *liveView) resolve(r *rateRule, key string, named bool, s scope, w *who) (*rateRule, string) {
+// resolve returns the rule that decides a call of r on key, and its key:
+// the identity's override, or r's, or r itself. An override counts on the
+// key r counts on, the one of the plan the identity is in, so that a
+// change of limit keeps what was spent there: only where the override's
+// settings give its algorithm's stored data another shape (keyTag) does
+// its key take the override's tag in place of r's.
+func (v *liveView) resolve(r *rateRule, key string) (*rateRule, string) {
 	o := v.who[key[len(r.prefix):]]
 	if o == nil {
 		o = v.swap[r]
 	}
-	switch {
-	case o == nil:
+	if o == nil {
 		return r, key
-	case o.prefix == r.prefix:
+	}
+	tag, otag := r.prefix[len(r.cfg.prefix):], o.prefix[len(o.cfg.prefix):]
+	if tag == otag {
 		return o, key
 	}
-	return o, buildKey(&o.ruleBase, named, s, w)
+	return o, r.cfg.prefix + otag + key[len(r.prefix):]
 }
 
 // apply gives p the view of the overrides raw (LimitsKey's fields and
@@ -388,7 +393,8 @@ func (v *liveView) rule(k overrideKey) *rateRule {
 }
 
 // liveKeys is what Reset also deletes for a: the keys of the overrides
-// that take the place of a's rule and plans, where they count apart.
+// that take the place of a's rule and plans, where they count on a key of
+// their own (see resolve).
 func (p *Policy) liveKeys(a aim, have []string) []string {
 	v := p.view.Load()
 	declared, ok := a.declared.(*rateRule)
@@ -397,12 +403,8 @@ func (p *Policy) liveKeys(a aim, have []string) []string {
 	}
 	for _, x := range withPlans(declared) {
 		key := buildKey(&x.ruleBase, p.named, a.scope, &a.who)
-		if o, _ := v.resolve(x, key, p.named, a.scope, &a.who); o != x {
-			for _, k := range p.rateKeys(o, a.scope, &a.who) {
-				if !slices.Contains(have, k) {
-					have = append(have, k)
-				}
-			}
+		if _, k := v.resolve(x, key); k != key && !slices.Contains(have, k) {
+			have = append(have, k) // its Ban is x's, in have
 		}
 	}
 	return have
