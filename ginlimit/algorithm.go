@@ -145,6 +145,25 @@ func Algorithm(a AlgorithmKind) RuleOption {
 	})
 }
 
+// overrideWindow sets r, the settings an override is compiled from, to
+// window, keeping what gives its algorithm's stored data its shape
+// (keyTag), so that the override counts on the key the rule counts on and
+// keeps what was spent there: a SlidingCounter keeps its sub-window
+// length, and takes a window of 1 to 1000 of them (a window start-up would
+// refuse is left to validate, which says why).
+func overrideWindow(r *ruleConfig, window time.Duration) error {
+	sub := r.window.Microseconds() / int64(r.subWindows)
+	if err := Window(window).applyRule(r); err != nil || r.alg != SlidingCounter || r.window.Microseconds()%int64(r.subWindows) != 0 {
+		return err
+	}
+	n := r.window.Microseconds() / sub
+	if r.window.Microseconds()%sub != 0 || n > 1000 {
+		return fmt.Errorf("Window(%v): an override of a SlidingCounter keeps the rule's sub-window length, %v, so that its count goes on: the window must be 1 to 1000 times that", window, time.Duration(sub)*time.Microsecond)
+	}
+	r.subWindows = int(n)
+	return nil
+}
+
 // subWindows replaces [DefaultSubWindows], from 1 to 1000, dividing the
 // window in whole microseconds; tests and the bench's model checks vary it.
 func subWindows(n int) RuleOption {

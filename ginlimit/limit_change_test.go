@@ -119,3 +119,36 @@ func TestACutThroughEveryLevelHandsOutNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestALongerWindowKeepsWhatWasSpent: a client that spent its 10 gets
+// nothing when the window is doubled (half the rate), whatever the
+// algorithm: the sliding counter's override keeps its sub-window length,
+// so it counts on the rule's key, as every other algorithm's does.
+func TestALongerWindowKeepsWhatWasSpent(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, alg := range changeAlgorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			t.Parallel()
+			in := newInstance(t, srv.Client(), Key(prefix(t)), Algorithm(alg), Limit(10), Window(changeWindow), Type(User))
+			ctx := context.Background()
+			admitted := func(tries int) (n int) {
+				for range tries {
+					if code, _ := in.claimAs("alice", ""); code == http.StatusOK {
+						n++
+					}
+				}
+				return n
+			}
+			if n := admitted(12); n != 10 {
+				t.Fatalf("admitted %d of 12 under the configured 10, want 10", n)
+			}
+			if err := in.policy.SetLimit(ctx, Target{}, 10, 2*changeWindow); err != nil {
+				t.Fatal(err)
+			}
+			if n := admitted(10); n != 0 {
+				t.Errorf("admitted %d of 10 more with the window doubled, want 0", n)
+			}
+		})
+	}
+}

@@ -233,7 +233,7 @@ func (p *Policy) compileOverride(r *rateRule, limit int, window time.Duration, s
 	rc.planPick, rc.plans, rc.override = nil, nil, true
 	err := Limit(limit).applyRule(&rc)
 	if err == nil && window != 0 {
-		err = Window(window).applyRule(&rc)
+		err = overrideWindow(&rc, window)
 	}
 	var o *rateRule
 	if err == nil {
