@@ -91,8 +91,8 @@ func (a AlgorithmKind) validate(r *ruleConfig) error {
 			return fmt.Errorf("Window(%v): a SlidingLog takes a window of at most %v; use SlidingCounter for longer", r.window, lua.MaxLogWindow*time.Microsecond)
 		}
 	case TokenBucket:
-		// The bucket keeps its state in 1/limit µs: burst*window must stay
-		// exact in a double.
+		// The bucket keeps its state in 1/limit µs, a token being window
+		// units: burst*window must stay exact in a double.
 		if b := int64(r.burstOrLimit()); b > maxSafe/r.window.Microseconds() {
 			return fmt.Errorf("Algorithm(TokenBucket) with Burst %d (default: the Limit) and Window(%v): burst × window (µs) must not exceed 2^53; lower the burst or the window", b, r.window)
 		}

@@ -491,10 +491,11 @@ func (r *ruleBase) targetWho(w *who, t Target) error {
 // in sub-window numbers); the token bucket's state is its level, in tokens
 // times the window, written with the limit and window it was written under
 // (lua/token_bucket.lua), so a new limit or window (an override's) reads it
-// on the same key and keeps what was spent. So switching a live route to
-// another algorithm, or changing the counter's sub-window length, starts on
-// fresh keys: no script ever meets another's data (no WRONGTYPE) or
-// misreads it. A new stored format that the older version's script cannot
+// on the same key and keeps what was spent (an override of the counter
+// keeps its sub-window length: overrideWindow). So switching a live route
+// to another algorithm, or configuring another sub-window length for the
+// counter, starts on fresh keys: no script ever meets another's data (no
+// WRONGTYPE) or misreads it. A new stored format that the older version's script cannot
 // read takes a new tag too, so that during a rolling deploy each version
 // keeps its own keys: "fw2:" for the fixed window's string, where the
 // version before kept a hash under "fw:"; "sc-<sub-window µs>:" for the
