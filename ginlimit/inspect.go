@@ -95,7 +95,7 @@ func (p *Policy) target(t Target) (anyRule, []string, error) {
 			keys = append(keys, p.rateKeys(x, a.scope, &a.who)...)
 		}
 	}
-	return rate, p.liveKeys(a, keys), nil
+	return rate, keys, nil
 }
 
 // zsetKeys is, for each sliding-log rule of t's count (its declared rule

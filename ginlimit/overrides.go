@@ -121,12 +121,14 @@ var loadScript = redis.NewScript(`return {tonumber(redis.call('GET', KEYS[2]) or
 // The override is stored in Redis (see [LimitsKey]). This instance applies
 // it before SetLimit returns; every other one within [OverridePoll] and the
 // poll's bound, 500 ms in all, from a copy it keeps in process, so a
-// decision makes no more Redis calls for it. A count goes on where the
-// algorithm keeps it in the same form: the sliding log, sliding counter and
-// fixed window keep theirs across a new limit; a token bucket's new limit,
-// or a sliding counter's new sub-window length, starts a count of its own
-// (docs/operations.md says what each algorithm does). An identity's
-// override counts on the rule's own key, not its plan's. [Decision.Window]
+// decision makes no more Redis calls for it. An override counts on the key
+// its rule counts on, or its plan's: an identity's override on the key of
+// the plan the identity is in. So a change keeps what was spent: a cut
+// admits nothing until the count (a token bucket's level) is under the new
+// limit, and a raise gives the difference, whatever the algorithm. A
+// [SlidingCounter]'s override keeps the rule's sub-window length, so its
+// window must be 1 to 1000 times that (docs/operations.md says what each
+// algorithm does with a new window). [Decision.Window]
 // and [Decision.Source] say which settings applied; Peek of a Target that
 // names only a rule (and plan) returns them, without reading a count when
 // the rule's counts need an identity or a route.
@@ -233,7 +235,7 @@ func (p *Policy) compileOverride(r *rateRule, limit int, window time.Duration, s
 	rc.planPick, rc.plans, rc.override = nil, nil, true
 	err := Limit(limit).applyRule(&rc)
 	if err == nil && window != 0 {
-		err = Window(window).applyRule(&rc)
+		err = overrideWindow(&rc, window)
 	}
 	var o *rateRule
 	if err == nil {
@@ -264,20 +266,19 @@ type overrideKey struct {
 	source uint8
 }
 
-// resolve returns the rule that decides a call of r on key, for scope s and
-// identity w, and its key: the identity's override, or r's, or r itself.
-func (v *liveView) resolve(r *rateRule, key string, named bool, s scope, w *who) (*rateRule, string) {
-	o := v.who[key[len(r.prefix):]]
-	if o == nil {
-		o = v.swap[r]
+// resolve returns the rule that decides a call of r on key: the
+// identity's override, or r's, or r itself. Every one counts on key, r's
+// (the one of the plan the identity is in), so that a change keeps what
+// was spent there: an override changes no key tag (keyTag; a
+// SlidingCounter's override keeps the sub-window length, overrideWindow).
+func (v *liveView) resolve(r *rateRule, key string) *rateRule {
+	if o := v.who[key[len(r.prefix):]]; o != nil {
+		return o
 	}
-	switch {
-	case o == nil:
-		return r, key
-	case o.prefix == r.prefix:
-		return o, key
+	if o := v.swap[r]; o != nil {
+		return o
 	}
-	return o, buildKey(&o.ruleBase, named, s, w)
+	return r
 }
 
 // apply gives p the view of the overrides raw (LimitsKey's fields and
@@ -385,27 +386,6 @@ func (v *liveView) rule(k overrideKey) *rateRule {
 		return nil
 	}
 	return v.rules[k]
-}
-
-// liveKeys is what Reset also deletes for a: the keys of the overrides
-// that take the place of a's rule and plans, where they count apart.
-func (p *Policy) liveKeys(a aim, have []string) []string {
-	v := p.view.Load()
-	declared, ok := a.declared.(*rateRule)
-	if v == nil || !ok {
-		return have
-	}
-	for _, x := range withPlans(declared) {
-		key := buildKey(&x.ruleBase, p.named, a.scope, &a.who)
-		if o, _ := v.resolve(x, key, p.named, a.scope, &a.who); o != x {
-			for _, k := range p.rateKeys(o, a.scope, &a.who) {
-				if !slices.Contains(have, k) {
-					have = append(have, k)
-				}
-			}
-		}
-	}
-	return have
 }
 
 // settings is the Decision of Peek for a Target that names a rule (and
