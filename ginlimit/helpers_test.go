@@ -85,6 +85,11 @@ func testLimit(opts ...Option) gin.HandlerFunc {
 	return RateLimit(append([]Option{Timeout(testTimeout)}, opts...)...)
 }
 
+// heardOnce makes p's instance as if its heartbeat had answered once,
+// with the count it has: for tests of the FailLocal fallback on a Redis
+// that was never up, where a fresh instance would spend nothing.
+func heardOnce(p *Policy) { p.route.instances.Store(p.route.instances.Load()) }
+
 // ruleKey is the Redis key of rule i of p for Policy.Allow(ctx, key).
 func ruleKey(p *Policy, i int, key string) string {
 	return buildKey(&p.rules[i].ruleBase, p.named, scope{route: key}, nil)

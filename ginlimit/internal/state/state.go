@@ -654,17 +654,19 @@ type Buckets struct {
 }
 
 // rate is the shape of a Buckets' buckets at one moment: the share each
-// starts from, the most each holds (the share, at least one unit), and the
-// refill in units per nanosecond.
-type rate struct{ share, most, perNs float64 }
+// starts from and refills per window (ns), and the most each holds (the
+// share, at least one unit). The refill is share × elapsed / window,
+// multiplied before it is divided, so that a whole number of windows
+// refills whole units, exactly.
+type rate struct{ share, most, window float64 }
 
 // rate returns l's shape for the count of instances now.
 func (l *Buckets) rate() rate {
 	if l.window == 0 {
-		return rate{share: 1, most: 1, perNs: math.Inf(1)} // a ban: one unit, held until its end
+		return rate{share: 1, most: 1, window: 0} // a ban: one unit, held until its end
 	}
 	share := float64(l.limit) / float64(l.instances.Load())
-	return rate{share: share, most: max(share, 1), perNs: share / float64(l.window)}
+	return rate{share: share, most: max(share, 1), window: float64(l.window)}
 }
 
 // bucket is one key's bucket. Times are ns since the Buckets' base.
@@ -696,7 +698,7 @@ func (l *Buckets) ns(t time.Time) int64 { return int64(t.Sub(l.base)) }
 func (b *bucket) refill(now int64, r rate) {
 	start := max(b.at, b.from)
 	if now > start {
-		b.tokens += float64(now-start) * r.perNs
+		b.tokens += float64(now-start) * r.share / r.window // +Inf for a ban
 	}
 	b.tokens = min(r.most, b.tokens)
 	b.at = max(b.at, now)
@@ -704,7 +706,7 @@ func (b *bucket) refill(now int64, r rate) {
 
 // refillTime is how long a bucket of r takes to refill n units.
 func (r rate) refillTime(n float64) time.Duration {
-	return time.Duration(math.Ceil(n / r.perNs))
+	return time.Duration(math.Ceil(n * r.window / r.share))
 }
 
 // UnitRefill returns how long a bucket takes to refill one unit: the reset
