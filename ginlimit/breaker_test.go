@@ -163,7 +163,7 @@ func TestFailLocal(t *testing.T) {
 	if d, err := p.Allow(context.Background(), "k", 1); err == nil || d.Local || d.Allowed {
 		t.Fatalf("a fresh instance: %+v, %v; want refused, not by the fallback", d, err)
 	}
-	heardOnce(p)
+	heardOnce(p.route.instances)
 	for i, want := range []bool{true, true, false} {
 		d, err := p.Allow(context.Background(), "k", 1)
 		if err == nil || !d.Local || d.Allowed != want {

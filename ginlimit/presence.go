@@ -127,8 +127,7 @@ func (l *Limiter) announce(client redis.Scripter, e *engine.Engine) {
 		_, _ = rand.Read(id) // never fails (crypto/rand)
 		l.id = hex.EncodeToString(id)
 	}
-	e.Prepare(presenceScript)
-	e.Prepare(leaveScript)
+	e.Prepare(presenceScript) // leaveScript is not: Close sends it whole if need be, and New waits for one load less
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop, p.done, p.engine = cancel, make(chan struct{}), e
 	if e.Loaded() {

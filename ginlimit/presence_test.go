@@ -164,18 +164,29 @@ func TestHeartbeatOnACluster(t *testing.T) {
 	waitFleetCount(t, fleet, 2)
 }
 
-// beat drives one heartbeat of o's Limiter now, as its loop would, and
-// returns the count it keeps: no test waits for the loop's own beats.
+// beat drives one heartbeat of o's Limiter now (beatNow).
 func (o fleetMember) beat(t *testing.T) int {
 	t.Helper()
-	o.limiter.mu.Lock()
-	p := o.limiter.presence[o.client]
-	o.limiter.mu.Unlock()
-	if p == nil {
-		t.Fatal("the limiter keeps no count of the instances on its client")
+	return beatNow(t, o.limiter, o.client)
+}
+
+// beatNow drives one heartbeat of l on client now, as its loop would, and
+// returns the count it keeps; it fails t unless Redis answered, so that
+// the instance has heard from Redis. No test waits for the loop's own
+// beats.
+func beatNow(t *testing.T, l *Limiter, client redis.Scripter) int {
+	t.Helper()
+	l.mu.Lock()
+	p := l.presence[client]
+	l.mu.Unlock()
+	if p == nil || p.engine == nil {
+		t.Fatal("the limiter does not beat on its client")
 	}
-	p.beat(context.Background(), o.policy.engine, o.limiter.id)
-	return o.count()
+	p.beat(context.Background(), p.engine, l.id)
+	if !p.count.Heard() {
+		t.Fatal("Redis did not answer the beat")
+	}
+	return p.count.Load()
 }
 
 // TestCloseLeavesTheCount: Limiters made and closed one after another,
