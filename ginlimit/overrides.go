@@ -373,6 +373,7 @@ func (p *Policy) overrideRule(v, old *liveView, r *rateRule, s string, src uint8
 		if o, err1 = p.compileOverride(r, k.limit, k.window, src); err1 != nil {
 			return nil
 		}
+		p.live.compiles.Add(1)
 		p.hub.Track(o.deny, o.local)
 	}
 	v.rules[k] = o
@@ -440,6 +441,7 @@ type liveLimits struct {
 	raw      map[string]string // LimitsKey, as loaded
 	policies []weak.Pointer[Policy]
 	polls    atomic.Int64 // polls Redis answered, for tests
+	compiles atomic.Int64 // overrides compiled for the policies, for tests
 	last     atomic.Int64 // when the last poll began (Unix ns), for due
 
 	// stop ends the background poll, and a poll under way; done is closed

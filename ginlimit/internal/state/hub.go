@@ -87,6 +87,7 @@ type Hub struct {
 	caches  []weak.Pointer[DenyCache]
 	locals  []weak.Pointer[Buckets]
 	waiters map[string]*acks // by reset id
+	visited int               // entries Track's pruning has looked at, for tests
 	ps      *redis.PubSub    // once loop has subscribed
 
 	first   chan struct{} // closed at the first confirmed subscription
@@ -286,9 +287,11 @@ func (h *Hub) Track(c *DenyCache, l *Buckets) {
 	defer h.mu.Unlock()
 	if c != nil {
 		c.hub = h
+		h.visited += len(h.caches)
 		h.caches = append(pruned(h.caches), weak.Make(c))
 	}
 	if l != nil {
+		h.visited += len(h.locals)
 		h.locals = append(pruned(h.locals), weak.Make(l))
 	}
 }
