@@ -175,7 +175,7 @@ func TestRuleOverrideHasRoomAmongIdentities(t *testing.T) {
 	ctx := context.Background()
 	in := newInstance(t, c, Key(prefix(t)), Limit(3), Type(User))
 	var fill []any
-	for i := range MaxOverrides {
+	for i := range MaxIdentityOverrides {
 		fill = append(fill, fmt.Sprintf("other:{GET /x user:%d}", i), "5 0")
 	}
 	if err := c.HSet(ctx, LimitsKey, fill...).Err(); err != nil {

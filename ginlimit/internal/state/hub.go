@@ -87,7 +87,7 @@ type Hub struct {
 	caches  tracked[DenyCache]
 	locals  tracked[Buckets]
 	waiters map[string]*acks // by reset id
-	visited int               // entries Track's pruning has looked at, for tests
+	visited int              // entries Track's pruning has looked at, for tests
 	ps      *redis.PubSub    // once loop has subscribed
 
 	first   chan struct{} // closed at the first confirmed subscription
