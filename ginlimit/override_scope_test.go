@@ -2,6 +2,7 @@ package ginlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -70,6 +71,20 @@ func TestRuleOverrideStaysOnItsRoute(t *testing.T) {
 	}
 	if admitted != 3 {
 		t.Errorf("Policy.Allow on the same Key admitted %d of 10, want its own 3", admitted)
+	}
+	// Policy.Allow's calls take an override of their own, which no route
+	// applies; a rule's override that names no route is refused.
+	if err := allow.SetLimit(context.Background(), Target{Route: "Policy.Allow"}, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := allow.Allow(context.Background(), "tenant", 1); err != nil || !d.Allowed || d.Limit != 7 || d.Source != SourceOverride {
+		t.Errorf("Policy.Allow under its override: %+v, %v; want admitted on 7", d, err)
+	}
+	if w := do(e, http.MethodPost, "/login", nil); w.Header().Get("X-RateLimit-Limit") != "5" {
+		t.Errorf("login after Policy.Allow's override: limit %q, want 5", w.Header().Get("X-RateLimit-Limit"))
+	}
+	if err := search.SetLimit(context.Background(), Target{}, 50, 0); !errors.Is(err, ErrBadTarget) {
+		t.Errorf("a rule's override without its route: %v, want ErrBadTarget", err)
 	}
 }
 
@@ -188,5 +203,41 @@ func TestRuleOverrideHasRoomAmongIdentities(t *testing.T) {
 	}
 	if code, d := in.claimAs("alice", ""); code != http.StatusOK || d.Limit != 1 || d.Source != SourceOverride {
 		t.Fatalf("alice under the rule's override: %d, %+v; want 200 of 1", code, d)
+	}
+}
+
+// BenchmarkPolicyAmongOverrides: one more Policy on a Key under which
+// MaxIdentityOverrides identities' overrides are stored, each of its own
+// limit, on a real redis-server: the time and memory a Policy costs for
+// them (none is compiled until a request meets it).
+func BenchmarkPolicyAmongOverrides(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client()
+	ctx := context.Background()
+	pre := "bench:"
+	fill := make([]any, 0, 2*MaxIdentityOverrides)
+	for i := range MaxIdentityOverrides {
+		fill = append(fill, fmt.Sprintf("%s{GET /claim user:u%d}", pre, i), fmt.Sprintf("%d 0", 10+i))
+	}
+	if err := c.HSet(ctx, LimitsKey, fill...).Err(); err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Set(ctx, limitsVersionKey, 7, 0).Err(); err != nil {
+		b.Fatal(err)
+	}
+	l, err := New(Redis(c), UserIdentity(identity.FromContext("uid")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	keep := make([]*Policy, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		p, err := l.Policy(Key(pre), Limit(3), Window(time.Minute), Type(User))
+		if err != nil {
+			b.Fatal(err)
+		}
+		keep = append(keep, p) // each stays followed, as a route's does
 	}
 }
