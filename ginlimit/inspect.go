@@ -32,7 +32,9 @@ type Target struct {
 	// (not a request's path: "/api/users/:id", not "/api/users/7"), or
 	// "unmatched" for the requests that matched no route. For a [Shared]
 	// rule, whose count is the group's, it may be empty, and any route
-	// names the same count.
+	// names the same count. For [Policy.SetLimit] and [Policy.Peek] of a
+	// rule's (or plan's) own settings, "Policy.Allow" names every key given
+	// to [Policy.Allow].
 	Route string
 	// Key is the key given to [Policy.Allow], for a
 	// Policy used outside gin. A rule's Type plays no part there: the key
