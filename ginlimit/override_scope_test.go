@@ -130,10 +130,10 @@ func TestSharedOverrideHoldsForTheGroup(t *testing.T) {
 	}
 }
 
-// TestOverridesCompileOncePerLimiter: with many identity overrides stored,
+// TestOverridesCompileOnFirstUse: with many identity overrides stored,
 // each further Policy on their Key compiles none of them until a request
 // uses one; then that one compiles once, however many policies there are.
-func TestOverridesCompileOncePerLimiter(t *testing.T) {
+func TestOverridesCompileOnFirstUse(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client()
