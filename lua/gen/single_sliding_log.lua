@@ -338,7 +338,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       -- A member at µs t is recorded at ceil(t / 1000) ms: in the window
       -- when t is at least from, past cut's millisecond.
       local from = cut - cut % 1000 + 1
-      local top = redis.call('ZREVRANGE', old, '0', '0', 'WITHSCORES')
+      -- Its 8 newest members, which hold all there is to import on most
+      -- calls.
+      local top = redis.call('ZREVRANGE', old, '0', '7', 'WITHSCORES')
       if not top[1] then
         -- The older key is gone: stop looking for it.
         s.lcum = 0
@@ -353,7 +355,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
         end
       end
       local function cost(m)
-        if #m == 22 then
+        if #m == 22 and string.byte(m) < 48 then
           return (unpack_ints('>I4', m, 19))
         end
         return 1
@@ -373,12 +375,19 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       if tonumber(top[2]) >= from and fresh(top[1]) then
         -- How many of the newest members to import: those in the window,
         -- and while lcum is above 0, those with a cum above it, which are
-        -- the newest (cum grows with the rank): found from the newest,
-        -- doubling, then halving, each step one member read.
-        local count = redis.call('ZCOUNT', old, string.format('%d', from), '+inf')
-        local lo, hi = count, count + 1
-        if s.lcum > 0 then
-          lo = 1
+        -- the newest (cum grows with the rank). Among the 8 read, or when
+        -- all 8 are, counted (ZCOUNT), and found from the newest, doubling,
+        -- then halving, each step one member read.
+        local lo = 0
+        while top[2 * lo + 1] and tonumber(top[2 * lo + 2]) >= from and fresh(top[2 * lo + 1]) do
+          lo = lo + 1
+        end
+        if lo == 8 then
+          local count = redis.call('ZCOUNT', old, string.format('%d', from), '+inf')
+          local hi = count + 1
+          if s.lcum == 0 then
+            lo = count
+          end
           while lo < count and hi == count + 1 do
             local d = math.min(2 * lo, count)
             if fresh(member(-d)) then
@@ -396,8 +405,12 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
             end
           end
         end
-        if lo <= 256 then
-          -- Few: each member at its own time, exactly.
+        if lo <= 8 then
+          -- Few: each member at its own time, exactly, oldest first.
+          for i = lo, 1, -1 do
+            parts[#parts + 1] = {tonumber(top[2 * i]), cost(top[2 * i - 1])}
+          end
+        elseif lo <= 256 then
           local members = redis.call('ZRANGE', old, string.format('%d', -lo), '-1', 'WITHSCORES')
           for i = 1, #members, 2 do
             if fresh(members[i]) then
