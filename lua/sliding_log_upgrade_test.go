@@ -283,3 +283,96 @@ func TestSlidingLogUpgradeOfALargeZSET(t *testing.T) {
 	}
 	t.Logf("once %d units of the older key have left: %d remaining after an admission", gone, got[3])
 }
+
+// TestSlidingLogUpgradeWhileTheOlderVersionAdmitsMany: during a rolling
+// deploy, an instance of the version before (its script, testdata) admits
+// 1,000 requests of cost 2 on a key this version already imported; the
+// next decision of this version imports them in a bounded pass (MONITOR
+// shows its reads), counts them exactly, and later counts none of them out
+// of the window before the older key would; then a few more are imported
+// one by one, exactly.
+func TestSlidingLogUpgradeWhileTheOlderVersionAdmitsMany(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client()
+	ctx := context.Background()
+	const window, limit = 3600e6, 100_000
+	clock := startClock()
+	clock -= clock % 1000
+	p := prefix(t)
+	param := int64(len(p))
+	oldKey, newKey := p+"log", p+"sl2:log"
+	old := zsetLogScript(t, window, limit)
+	if err := old.Load(ctx, c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// units holds the time (µs) of every unit admitted, by either version.
+	var units []int64
+	ats := make([]int64, 50_000)
+	for i := range ats {
+		ats[i] = clock - 1000e6 + int64(i)*10e3
+		units = append(units, ats[i])
+	}
+	fillZSET(ctx, t, c, oldKey, ats, []int64{1})
+	if got := logDecide(ctx, t, c, newKey, clock, window, limit, param, 1); got[1] != 0 || got[3] != limit-50_001 {
+		t.Fatalf("the first decision: %v, want admitted with %d remaining", got, limit-50_001)
+	}
+	units = append(units, clock)
+	olderAdmits := func(n int, cost, from int64) {
+		t.Helper()
+		pipe := c.Pipeline()
+		for i := range int64(n) {
+			old.EvalSha(ctx, pipe, []string{oldKey}, singleArgs(from+i*1000, cost)...)
+		}
+		cmds, err := pipe.Exec(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range cmds {
+			if got := ints(t, cmd.(*redis.Cmd).Val()); got[1] != 0 {
+				t.Fatalf("the older instance's request %d: %v, want admitted", i, got)
+			}
+			for range cost {
+				units = append(units, from+int64(i)*1000)
+			}
+		}
+	}
+	olderAdmits(1000, 2, clock+1000)
+	var got []int64
+	reads := readsOf(ctx, t, c, oldKey, func() {
+		got = logDecide(ctx, t, c, newKey, clock+2e6, window, limit, param, 1)
+	})
+	units = append(units, clock+2e6)
+	read := membersRead(t, reads)
+	t.Logf("after the older instance admitted 1,000 requests: %d reads of the older key, returning at most %d members", len(reads), read)
+	if want := int64(limit - len(units)); got[1] != 0 || got[3] != want {
+		t.Fatalf("after the older instance admitted 2,000 units: %v, want admitted with %d remaining", got, want)
+	}
+	if read > 400 {
+		t.Fatalf("the decision read up to %d members of the older key, want a bounded pass of a few hundred", read)
+	}
+	if k, _ := readLog(ctx, t, c, newKey); k.n != int64(len(units)) || k.lcum != 52_000 {
+		t.Fatalf("the new key holds %d entries (lcum %d), want %d and the older key's newest cum, 52000", k.n, k.lcum, len(units))
+	}
+	// A few more: one by one, at their own times.
+	olderAdmits(3, 1, clock+3e6)
+	got = logDecide(ctx, t, c, newKey, clock+4e6, window, limit, param, 1)
+	units = append(units, clock+4e6)
+	if want := int64(limit - len(units)); got[1] != 0 || got[3] != want {
+		t.Fatalf("after the older instance admitted 3 more: %v, want admitted with %d remaining", got, want)
+	}
+	// Half of the 1,000 have left: what remains is at most the exact
+	// count's, and short of it by at most one group of members (a 64th).
+	now := clock + 1000 + 500*1000 + window
+	var in int64
+	for _, at := range units {
+		if ceilMs(at) > now-window {
+			in++
+		}
+	}
+	got = logDecide(ctx, t, c, newKey, now, window, limit, param, 1)
+	exact := limit - in - 1
+	t.Logf("once half the 1,000 have left: %d remaining after an admission, exactly %d", got[3], exact)
+	if got[1] != 0 || got[3] > exact || got[3] < exact-2*(1000/64+1) {
+		t.Fatalf("once half the 1,000 have left: %v, want admitted with at most %d remaining, and at least %d", got, exact, exact-2*(1000/64+1))
+	}
+}
