@@ -216,15 +216,34 @@ local peek = false -- a decision, never a Peek
 -- (7) or cost (4), or, older still, a member whose first byte is a digit,
 -- one unit named after its time). When this script finds no key of its
 -- own, or its lcum says the older key may still be written by an instance
--- of the version before, it reads that key, and counts the entries in its
--- window that it has not imported yet (cum above lcum) as its own, at their
--- times (and no earlier than its newest entry); the next admission writes
--- them into this key. So during a rolling deploy an instance of this
--- version counts every admission of the older ones on the key it shares
--- with them; they do not count its own (they read only the ZSET), so for
--- the deploy's duration each older instance can admit up to the limit
--- more. lcum goes back to 0 once the older key is gone: it expires a window
--- after its last admission.
+-- of the version before, it reads that key, and counts the members in its
+-- window that it has not imported yet (cum above lcum) as its own, and the
+-- decision writes them into this key, admitted or not (a refusal through
+-- pcall, after its report: out of memory, the import waits). So the older
+-- key is imported once, and later decisions read only what is new in it.
+-- Each call reads a bounded part of it, whatever its size: its 8 newest
+-- members, which hold all that is new on most calls; when all 8 are, how
+-- many are in the window (ZCOUNT), and how many of those are new, found by
+-- rank from the newest (cum grows with the rank: doubling, then halving,
+-- one member read a step); up to 256 new members are read in one ZRANGE
+-- and imported each at its own time; more, as 64 groups of consecutive
+-- members, 65 members read: a group's units are the difference of the cum
+-- of its newest member and of the one before it (modulo 2^51, as cum
+-- wraps: the older version's own count), all at its newest member's time.
+-- So the count is exact, and a unit never leaves the window sooner than
+-- its member would, only up to a 64th of the members later (the oldest
+-- format has no cum: with one of its members among those read, every unit
+-- goes at the newest member's time, as many as the newest cum, the older
+-- version's own bound, or one per member). Times are no earlier than this
+-- key's newest entry, and at most the newest 100,000 units (the largest
+-- limit of a sliding log, on which every limit decides as on all) are
+-- kept, so the key stays bounded too. During a rolling deploy an instance
+-- of this version counts every admission of the older ones on the key it
+-- shares with them; they do not count its own (they read only the ZSET),
+-- so for the deploy's duration each older instance can admit up to the
+-- limit more. lcum goes back to 0 once the older key is gone: it expires a
+-- window after its last admission. Both keys differ only in the tag before
+-- the hash tag ({...}), so they are in one Redis Cluster slot.
 
 -- sliding_log_slow(op, key, window, param, s, cost, now, pack, unpack_ints)
 -- holds every path but the common ones, in one function that takes what it
@@ -235,10 +254,13 @@ local peek = false -- a decision, never a Peek
 --   'state': s is the trailer as read ('' when there is no key); returns
 --     the decision's state as a table: base, n, tail, newest, lcum, q (the
 --     entries of the trailer's q from the oldest in the window, or the
---     next ones of the body), live (the units in the window) and imp
---     (entries imported from the older key, which count after the body's);
---   'write': records cost units at now in state s, and returns the units in
---     the window with them and the oldest one's at (ms);
+--     next ones of the body), live (the units in the window), imp (the
+--     entries imported from the older key, which count after the body's,
+--     as runs {offset, units}), ni (their units) and kept (the newest
+--     entry of the key as it was);
+--   'write': records cost units at now in state s (after the runs of imp;
+--     a cost of 0 writes those alone), and returns the units in the
+--     window with them and the oldest one's at (ms);
 --   'unit': returns the at (ms) of unit number cost (from 1) in the window
 --     of state s, counted from the oldest.
 local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpack_ints)
