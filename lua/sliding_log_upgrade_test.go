@@ -376,3 +376,60 @@ func TestSlidingLogUpgradeWhileTheOlderVersionAdmitsMany(t *testing.T) {
 		t.Fatalf("once half the 1,000 have left: %v, want admitted with at most %d remaining, and at least %d", got, exact, exact-2*(1000/64+1))
 	}
 }
+
+// TestSlidingLogUpgradeRefusedAtMaxmemory: with maxmemory full and
+// noeviction, a refused decision on a full older key is still answered, a
+// refusal, by the single-rule and the several-rule script: the write of
+// what it imported is its first write, which Redis refuses, and the
+// decision stands without it. Once memory is free again, the next refusal
+// writes it.
+func TestSlidingLogUpgradeRefusedAtMaxmemory(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client()
+	ctx := context.Background()
+	const window, limit = 60e6, 3
+	clock := startClock()
+	clock -= clock % 1000
+	p := prefix(t)
+	param := int64(len(p))
+	oldKey, newKey := p+"log", p+"sl2:log"
+	fillZSET(ctx, t, c, oldKey, []int64{clock - 3e6, clock - 2e6, clock - 1e6}, []int64{1})
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1mb"}} {
+		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; ; i++ {
+		err := c.Set(ctx, p+"fill:"+strconv.Itoa(i), strings.Repeat("x", 64<<10), 0).Err()
+		if err != nil {
+			if !strings.Contains(err.Error(), "OOM") {
+				t.Fatal(err)
+			}
+			break
+		}
+		if i == 1000 {
+			t.Fatal("64 MB written under maxmemory 1mb and no OOM error")
+		}
+	}
+	r := rule{alg: 0, window: window, limit: limit, param: param, cost: 1}
+	reply, err := redis.NewScript(Several()).Run(ctx, c, []string{newKey}, args(clock, r)...).Result()
+	if err != nil || ints(t, reply)[1] != 1 {
+		t.Fatalf("several, at maxmemory: %v, %v; want refused", reply, err)
+	}
+	reply, err = logScript(window, limit, param).Run(ctx, c, []string{newKey}, singleArgs(clock, 1)...).Result()
+	if err != nil || ints(t, reply)[1] != 1 {
+		t.Fatalf("single, at maxmemory: %v, %v; want refused", reply, err)
+	}
+	if n := c.Exists(ctx, newKey).Val(); n != 0 {
+		t.Fatalf("the new key was written at maxmemory")
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := logDecide(ctx, t, c, newKey, clock, window, limit, param, 1); got[1] != 1 {
+		t.Fatalf("with memory free: %v, want refused", got)
+	}
+	if k, ok := readLog(ctx, t, c, newKey); !ok || k.n != limit || k.lcum != limit {
+		t.Fatalf("with memory free, after a refusal: key %v with %d entries, lcum %d; want the %d imported", ok, k.n, k.lcum, limit)
+	}
+}
