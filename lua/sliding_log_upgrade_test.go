@@ -234,9 +234,16 @@ func TestSlidingLogUpgradeOfALargeZSET(t *testing.T) {
 		base = append(base, took)
 		firstTouch(tag)
 	}
-	t.Logf("first touch of a 100,000-member key: Redis time %v µs; an admission of cost 100,000 on a fresh key: %v µs", first, base)
-	if slices.Min(first) > 10*slices.Min(base) {
-		t.Errorf("the first touch of a 100,000-member key: at least %d µs of Redis time, more than 10 times an admission of cost 100,000 (%d µs)", slices.Min(first), slices.Min(base))
+	// Each first touch against the admission measured just before it: on
+	// a loaded machine, Redis's own time varies with the load, less so
+	// within a pair.
+	ratios := make([]float64, len(first))
+	for i := range first {
+		ratios[i] = float64(first[i]) / float64(max(base[i], 1))
+	}
+	t.Logf("first touch of a 100,000-member key: Redis time %v µs; an admission of cost 100,000 on a fresh key just before each: %v µs", first, base)
+	if slices.Min(ratios) > 10 {
+		t.Errorf("the first touch of a 100,000-member key: Redis time %v µs, each more than 10 times an admission of cost 100,000 just before it (%v µs)", first, base)
 	}
 	newKey := p + "sl2:loga"
 	k, ok := readLog(ctx, t, c, newKey)
