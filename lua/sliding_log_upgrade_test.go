@@ -268,15 +268,24 @@ func TestSlidingLogUpgradeOfALargeZSET(t *testing.T) {
 			}
 		}
 	}
-	plain, _ := usec(ctx, t, c, refuse(p+"heavya", 0))
-	after, n := usec(ctx, t, c, refuse(newKey, param))
-	t.Logf("%d refusals after the first touch: %.0f µs of Redis time per call; on a full key of this version: %.0f µs (%v)", later, float64(after)/later, float64(plain)/later, n)
-	reads := readsOf(ctx, t, c, p+"loga", refuse(newKey, param))
-	if read := membersRead(t, reads); read > 8*later || n["set"]+n["setrange"] != 0 {
-		t.Fatalf("%d refusals after the first touch read up to %d members of the older key and wrote %d times: want its 8 newest members at most, no write", later, read, n["set"]+n["setrange"])
+	// Three rounds, each against a full key of this version just before
+	// it: on a loaded machine, Redis's own time varies with the load.
+	ratios = ratios[:0]
+	for range 3 {
+		plain, _ := usec(ctx, t, c, refuse(p+"heavya", 0))
+		after, n := usec(ctx, t, c, refuse(newKey, param))
+		t.Logf("%d refusals after the first touch: %.0f µs of Redis time per call; on a full key of this version: %.0f µs (%v)", later, float64(after)/later, float64(plain)/later, n)
+		if n["set"]+n["setrange"] != 0 {
+			t.Fatalf("%d refusals after the first touch wrote %d times, want no write", later, n["set"]+n["setrange"])
+		}
+		ratios = append(ratios, float64(after)/float64(max(plain, 1)))
 	}
-	if after > 10*plain+1000 {
-		t.Errorf("%d refusals after the first touch: %d µs of Redis time, more than 10 times that of a full key of this version (%d µs)", later, after, plain)
+	if slices.Min(ratios) > 10 {
+		t.Errorf("refusals after the first touch: each round more than 10 times the Redis time of refusals on a full key of this version (%v)", ratios)
+	}
+	reads := readsOf(ctx, t, c, p+"loga", refuse(newKey, param))
+	if read := membersRead(t, reads); read > 8*later {
+		t.Fatalf("%d refusals after the first touch read up to %d members of the older key: want its 8 newest at most", later, read)
 	}
 	// Once half the members have left the window, the new key admits at
 	// most what has left, and, as a unit counts no later than the group of
