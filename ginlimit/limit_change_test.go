@@ -71,8 +71,8 @@ func TestALimitChangeKeepsWhatWasSpent(t *testing.T) {
 			plan   string
 			target Target
 		}{
-			{"rule", "", Target{}},
-			{"plan", "pro", Target{Plan: "pro"}},
+			{"rule", "", Target{Route: claimRoute}},
+			{"plan", "pro", Target{Route: claimRoute, Plan: "pro"}},
 			{"identity", "", alice},
 			{"identity in a plan", "pro", alice},
 		} {
@@ -107,13 +107,13 @@ func TestACutThroughEveryLevelHandsOutNothing(t *testing.T) {
 				LimitBy(planOf, map[string]int{"pro": 10}))
 			runChange(t, in, "alice", "", []changeStep{
 				{tries: 12, want: 10},
-				{target: Target{}, limit: 5, tries: 10, want: 0},
+				{target: Target{Route: claimRoute}, limit: 5, tries: 10, want: 0},
 				{target: alice, limit: 2, tries: 10, want: 0},
 				{target: alice, limit: 0, tries: 10, want: 0},
 			})
 			runChange(t, in, "bob", "pro", []changeStep{
 				{tries: 12, want: 10},
-				{target: Target{Plan: "pro"}, limit: 3, tries: 10, want: 0},
+				{target: Target{Route: claimRoute, Plan: "pro"}, limit: 3, tries: 10, want: 0},
 				{target: Target{Route: claimRoute, User: "bob"}, limit: 3, tries: 10, want: 0},
 			})
 		})
@@ -143,7 +143,7 @@ func TestALongerWindowKeepsWhatWasSpent(t *testing.T) {
 			if n := admitted(12); n != 10 {
 				t.Fatalf("admitted %d of 12 under the configured 10, want 10", n)
 			}
-			if err := in.policy.SetLimit(ctx, Target{}, 10, 2*changeWindow); err != nil {
+			if err := in.policy.SetLimit(ctx, Target{Route: claimRoute}, 10, 2*changeWindow); err != nil {
 				t.Fatal(err)
 			}
 			if n := admitted(10); n != 0 {
