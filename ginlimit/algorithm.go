@@ -91,8 +91,8 @@ func (a AlgorithmKind) validate(r *ruleConfig) error {
 			return fmt.Errorf("Window(%v): a SlidingLog takes a window of at most %v; use SlidingCounter for longer", r.window, lua.MaxLogWindow*time.Microsecond)
 		}
 	case TokenBucket:
-		// The bucket keeps its state in 1/limit µs: burst*window must stay
-		// exact in a double.
+		// The bucket keeps its state in 1/limit µs, a token being window
+		// units: burst*window must stay exact in a double.
 		if b := int64(r.burstOrLimit()); b > maxSafe/r.window.Microseconds() {
 			return fmt.Errorf("Algorithm(TokenBucket) with Burst %d (default: the Limit) and Window(%v): burst × window (µs) must not exceed 2^53; lower the burst or the window", b, r.window)
 		}
@@ -143,6 +143,25 @@ func Algorithm(a AlgorithmKind) RuleOption {
 		r.alg = a
 		return nil
 	})
+}
+
+// overrideWindow sets r, the settings an override is compiled from, to
+// window, keeping what gives its algorithm's stored data its shape
+// (keyTag), so that the override counts on the key the rule counts on and
+// keeps what was spent there: a SlidingCounter keeps its sub-window
+// length, and takes a window of 1 to 1000 of them (a window start-up would
+// refuse is left to validate, which says why).
+func overrideWindow(r *ruleConfig, window time.Duration) error {
+	sub := r.window.Microseconds() / int64(r.subWindows)
+	if err := Window(window).applyRule(r); err != nil || r.alg != SlidingCounter || r.window.Microseconds()%int64(r.subWindows) != 0 {
+		return err
+	}
+	n := r.window.Microseconds() / sub
+	if r.window.Microseconds()%sub != 0 || n > 1000 {
+		return fmt.Errorf("Window(%v): an override of a SlidingCounter keeps the rule's sub-window length, %v, so that its count goes on: the window must be 1 to 1000 times that", window, time.Duration(sub)*time.Microsecond)
+	}
+	r.subWindows = int(n)
+	return nil
 }
 
 // subWindows replaces [DefaultSubWindows], from 1 to 1000, dividing the

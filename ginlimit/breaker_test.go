@@ -158,6 +158,12 @@ func TestFailLocal(t *testing.T) {
 	// Several rules fall back all or nothing too.
 	p := mustPolicy(t, Redis(down), Key(prefix(t)), OnFailure(FailLocal), Timeout(200*time.Millisecond),
 		Rule(Name("a"), Window(time.Minute), Limit(2)), Rule(Name("b"), Window(time.Minute), Limit(5)))
+	// A Limiter from New that has never heard from Redis spends nothing;
+	// from its first answer on, the fallback decides.
+	if d, err := p.Allow(context.Background(), "k", 1); err == nil || d.Local || d.Allowed {
+		t.Fatalf("a fresh instance: %+v, %v; want refused, not by the fallback", d, err)
+	}
+	heardOnce(p.route.instances)
 	for i, want := range []bool{true, true, false} {
 		d, err := p.Allow(context.Background(), "k", 1)
 		if err == nil || !d.Local || d.Allowed != want {

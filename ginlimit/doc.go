@@ -99,7 +99,9 @@
 // policy decides: [FailLocal], the default, answers with an in-process token
 // bucket per key, each instance enforcing its share of the limit (the
 // instances count themselves in [InstancesKey], or [LocalInstances] says
-// how many), continuing from what Redis last said of the key;
+// how many, and a share may be a fraction of a request per window),
+// continuing from what Redis last said of the key, and spending nothing on
+// an instance that has not heard from Redis since it started;
 // [FailClosed] answers 503; [FailOpen] lets the request through. A circuit
 // breaker per Redis node ([DefaultBreakerFailures]) answers at once while
 // Redis is down. An outage is logged once per Redis node when it starts,

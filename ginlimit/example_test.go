@@ -353,7 +353,7 @@ func ExamplePolicy_SetLimit() {
 	d, _ = exports.Allow(ctx, "tenant-7", 1)
 	fmt.Println(d.Limit, d.Window, d.Source == ginlimit.SourceConfig)
 	// What the scripts would refuse is refused now, with start-up's reason.
-	err = exports.SetLimit(ctx, ginlimit.Target{}, 200_000, 0)
+	err = exports.SetLimit(ctx, ginlimit.Target{Route: "Policy.Allow"}, 200_000, 0)
 	fmt.Println(errors.Is(err, ginlimit.ErrBadLimit))
 	// Output:
 	// 10000 1m0s true

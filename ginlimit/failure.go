@@ -20,16 +20,25 @@ type FailPolicy string
 const (
 	// FailLocal, the default, decides with an in-process
 	// limiter of the same rules while Redis is failing: a token bucket per
-	// key holding at most limit/n and refilling limit/n per window, where n
-	// is how many instances share the Redis: the count their heartbeats
-	// keep in [InstancesKey] (the last one seen, during an outage), or
-	// [LocalInstances] when given. It continues from what Redis last said,
+	// key refilling its share, limit/n, per window, where n is how many
+	// instances share the Redis: the count their heartbeats keep in
+	// [InstancesKey] (the last one seen, during an outage), or
+	// [LocalInstances] when given. The share is not rounded: a bucket holds
+	// at most the share, or one request when the share is less (Limit(1) on
+	// 4 instances refills a quarter of a request per window, so the fleet
+	// admits one per window, not one per instance), and admits a request
+	// when it holds its cost. It continues from what Redis last said,
 	// never from a full budget: a key Redis has answered for starts from
 	// this instance's part of the remaining of that answer (remaining/n,
 	// less what the fallback admitted on it within the window since) and
 	// refills only from the answer's reset; a ban Redis reported holds.
 	// Only a key this instance has never seen, or has forgotten, starts
-	// with limit/n. Its decisions have Local set.
+	// with its share. Its decisions have Local set.
+	// An instance that has never heard from Redis (a Limiter made by [New]
+	// whose heartbeat has not answered yet: one started during an outage)
+	// knows neither the fleet nor any key, so it spends nothing: until
+	// Redis answers it once, its FailLocal routes answer as FailClosed
+	// does, whatever [LocalInstances] says.
 	// It is bounded in memory (about DefaultLocalKeys keys per rule). A
 	// Redis outage then neither stops the service nor lifts the limits:
 	// each instance enforces its share of them.
@@ -62,7 +71,9 @@ const DefaultLocalKeys = 10_000
 // LocalInstances tells the [FailLocal] fallback how many application
 // instances share the route's rules: while Redis is down, each instance
 // admits limit/n per window on its own, so together they stay near the
-// limit. It must be from 1 to 1e6. Without it, n is the count of the
+// limit (a fraction of a request per window when limit < n). It must be
+// from 1 to 1e6. Given on a Limiter made by [New], it applies once the
+// heartbeat has answered (see [FailLocal]). Without it, n is the count of the
 // instances that announce themselves in [InstancesKey] (see
 // [HeartbeatPeriod]), 1 until a heartbeat has answered; given, on a route
 // or on the limiter, it overrides that count (the route's wins).
@@ -86,7 +97,7 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 	first := req.calls[0].rule
 	saturated := errors.Is(err, ErrSaturated)
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
-	if p.onFail == FailLocal && !saturated {
+	if p.onFail == FailLocal && !saturated && p.route.instances.Heard() {
 		d := p.decideLocal(req)
 		d.Err = err
 		return d, err

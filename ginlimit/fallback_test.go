@@ -47,12 +47,14 @@ func TestFallbackContinuesFromRedis(t *testing.T) {
 // /banned by IP with Limit(1) and Ban(1, ...).
 func fallbackRoutes(t *testing.T, srv *redistest.Server, opts ...Option) (*Limiter, *gin.Engine) {
 	t.Helper()
-	l, err := New(append([]Option{Redis(srv.Client()), Timeout(5 * time.Second), queueTimeout(20 * time.Millisecond),
+	c := srv.Client()
+	l, err := New(append([]Option{Redis(c), Timeout(5 * time.Second), queueTimeout(20 * time.Millisecond),
 		withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
+	beatNow(t, l, c) // the instance has heard from Redis: its fallback decides
 	pre := prefix(t)
 	e := gin.New()
 	route := func(path string, opts ...Option) {

@@ -16,6 +16,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
 
 func init() { gin.SetMode(gin.TestMode) }
@@ -84,6 +86,12 @@ func mustPolicy(t testing.TB, opts ...Option) *Policy {
 func testLimit(opts ...Option) gin.HandlerFunc {
 	return RateLimit(append([]Option{Timeout(testTimeout)}, opts...)...)
 }
+
+// heardOnce makes the count c of an instance's instances as if its
+// heartbeat had answered once, keeping the count it has: for tests of the
+// FailLocal fallback on a Redis that was never up, where a fresh instance
+// would spend nothing.
+func heardOnce(c *state.Instances) { c.Store(c.Load()) }
 
 // ruleKey is the Redis key of rule i of p for Policy.Allow(ctx, key).
 func ruleKey(p *Policy, i int, key string) string {

@@ -76,7 +76,8 @@ const InFlightRetryAfter = time.Second
 // refusal is certain for any time.
 //
 // When Redis fails, the failure policy applies: under [FailLocal] each
-// instance allows n/instances (at least 1; see [LocalInstances]) in flight per
+// instance allows n/instances (at least 1: a slot is held, not spent, so a
+// fraction of one cannot be spread over time; see [LocalInstances]) in flight per
 // key, counted in process together with the slots the instance already
 // holds in Redis, so an instance never runs more than that cap, or the
 // slots Redis granted it, whichever is more; under [FailOpen] the request
@@ -234,7 +235,7 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 	case gone:
 		// No fallback decides for a client that has gone (ErrClientGone).
 		req.d = Decision{Rule: first.name, Limit: first.limit, decider: &first.ruleBase}
-	case p.onFail == FailLocal && !saturated:
+	case p.onFail == FailLocal && !saturated && p.route.instances.Heard():
 		req.d = p.takeLocal(req, h)
 	default:
 		// A saturated process is refused under every policy: only Redis

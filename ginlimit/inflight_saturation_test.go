@@ -76,7 +76,9 @@ func TestInFlightFallbackCountsSlotsHeldInRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	l := slotLimiter(t, srv.Client(), quiet)
+	c := srv.Client()
+	l := slotLimiter(t, c, quiet)
+	beatNow(t, l, c) // the instance has heard from Redis: its fallback decides
 	g := newGate()
 	defer g.open()
 	e := slotEngine(l.RateLimit(Key(prefix(t)), InFlight(2, time.Minute)), g)

@@ -431,8 +431,12 @@ func TestInFlightFailurePolicy(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex
 			var local []bool
-			l := slotLimiter(t, tc.redis.Client(), OnFailure(tc.fp), LocalInstances(2), queueTimeout(50*time.Millisecond),
+			c := tc.redis.Client()
+			l := slotLimiter(t, c, OnFailure(tc.fp), LocalInstances(2), queueTimeout(50*time.Millisecond),
 				withLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			// The fallback decides on an instance that has heard from
+			// Redis: as if this one had, before Redis went down.
+			heardOnce(l.instancesFor(&routeConfig{client: c}))
 			g := newGate()
 			defer g.open()
 			e := gin.New()

@@ -32,7 +32,9 @@ type Target struct {
 	// (not a request's path: "/api/users/:id", not "/api/users/7"), or
 	// "unmatched" for the requests that matched no route. For a [Shared]
 	// rule, whose count is the group's, it may be empty, and any route
-	// names the same count.
+	// names the same count. For [Policy.SetLimit] and [Policy.Peek] of a
+	// rule's (or plan's) own settings, "Policy.Allow" names every key given
+	// to [Policy.Allow].
 	Route string
 	// Key is the key given to [Policy.Allow], for a
 	// Policy used outside gin. A rule's Type plays no part there: the key
@@ -95,7 +97,7 @@ func (p *Policy) target(t Target) (anyRule, []string, error) {
 			keys = append(keys, p.rateKeys(x, a.scope, &a.who)...)
 		}
 	}
-	return rate, p.liveKeys(a, keys), nil
+	return rate, keys, nil
 }
 
 // zsetKeys is, for each sliding-log rule of t's count (its declared rule
@@ -217,15 +219,16 @@ func targetScope(t Target) (scope, error) {
 //
 // Limit, [Decision.Window] and [Decision.Source] are the settings in force
 // for the count, an override's ([Policy.SetLimit]) or the configuration's.
-// A Target that names only a rule (and plan), no Route, Key or identity,
-// on a rule whose counts need one of them, asks for those alone: Peek
-// reads no count and calls no Redis, and fills Rule, Limit, Window and
-// Source only.
+// A Target that names a rule (and plan) and its route, no Key or
+// identity, on a rule whose counts need an identity, asks for those alone:
+// Peek reads no count and calls no Redis, and fills Rule, Limit, Window
+// and Source only. The route is needed as for [Policy.SetLimit] (a Shared
+// rule's may be left out; "Policy.Allow" names Policy.Allow's calls).
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	p.live.due(ctx)
 	a, err := p.aim(t)
 	if err != nil {
-		if t.Route == "" && t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
+		if t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
 			return p.settings(t) // a rule (and plan) whose counts need more
 		}
 		return Decision{}, err

@@ -355,7 +355,6 @@ func TestBadTargets(t *testing.T) {
 		{"route too long", one.policy, Target{Route: "GET /" + strings.Repeat("x", 2000), User: secretUser}},
 		{"unknown rule", one.policy, Target{Route: claimRoute, Rule: "nope", User: secretUser}},
 		{"no rule on two", two.policy, Target{Route: claimRoute, User: secretUser}},
-		{"user rule without user", one.policy, Target{Route: claimRoute}},
 		{"user rule with ip", one.policy, Target{Route: claimRoute, User: secretUser, IP: ip}},
 		{"ip rule with user", two.policy, Target{Route: claimRoute, Rule: "b", User: secretUser}},
 		{"key with user", one.policy, Target{Key: "k", User: secretUser}},
@@ -371,6 +370,14 @@ func TestBadTargets(t *testing.T) {
 				t.Errorf("%s: the error %q repeats the identity", tc.name, err)
 			}
 		}
+	}
+	// A route without the identity its rule counts per names no count to
+	// Reset; to Peek, it asks for the rule's settings on that route.
+	if err := one.policy.Reset(context.Background(), Target{Route: claimRoute}, "test"); !errors.Is(err, ErrBadTarget) {
+		t.Errorf("Reset of a user rule without user: %v, want ErrBadTarget", err)
+	}
+	if d, err := one.policy.Peek(context.Background(), Target{Route: claimRoute}); err != nil || d.Source != SourceConfig || d.Remaining != 0 {
+		t.Errorf("Peek of a user rule's route without user: %+v, %v; want its settings alone", d, err)
 	}
 	if keys := ruleKeys(m); len(keys) != 0 {
 		t.Errorf("bad targets touched keys %v", keys)

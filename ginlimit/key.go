@@ -486,18 +486,23 @@ func (r *ruleBase) targetWho(w *who, t Target) error {
 }
 
 // keyTag is what the algorithm adds to a rule's key prefix: the algorithm
-// and what gives its stored data its shape: the
-// sub-window length of the counter (its state is counted in sub-window
-// numbers) and the limit of the bucket (its state is in 1/limit µs). So
-// switching a live route to another algorithm, or changing those settings,
-// starts on fresh keys: no script ever meets another's data (no WRONGTYPE)
-// or misreads it. A new stored format that the older version's script
-// cannot read takes a new tag too, so that during a rolling deploy each
-// version keeps its own keys: "fw2:" for the fixed window's string, where
-// the version before kept a hash under "fw:"; "sc-<sub-window µs>:" for the
+// and what gives its stored data its shape. Only the sliding counter's
+// shape depends on a setting, its sub-window length (its state is counted
+// in sub-window numbers); the token bucket's state is its level, in tokens
+// times the window, written with the limit and window it was written under
+// (lua/token_bucket.lua), so a new limit or window (an override's) reads it
+// on the same key and keeps what was spent (an override of the counter
+// keeps its sub-window length: overrideWindow). So switching a live route
+// to another algorithm, or configuring another sub-window length for the
+// counter, starts on fresh keys: no script ever meets another's data (no
+// WRONGTYPE) or misreads it. A new stored format that the older version's script cannot
+// read takes a new tag too, so that during a rolling deploy each version
+// keeps its own keys: "fw2:" for the fixed window's string, where the
+// version before kept a hash under "fw:"; "sc-<sub-window µs>:" for the
 // counter's string, where it kept a hash under "sc<sub-window µs>:" (each
-// version would meet the other's key as WRONGTYPE); and "tb-<limit>:" for
-// the bucket's binary state, where it kept text under "tb<limit>:" (an
+// version would meet the other's key as WRONGTYPE); and "tb3:" for the
+// bucket's state with its settings, where the versions before kept binary
+// state in 1/limit µs under "tb-<limit>:" and text under "tb<limit>:" (an
 // older script would read the new state as a full bucket). For the windows
 // a deploy spans, old and new instances then count apart: up to twice the
 // limit, never an error or an unbounded bypass; the older keys expire
@@ -514,7 +519,7 @@ func (a AlgorithmKind) keyTag(r *ruleConfig) string {
 	case FixedWindow:
 		return "fw2:"
 	case TokenBucket:
-		return "tb-" + strconv.Itoa(r.limit) + ":"
+		return "tb3:"
 	}
 	return ""
 }

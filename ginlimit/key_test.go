@@ -133,19 +133,20 @@ func TestImpossibleConfigurationRefusedAtStart(t *testing.T) {
 // TestSwitchingAlgorithmsNeverClashes: on a real redis-server, one route
 // switched from algorithm to algorithm under the same Key (a redeploy)
 // starts each on keys of its own: no script meets another's data, so no
-// decision fails (no WRONGTYPE), and each counts exactly.
+// decision fails (no WRONGTYPE), and each counts exactly. A token bucket
+// of another limit goes on from the bucket's level, on the same key.
 func TestSwitchingAlgorithmsNeverClashes(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	pre := prefix(t)
 	ctx := context.Background()
 	for i, tc := range []struct {
-		alg         AlgorithmKind
-		limit, subs int
+		alg               AlgorithmKind
+		limit, subs, want int
 	}{
-		{SlidingLog, 3, 10}, {SlidingCounter, 3, 10}, {FixedWindow, 3, 10}, {TokenBucket, 3, 10},
-		{SlidingCounter, 3, 5}, // the counter's data takes another shape
-		{TokenBucket, 4, 10},   // so does the bucket's
+		{SlidingLog, 3, 10, 3}, {SlidingCounter, 3, 10, 3}, {FixedWindow, 3, 10, 3}, {TokenBucket, 3, 10, 3},
+		{SlidingCounter, 3, 5, 3}, // the counter's data takes another shape
+		{TokenBucket, 4, 10, 1},   // the bucket's level goes on: 3 of 4 taken
 	} {
 		p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(tc.limit), Algorithm(tc.alg), subWindows(tc.subs),
 			DenyCache(0), OnFailure(FailClosed))
@@ -159,8 +160,8 @@ func TestSwitchingAlgorithmsNeverClashes(t *testing.T) {
 				admitted++
 			}
 		}
-		if admitted != tc.limit {
-			t.Fatalf("step %d, %v: admitted %d, want %d on fresh keys", i, tc.alg, admitted, tc.limit)
+		if admitted != tc.want {
+			t.Fatalf("step %d, %v: admitted %d, want %d", i, tc.alg, admitted, tc.want)
 		}
 	}
 }

@@ -210,7 +210,10 @@ var errClosed = errors.New("the Limiter is closed")
 
 // Close stops what the limiter runs in the background: the subscription of
 // each Redis client to [ResetChannel] (see [Policy.Reset]), its
-// heartbeat in [InstancesKey], and the poll of the overrides
+// heartbeat in [InstancesKey], whose id it then takes out of that key
+// (best effort, so that the instances that stay do not count it: one call
+// per client, bounded as a heartbeat is, at once on a Redis known to be
+// down), and the poll of the overrides
 // ([Policy.SetLimit]). Its routes keep deciding, on the overrides they
 // last saw, but their deny caches learn nothing more, so every decision
 // goes to Redis; no new route can be compiled on it. It closes the small

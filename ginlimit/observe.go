@@ -23,7 +23,9 @@ const (
 	// OutcomeShadowLimited: shadow mode let through a request that would
 	// have been refused.
 	OutcomeShadowLimited = "shadow_limited"
-	// OutcomeError: Redis could not decide; FailOpen or FailClosed applied.
+	// OutcomeError: Redis could not decide; FailOpen or FailClosed applied,
+	// or FailLocal on an instance that has not heard from Redis yet, which
+	// answers as FailClosed does.
 	OutcomeError = "error"
 	// OutcomeSaturated: this process could not get the decision to a
 	// healthy Redis in time (see [ErrSaturated]); it was refused with 503.

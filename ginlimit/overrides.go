@@ -10,7 +10,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,20 +37,42 @@ import (
 
 const (
 	// LimitsKey is the Redis hash that holds the overrides set with
-	// [Policy.SetLimit], one field per override: the rule's key prefix
-	// followed by "*" (the rule's), by its plan's tag and "*" (a plan's),
-	// or by the identity's part of a count key, built as the count's key is
-	// (escaped, and hashed with [HashIdentities]); its value is the limit
-	// and the window in µs ("0": the rule's own window). Its version,
-	// LimitsKey+":version", is kept beside it in the same Redis Cluster
-	// slot, and tells the instances to load it again: to go back to the
-	// configuration, clear each override with SetLimit, or delete both
-	// keys. A value written by hand that does not compile is left out.
+	// [Policy.SetLimit], one field per override, which names exactly the
+	// counts it holds for, as their keys do:
+	//
+	//   - a rule's: its Key prefix, the scope of its counts in braces, as
+	//     in a key ("{GET /api/search}", "{* shared}" for a [Shared]
+	//     group, "{* allow}" for every key of [Policy.Allow], "{*
+	//     unmatched}"), " rule:<name>" where the keys carry the rule's name
+	//     (a route with Rules, a Shared rule), and " *":
+	//     "rate_limit:{GET /api/search} *";
+	//   - a plan's: the same, its prefix followed by the plan's tag:
+	//     "rate_limit:tier=pro:{GET /api/search} *";
+	//   - an identity's: the key of its count with the algorithm's tag
+	//     left out (escaped, and hashed with [HashIdentities]):
+	//     "rate_limit:{GET /api/search user:alice}".
+	//
+	// The text comes from the rule's configuration and the [Target], each
+	// part escaped as in a key: a caller never chooses a field's form. Its
+	// value is the limit and the window in µs ("5 0"; a window of 0 is the
+	// rule's own). Its version, LimitsKey+":version", is kept beside it in
+	// the same Redis Cluster slot, and tells the instances to load it
+	// again: to go back to the configuration, clear each override with
+	// SetLimit, or delete both keys. A field or value written by hand that
+	// does not parse, or does not compile for its rule, is left out.
 	LimitsKey = "{ginlimit:limits}"
-	// MaxOverrides bounds how many overrides LimitsKey holds, for every
-	// rule on that Redis together: SetLimit refuses a new one beyond it,
-	// so that no caller can grow the instances' memory without bound.
-	MaxOverrides = 10_000
+	// MaxRuleOverrides bounds how many rules' and plans' overrides
+	// LimitsKey holds, for every Limiter on that Redis together: SetLimit
+	// refuses a new one beyond it. It is a quota of its own, apart from
+	// the identities', so that however many identities have one, a rule
+	// can always get its first emergency override.
+	MaxRuleOverrides = 1_000
+	// MaxIdentityOverrides bounds how many identities' overrides LimitsKey
+	// holds, for every Limiter on that Redis together: SetLimit refuses a
+	// new one beyond it, so that no caller can grow the instances' memory
+	// without bound. Each instance keeps them parsed once per backend; a
+	// policy compiles one only when a request of its identity comes.
+	MaxIdentityOverrides = 10_000
 	// OverridePoll is how often each Limiter asks Redis whether the
 	// overrides changed: an instance applies a change within OverridePoll
 	// plus the poll's own bound, overridePollTimeout (500 ms in all), while
@@ -71,20 +92,30 @@ const overridePollTimeout = 250 * time.Millisecond
 
 // ErrBadLimit is wrapped by the error of an override [Policy.SetLimit]
 // refuses: a limit or window the rule's algorithm cannot take (as start-up
-// would refuse it), or one override more than [MaxOverrides]. Its text says
+// would refuse it), or one override more than its quota
+// ([MaxRuleOverrides], [MaxIdentityOverrides]). Its text says
 // what is wrong, naming the option as start-up does, and holds neither an
 // identity nor a Redis error, so an admin API may show it.
 var ErrBadLimit = errors.New("ginlimit: bad limit")
 
 // setLimitScript sets (ARGV[2], "limit window_us") or clears (ARGV[2] "")
 // the override ARGV[1] in the hash KEYS[1], refusing a new field past
-// ARGV[3] fields ({-1}), and sets the version KEYS[2] to ARGV[4].
+// ARGV[3] fields of its kind ({-1}): a rule's or plan's (ARGV[5] "1",
+// fields ending in " *") or an identity's. It counts them only when the
+// hash holds that many fields of both kinds together, so that below the
+// quota a SetLimit costs O(1); at it, one pass over the field names. It
+// sets the version KEYS[2] to ARGV[4].
 var setLimitScript = redis.NewScript(`
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
 else
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
-    return {-1}
+  local max = tonumber(ARGV[3])
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= max then
+    local rule, n = ARGV[5] == '1', 0
+    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if (string.sub(f, -2) == ' *') == rule then n = n + 1 end
+    end
+    if n >= max then return {-1} end
   end
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
@@ -104,29 +135,38 @@ var loadScript = redis.NewScript(`return {tonumber(redis.call('GET', KEYS[2]) or
 // runs, on every instance: the rule's own (t names no plan and no
 // identity), a plan's (t.Plan), or one identity's (t.User, t.IP, t.Values,
 // or t.Key for a policy used through [Policy.Allow], with t.Route as for
-// [Policy.Peek]), which holds whatever the identity's plan. A rule's or a
-// plan's override holds on every route and key the rule serves, so
-// t.Route is not needed there (and not read). The most
+// [Policy.Peek]), which holds whatever the identity's plan. The most
 // specific applies: the identity's, then its plan's (the rule's own, for a
 // request in no plan), then the options. A window of 0 keeps the rule's; a
 // limit of 0 clears the override.
+//
+// An override holds exactly where the rule's counts are, and nowhere else
+// (see [LimitsKey]): a rule's or a plan's needs t.Route, the route whose
+// limit it changes ("Policy.Allow" for every key given to Policy.Allow),
+// and holds there alone, not on another route that has the same Key
+// prefix; for a [Shared] rule it holds for the group as one, on every
+// route of it, so t.Route may be empty or name any of them.
 //
 // The override is checked as start-up checks the rule's options (the
 // limit's and window's ranges, the algorithm's bounds, such as a
 // [SlidingLog]'s 100,000 units, a [TokenBucket]'s burst × window), and
 // refused with an error wrapping [ErrBadLimit] that names what is wrong;
-// so is one override more than [MaxOverrides]. A Target that names no
-// rate rule of the policy wraps [ErrBadTarget].
+// so is one override more than its quota, [MaxRuleOverrides] for a
+// rule's or a plan's, [MaxIdentityOverrides] for an identity's. A Target
+// that names no rate rule of the policy, or a rule's without its route,
+// wraps [ErrBadTarget].
 //
 // The override is stored in Redis (see [LimitsKey]). This instance applies
 // it before SetLimit returns; every other one within [OverridePoll] and the
 // poll's bound, 500 ms in all, from a copy it keeps in process, so a
-// decision makes no more Redis calls for it. A count goes on where the
-// algorithm keeps it in the same form: the sliding log, sliding counter and
-// fixed window keep theirs across a new limit; a token bucket's new limit,
-// or a sliding counter's new sub-window length, starts a count of its own
-// (docs/operations.md says what each algorithm does). An identity's
-// override counts on the rule's own key, not its plan's. [Decision.Window]
+// decision makes no more Redis calls for it. An override counts on the key
+// its rule counts on, or its plan's: an identity's override on the key of
+// the plan the identity is in. So a change keeps what was spent: a cut
+// admits nothing until the count (a token bucket's level) is under the new
+// limit, and a raise gives the difference, whatever the algorithm. A
+// [SlidingCounter]'s override keeps the rule's sub-window length, so its
+// window must be 1 to 1000 times that (docs/operations.md says what each
+// algorithm does with a new window). [Decision.Window]
 // and [Decision.Source] say which settings applied; Peek of a Target that
 // names only a rule (and plan) returns them, without reading a count when
 // the rule's counts need an identity or a route.
@@ -145,13 +185,17 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 	var version [8]byte
 	_, _ = rand.Read(version[:]) // never fails (crypto/rand)
 	// 1 to 2^53-1: exact in the scripts' numbers, never the 0 of no version.
-	args := []any{field, value, MaxOverrides, strconv.FormatUint(binary.BigEndian.Uint64(version[:])>>11|1, 10)}
+	quota, kind, ruleKind := MaxIdentityOverrides, "MaxIdentityOverrides", "0"
+	if src != SourceIdentityOverride {
+		quota, kind, ruleKind = MaxRuleOverrides, "MaxRuleOverrides", "1"
+	}
+	args := []any{field, value, quota, strconv.FormatUint(binary.BigEndian.Uint64(version[:])>>11|1, 10), ruleKind}
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, setLimitScript, []string{LimitsKey, limitsVersionKey}, args)
 	if err != nil {
 		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.name, err)
 	}
 	if len(reply) == 1 && reply[0] < 0 {
-		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w: MaxOverrides (%d) overrides are set already; clear one first", r.name, ErrBadLimit, MaxOverrides)
+		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w: %s (%d) overrides of its kind are set already; clear one first", r.name, ErrBadLimit, kind, quota)
 	}
 	if err := p.live.refresh(ctx, overridePollTimeout); err != nil {
 		// Stored: this instance applies it with its next poll.
@@ -170,14 +214,15 @@ var overrideNames = [...]string{SourceOverride: "rule", SourcePlanOverride: "pla
 // (the rule, or the plan's), its field in LimitsKey and its Source.
 func (p *Policy) overrideOf(t Target) (*rateRule, string, uint8, error) {
 	if t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
-		r, err := p.targetRate(t)
+		r, s, err := p.ruleTarget(t)
 		if err != nil {
 			return nil, "", 0, err
 		}
+		field := r.overrideScope(p.named, s).field()
 		if t.Plan != "" {
-			return r, p.ruleField(r), SourcePlanOverride, nil
+			return r, field, SourcePlanOverride, nil
 		}
-		return r, p.ruleField(r), SourceOverride, nil
+		return r, field, SourceOverride, nil
 	}
 	if t.Plan != "" {
 		return nil, "", 0, badTarget("an identity's override holds whatever its plan: leave Target.Plan empty")
@@ -214,15 +259,26 @@ func (p *Policy) targetRate(t Target) (*rateRule, error) {
 	return nil, badTarget("rule %q has no plan %q", r.name, t.Plan)
 }
 
-// ruleField is the field in LimitsKey of an override of r, a rule or a
-// plan: its configured key prefix (a plan's carries its tag), "*", which no
-// count key has there, and, on a route with Rules, the rule's name.
-func (p *Policy) ruleField(r *rateRule) string {
-	f := r.cfg.prefix + "*"
-	if p.named {
-		f += " rule:" + r.escapedName
+// ruleTarget is the rate rule, or plan, that t names without an
+// identity, and the scope its override holds in (overrideScope): t.Route,
+// any route of a Shared rule's group, or Policy.Allow's calls (scope{}).
+func (p *Policy) ruleTarget(t Target) (*rateRule, scope, error) {
+	r, err := p.targetRate(t)
+	switch {
+	case err != nil:
+		return nil, scope{}, err
+	case t.Route == allowRoute:
+		return r, scope{}, nil
+	case t.Route == "" && r.shared:
+		return r, scope{method: unmatchedMethod, route: sharedRoute}, nil
+	case t.Route == "":
+		return nil, scope{}, badTarget("rule %q counts per route: give Target.Route, the route whose limit to change (%q for every key of Policy.Allow)", r.name, allowRoute)
 	}
-	return f
+	s, err := targetScope(t)
+	if err != nil {
+		return nil, scope{}, err
+	}
+	return r, s, nil
 }
 
 // compileOverride compiles r with limit and window (0: r's) instead of its
@@ -233,7 +289,7 @@ func (p *Policy) compileOverride(r *rateRule, limit int, window time.Duration, s
 	rc.planPick, rc.plans, rc.override = nil, nil, true
 	err := Limit(limit).applyRule(&rc)
 	if err == nil && window != 0 {
-		err = Window(window).applyRule(&rc)
+		err = overrideWindow(&rc, window)
 	}
 	var o *rateRule
 	if err == nil {
@@ -247,11 +303,25 @@ func (p *Policy) compileOverride(r *rateRule, limit int, window time.Duration, s
 }
 
 // liveView is the overrides that apply to one policy, as its requests read
-// them (resolve). It is never changed once stored: a change stores another.
+// them (resolve): the backend's overrides, which every policy of the
+// backend shares, and the rules this policy compiled from them. It is
+// never replaced but by another view, for a change of the overrides.
+//
+// A policy compiles an override when a request first meets it, not when
+// it is loaded: with many identities' overrides stored, a Policy costs
+// nothing for those its requests never meet, so making one more (an admin
+// page's, a route's) costs no time and no memory per override, and a
+// change costs each policy O(its rules). An override's rule is the
+// policy's own, not shared with other policies: it is compiled with the
+// policy's route settings (failure policy, staleness, instances) and
+// keeps the policy rule's Ban, as the rule it takes the place of does.
 type liveView struct {
-	swap  map[*rateRule]*rateRule // a rule or plan, and its override
-	who   map[string]*rateRule    // an identity's override, by its count key past the rule's prefix
-	rules map[overrideKey]*rateRule
+	p  *Policy
+	ov *overrides
+
+	mu    sync.RWMutex
+	rules map[overrideKey]*rateRule // compiled, or nil: does not compile
+	prev  *liveView                 // the view before, whose rules this one takes while they match
 }
 
 // overrideKey is what an override's rule was compiled from: the next view
@@ -264,30 +334,108 @@ type overrideKey struct {
 	source uint8
 }
 
-// resolve returns the rule that decides a call of r on key, for scope s and
-// identity w, and its key: the identity's override, or r's, or r itself.
-func (v *liveView) resolve(r *rateRule, key string, named bool, s scope, w *who) (*rateRule, string) {
-	o := v.who[key[len(r.prefix):]]
-	if o == nil {
-		o = v.swap[r]
+// resolve returns the rule that decides a call of r on key, in scope s:
+// the identity's override, or r's, or r itself. Every one counts on key,
+// r's (the one of the plan the identity is in), so that a change keeps
+// what was spent there: an override changes no key tag (keyTag; a
+// SlidingCounter's override keeps the sub-window length, overrideWindow).
+func (v *liveView) resolve(r *rateRule, key string, named bool, s scope) *rateRule {
+	if o := v.find(r, key, named, s); o != nil {
+		return o
 	}
-	switch {
-	case o == nil:
-		return r, key
-	case o.prefix == r.prefix:
-		return o, key
-	}
-	return o, buildKey(&o.ruleBase, named, s, w)
+	return r
 }
 
-// apply gives p the view of the overrides raw (LimitsKey's fields and
-// values). The deny caches of its rules forget what they learned, which
-// may have been under other settings.
-func (p *Policy) apply(raw map[string]string) {
+// find returns the override's rule that takes the place of r, a rule or a
+// plan, for the call on key in scope s: the identity's (stored under the
+// declared rule's prefix, whatever the plan), or else r's for s; nil for
+// none, or one that does not compile.
+func (v *liveView) find(r *rateRule, key string, named bool, s scope) *rateRule {
+	declared := r
+	if r.of != nil {
+		declared = r.of
+	}
+	if set, ok := v.ov.who[whoKey{prefix: declared.cfg.prefix, rest: key[len(r.prefix):]}]; ok {
+		if o := v.compiled(declared, set, SourceIdentityOverride); o != nil {
+			return o
+		}
+	}
+	return v.ruleOverride(r, named, s)
+}
+
+// ruleOverride returns the rule of x's own override (a rule's or a
+// plan's) for scope s, or nil.
+func (v *liveView) ruleOverride(x *rateRule, named bool, s scope) *rateRule {
+	set, ok := v.ov.rules[x.overrideScope(named, s)]
+	if !ok {
+		return nil
+	}
+	src := SourceOverride
+	if x.of != nil {
+		src = SourcePlanOverride
+	}
+	return v.compiled(x, set, src)
+}
+
+// compiled returns the rule of the override set of from, of source src:
+// this view's, the view's before while its settings match, or compiled
+// now (once: a concurrent call takes the first one's); nil when it does
+// not compile (a value written by hand), so that from keeps its settings.
+func (v *liveView) compiled(from *rateRule, set setting, src uint8) *rateRule {
+	k := overrideKey{from: from, limit: set.limit, window: set.window, source: src}
+	v.mu.RLock()
+	o, ok := v.rules[k]
+	prev := v.prev
+	v.mu.RUnlock()
+	if ok {
+		return o
+	}
+	fresh := false
+	if o, ok = prev.rule(k); !ok {
+		var err error
+		o, err = v.p.compileOverride(from, set.limit, set.window, src)
+		fresh = err == nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if had, ok := v.rules[k]; ok {
+		return had
+	}
+	v.rules[k] = o
+	if fresh && o != nil {
+		v.p.live.compiles.Add(1)
+		v.p.hub.Track(o.deny, o.local)
+	}
+	return o
+}
+
+// rule is v's rule compiled from k, and whether v has one (v may be nil).
+func (v *liveView) rule(k overrideKey) (*rateRule, bool) {
+	if v == nil {
+		return nil, false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	o, ok := v.rules[k]
+	return o, ok
+}
+
+// apply gives p the view of the overrides ov. The deny caches of its rules
+// forget what they learned, which may have been under other settings. It
+// costs O(p's rules): the overrides are the backend's, parsed once.
+func (p *Policy) apply(ov *overrides) {
 	old := p.view.Load()
-	v := p.buildView(raw, old)
+	var v *liveView
+	if ov.concerns(p) {
+		v = &liveView{p: p, ov: ov, rules: map[overrideKey]*rateRule{}, prev: old}
+	}
 	if v == nil && old == nil {
 		return
+	}
+	if old != nil {
+		old.mu.Lock()
+		old.prev = nil // one view back at most
+		old.mu.Unlock()
 	}
 	p.view.Store(v)
 	for _, r := range p.rules {
@@ -304,110 +452,6 @@ func withPlans(r *rateRule) []*rateRule {
 	return append([]*rateRule{r}, slices.Collect(maps.Values(r.plans))...)
 }
 
-// buildView is p's view of the overrides raw, reusing old's rules whose
-// settings did not change; nil when none applies to p. A value that does
-// not compile (written by hand) is left out: its rule keeps its settings.
-func (p *Policy) buildView(raw map[string]string, old *liveView) *liveView {
-	v := &liveView{swap: map[*rateRule]*rateRule{}, who: map[string]*rateRule{}, rules: map[overrideKey]*rateRule{}}
-	for _, r := range p.rules {
-		for _, x := range withPlans(r) {
-			src := SourceOverride
-			if x != r {
-				src = SourcePlanOverride
-			}
-			if o := p.overrideRule(v, old, x, raw[p.ruleField(x)], src); o != nil {
-				v.swap[x] = o
-			}
-		}
-		for f, s := range raw {
-			if !strings.HasPrefix(f, r.cfg.prefix+"{") || !p.owns(r, f[len(r.cfg.prefix):]) {
-				continue
-			}
-			if o := p.overrideRule(v, old, r, s, SourceIdentityOverride); o != nil {
-				v.who[f[len(r.cfg.prefix):]] = o
-			}
-		}
-	}
-	if len(v.swap) == 0 && len(v.who) == 0 {
-		return nil
-	}
-	return v
-}
-
-// owns reports whether rest, a count key past its prefix, is one of r's
-// on p (see buildKey): the scope, escaped, holds no '}', so what follows
-// the first one is the rule's name on a route with Rules, or a [Shared]
-// rule's on a gin route, and nothing otherwise.
-func (p *Policy) owns(r *rateRule, rest string) bool {
-	i := strings.IndexByte(rest, '}')
-	if i < 0 {
-		return false
-	}
-	rest = rest[i+1:]
-	if rest == "" {
-		return !p.named
-	}
-	if !p.named && !r.shared {
-		return false
-	}
-	name := " rule:" + r.escapedName
-	return rest == name || strings.HasPrefix(rest, name+" ")
-}
-
-// overrideRule is the rule of the override value s ("limit window_us") of
-// r, from v, old or compiled now; nil for none or a value that does not
-// compile.
-func (p *Policy) overrideRule(v, old *liveView, r *rateRule, s string, src uint8) *rateRule {
-	ls, ws, ok := strings.Cut(s, " ")
-	limit, err1 := strconv.Atoi(ls)
-	us, err2 := strconv.ParseInt(ws, 10, 64)
-	if !ok || err1 != nil || err2 != nil || us < 0 || us > maxWindow.Microseconds() {
-		return nil
-	}
-	k := overrideKey{from: r, limit: limit, window: time.Duration(us) * time.Microsecond, source: src}
-	if o := v.rules[k]; o != nil {
-		return o
-	}
-	o := old.rule(k)
-	if o == nil {
-		if o, err1 = p.compileOverride(r, k.limit, k.window, src); err1 != nil {
-			return nil
-		}
-		p.hub.Track(o.deny, o.local)
-	}
-	v.rules[k] = o
-	return o
-}
-
-// rule is v's rule compiled from k, or nil (v may be nil).
-func (v *liveView) rule(k overrideKey) *rateRule {
-	if v == nil {
-		return nil
-	}
-	return v.rules[k]
-}
-
-// liveKeys is what Reset also deletes for a: the keys of the overrides
-// that take the place of a's rule and plans, where they count apart.
-func (p *Policy) liveKeys(a aim, have []string) []string {
-	v := p.view.Load()
-	declared, ok := a.declared.(*rateRule)
-	if v == nil || !ok {
-		return have
-	}
-	for _, x := range withPlans(declared) {
-		key := buildKey(&x.ruleBase, p.named, a.scope, &a.who)
-		if o, _ := v.resolve(x, key, p.named, a.scope, &a.who); o != x {
-			for _, k := range p.rateKeys(o, a.scope, &a.who) {
-				if !slices.Contains(have, k) {
-					have = append(have, k)
-				}
-			}
-		}
-	}
-	return have
-}
-
 // settings is the Decision of Peek for a Target that names a rule (and
 // plan) only: the limit and window in force, and their source.
 func (p *Policy) settings(t Target) (Decision, error) {
@@ -419,12 +463,14 @@ func (p *Policy) settings(t Target) (Decision, error) {
 		b := x.base()
 		return Decision{Rule: b.name, Limit: b.limit}, nil
 	}
-	r, err := p.targetRate(t)
+	r, s, err := p.ruleTarget(t)
 	if err != nil {
 		return Decision{}, err
 	}
-	if v := p.view.Load(); v != nil && v.swap[r] != nil {
-		r = v.swap[r]
+	if v := p.view.Load(); v != nil {
+		if o := v.ruleOverride(r, p.named, s); o != nil {
+			r = o
+		}
 	}
 	return Decision{Rule: r.name, Limit: r.limit, Window: r.window, Source: r.source}, nil
 }
@@ -436,10 +482,11 @@ type liveLimits struct {
 	poll   sync.Mutex     // one poll at a time
 
 	mu       sync.Mutex
-	version  int64             // of the overrides loaded; -1 before the first
-	raw      map[string]string // LimitsKey, as loaded
+	version  int64      // of the overrides loaded; -1 before the first
+	ov       *overrides // LimitsKey, as loaded; nil before the first load
 	policies []weak.Pointer[Policy]
 	polls    atomic.Int64 // polls Redis answered, for tests
+	compiles atomic.Int64 // overrides compiled for the policies, for tests
 	last     atomic.Int64 // when the last poll began (Unix ns), for due
 
 	// stop ends the background poll, and a poll under way; done is closed
@@ -534,23 +581,25 @@ func (lv *liveLimits) refresh(ctx context.Context, timeout time.Duration) error 
 	if reply[0] == seen {
 		return nil
 	}
-	version, raw := int64(0), map[string]string{}
+	version, ov := int64(0), newOverrides(nil)
 	if reply[0] != 0 { // 0: no override was ever set, or the keys were deleted
 		v, err := lv.engine.Side(ctx, timeout, loadScript, []string{LimitsKey, limitsVersionKey})
 		if err != nil {
 			return err
 		}
-		if version, raw, err = parseLoad(v); err != nil {
+		var fields []string
+		if version, fields, err = parseLoad(v); err != nil {
 			return err
 		}
+		ov = newOverrides(fields)
 	}
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
-	lv.version, lv.raw = version, raw
+	lv.version, lv.ov = version, ov
 	live := lv.policies[:0]
 	for _, wp := range lv.policies {
 		if p := wp.Value(); p != nil {
-			p.apply(raw)
+			p.apply(ov)
 			live = append(live, wp)
 		}
 	}
@@ -559,9 +608,10 @@ func (lv *liveLimits) refresh(ctx context.Context, timeout time.Duration) error 
 	return nil
 }
 
-// parseLoad checks and converts loadScript's reply: the version and the
-// overrides (at most MaxOverrides of them).
-func parseLoad(v any) (int64, map[string]string, error) {
+// parseLoad checks and converts loadScript's reply: the version and
+// LimitsKey's fields and values, in turn (newOverrides keeps at most its
+// quotas of them).
+func parseLoad(v any) (int64, []string, error) {
 	reply, ok := v.([]any)
 	if !ok || len(reply) != 2 {
 		return 0, nil, fmt.Errorf("unexpected overrides reply %T", v)
@@ -571,15 +621,15 @@ func parseLoad(v any) (int64, map[string]string, error) {
 	if !ok || !ok2 || len(fields)%2 != 0 {
 		return 0, nil, errors.New("unexpected overrides reply")
 	}
-	raw := make(map[string]string, min(len(fields)/2, MaxOverrides))
-	for i := 0; i+1 < len(fields) && len(raw) < MaxOverrides; i += 2 {
+	out := make([]string, 0, len(fields))
+	for i := 0; i+1 < len(fields); i += 2 {
 		f, ok1 := fields[i].(string)
 		v, ok2 := fields[i+1].(string)
 		if ok1 && ok2 {
-			raw[f] = v
+			out = append(out, f, v)
 		}
 	}
-	return version, raw, nil
+	return version, out, nil
 }
 
 // follow applies the overrides to p from now on, those loaded at once.
@@ -591,7 +641,7 @@ func (lv *liveLimits) follow(p *Policy) {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
 	lv.policies = append(lv.policies, weak.Make(p))
-	if lv.raw != nil {
-		p.apply(lv.raw)
+	if lv.ov != nil {
+		p.apply(lv.ov)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 // Overrides set with SetLimit, on a real redis-server. Every test on a
 // shared server writes the one LimitsKey: each uses its own key prefix, so
-// that its overrides are its own, and the test of MaxOverrides has a
+// that its overrides are its own, and the test of each quota has a
 // server of its own.
 
 // planOf is the test's plan pick: the X-Plan header.
@@ -51,8 +51,8 @@ func TestSetLimitPrecedence(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	set(Target{}, 5, 0)
-	set(Target{Plan: "vip"}, 7, 2*time.Minute)
+	set(Target{Route: claimRoute}, 5, 0)
+	set(Target{Route: claimRoute, Plan: "vip"}, 7, 2*time.Minute)
 	set(Target{Route: claimRoute, User: "alice"}, 9, time.Hour)
 	for _, tc := range []struct {
 		user, plan string
@@ -76,14 +76,14 @@ func TestSetLimitPrecedence(t *testing.T) {
 		target Target
 		limit  int
 		source uint8
-	}{{Target{}, 5, SourceOverride}, {Target{Plan: "vip"}, 7, SourcePlanOverride}} {
+	}{{Target{Route: claimRoute}, 5, SourceOverride}, {Target{Route: claimRoute, Plan: "vip"}, 7, SourcePlanOverride}} {
 		d, err := in.policy.Peek(ctx, tc.target)
 		if err != nil || d.Limit != tc.limit || d.Source != tc.source {
 			t.Errorf("Peek(%+v): %+v, %v; want limit %d, source %d", tc.target, d, err, tc.limit, tc.source)
 		}
 	}
-	set(Target{}, 0, 0)
-	set(Target{Plan: "vip"}, 0, 0)
+	set(Target{Route: claimRoute}, 0, 0)
+	set(Target{Route: claimRoute, Plan: "vip"}, 0, 0)
 	set(Target{Route: claimRoute, User: "alice"}, 0, 0)
 	if code, d := in.claimAs("alice", ""); code != http.StatusOK || d.Limit != 3 || d.Window != time.Minute || d.Source != SourceConfig {
 		t.Errorf("alice after clearing every override: %d, %+v; want 200 on the configured 3 per minute", code, d)
@@ -120,7 +120,7 @@ func TestSetLimitRefusesWhatStartUpRefuses(t *testing.T) {
 			t.Parallel()
 			opts := append([]Option{Key(prefix(t)), Limit(3), Window(time.Minute), Type(User)}, tc.opts...)
 			in := newInstance(t, c, opts...)
-			err := in.policy.SetLimit(ctx, Target{}, tc.limit, tc.window)
+			err := in.policy.SetLimit(ctx, Target{Route: claimRoute}, tc.limit, tc.window)
 			if !errors.Is(err, ErrBadLimit) {
 				t.Fatalf("SetLimit(%d, %v): %v, want ErrBadLimit", tc.limit, tc.window, err)
 			}
@@ -141,7 +141,7 @@ func TestSetLimitRefusesWhatStartUpRefuses(t *testing.T) {
 			if !strings.Contains(err.Error(), startErr.Error()) {
 				t.Errorf("SetLimit's reason %q does not give start-up's %q", err, startErr)
 			}
-			if d, err := in.policy.Peek(ctx, Target{}); err != nil || d.Limit != 3 || d.Source != SourceConfig {
+			if d, err := in.policy.Peek(ctx, Target{Route: claimRoute}); err != nil || d.Limit != 3 || d.Source != SourceConfig {
 				t.Errorf("after the refusal: %+v, %v; want the configured 3", d, err)
 			}
 		})
@@ -204,10 +204,9 @@ func TestSetLimitIsSeenByAnotherInstance(t *testing.T) {
 	}
 }
 
-// TestSetLimitCountsAcrossAChange: what each algorithm keeps of a count
-// when its limit changes (docs/operations.md): the sliding log, sliding
-// counter and fixed window go on with the count; the token bucket's new
-// limit starts on a key of its own, full; and Reset clears that key too.
+// TestSetLimitCountsAcrossAChange: every algorithm goes on with the count
+// when its limit changes (docs/operations.md), the token bucket from its
+// level; and Reset clears it.
 func TestSetLimitCountsAcrossAChange(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -216,7 +215,7 @@ func TestSetLimitCountsAcrossAChange(t *testing.T) {
 		alg   AlgorithmKind
 		after int // remaining after one more claim under a limit of 5
 	}{
-		{SlidingLog, 1}, {SlidingCounter, 1}, {FixedWindow, 1}, {TokenBucket, 4},
+		{SlidingLog, 1}, {SlidingCounter, 1}, {FixedWindow, 1}, {TokenBucket, 1},
 	} {
 		t.Run(string(tc.alg), func(t *testing.T) {
 			t.Parallel()
@@ -284,8 +283,9 @@ func TestOverrideKeysAreBuiltAsCounts(t *testing.T) {
 	}
 }
 
-// TestMaxOverrides: past MaxOverrides overrides, SetLimit refuses a new
-// one, naming the bound; it still changes and clears those there are.
+// TestMaxOverrides: past MaxIdentityOverrides identities' overrides,
+// SetLimit refuses a new one, naming the bound; it still changes and
+// clears those there are.
 func TestMaxOverrides(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -297,19 +297,19 @@ func TestMaxOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fill []any
-	for i := range MaxOverrides - 1 {
+	for i := range MaxIdentityOverrides - 1 {
 		fill = append(fill, fmt.Sprintf("other:{GET /x user:%d}", i), "5 0")
 	}
 	if err := c.HSet(ctx, LimitsKey, fill...).Err(); err != nil {
 		t.Fatal(err)
 	}
 	err := in.policy.SetLimit(ctx, Target{Route: claimRoute, User: "new"}, 5, 0)
-	if !errors.Is(err, ErrBadLimit) || !strings.Contains(err.Error(), "MaxOverrides (10000)") {
-		t.Fatalf("SetLimit past MaxOverrides: %v, want ErrBadLimit naming MaxOverrides", err)
+	if !errors.Is(err, ErrBadLimit) || !strings.Contains(err.Error(), "MaxIdentityOverrides (10000)") {
+		t.Fatalf("SetLimit past MaxIdentityOverrides: %v, want ErrBadLimit naming MaxIdentityOverrides", err)
 	}
 	for _, limit := range []int{6, 0} {
 		if err := in.policy.SetLimit(ctx, Target{Route: claimRoute, User: "kept"}, limit, 0); err != nil {
-			t.Fatalf("SetLimit(%d) of an override there is, at MaxOverrides: %v", limit, err)
+			t.Fatalf("SetLimit(%d) of an override there is, at MaxIdentityOverrides: %v", limit, err)
 		}
 	}
 	if err := in.policy.SetLimit(ctx, Target{Route: claimRoute, User: "new"}, 5, 0); err != nil {
@@ -377,7 +377,7 @@ func TestSetLimitOnAllow(t *testing.T) {
 	if err := p.SetLimit(ctx, Target{Key: "tenant-a"}, 4, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.SetLimit(ctx, Target{}, 3, 0); err != nil {
+	if err := p.SetLimit(ctx, Target{Route: "Policy.Allow"}, 3, 0); err != nil {
 		t.Fatal(err)
 	}
 	for key, want := range map[string]int{"tenant-a": 4, "tenant-b": 3} {
@@ -403,7 +403,7 @@ func TestOverrideHeaders(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	in := newInstance(t, srv.Client(), Key(prefix(t)), Limit(3), Window(time.Minute), Type(User))
-	if err := in.policy.SetLimit(context.Background(), Target{}, 5, 2*time.Minute); err != nil {
+	if err := in.policy.SetLimit(context.Background(), Target{Route: claimRoute}, 5, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	w := do(in.e, http.MethodGet, "/claim", map[string]string{"X-User": "alice"})
@@ -431,7 +431,7 @@ func TestPackageLevelRouteFollowsOverrides(t *testing.T) {
 		t.Fatalf("before the override: %d, limit %q", w.Code, w.Header().Get("X-RateLimit-Limit"))
 	}
 	admin := mustPolicy(t, opts...)
-	if err := admin.SetLimit(context.Background(), Target{}, 50, 0); err != nil {
+	if err := admin.SetLimit(context.Background(), Target{Route: "GET /x"}, 50, 0); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -477,7 +477,7 @@ func TestSetLimitOnAClusterWithRules(t *testing.T) {
 	if admitted != 6 {
 		t.Fatalf("%d of alice's claims admitted, want 6", admitted)
 	}
-	if d, err := b.policy.Peek(ctx, Target{Rule: "hourly"}); err != nil || d.Limit != 100 || d.Source != SourceConfig {
+	if d, err := b.policy.Peek(ctx, Target{Rule: "hourly", Route: claimRoute}); err != nil || d.Limit != 100 || d.Source != SourceConfig {
 		t.Fatalf("the hourly rule: %+v, %v", d, err)
 	}
 }

@@ -104,7 +104,7 @@ func (p *Policy) setCall(req *request, i int, r *rateRule, w *who, cost int) {
 	*cl = call{rule: r, ban: cl.ban}
 	cl.key, cl.cost = buildKey(&r.ruleBase, p.named, req.scope, w), cost
 	if v := p.view.Load(); v != nil {
-		cl.rule, cl.key = v.resolve(r, cl.key, p.named, req.scope, w)
+		cl.rule = v.resolve(r, cl.key, p.named, req.scope)
 	}
 	if r.ban != nil {
 		*cl.ban = share{key: buildKey(&r.ban.ruleBase, p.named, req.scope, w), cost: 1}

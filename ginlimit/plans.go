@@ -80,6 +80,7 @@ func (r *rateRule) compilePlans(rc ruleConfig, route *routeConfig, named bool) e
 		if err != nil {
 			return fmt.Errorf("plan %q: %w", name, err)
 		}
+		pr.of = r
 		r.plans[name] = pr
 	}
 	return nil

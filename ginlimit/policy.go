@@ -109,6 +109,7 @@ type rateRule struct {
 	costFunc func(*gin.Context) int
 	pick     func(*gin.Context) string // the request's plan
 	plans    map[string]*rateRule      // by plan name; nil without LimitBy
+	of       *rateRule                 // a plan's rule: the rule it is a plan of; nil for another
 	ban      *banRule                  // its Ban (ban.go), or nil
 	deny     *state.DenyCache          // nil when off
 	local    *state.Buckets            // the FailLocal fallback, or nil

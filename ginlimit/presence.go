@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +26,8 @@ const InstancesKey = "ginlimit:instances"
 // expired, and keeps the count of those left (itself included) for the
 // FailLocal fallback of its routes. During an outage the beats fail and
 // it keeps the last count it saw: never 1, unless that is what Redis said.
+// Until its first beat answers it has heard nothing, and its fallback
+// spends nothing (see [FailLocal]). [Limiter.Close] takes its id out.
 //
 // Counting too few instances is what lets an outage admit too much (each
 // takes a share too big), so the two are chosen against it. A new
@@ -49,29 +52,39 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {redis.call('ZCARD', KEYS[1])}`)
 
+// leaveScript takes the id ARGV[1] out of the set KEYS[1], for Close.
+var leaveScript = redis.NewScript(`return {redis.call('ZREM', KEYS[1], ARGV[1])}`)
+
 // presence is a Limiter's count of the instances on one Redis client, and
 // the heartbeat that keeps it (nil until it runs).
 type presence struct {
-	count *state.Instances
-	stop  context.CancelFunc
-	done  chan struct{}
+	count  *state.Instances
+	stop   context.CancelFunc
+	done   chan struct{}
+	engine *engine.Engine // what the heartbeat calls through
 }
 
 // instancesFor returns the count of instances that the FailLocal
 // fallbacks of a route of rc divide its limits by. LocalInstances, when
 // the route or the limiter gives it, is taken as it is: it overrides the
 // heartbeat. Otherwise it is l's heartbeat count on rc's client, 1 until a
-// beat has answered, and for ever on a limiter that does not beat: the one
-// the package-level RateLimit makes for itself, which nothing would close,
-// or one on a client that cannot be a map key (a struct holding a map,
-// say), which gets no heartbeat of its own.
+// beat has answered. On a limiter that beats, either count has not heard
+// from Redis until its heartbeat first answers, and the fallback does not
+// decide until then (see [FailLocal]). A limiter that does not beat counts
+// 1, or LocalInstances, from the start: the one the package-level
+// RateLimit makes for itself, which nothing would close, or one on a
+// client that cannot be a map key (a struct holding a map, say), which
+// gets no heartbeat of its own.
 func (l *Limiter) instancesFor(rc *routeConfig) *state.Instances {
-	if rc.localInstances > 0 {
-		return state.NewInstances(rc.localInstances)
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if p := l.presenceOn(rc.client); p != nil {
+	p := l.presenceOn(rc.client)
+	switch {
+	case rc.localInstances > 0 && p != nil:
+		return p.count.Fixed(rc.localInstances)
+	case rc.localInstances > 0:
+		return state.NewInstances(rc.localInstances)
+	case p != nil:
 		return p.count
 	}
 	return state.NewInstances(1)
@@ -89,6 +102,9 @@ func (l *Limiter) presenceOn(client redis.Scripter) *presence {
 	p := l.presence[client]
 	if p == nil {
 		p = &presence{count: state.NewInstances(1)}
+		if l.subscribe { // it beats (announce)
+			p.count = state.NewHeartbeatCount()
+		}
 		l.presence[client] = p
 	}
 	return p
@@ -111,9 +127,9 @@ func (l *Limiter) announce(client redis.Scripter, e *engine.Engine) {
 		_, _ = rand.Read(id) // never fails (crypto/rand)
 		l.id = hex.EncodeToString(id)
 	}
-	e.Prepare(presenceScript)
+	e.Prepare(presenceScript) // leaveScript is not: Close sends it whole if need be, and New waits for one load less
 	ctx, cancel := context.WithCancel(context.Background())
-	p.stop, p.done = cancel, make(chan struct{})
+	p.stop, p.done, p.engine = cancel, make(chan struct{}), e
 	if e.Loaded() {
 		p.beat(ctx, e, l.id)
 	}
@@ -147,7 +163,8 @@ func (p *presence) beat(ctx context.Context, e *engine.Engine, id string) {
 	p.count.Store(int(min(reply[0], 1e6)))
 }
 
-// silence stops every heartbeat of l, and waits for them to end.
+// silence stops every heartbeat of l, waits for them to end, and then
+// takes l's id out of InstancesKey on each client (leave).
 func (l *Limiter) silence() {
 	l.mu.Lock()
 	var running []*presence
@@ -161,4 +178,22 @@ func (l *Limiter) silence() {
 		p.stop()
 		<-p.done
 	}
+	var wg sync.WaitGroup
+	for _, p := range running {
+		wg.Go(func() { p.leave(l.id) })
+	}
+	wg.Wait()
+}
+
+// leave takes id out of InstancesKey, so that the instances that stay
+// stop counting it at their next beat, not a HeartbeatTTL later: short
+// lived Limiters would otherwise shrink every outage share. It is best
+// effort, bounded as a beat is, and fails at once while the breaker is
+// open: an id left behind expires within HeartbeatTTL anyway. An id whose
+// beat Redis never answered is not there, and costs no call.
+func (p *presence) leave(id string) {
+	if !p.count.Heard() {
+		return
+	}
+	_, _, _ = p.engine.RunLease(context.Background(), HeartbeatPeriod, leaveScript, []string{InstancesKey}, []any{id})
 }

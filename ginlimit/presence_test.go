@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
@@ -161,4 +162,98 @@ func TestHeartbeatOnACluster(t *testing.T) {
 		fleet = append(fleet, fleetMember{limiter: l, client: c, policy: p})
 	}
 	waitFleetCount(t, fleet, 2)
+}
+
+// beat drives one heartbeat of o's Limiter now (beatNow).
+func (o fleetMember) beat(t *testing.T) int {
+	t.Helper()
+	return beatNow(t, o.limiter, o.client)
+}
+
+// beatNow drives one heartbeat of l on client now, as its loop would, and
+// returns the count it keeps; it fails t unless Redis answered, so that
+// the instance has heard from Redis. No test waits for the loop's own
+// beats.
+func beatNow(t *testing.T, l *Limiter, client redis.Scripter) int {
+	t.Helper()
+	l.mu.Lock()
+	p := l.presence[client]
+	l.mu.Unlock()
+	if p == nil || p.engine == nil {
+		t.Fatal("the limiter does not beat on its client")
+	}
+	p.beat(context.Background(), p.engine, l.id)
+	if !p.count.Heard() {
+		t.Fatal("Redis did not answer the beat")
+	}
+	return p.count.Load()
+}
+
+// TestCloseLeavesTheCount: Limiters made and closed one after another,
+// as short-lived processes or tests make them, take their ids out of
+// InstancesKey as they close: the survivor's next beat counts 1, not one
+// more per Limiter that ever ran, which would shrink its outage share.
+func TestCloseLeavesTheCount(t *testing.T) {
+	t.Parallel()
+	const passing = 20
+	srv := redistest.Start(t)
+	survivor := newMember(t, srv)
+	for range passing {
+		o := newMember(t, srv)
+		if got := o.beat(t); got < 2 {
+			t.Fatalf("a new instance counts %d, want the survivor and itself", got)
+		}
+		_ = o.limiter.Close()
+	}
+	if got := survivor.beat(t); got != 1 {
+		t.Errorf("after %d Limiters were made and closed, the survivor counts %d instances, want 1", passing, got)
+	}
+}
+
+// closeBound is the most Close may take on a Redis that fails: a beat in
+// flight and the call that takes the id out are each bounded by two
+// heartbeat periods (a connection, then an answer); the rest is slack for
+// a loaded machine. A Close that hangs never returns at all.
+const closeBound = 4*HeartbeatPeriod + 6*time.Second
+
+// TestCloseOnAFailingRedis: Close takes the id out best effort. On a Redis
+// that is gone, or one that accepts the call and never answers, it gives
+// up as its bound says and returns: it never hangs.
+func TestCloseOnAFailingRedis(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		fail func(srv *redistest.Server, proxy *slowProxy)
+	}{
+		{"stopped", func(srv *redistest.Server, _ *slowProxy) { srv.Stop() }},
+		{"hung", func(_ *redistest.Server, proxy *slowProxy) { proxy.SetDelay(time.Hour) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			proxy := startSlowProxy(t, srv.Addr, 0)
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			l, err := New(Redis(c), Timeout(testTimeout), queueTimeout(testTimeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := l.Policy()
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := fleetMember{limiter: l, client: c, policy: p}
+			if got := o.beat(t); got != 1 {
+				t.Fatalf("the instance counts %d, want 1", got)
+			}
+			tc.fail(srv, proxy)
+			start := time.Now()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > closeBound {
+				t.Errorf("Close took %v on a failing Redis, want at most %v", took, closeBound)
+			}
+		})
+	}
 }

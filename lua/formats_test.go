@@ -2,8 +2,6 @@ package lua
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -145,47 +143,8 @@ func packN(n int, v int64) string {
 	return string(b)
 }
 
-// TestTokenBucketOlderFormat: a key in the token bucket's older format,
-// "<base>:<ahead>" in decimal, is read: a rejection leaves it as it is, and
-// an admission replaces it with the current format, counting on.
-func TestTokenBucketOlderFormat(t *testing.T) {
-	t.Parallel()
-	onBackends(t, func(t *testing.T, c *redis.Client) {
-		ctx := context.Background()
-		// 10 per second (T = 100 ms), burst 5: capacity 5e6 units of 1/10 µs.
-		r := rule{alg: 3, window: 1e6, limit: 10, param: 5, cost: 3}
-		script := singleFor(r)
-		now := startClock()
-		key := prefix(t) + "k"
-		// 3 tokens used 50 ms ago: ahead 3e6, less 50e3 µs * 10 drained.
-		old := fmt.Sprintf("%d:%d", now-50e3, int64(3e6))
-		if err := c.Set(ctx, key, old, time.Second).Err(); err != nil {
-			t.Fatal(err)
-		}
-		got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(now, r.cost)...).Val())
-		// ahead 2.5e6; cost 3 needs 5.5e6 > 5e6: rejected, 2 left, a token
-		// back in 50 ms, the request fits in 50 ms.
-		if want := []int64{now, 1, 0, 2, 50e3, 50e3}; !slices.Equal(got, want) {
-			t.Fatalf("rejection on the older format: %v, want %v", got, want)
-		}
-		if s := state(ctx, t, c, key); s != "string "+old {
-			t.Fatalf("a rejection changed the key to %q", s)
-		}
-		r.cost = 1
-		got = ints(t, script.Run(ctx, c, []string{key}, singleArgs(now, r.cost)...).Val())
-		// new ahead 3.5e6: 1 left, the next token in 50 ms.
-		if want := []int64{now, 0, 1, 1, 50e3, 0}; !slices.Equal(got, want) {
-			t.Fatalf("admission on the older format: %v, want %v", got, want)
-		}
-		s := state(ctx, t, c, key)
-		if want := "string " + pack7(now) + pack7(3.5e6); len(s) != len(want)+7 || s[:len(want)] != want {
-			t.Fatalf("stored %q, want %q and 7 bytes of expiry", s, want)
-		}
-	})
-}
-
-// TestTokenBucketFormat: the key is 21 bytes (base, ahead, the time its TTL
-// lasts until); an admission sets the TTL, a quarter of the time to fill
+// TestTokenBucketFormat: the key is 32 bytes (base, ahead, the time its TTL
+// lasts until, the limit and the window); an admission sets the TTL, a quarter of the time to fill
 // from empty beyond the full bucket, only when the one the key has is too
 // short, and otherwise rewrites the first 14 bytes and keeps it.
 func TestTokenBucketFormat(t *testing.T) {
@@ -206,8 +165,8 @@ func TestTokenBucketFormat(t *testing.T) {
 		stored := func() (base, ahead, until int64) {
 			t.Helper()
 			v := c.Get(ctx, key).Val()
-			if len(v) != 21 {
-				t.Fatalf("stored %q, want 21 bytes", v)
+			if len(v) != 32 || v[21:] != pack4(r.limit)+pack7(r.window) {
+				t.Fatalf("stored %q, want 32 bytes ending in the limit and the window", v)
 			}
 			for i, p := range []*int64{&base, &ahead, &until} {
 				for _, b := range []byte(v[7*i : 7*i+7]) {
@@ -253,41 +212,6 @@ func TestTokenBucketFormat(t *testing.T) {
 		checkTTL(5*time.Second, sent)
 		if mem, err := c.MemoryUsage(ctx, key, 0).Result(); err == nil && mem > 160 {
 			t.Errorf("MEMORY USAGE %d bytes, want at most 160", mem)
-		}
-	})
-}
-
-// TestTokenBucketOlderTextOf21Bytes: the older format's text
-// "<base>:<ahead>" is 21 bytes whenever base has 16 digits (every µs time
-// since 2001) and ahead 4: a window of 1 to 10 ms gives ahead = cost*window
-// of 4 digits on an admission to a full bucket. Told apart from the
-// current format by length alone, those digits would be read as binary: a
-// base in the 25th century, an enormous ahead, and a rejection of a
-// request the stored state admits, with a retry of centuries. (Its first
-// byte is an ASCII digit, never the first byte of a 7-byte µs time before
-// 2^53.)
-func TestTokenBucketOlderTextOf21Bytes(t *testing.T) {
-	t.Parallel()
-	onBackends(t, func(t *testing.T, c *redis.Client) {
-		ctx := context.Background()
-		// 2 per 5 ms, burst 2: T = 5000 units of 1/2 µs, capacity 10000.
-		r := rule{alg: 3, window: 5000, limit: 2, param: 2, cost: 1}
-		script := singleFor(r)
-		now := startClock()
-		key := prefix(t) + "k"
-		// One token taken 1 µs ago: ahead 5000 (4 digits), 21 bytes.
-		old := fmt.Sprintf("%d:%d", now-1, 5000)
-		if len(old) != 21 {
-			t.Fatalf("older text %q is %d bytes, want 21", old, len(old))
-		}
-		if err := c.Set(ctx, key, old, time.Second).Err(); err != nil {
-			t.Fatal(err)
-		}
-		got := ints(t, script.Run(ctx, c, []string{key}, singleArgs(now, 1)...).Val())
-		// ahead 5000 - 2 = 4998; + 5000 = 9998 <= 10000: admitted, 0
-		// left, the next token in ceil((9998 - 5000)/2) = 2499 µs.
-		if want := []int64{now, 0, 1, 0, 2499, 0}; !slices.Equal(got, want) {
-			t.Fatalf("on the older text %q: reply %v, want %v", old, got, want)
 		}
 	})
 }

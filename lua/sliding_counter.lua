@@ -34,7 +34,16 @@
 --        index minus the oldest one holding units and k the current one's
 --        minus L (N for a missing key or one whose units have all left);
 --        otherwise a, the counted sub-windows as a table (index -> units,
---        with sum, their units, and last, the newest), and b nil.
+--        with sum, their units, last, the newest, and grow, whether the
+--        key holds fewer than N counts), and b nil.
+--
+-- A key of another N, on the same key name, is of the same sub-window
+-- length (ginlimit's keyTag puts it in the key name): a new window, an
+-- override's, of more or fewer sub-windows. It is read on the uncommon
+-- path, every unit it holds still counted in the new window, and an
+-- admission rewrites it with N counts. A key of fewer counts expires when
+-- its newest sub-window leaves its shorter window: a rejection keeps it
+-- (report) until that sub-window leaves this one.
 --
 -- After the clock stepped back, sub-windows newer than the current one
 -- count too, until they leave, which only rejects more; an admission is
@@ -129,6 +138,9 @@ if s then
       end
     end
     counts.sum, counts.last = sum, newest
+    -- Written under fewer sub-windows (an override's longer window): its
+    -- TTL ends when its newest leaves that many (see report).
+    counts.grow = n < param
     ok, a, b = sum + cost <= limit, counts, nil
     break
   end
@@ -217,6 +229,13 @@ if b then
 end
 -- The counted sub-windows, oldest first.
 local counts, order = a, {}
+if counts.grow and counts.last and not admitted and not peek then
+  -- Keep a key of fewer sub-windows until its newest leaves this window,
+  -- as an admission would (PEXPIREAT, which Redis allows out of memory):
+  -- its TTL, set for the shorter window, would otherwise drop units that
+  -- still count.
+  redis.call('PEXPIREAT', key, string.format('%d', math.ceil((counts.last + param) * sub / 1000)))
+end
 for i in pairs(counts) do
   if type(i) == 'number' then
     order[#order + 1] = i

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -364,6 +365,36 @@ func TestSlidingCounterLargeN(t *testing.T) {
 		}
 		if w := model.state(n); fmt.Sprint(st) != fmt.Sprint(w) {
 			t.Fatalf("stored %v, want %v", st, w)
+		}
+	})
+}
+
+// TestSlidingCounterLongerWindow: a rule of more sub-windows of the same
+// length (an override's longer window) reads the key as it is, counting
+// every unit it holds, and a rejection keeps the key until its newest
+// sub-window leaves the longer window, although its TTL was set for the
+// shorter one.
+func TestSlidingCounterLongerWindow(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		const sub = int64(10e6) // long, so that no key expires on the server's own clock while the test runs
+		short := rule{alg: number(t, "sliding_counter"), window: 2 * sub, limit: 3, param: 2}
+		long := rule{alg: short.alg, window: 4 * sub, limit: 3, param: 4}
+		now := startClock()
+		key := prefix(t) + "sc-50000000:{k}"
+		if got := ints(t, singleFor(short).Run(ctx, c, []string{key}, singleArgs(now, 3)...).Val()); got[1] != 0 {
+			t.Fatalf("3 of 3 under 2 sub-windows: %v, want admitted", got)
+		}
+		if r := singleFor(long).Run(ctx, c, []string{key}, singleArgs(now, 1)...); r.Err() != nil {
+			t.Fatal(r.Err())
+		} else if got := ints(t, r.Val()); got[1] != 1 || got[3] != 0 {
+			t.Fatalf("under 4 sub-windows: %v, want rejected with 0 remaining", got)
+		}
+		last := now / sub
+		ttl, err := c.PTTL(ctx, key).Result()
+		if least := (last+4)*sub/1000 - time.Now().UnixMilli(); err != nil || ttl.Milliseconds() < least {
+			t.Fatalf("PTTL after the rejection: %v, %v; want at least %d ms", ttl, err, least)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,4 +40,54 @@ func TestTokenBucketCapacityAt2Pow53(t *testing.T) {
 			t.Fatalf("1 µs before the first token is back: reply %v, want rejected, 0 remaining, reset 1, retry 1 %v", got[1:], want)
 		}
 	}(redistest.Start(t).Client())
+}
+
+// TestTokenBucketAcrossNewSettings: the state is the bucket's level,
+// stored with the limit and window it was written under, so a rule of
+// other settings on the same key (an override's) goes on from it: a cut
+// admits nothing until the level is under the new burst, draining at the
+// new rate, and keeps the key while it drains although its TTL was set
+// for the old rate; a raise gives the difference, draining at the old rate
+// since the last admission (when the change came is not known); a new
+// window reads the level in its own units.
+func TestTokenBucketAcrossNewSettings(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		const w = int64(100e6) // long, so that no key expires on the server's own clock while the test runs
+		rate := func(limit, window int64) rule {
+			return rule{alg: number(t, "token_bucket"), window: window, limit: limit, param: limit}
+		}
+		now := startClock()
+		key := prefix(t) + "tb3:{k}"
+		step := func(what string, r rule, at, cost int64, admitted bool, remaining int64) {
+			t.Helper()
+			got := ints(t, singleFor(r).Run(ctx, c, []string{key}, singleArgs(at, cost)...).Val())
+			if (got[1] == 0) != admitted || got[3] != remaining {
+				t.Fatalf("%s: reply %v, want admitted %v with %d remaining", what, got, admitted, remaining)
+			}
+		}
+		step("10 of 10", rate(10, w), now, 10, true, 0)
+		step("cut to 5 at once", rate(5, w), now, 1, false, 0)
+		// A window later, 5 tokens are back at the new rate: 5 still out.
+		step("cut, a window later", rate(5, w), now+w, 1, false, 0)
+		// The TTL the old rate set (1.25 windows) ends before the bucket is
+		// full at the new one (2 windows): the rejection kept the key.
+		ttl, err := c.PTTL(ctx, key).Result()
+		if least := (now+2*w)/1000 + 1 - time.Now().UnixMilli(); err != nil || ttl.Milliseconds() < least {
+			t.Fatalf("PTTL after the rejection under the cut: %v, %v; want at least %d ms", ttl, err, least)
+		}
+		step("cut, 1.2 windows later", rate(5, w), now+w+w/5, 1, true, 0)
+		if v := c.Get(ctx, key).Val(); len(v) != 32 || v[21:] != pack4(5)+pack7(w) {
+			t.Fatalf("stored %q, want the limit 5 and window %d at its end", v, w)
+		}
+		// 5 out at 1.2 windows; a fifth of a window later, at the old rate,
+		// 4: a raise to 20 leaves 16, not the 19 of the new rate.
+		step("raise to 20, cost 17", rate(20, w), now+w+2*w/5, 17, false, 16)
+		step("raise to 20, cost 16", rate(20, w), now+w+2*w/5, 16, true, 0)
+		// 20 tokens out of 20 per window; per 2 windows, the same 20 out,
+		// and 10 back a window later.
+		step("window doubled", rate(20, 2*w), now+w+2*w/5, 1, false, 0)
+		step("window doubled, a window later", rate(20, 2*w), now+2*w+2*w/5, 11, false, 10)
+	})
 }

@@ -253,15 +253,34 @@ end
 -- (7) or cost (4), or, older still, a member whose first byte is a digit,
 -- one unit named after its time). When this script finds no key of its
 -- own, or its lcum says the older key may still be written by an instance
--- of the version before, it reads that key, and counts the entries in its
--- window that it has not imported yet (cum above lcum) as its own, at their
--- times (and no earlier than its newest entry); the next admission writes
--- them into this key. So during a rolling deploy an instance of this
--- version counts every admission of the older ones on the key it shares
--- with them; they do not count its own (they read only the ZSET), so for
--- the deploy's duration each older instance can admit up to the limit
--- more. lcum goes back to 0 once the older key is gone: it expires a window
--- after its last admission.
+-- of the version before, it reads that key, and counts the members in its
+-- window that it has not imported yet (cum above lcum) as its own, and the
+-- decision writes them into this key, admitted or not (a refusal through
+-- pcall, after its report: out of memory, the import waits). So the older
+-- key is imported once, and later decisions read only what is new in it.
+-- Each call reads a bounded part of it, whatever its size: its 8 newest
+-- members, which hold all that is new on most calls; when all 8 are, how
+-- many are in the window (ZCOUNT), and how many of those are new, found by
+-- rank from the newest (cum grows with the rank: doubling, then halving,
+-- one member read a step); up to 256 new members are read in one ZRANGE
+-- and imported each at its own time; more, as 64 groups of consecutive
+-- members, 65 members read: a group's units are the difference of the cum
+-- of its newest member and of the one before it (modulo 2^51, as cum
+-- wraps: the older version's own count), all at its newest member's time.
+-- So the count is exact, and a unit never leaves the window sooner than
+-- its member would, only up to a 64th of the members later (the oldest
+-- format has no cum: with one of its members among those read, every unit
+-- goes at the newest member's time, as many as the newest cum, the older
+-- version's own bound, or one per member). Times are no earlier than this
+-- key's newest entry, and at most the newest 100,000 units (the largest
+-- limit of a sliding log, on which every limit decides as on all) are
+-- kept, so the key stays bounded too. During a rolling deploy an instance
+-- of this version counts every admission of the older ones on the key it
+-- shares with them; they do not count its own (they read only the ZSET),
+-- so for the deploy's duration each older instance can admit up to the
+-- limit more. lcum goes back to 0 once the older key is gone: it expires a
+-- window after its last admission. Both keys differ only in the tag before
+-- the hash tag ({...}), so they are in one Redis Cluster slot.
 
 -- sliding_log_slow(op, key, window, param, s, cost, now, pack, unpack_ints)
 -- holds every path but the common ones, in one function that takes what it
@@ -272,10 +291,13 @@ end
 --   'state': s is the trailer as read ('' when there is no key); returns
 --     the decision's state as a table: base, n, tail, newest, lcum, q (the
 --     entries of the trailer's q from the oldest in the window, or the
---     next ones of the body), live (the units in the window) and imp
---     (entries imported from the older key, which count after the body's);
---   'write': records cost units at now in state s, and returns the units in
---     the window with them and the oldest one's at (ms);
+--     next ones of the body), live (the units in the window), imp (the
+--     entries imported from the older key, which count after the body's,
+--     as runs {offset, units}), ni (their units) and kept (the newest
+--     entry of the key as it was);
+--   'write': records cost units at now in state s (after the runs of imp;
+--     a cost of 0 writes those alone), and returns the units in the
+--     window with them and the oldest one's at (ms);
 --   'unit': returns the at (ms) of unit number cost (from 1) in the window
 --     of state s, counted from the oldest.
 local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpack_ints)
@@ -305,9 +327,14 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   end
 
   if op == 'unit' then
-    local body = s.live - #s.imp / 4
-    if cost > body then
-      return s.base + at(s.imp, cost - body - 1)
+    local k = cost - (s.live - s.ni)
+    if k > 0 then
+      for _, r in ipairs(s.imp) do
+        if k <= r[2] then
+          return s.base + r[1]
+        end
+        k = k - r[2]
+      end
     elseif cost <= #s.q / 4 then
       return s.base + at(s.q, cost - 1)
     end
@@ -316,7 +343,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
 
   if op == 'state' then
     local tr = s
-    s = {imp = '', q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
+    s = {imp = {}, ni = 0, q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
     if #tr == 63 then
       local m, qi
       s.base, s.n, s.tail, s.newest, s.lcum, m, qi = unpack_ints('>I6I4I4I4I7I1I1', tr)
@@ -355,56 +382,179 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       end
     end
     s.base = s.base or math.ceil(now / 1000)
+    -- kept: the newest entry of the key as it is, which its expiry
+    -- follows (newest moves on with what is imported).
+    s.kept = s.newest
     if param > 0 and (#tr ~= 63 or s.lcum > 0) then
-      -- The key the ZSET log kept: its entries in the window with a cum
-      -- above lcum, at no earlier than the newest entry.
+      -- The key the ZSET log kept (see Upgrade): its members in the window
+      -- with a cum above lcum (every one while lcum is 0), as entries at
+      -- no earlier than the newest entry, in one bounded pass.
       local old = string.sub(key, 1, param) .. string.sub(key, param + 5)
-      if string.sub(key, param + 1, param + 4) ~= 'sl2:' or redis.call('EXISTS', old) == 0 then
+      if string.sub(key, param + 1, param + 4) ~= 'sl2:' then
         s.lcum = 0
         return s
       end
       -- A member at µs t is recorded at ceil(t / 1000) ms: in the window
-      -- when t is past cut's millisecond.
-      local members = redis.call('ZRANGEBYSCORE', old, string.format('%d', cut - cut % 1000 + 1), '+inf', 'WITHSCORES')
-      if s.live == 0 and members[2] then
-        -- Nothing of this key's in the window: count from the oldest member.
-        s.base = math.min(s.base, math.ceil(tonumber(members[2]) / 1000))
+      -- when t is at least from, past cut's millisecond.
+      local from = cut - cut % 1000 + 1
+      -- Its 8 newest members, which hold all there is to import on most
+      -- calls.
+      local top = redis.call('ZREVRANGE', old, '0', '7', 'WITHSCORES')
+      if not top[1] then
+        -- The older key is gone: stop looking for it.
+        s.lcum = 0
+        return s
       end
-      local parts, top, newest = {}, s.lcum, s.newest
-      for i = 1, #members, 2 do
-        local m, cum, units = members[i], nil, 1
+      -- cum(m) is member m's cum, nil for the oldest format (a digit
+      -- first); cost(m) its units; fresh(m) whether it is to be imported:
+      -- cum above lcum, or anything while lcum is 0.
+      local function cum(m)
         if string.byte(m) < 48 then
-          cum = unpack_ints('>I7', m, 8)
-          if #m == 22 then
-            units = unpack_ints('>I4', m, 19)
-          end
-        elseif s.lcum == 0 then
-          -- Older still: one unit, and no cum; imported with a new key only.
-          cum = 0
-        end
-        if cum and (cum > s.lcum or s.lcum == 0) then
-          newest = math.max(newest, math.ceil(tonumber(members[i + 1]) / 1000) - s.base)
-          parts[#parts + 1] = string.rep(pack('>I4', newest), units)
-          top = math.max(top, cum)
+          return (unpack_ints('>I7', m, 8))
         end
       end
-      s.imp, s.newest, s.lcum = table.concat(parts), newest, math.max(top, 1)
-      s.live = s.live + #s.imp / 4
+      local function cost(m)
+        if #m == 22 and string.byte(m) < 48 then
+          return (unpack_ints('>I4', m, 19))
+        end
+        return 1
+      end
+      local function fresh(m)
+        local c = cum(m)
+        return s.lcum == 0 or c ~= nil and c > s.lcum
+      end
+      -- member(r) is the member of rank r (from the newest, -1) and its
+      -- score: O(log N) in Redis, whatever the key's size.
+      local function member(r)
+        r = string.format('%d', r)
+        local e = redis.call('ZRANGE', old, r, r, 'WITHSCORES')
+        return e[1], tonumber(e[2])
+      end
+      local parts = {} -- {at (µs), units}, oldest first
+      if tonumber(top[2]) >= from and fresh(top[1]) then
+        -- How many of the newest members to import: those in the window,
+        -- and while lcum is above 0, those with a cum above it, which are
+        -- the newest (cum grows with the rank). Among the 8 read, or when
+        -- all 8 are, counted (ZCOUNT), and found from the newest, doubling,
+        -- then halving, each step one member read.
+        local lo = 0
+        while top[2 * lo + 1] and tonumber(top[2 * lo + 2]) >= from and fresh(top[2 * lo + 1]) do
+          lo = lo + 1
+        end
+        if lo == 8 then
+          local count = redis.call('ZCOUNT', old, string.format('%d', from), '+inf')
+          local hi = count + 1
+          if s.lcum == 0 then
+            lo = count
+          end
+          while lo < count and hi == count + 1 do
+            local d = math.min(2 * lo, count)
+            if fresh(member(-d)) then
+              lo = d
+            else
+              hi = d
+            end
+          end
+          while hi - lo > 1 do
+            local mid = math.floor((lo + hi) / 2)
+            if fresh(member(-mid)) then
+              lo = mid
+            else
+              hi = mid
+            end
+          end
+        end
+        if lo <= 8 then
+          -- Few: each member at its own time, exactly, oldest first.
+          for i = lo, 1, -1 do
+            parts[#parts + 1] = {tonumber(top[2 * i]), cost(top[2 * i - 1])}
+          end
+        elseif lo <= 256 then
+          local members = redis.call('ZRANGE', old, string.format('%d', -lo), '-1', 'WITHSCORES')
+          for i = 1, #members, 2 do
+            if fresh(members[i]) then
+              parts[#parts + 1] = {tonumber(members[i + 1]), cost(members[i])}
+            end
+          end
+        else
+          -- Many: 64 groups of consecutive members, each group's units
+          -- (the difference of the cums of its newest member and the one
+          -- before it, modulo 2^51 as cum wraps, the older version's own
+          -- count) at the time of its newest member: exact in number, and
+          -- each unit counted no sooner than its own member, so it leaves
+          -- the window no sooner either. 65 members read, whatever lo is.
+          local f = member(-lo)
+          local prev = cum(f)
+          if prev then
+            prev = prev - cost(f)
+          end
+          for j = 1, 64 do
+            local e, at = member(math.floor(j * lo / 64) - lo - 1)
+            local c = cum(e)
+            if not prev or not c then
+              -- A member of the oldest format (no cum) among them: every
+              -- unit at the newest member's time, as many as the older
+              -- version counted (the newest cum) or one per member.
+              c = cum(top[1])
+              parts = {{tonumber(top[2]), c and c - s.lcum or lo}}
+              break
+            end
+            parts[j] = {at, (c - prev) % 2251799813685248}
+            prev = c
+          end
+        end
+      end
+      -- At most MaxLogLimit units, the newest: any limit a sliding log
+      -- takes decides the same on them as on all (the key stays full
+      -- until the older ones have left anyway), and the key's memory stays
+      -- bounded.
+      local keep, first = 100000, #parts + 1
+      while first > 1 and keep > 0 do
+        first = first - 1
+        parts[first][2] = math.min(parts[first][2], keep)
+        keep = keep - parts[first][2]
+      end
+      if s.live == 0 and parts[first] then
+        -- Nothing of this key's in the window: count from the oldest.
+        s.base = math.min(s.base, math.ceil(parts[first][1] / 1000))
+      end
+      -- As runs of entries, {offset, units}: a long string made in Lua
+      -- costs Redis more per byte than short ones written one after
+      -- another (see write).
+      local newest = s.newest
+      for i = first, #parts do
+        newest = math.max(newest, math.ceil(parts[i][1] / 1000) - s.base)
+        s.imp[#s.imp + 1] = {newest, parts[i][2]}
+        s.ni = s.ni + parts[i][2]
+      end
+      s.newest, s.lcum = newest, math.max(cum(top[1]) or 0, s.lcum, 1)
+      s.live = s.live + s.ni
     end
     return s
   end
 
-  -- op == 'write'
-  local off = math.max(math.ceil(now / 1000) - s.base, s.newest)
-  local body = s.live - #s.imp / 4
-  local whole = s.n == 0 or #s.imp > 0 or s.tail >= 64 and s.tail * 4 >= body or off >= 2147483648
-  local live = ''
+  -- op == 'write': cost entries at now, after the runs imported (s.imp);
+  -- a cost of 0 writes the runs alone (see report).
+  local off = s.newest
+  if cost > 0 then
+    off = math.max(math.ceil(now / 1000) - s.base, s.newest)
+  end
+  local body = s.live - s.ni
+  local whole = s.n == 0 or s.tail >= 64 and s.tail * 4 >= body or off >= 2147483648
+  local live, runs = '', s.imp
   if whole then
-    live = read(s.tail, body) .. s.imp
+    live = read(s.tail, body)
   end
   if off >= 2147483648 then
-    -- A new base: the oldest entry in the window's.
-    local parts, base = {}, s.base + at(live, 0)
+    -- A new base: the oldest entry in the window's. The runs join the
+    -- live entries first (once in 2^31 ms at most).
+    local parts = {live}
+    for _, r in ipairs(runs) do
+      parts[#parts + 1] = string.rep(pack('>I4', r[1]), r[2])
+    end
+    live, runs = table.concat(parts), {}
+    parts = {}
+    local base = s.base + at(live, 0)
     for i = 0, #live / 4 - 1 do
       parts[i + 1] = pack('>I4', s.base + at(live, i) - base)
     end
@@ -414,56 +564,77 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
     live = table.concat(parts)
     s.base = base
   end
-  -- The cost's entries: up to 4096 in one string, doubled up to its
-  -- length rather than added one by one, and the rest as whole chunks of
-  -- 4096 (16 KiB), written one after another: a long string made in Lua
-  -- costs Redis more per byte than a short one written many times.
-  local chunks, new = math.floor((cost - 1) / 4096), pack('>I4', off)
-  local rest = cost - 4096 * chunks
-  while #new < 4 * rest do
-    new = new .. new
+  if cost > 0 then
+    runs[#runs + 1] = {off, cost}
   end
-  local chunk = new
-  if chunks > 0 then
-    while #chunk < 16384 do
-      chunk = chunk .. chunk
-    end
-  end
-  new = string.sub(new, 1, 4 * rest)
-  local q, tail, n = s.q, s.tail, s.n + cost
+  -- q: the first 8 entries from tail, completed from the runs when the
+  -- body has fewer.
+  local q, tail, n = s.q, s.tail, s.n + s.ni + cost
   if whole then
-    q, tail, n = string.sub(live, 1, 32), 0, s.live + cost
-    if #q < 32 then
-      q = q .. string.sub(new, 1, 32 - #q)
+    q, tail, n = string.sub(live, 1, 32), 0, #live / 4 + s.ni + cost
+  end
+  if whole or #q / 4 == body and body < 8 then
+    for _, r in ipairs(runs) do
+      if #q < 32 then
+        q = q .. string.rep(pack('>I4', r[1]), math.min(r[2], (32 - #q) / 4))
+      end
     end
-  elseif #q / 4 == body and body < 8 then
-    q = q .. string.sub(new, 1, 32 - #q)
   end
   local trailer = pack('>I6I4I4I4I7I1I1I4', s.base, n, tail, off, s.lcum, #q / 4, 0, at(q, 0)) .. q .. string.rep('\0', 32 - #q)
   local quarter = math.ceil(window / 4000)
   local expire = string.format('%d', (math.floor((s.base + off) / quarter) + 1) * quarter + math.ceil(window / 1000))
-  local at_end = 4 * s.n
+  -- The bytes after the body (or, whole, from the start): the live
+  -- entries, each run, the trailer. Pieces under 4 KiB go together, up to
+  -- 16 KiB a call; a run of up to 2048 entries is one string.rep (which
+  -- fills a buffer on the C stack, so Redis allocates the result only); a
+  -- longer one is doubled up to 4096 entries (16 KiB), written as many
+  -- times as it fills, then its rest: a long string made in Lua costs
+  -- Redis more per byte than a short one written many times. The first
+  -- write is the SET or the first SETRANGE, which can grow memory (see
+  -- lua.go); one piece, one call, for the most.
+  local at_end, out, size, wrote = 4 * s.n, {}, 0, false
   if whole then
-    -- The first write is the SET, which can grow memory (see lua.go).
-    redis.call('SET', key, live .. new .. (chunks == 0 and trailer or ''), 'PXAT', expire)
-    at_end = #live + #new
-  else
-    if chunks == 0 then
-      redis.call('SETRANGE', key, string.format('%d', at_end), new .. trailer)
+    at_end = 0
+  end
+  local function flush(text)
+    if whole and not wrote then
+      redis.call('SET', key, text, 'PXAT', expire)
     else
-      redis.call('SETRANGE', key, string.format('%d', at_end), new)
-      at_end = at_end + #new
+      redis.call('SETRANGE', key, string.format('%d', at_end), text)
     end
-    if math.floor((s.base + off) / quarter) ~= math.floor((s.base + s.newest) / quarter) then
-      redis.call('PEXPIREAT', key, expire)
+    wrote, at_end = true, at_end + #text
+  end
+  local function put(text)
+    if size > 0 and (size + #text > 16384 or #text >= 4096) then
+      flush(table.concat(out))
+      out, size = {}, 0
+    end
+    if #text >= 4096 then
+      flush(text)
+    else
+      out[#out + 1], size = text, size + #text
     end
   end
-  if chunks > 0 then
-    for i = 1, chunks do
-      redis.call('SETRANGE', key, string.format('%d', at_end), chunk)
-      at_end = at_end + #chunk
+  put(live)
+  for _, r in ipairs(runs) do
+    local units, e = r[2], pack('>I4', r[1])
+    if units <= 2048 then
+      put(string.rep(e, units))
+    else
+      while #e < 16384 do
+        e = e .. e
+      end
+      while units >= 4096 do
+        put(e)
+        units = units - 4096
+      end
+      put(string.sub(e, 1, 4 * units))
     end
-    redis.call('SETRANGE', key, string.format('%d', at_end), trailer)
+  end
+  put(trailer)
+  flush(table.concat(out))
+  if not whole and math.floor((s.base + off) / quarter) ~= math.floor((s.base + (s.kept or s.newest)) / quarter) then
+    redis.call('PEXPIREAT', key, expire)
   end
   return s.live + cost, s.base + at(q, 0)
 end
@@ -600,9 +771,9 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
       if #b > 63 then
         q = string.sub(b, 64 + 4 * (i - m + qi))
       end
-      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = ''}
+      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = {}, ni = 0}
     elseif b == 0 then
-      b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = ''}
+      b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = {}, ni = 0}
     end
     a, b = sliding_log_slow('write', key, window, param, b, cost, now, pack, unpack_ints)
   until true
@@ -637,6 +808,13 @@ local function sliding_log_report(key, window, limit, param, cost, ok, admitted,
     remaining, reset, retry = math.max(0, limit - b.live), sliding_log_slow('unit', key, window, param, b, 1, now, pack, unpack_ints) * 1000 + window - now, 0
     if not ok then
       retry = sliding_log_slow('unit', key, window, param, b, b.live + cost - limit, now, pack, unpack_ints) * 1000 + window - now
+    end
+    if b.ni > 0 and not peek then
+      -- Not recorded, but imported from the older key (see Upgrade): written
+      -- now, so that no later decision imports it again. Through pcall: out
+      -- of memory (this is then the script's first write), the decision
+      -- stands and the import waits for a later one.
+      pcall(sliding_log_slow, 'write', key, window, param, b, 0, now, pack, unpack_ints)
     end
   until true
   return remaining, reset, retry
@@ -678,7 +856,16 @@ end
 --        index minus the oldest one holding units and k the current one's
 --        minus L (N for a missing key or one whose units have all left);
 --        otherwise a, the counted sub-windows as a table (index -> units,
---        with sum, their units, and last, the newest), and b nil.
+--        with sum, their units, last, the newest, and grow, whether the
+--        key holds fewer than N counts), and b nil.
+--
+-- A key of another N, on the same key name, is of the same sub-window
+-- length (ginlimit's keyTag puts it in the key name): a new window, an
+-- override's, of more or fewer sub-windows. It is read on the uncommon
+-- path, every unit it holds still counted in the new window, and an
+-- admission rewrites it with N counts. A key of fewer counts expires when
+-- its newest sub-window leaves its shorter window: a rejection keeps it
+-- (report) until that sub-window leaves this one.
 --
 -- After the clock stepped back, sub-windows newer than the current one
 -- count too, until they leave, which only rejects more; an admission is
@@ -782,6 +969,9 @@ local function sliding_counter_check(key, window, limit, param, cost)
           end
         end
         counts.sum, counts.last = sum, newest
+        -- Written under fewer sub-windows (an override's longer window): its
+        -- TTL ends when its newest leaves that many (see report).
+        counts.grow = n < param
         ok, a, b = sum + cost <= limit, counts, nil
         break
       end
@@ -881,6 +1071,13 @@ local function sliding_counter_report(key, window, limit, param, cost, ok, admit
     end
     -- The counted sub-windows, oldest first.
     local counts, order = a, {}
+    if counts.grow and counts.last and not admitted and not peek then
+      -- Keep a key of fewer sub-windows until its newest leaves this window,
+      -- as an admission would (PEXPIREAT, which Redis allows out of memory):
+      -- its TTL, set for the shorter window, would otherwise drop units that
+      -- still count.
+      redis.call('PEXPIREAT', key, string.format('%d', math.ceil((counts.last + param) * sub / 1000)))
+    end
     for i in pairs(counts) do
       if type(i) == 'number' then
         order[#order + 1] = i
@@ -1027,25 +1224,42 @@ end
 -- units of 1/limit µs, where T is exactly `window` and the capacity exactly
 -- burst*window (which must not exceed 2^53).
 --
--- Key    a string of 21 bytes, unsigned big-endian integers of 7 bytes:
---        base, the µs time of the last admission; how far the TAT was then
---        ahead of it, in 1/limit µs; and the µs time until which the key's
---        TTL lasts. The key expires when the bucket is full again, or up to
---        a quarter of the time it takes to fill from empty later: an
---        admission sets the TTL that far (SET ... PX) only when the one the
---        key has ends before the bucket would be full again, with a
---        millisecond to spare; otherwise it rewrites the first 14 bytes and
---        keeps the TTL (SETRANGE).
+-- Key    a string of 32 bytes, unsigned big-endian integers: base (7
+--        bytes), the µs time of the last admission; ahead (7), how far the
+--        TAT was then ahead of it, in 1/limit µs; until (7), the µs time
+--        until which the key's TTL lasts; and the limit (4) and window (7)
+--        the state was written under. The key expires when the bucket is
+--        full again, or up to a quarter of the time it takes to fill from
+--        empty later: an admission sets the TTL that far (SET ... PX) only
+--        when the one the key has ends before the bucket would be full
+--        again, with a millisecond to spare; otherwise it rewrites the
+--        first 14 bytes and keeps the TTL (SETRANGE).
 -- param  the burst: the bucket's capacity (an integer, at least 1, with
 --        burst*window at most 2^53).
 -- cost   1 to the burst.
 -- State  a = ahead (now, in 1/limit µs; -ahead - 1 when the key's TTL
 --        already lasts long enough for this request) and b = new_ahead
---        (what it would be with this request).
+--        (what it would be with this request), or, when the key must last
+--        longer than its TTL for the bucket to be full again (see below),
+--        minus the ms time it must last until.
+--
+-- ahead is tokens times the window whatever the limit (a token is window
+-- units), so the state is the bucket's level, the tokens taken and not yet
+-- back, and a new limit (an override's) reads it as it is: a cut keeps
+-- what was spent, a raise gives the difference. A state written under
+-- another limit or window is read as its level, converted to this window
+-- (rounded up), and drained since its last admission at the lower of the
+-- two rates, since when the change came is not known: so neither what the
+-- old settings nor what the new ones would admit is ever exceeded. Its
+-- admission rewrites it whole, under the new settings. Until then a
+-- rejection keeps the key (PEXPIREAT, which Redis allows out of memory) as
+-- long as the bucket takes to be full again: a TTL set for a faster rate
+-- would otherwise end while tokens are still out, and the key come back
+-- as a full bucket.
 --
 -- remaining is the whole tokens left, reset the time until the next whole
 -- token, and retry, for a rejected request, the time until its cost fits,
--- both rounded up to whole microseconds.
+-- both rounded up to whole microseconds, at this rule's rate.
 --
 -- check only reads, so the first write of an admission is its SET or
 -- SETRANGE, which Redis refuses before anything is written when it is out
@@ -1056,9 +1270,8 @@ end
 -- 0), and nothing more is admitted than without the step; reset and retry
 -- count to that TAT.
 --
--- A key that does not hold 21 bytes was written by the format before this
--- one, "<base>:<ahead>" in decimal (expiring when the bucket is full again):
--- check reads it, and an admission replaces it with the current format.
+-- (The formats before this one, 21 bytes without the settings and text
+-- before that, are under other key names: ginlimit's keyTag.)
 
 -- token_bucket.lua's validate section.
 local function token_bucket_validate(window, limit, param, cost)
@@ -1079,31 +1292,43 @@ end
 local function token_bucket_check(key, window, limit, param, cost)
   local ok, a, b
   repeat
-    local ahead, expires = 0, nil
+    local ahead, expires, keep = 0, nil, nil
     local stored = redis.call('GET', key)
-    if stored then
-      local base
-      if #stored == 21 and string.byte(stored) < 48 then
-        base, ahead, expires = unpack_ints('>I7I7I7', stored)
-      else
-        -- The older format.
-        local sb, sa = string.match(stored, '^(%d+):(%d+)$')
-        if sb then
-          base, ahead = tonumber(sb), tonumber(sa)
+    if stored and #stored == 32 then
+      local base, l0, w0
+      base, ahead, expires, l0, w0 = unpack_ints('>I7I7I7I4I7', stored)
+      -- Drain the elapsed µs, each worth limit units. The product is exact
+      -- whenever it is below ahead (<= 2^53), and compares right when it
+      -- is not. When the clock has stepped back, it is negative and the
+      -- TAT stays where it was, further ahead of now: that only rejects
+      -- more, and the reset and retry still say when a token is back.
+      local rate, changed = limit, l0 ~= limit or w0 ~= window
+      if changed then
+        -- Other settings: the level (ahead / w0 tokens) in this window's
+        -- units, drained at the lower rate (units per µs: l0 * window / w0
+        -- for the old one). Exact when only the limit changed.
+        if w0 ~= window then
+          ahead = math.min(math.ceil(ahead * window / w0), 9007199254740992)
+        end
+        if l0 * window < limit * w0 then
+          rate = l0 * window / w0
         end
       end
-      if base then
-        -- Drain the elapsed µs, each worth limit units. The product is exact
-        -- whenever it is below ahead (<= 2^53), and compares right when it
-        -- is not. When the clock has stepped back, it is negative and the
-        -- TAT stays where it was, further ahead of now: that only rejects
-        -- more, and the reset and retry still say when a token is back.
-        local drained = (now - base) * limit
-        if drained >= ahead then
-          ahead = 0
-        else
-          ahead = ahead - drained
+      local drained = (now - base) * rate
+      if drained >= ahead then
+        ahead = 0
+      else
+        ahead = ahead - drained
+      end
+      if changed then
+        ahead = math.ceil(ahead)
+        -- The key must last until the bucket is full again at this rate; its
+        -- TTL was set for the old settings. An admission writes it whole.
+        local until_ms = math.ceil((now + ahead / rate) / 1000) + 1
+        if ahead > 0 and until_ms * 1000 > expires then
+          keep = until_ms
         end
+        expires = nil
       end
     end
     ok, a, b = cost * window <= param * window - ahead, ahead, ahead + cost * window
@@ -1113,6 +1338,8 @@ local function token_bucket_check(key, window, limit, param, cost)
     -- start of the millisecond the call runs in).
     if expires and now + b / limit + 1000 <= expires then
       a = -ahead - 1
+    elseif keep then
+      b = -keep
     end
   until true
   return ok, a, b
@@ -1121,6 +1348,9 @@ end
 -- token_bucket.lua's commit section.
 local function token_bucket_commit(key, window, limit, param, cost, a, b)
   repeat
+    if b < 0 then
+      b = a + cost * window
+    end
     if a < 0 then
       -- The TTL lasts: rewrite the time and how far ahead, and keep it.
       redis.call('SETRANGE', key, '0', pack('>I7I7', now, b))
@@ -1131,7 +1361,7 @@ local function token_bucket_commit(key, window, limit, param, cost, a, b)
     -- fill from empty (capacity / limit µs) more, so that the TTL is set
     -- again at most about 4 times in that time.
     local ms = math.ceil(b / limit / 1000) + math.floor(param * window / limit / 4000)
-    redis.call('SET', key, pack('>I7I7I7', now, b, now + ms * 1000), 'PX', string.format('%d', ms))
+    redis.call('SET', key, pack('>I7I7I7I4I7', now, b, now + ms * 1000, limit, window), 'PX', string.format('%d', ms))
     a = b
   until true
   return a, b
@@ -1141,6 +1371,10 @@ end
 local function token_bucket_report(key, window, limit, param, cost, ok, admitted, a, b)
   local remaining, reset, retry
   repeat
+    if not admitted and not peek and b < 0 then
+      -- Keep the key until the bucket is full again (see the top).
+      redis.call('PEXPIREAT', key, string.format('%d', -b))
+    end
     local ahead = a
     if ahead < 0 then
       ahead = -ahead - 1

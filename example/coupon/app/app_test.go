@@ -632,7 +632,7 @@ func TestAlgorithms(t *testing.T) {
 		{ginlimit.SlidingLog, "string", "sl2:", ""},
 		{ginlimit.SlidingCounter, "string", "sc-", ""},
 		{ginlimit.FixedWindow, "string", "fw2:", ""},
-		{ginlimit.TokenBucket, "string", "tb-", ""},
+		{ginlimit.TokenBucket, "string", "tb3:", ""},
 	} {
 		alg := tt.alg
 		t.Run(string(alg), func(t *testing.T) {

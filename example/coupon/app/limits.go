@@ -192,7 +192,7 @@ func (o ClaimOverride) target() ginlimit.Target {
 	if o.User != "" {
 		return ginlimit.Target{Route: ClaimRoute, User: o.User}
 	}
-	return ginlimit.Target{Plan: o.Plan}
+	return ginlimit.Target{Route: ClaimRoute, Plan: o.Plan}
 }
 
 // setClaimLimit answers PUT /api/admin/limits/claim: it sets (or, with a

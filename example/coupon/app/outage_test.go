@@ -15,9 +15,10 @@ import (
 // TestServesWhileRedisIsDownFromStartUp: the demo starts with a Redis
 // address nothing listens on (a redis-server started, then stopped), and
 // serves under the failure policy it is configured with: FailClosed
-// answers 503 with a Retry-After, FailLocal decides in process; the routes
-// that are not limited answer as usual. Once the server is back, Redis
-// decides again.
+// answers 503 with a Retry-After, and so does FailLocal, since an instance
+// that has never heard from Redis spends nothing (it cannot know what the
+// fleet spent); the routes that are not limited answer as usual. Once the
+// server is back, Redis decides again.
 func TestServesWhileRedisIsDownFromStartUp(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -38,8 +39,13 @@ func TestServesWhileRedisIsDownFromStartUp(t *testing.T) {
 	if got := ws[0].Header().Get("Retry-After"); got != "1" {
 		t.Errorf("FailClosed's 503: Retry-After %q, want 1", got)
 	}
-	run(t, local, append(repeat(app.MerchantLimit, step{req: req{target: "/api/coupon/merchant"}, status: http.StatusOK}),
-		step{req: req{target: "/api/coupon/merchant"}, status: http.StatusTooManyRequests, body: tooMany(app.MerchantMessage)}))
+	wl := run(t, local, []step{
+		{req: req{target: "/api/coupon/merchant"}, status: http.StatusServiceUnavailable, body: unavailable},
+		{req: req{target: "/healthz"}, status: http.StatusOK},
+	})
+	if got := wl[0].Header().Get("Retry-After"); got != "1" {
+		t.Errorf("a fresh FailLocal instance's 503: Retry-After %q, want 1", got)
+	}
 
 	srv.Restart()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -49,6 +55,15 @@ func TestServesWhileRedisIsDownFromStartUp(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("FailClosed still answers %d %s 30 s after Redis came back", w.Code, w.Body)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		w := serve(t, local, req{target: "/api/coupon/merchant"})
+		if w.Code == http.StatusOK && w.Header().Get("X-RateLimit-Remaining") != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("FailLocal still answers %d %s 30 s after Redis came back", w.Code, w.Body)
 		}
 	}
 	if s := logs.String(); strings.Contains(s, "level=ERROR") {

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -147,5 +148,53 @@ func TestBucketsFollowTheCount(t *testing.T) {
 	}
 	if _, ok := s.Take("k"); ok {
 		t.Fatal("4 slots over 4 instances: a second admitted")
+	}
+}
+
+// TestBucketsFractionalShare: a share below one request is spent over
+// time, not rounded up: Limit(1) on 4 instances starts a bucket from a
+// quarter, admits once it holds a whole request (after 3 windows), and
+// then once per 4 windows; Limit(10) on 4 refills 2.5 per window, not 2.
+func TestBucketsFractionalShare(t *testing.T) {
+	t.Parallel()
+	l := NewBuckets(1, NewInstances(4), time.Hour, 1000)
+	now := time.Now() // after the buckets' base: whole windows from it refill whole units
+	var got []int
+	for w := range 8 {
+		got = append(got, takeAll(l, "k", now.Add(time.Duration(w)*time.Hour), 10))
+	}
+	if want := []int{0, 0, 0, 1, 0, 0, 0, 1}; !slices.Equal(got, want) {
+		t.Fatalf("Limit(1) on 4 instances, per window: %v, want %v", got, want)
+	}
+	l = NewBuckets(10, NewInstances(4), time.Hour, 1000)
+	now = time.Now()
+	total := 0
+	for step := range 40 { // a steady flood, every tenth of a window
+		total += takeAll(l, "k", now.Add(time.Duration(step)*time.Hour/10), 100)
+	}
+	if total != 12 {
+		t.Fatalf("Limit(10) on 4 instances: %d admitted in 3.9 windows, want 12 (2.5, and 2.5 a window)", total)
+	}
+}
+
+// TestInstancesHeard: a heartbeat's count has not heard from Redis until
+// it stores a count, and a fixed count on it waits for the same answer; a
+// count without a heartbeat has heard from the start.
+func TestInstancesHeard(t *testing.T) {
+	t.Parallel()
+	beat := NewHeartbeatCount()
+	fixed := beat.Fixed(3)
+	if beat.Heard() || fixed.Heard() || beat.Load() != 1 || fixed.Load() != 3 {
+		t.Fatalf("before a beat: heard %v and %v, counts %d and %d; want not heard, 1 and 3",
+			beat.Heard(), fixed.Heard(), beat.Load(), fixed.Load())
+	}
+	beat.Store(5)
+	if !beat.Heard() || !fixed.Heard() || beat.Load() != 5 || fixed.Load() != 3 {
+		t.Fatalf("after a beat: heard %v and %v, counts %d and %d; want heard, 5 and 3",
+			beat.Heard(), fixed.Heard(), beat.Load(), fixed.Load())
+	}
+	var none *Instances
+	if !NewInstances(2).Heard() || !none.Heard() {
+		t.Fatal("a count without a heartbeat has not heard")
 	}
 }

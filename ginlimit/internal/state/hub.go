@@ -84,9 +84,10 @@ type Hub struct {
 	gen     atomic.Uint64 // bumped by every reset seen and every loss: see learnable
 
 	mu      sync.Mutex
-	caches  []weak.Pointer[DenyCache]
-	locals  []weak.Pointer[Buckets]
+	caches  tracked[DenyCache]
+	locals  tracked[Buckets]
 	waiters map[string]*acks // by reset id
+	visited int              // entries Track's pruning has looked at, for tests
 	ps      *redis.PubSub    // once loop has subscribed
 
 	first   chan struct{} // closed at the first confirmed subscription
@@ -277,7 +278,9 @@ func (h *Hub) Lose() {
 }
 
 // Track makes the hub keep c and l coherent (either may be nil). It holds
-// them weakly: once nothing else refers to them, they go.
+// them weakly: once nothing else refers to them, they go. A registration
+// costs O(1) amortized (see tracked.add), so a Limiter that compiles many
+// rules, or overrides, does not pay for each the ones before it.
 func (h *Hub) Track(c *DenyCache, l *Buckets) {
 	if h == nil {
 		return
@@ -286,31 +289,48 @@ func (h *Hub) Track(c *DenyCache, l *Buckets) {
 	defer h.mu.Unlock()
 	if c != nil {
 		c.hub = h
-		h.caches = append(pruned(h.caches), weak.Make(c))
+		h.visited += h.caches.add(weak.Make(c))
 	}
 	if l != nil {
-		h.locals = append(pruned(h.locals), weak.Make(l))
+		h.visited += h.locals.add(weak.Make(l))
 	}
 }
 
-// pruned returns ps without the pointers whose value is gone.
-func pruned[T any](ps []weak.Pointer[T]) []weak.Pointer[T] {
-	out := ps[:0]
-	for _, p := range ps {
-		if p.Value() != nil {
-			out = append(out, p)
+// tracked is a list of weak pointers that drops those whose value is gone.
+type tracked[T any] struct {
+	ps      []weak.Pointer[T]
+	pruneAt int // the length at which add drops the gone ones
+}
+
+// add appends p, first dropping the pointers whose value is gone when the
+// list has doubled since the last time: each pass over n entries follows
+// at least n/2 additions, so add is O(1) amortized, and the list is at
+// most twice the entries in use (and 16). It returns how many entries it
+// looked at.
+func (t *tracked[T]) add(p weak.Pointer[T]) int {
+	visited := 0
+	if len(t.ps) >= t.pruneAt {
+		visited = len(t.ps)
+		out := t.ps[:0]
+		for _, q := range t.ps {
+			if q.Value() != nil {
+				out = append(out, q)
+			}
 		}
+		clear(t.ps[len(out):])
+		t.ps = out
+		t.pruneAt = max(2*len(out), 16)
 	}
-	clear(ps[len(out):])
-	return out
+	t.ps = append(t.ps, p)
+	return visited
 }
 
 // liveCaches returns the tracked deny caches still in use.
 func (h *Hub) liveCaches() []*DenyCache {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]*DenyCache, 0, len(h.caches))
-	for _, p := range h.caches {
+	out := make([]*DenyCache, 0, len(h.caches.ps))
+	for _, p := range h.caches.ps {
 		if c := p.Value(); c != nil {
 			out = append(out, c)
 		}
@@ -363,8 +383,8 @@ func (h *Hub) forget(keys []string) {
 		}
 	}
 	h.mu.Lock()
-	locals := make([]*Buckets, 0, len(h.locals))
-	for _, p := range h.locals {
+	locals := make([]*Buckets, 0, len(h.locals.ps))
+	for _, p := range h.locals.ps {
 		if l := p.Value(); l != nil {
 			locals = append(locals, l)
 		}

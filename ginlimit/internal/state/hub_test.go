@@ -107,3 +107,30 @@ func TestHubLoseClearsAndStopsLearning(t *testing.T) {
 		t.Fatal("a call from before the loss was kept")
 	}
 }
+
+// TestHubTrackIsAmortizedConstant: tracking n caches and fallbacks that
+// all stay in use looks at O(n) entries in all, not at every entry tracked
+// so far on each registration.
+func TestHubTrackIsAmortizedConstant(t *testing.T) {
+	t.Parallel()
+	h := &Hub{}
+	const n = 10_000
+	keep := make([]*DenyCache, 0, n)
+	locals := make([]*Buckets, 0, n)
+	for range n {
+		c := NewDenyCache(DenyConfig{Size: 1})
+		l := NewBuckets(10, nil, time.Minute, 1)
+		keep, locals = append(keep, c), append(locals, l)
+		h.Track(c, l)
+	}
+	h.mu.Lock()
+	visited := h.visited
+	h.mu.Unlock()
+	t.Logf("tracking %d caches and %d fallbacks looked at %d entries", n, n, visited)
+	if visited > 8*n {
+		t.Errorf("tracking %d caches and fallbacks looked at %d entries, want at most %d", n, visited, 8*n)
+	}
+	if len(keep) != n || len(locals) != n {
+		t.Fatal("unreachable: keeps them in use")
+	}
+}

@@ -562,15 +562,37 @@ func (h *Hub) generation() uint64 {
 
 // Instances is how many instances of an application share a Redis, which
 // the fallbacks divide their limits by: a count a heartbeat keeps (see
-// ginlimit's presence.go), or a fixed one. A nil *Instances counts one.
-// It is safe for concurrent use.
-type Instances struct{ n atomic.Int64 }
+// ginlimit's presence.go), or a fixed one. A count a heartbeat keeps has
+// not heard from Redis until its first beat answers (Store): until then
+// it knows neither the fleet nor any key, and a fallback must not decide
+// on it (Heard). A nil *Instances counts one, and has heard. It is safe
+// for concurrent use.
+type Instances struct {
+	n     atomic.Int64
+	heard *atomic.Bool // set by the heartbeat's first answer; nil: no heartbeat to wait for
+}
 
-// NewInstances returns a count of n instances.
+// NewInstances returns a fixed count of n instances, which has heard.
 func NewInstances(n int) *Instances {
 	c := &Instances{}
-	c.Store(n)
+	c.n.Store(int64(n))
 	return c
+}
+
+// NewHeartbeatCount returns a count of 1 that a heartbeat keeps, which
+// has not heard from Redis until the heartbeat first stores a count.
+func NewHeartbeatCount() *Instances {
+	c := NewInstances(1)
+	c.heard = new(atomic.Bool)
+	return c
+}
+
+// Fixed returns a fixed count of n that has heard from Redis when c has:
+// a count given in configuration, on an instance whose heartbeat is c.
+func (c *Instances) Fixed(n int) *Instances {
+	f := NewInstances(n)
+	f.heard = c.heard
+	return f
 }
 
 // Load returns the count, at least 1.
@@ -581,14 +603,27 @@ func (c *Instances) Load() int {
 	return int(max(1, c.n.Load()))
 }
 
-// Store sets the count.
-func (c *Instances) Store(n int) { c.n.Store(int64(n)) }
+// Store sets the count, as Redis answered it: the count has heard.
+func (c *Instances) Store(n int) {
+	c.n.Store(int64(n))
+	if c.heard != nil {
+		c.heard.Store(true)
+	}
+}
+
+// Heard reports whether Redis has answered the count's heartbeat once,
+// or there is none to wait for.
+func (c *Instances) Heard() bool { return c == nil || c.heard == nil || c.heard.Load() }
 
 // Buckets is the in-process fallback of one rule, which decides while
-// Redis cannot: a token bucket per key, holding at most share units and
-// refilling share per window, where share is the rule's limit divided by
-// the instances that share it, counted at each use (so a bucket follows a
-// change of the count at once, and never holds more than the new share).
+// Redis cannot: a token bucket per key, refilling share per window, where
+// share is the rule's limit divided by the instances that share it,
+// counted at each use (so a bucket follows a change of the count at once).
+// The share is fractional, never rounded: Limit(1) on 4 instances refills
+// a quarter of a request per window, so the fleet admits one per window,
+// not one per instance. A bucket holds at most its share, or one unit when
+// the share is less (so that a request fits at all), and admits a request
+// when it holds its cost; it starts from its share.
 //
 // It continues from what Redis last said, never from a full budget: each
 // answer Redis gives for a key (Learn) sets the key's bucket to this
@@ -603,8 +638,9 @@ func (c *Instances) Store(n int) { c.n.Store(int64(n)) }
 //
 // The bucket of a key whose last answer left it at share or more is not
 // kept: a new bucket holds share. It holds about the keys it was made
-// with; a full part evicts, of a few keys looked at, those whose bucket is
-// full again (forgetting them changes nothing), or else one at random. A
+// with; a full part evicts, of a few keys looked at, those whose bucket
+// holds its share again (forgetting them gives nothing away), or else one
+// at random. A
 // bucket mirrors a Redis answer for at most the answer's reset plus one
 // window (the time to refill). golang.org/x/time/rate cannot start a
 // bucket's refill at a later time, which continuing from a refusal needs,
@@ -618,16 +654,19 @@ type Buckets struct {
 }
 
 // rate is the shape of a Buckets' buckets at one moment: the share each
-// holds at most, and the refill in units per nanosecond.
-type rate struct{ share, perNs float64 }
+// starts from and refills per window (ns), and the most each holds (the
+// share, at least one unit). The refill is share × elapsed / window,
+// multiplied before it is divided, so that a whole number of windows
+// refills whole units, exactly.
+type rate struct{ share, most, window float64 }
 
 // rate returns l's shape for the count of instances now.
 func (l *Buckets) rate() rate {
 	if l.window == 0 {
-		return rate{share: 1, perNs: math.Inf(1)} // a ban: one unit, held until its end
+		return rate{share: 1, most: 1, window: 0} // a ban: one unit, held until its end
 	}
-	share := float64(max(1, l.limit/l.instances.Load()))
-	return rate{share: share, perNs: share / float64(l.window)}
+	share := float64(l.limit) / float64(l.instances.Load())
+	return rate{share: share, most: max(share, 1), window: float64(l.window)}
 }
 
 // bucket is one key's bucket. Times are ns since the Buckets' base.
@@ -655,26 +694,26 @@ func NewBans(keys int) *Buckets {
 
 func (l *Buckets) ns(t time.Time) int64 { return int64(t.Sub(l.base)) }
 
-// refill brings b's tokens up to now, at most r's share.
+// refill brings b's tokens up to now, at most what r holds.
 func (b *bucket) refill(now int64, r rate) {
 	start := max(b.at, b.from)
 	if now > start {
-		b.tokens += float64(now-start) * r.perNs
+		b.tokens += float64(now-start) * r.share / r.window // +Inf for a ban
 	}
-	b.tokens = min(r.share, b.tokens)
+	b.tokens = min(r.most, b.tokens)
 	b.at = max(b.at, now)
 }
 
 // refillTime is how long a bucket of r takes to refill n units.
 func (r rate) refillTime(n float64) time.Duration {
-	return time.Duration(math.Ceil(n / r.perNs))
+	return time.Duration(math.Ceil(n * r.window / r.share))
 }
 
 // UnitRefill returns how long a bucket takes to refill one unit: the reset
 // of a decision the fallback admitted.
 func (l *Buckets) UnitRefill() time.Duration { return l.rate().refillTime(1) }
 
-// bucket returns key's bucket, made full (share) when there is none, and
+// bucket returns key's bucket, made with its share when there is none, and
 // making room for it when its part is full. The part's lock is held.
 func (l *Buckets) bucket(s *Shard[*bucket], key string, now int64, r rate) *bucket {
 	if b, _ := s.Get(key); b != nil {
@@ -703,7 +742,7 @@ func (l *Buckets) Take(key string, t time.Time, cost int) (left int, retry time.
 	b := l.bucket(s, key, now, r)
 	b.refill(now, r)
 	c := float64(cost)
-	if c > r.share {
+	if c > r.most {
 		return int(b.tokens), r.refillTime(c), false
 	}
 	if b.tokens < c {
@@ -723,7 +762,7 @@ func (l *Buckets) Give(key string, cost int) {
 	s.Lock()
 	defer s.Unlock()
 	if b, _ := s.Get(key); b != nil {
-		b.tokens = min(l.rate().share, b.tokens+float64(cost))
+		b.tokens = min(l.rate().most, b.tokens+float64(cost))
 		b.owed = max(0, b.owed-float64(cost))
 	}
 }
@@ -777,8 +816,12 @@ func (l *Buckets) Forget(key string) { l.keys.Delete(key) }
 
 // Slots is an in-flight rule's in-process count of slots per key, its
 // fallback while Redis cannot decide: at most n/instances (at least 1,
-// counted at each Take) per key in this process,
-// counting the slots this process holds in Redis (Hold) with those the
+// counted at each Take) per key in this process. Unlike a rate's share,
+// a slot is held, not spent, so a fraction of one cannot be spread over
+// time: an instance runs one request or none, and none would make every
+// rule of fewer slots than instances refuse all its requests during an
+// outage. So a fleet runs at most max(n, instances) per key. It counts
+// the slots this process holds in Redis (Hold) with those the
 // fallback gave (Take). A key is kept only while a slot of it is held, so
 // it needs no bound of its own: it holds at most as many keys as requests
 // are in flight. It is safe for concurrent use.
