@@ -72,7 +72,9 @@ func For(d ginlimit.Decision) Details {
 		p.Type, p.Title = AbnormalUsageDetected, TitleAbnormalUsageDetected
 	}
 	for _, r := range d.Rules {
-		if !r.Allowed {
+		// Every rule of a refused request reads !Allowed (the request was
+		// refused); the rules that refused it are those with a time to wait.
+		if !r.Allowed && r.RetryAfter > 0 {
 			p.ViolatedPolicies = append(p.ViolatedPolicies, r.Rule)
 		}
 	}

@@ -121,13 +121,17 @@ func TestRespond(t *testing.T) {
 		t.Fatalf("%+v: want quota-exceeded, detail Slow down, violated [one]", p)
 	}
 
-	e = route(t, ginlimit.Respond(problem.Respond),
-		ginlimit.Rule(ginlimit.Name("burst"), ginlimit.Key("b:"), ginlimit.Limit(1), ginlimit.Message("Too fast")),
-		ginlimit.Rule(ginlimit.Name("hourly"), ginlimit.Key("h:"), ginlimit.Limit(100)))
-	get(e)
-	p = checkProblem(t, s, get(e))
-	if len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "burst" || p.Detail != "Too fast" {
-		t.Fatalf("%+v: want only the rule that refused, burst, with its message", p)
+	// Redis's refusal (no deny cache) and the deny cache's name the same
+	// rule: the one that refused, not every rule of the refused request.
+	for _, cache := range []int{0, ginlimit.DefaultDenyCacheSize} {
+		e = route(t, ginlimit.Respond(problem.Respond), ginlimit.DenyCache(cache),
+			ginlimit.Rule(ginlimit.Name("burst"), ginlimit.Key("b:"), ginlimit.Limit(1), ginlimit.Message("Too fast")),
+			ginlimit.Rule(ginlimit.Name("hourly"), ginlimit.Key("h:"), ginlimit.Limit(100)))
+		get(e)
+		p = checkProblem(t, s, get(e))
+		if len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "burst" || p.Detail != "Too fast" {
+			t.Fatalf("DenyCache(%v): %+v: want only the rule that refused, burst, with its message", cache, p)
+		}
 	}
 
 	e = route(t, ginlimit.Key("ban:"), ginlimit.Limit(1), ginlimit.Type(ginlimit.IP),
