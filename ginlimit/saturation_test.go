@@ -30,7 +30,7 @@ import (
 // cache (plus extra). Redis is healthy, so none may be admitted beyond the
 // limit's one, no breaker may open, and an error must be ErrSaturated.
 // It returns how many were admitted, how many breakers are open and the
-// last error.
+// last error (one that is not ErrSaturated, if any was).
 func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Context) error, extra ...Option) (admitted, open int, lastErr error) {
 	t.Helper()
 	ctx := context.Background()
@@ -50,9 +50,14 @@ func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Co
 		_ = hold(ctx)
 	}()
 	time.Sleep(200 * time.Millisecond)
+	// On a loaded machine a decision may come after the hold has ended,
+	// and Redis then answers it: lastErr is the last error a decision
+	// got, and any other error than ErrSaturated is kept.
 	for range 3 {
 		d, err := p.Allow(ctx, "client", 1)
-		lastErr = err
+		if err != nil && (lastErr == nil || errors.Is(lastErr, ErrSaturated)) {
+			lastErr = err
+		}
 		if d.Allowed {
 			admitted++
 		}
