@@ -99,7 +99,8 @@
 // policy decides: [FailLocal], the default, answers with an in-process token
 // bucket per key, each instance enforcing its share of the limit (the
 // instances count themselves in [InstancesKey], or [LocalInstances] says
-// how many, and a share may be a fraction of a request per window),
+// how many; a share is never rounded up, so a limit below their number
+// admits nothing),
 // continuing from what Redis last said of the key, and spending nothing on
 // an instance that has not heard from Redis since it started;
 // [FailClosed] answers 503; [FailOpen] lets the request through. A circuit

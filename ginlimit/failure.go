@@ -23,11 +23,10 @@ const (
 	// key refilling its share, limit/n, per window, where n is how many
 	// instances share the Redis: the count their heartbeats keep in
 	// [InstancesKey] (the last one seen, during an outage), or
-	// [LocalInstances] when given. The share is not rounded: a bucket holds
-	// at most the share, or one request when the share is less (Limit(1) on
-	// 4 instances refills a quarter of a request per window, so the fleet
-	// admits one per window, not one per instance), and admits a request
-	// when it holds its cost. It continues from what Redis last said,
+	// [LocalInstances] when given. The share is never rounded up: a bucket holds
+	// at most the share and admits a request when it holds its cost, so a
+	// share below one request admits nothing (Limit(1) on 4 instances: one
+	// request per instance would be 4 in a window across the fleet). It continues from what Redis last said,
 	// never from a full budget: a key Redis has answered for starts from
 	// this instance's part of the remaining of that answer (remaining/n,
 	// less what the fallback admitted on it within the window since) and
@@ -71,7 +70,7 @@ const DefaultLocalKeys = 10_000
 // LocalInstances tells the [FailLocal] fallback how many application
 // instances share the route's rules: while Redis is down, each instance
 // admits limit/n per window on its own, so together they stay near the
-// limit (a fraction of a request per window when limit < n). It must be
+// limit (nothing, when limit < n: see [FailLocal]). It must be
 // from 1 to 1e6. Given on a Limiter made by [New], it applies once the
 // heartbeat has answered (see [FailLocal]). Without it, n is the count of the
 // instances that announce themselves in [InstancesKey] (see

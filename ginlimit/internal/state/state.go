@@ -619,11 +619,14 @@ func (c *Instances) Heard() bool { return c == nil || c.heard == nil || c.heard.
 // Redis cannot: a token bucket per key, refilling share per window, where
 // share is the rule's limit divided by the instances that share it,
 // counted at each use (so a bucket follows a change of the count at once).
-// The share is fractional, never rounded: Limit(1) on 4 instances refills
-// a quarter of a request per window, so the fleet admits one per window,
-// not one per instance. A bucket holds at most its share, or one unit when
-// the share is less (so that a request fits at all), and admits a request
-// when it holds its cost; it starts from its share.
+// The share is fractional, never rounded up: Limit(10) on 4 instances
+// refills 2.5 per window, not 3. A bucket holds at most its share, starts
+// from it, and admits a request when it holds its cost. So a share below
+// one request admits nothing: Limit(1) on 4 instances gives no instance a
+// whole request. Letting a bucket hold one unit all the same would let the
+// instances, which cannot talk to each other, each admit one in the same
+// window (4 of Limit(1)): the fleet's bound holds only if no instance takes
+// more than its share.
 //
 // It continues from what Redis last said, never from a full budget: each
 // answer Redis gives for a key (Learn) sets the key's bucket to this
@@ -655,7 +658,7 @@ type Buckets struct {
 
 // rate is the shape of a Buckets' buckets at one moment: the share each
 // starts from and refills per window (ns), and the most each holds (the
-// share, at least one unit). The refill is share × elapsed / window,
+// share; one unit for a ban's memory). The refill is share × elapsed / window,
 // multiplied before it is divided, so that a whole number of windows
 // refills whole units, exactly.
 type rate struct{ share, most, window float64 }
@@ -666,7 +669,7 @@ func (l *Buckets) rate() rate {
 		return rate{share: 1, most: 1, window: 0} // a ban: one unit, held until its end
 	}
 	share := float64(l.limit) / float64(l.instances.Load())
-	return rate{share: share, most: max(share, 1), window: float64(l.window)}
+	return rate{share: share, most: share, window: float64(l.window)}
 }
 
 // bucket is one key's bucket. Times are ns since the Buckets' base.
