@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -248,6 +249,8 @@ func BenchmarkPolicyAmongOverrides(b *testing.B) {
 		}
 		keep = append(keep, p) // each stays followed, as a route's does
 	}
+	b.StopTimer()
+	runtime.KeepAlive(keep)
 }
 
 // TestMaxRuleOverrides: past MaxRuleOverrides rules' and plans' overrides,

@@ -73,8 +73,9 @@ func leasePool(pool *redis.Client) *redis.Client {
 		TLSConfig:                    o.TLSConfig,
 		DisableIdentity:              o.DisableIdentity,
 		//lint:ignore SA1019 go-redis still reads the deprecated spelling
-		DisableIndentity:         o.DisableIndentity,
-		IdentitySuffix:           o.IdentitySuffix,
+		DisableIndentity: o.DisableIndentity,
+		IdentitySuffix:   o.IdentitySuffix,
+		//lint:ignore SA1019 a no-op flag today, copied so the lane's connections speak as the client's do
 		UnstableResp3:            o.UnstableResp3,
 		ReadBufferSize:           o.ReadBufferSize,
 		WriteBufferSize:          o.WriteBufferSize,
