@@ -316,6 +316,53 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
     return redis.call('GETRANGE', key, string.format('%d', 4 * from), string.format('%d', 4 * (from + count) - 1))
   end
 
+  -- zcum(m) is the cum of a member of the older key (see Upgrade), nil
+  -- for the oldest format (a digit first); zunits(m) its units.
+  local function zcum(m)
+    if string.byte(m) < 48 then
+      return (unpack_ints('>I7', m, 8))
+    end
+  end
+  local function zunits(m)
+    if #m == 22 and string.byte(m) < 48 then
+      return (unpack_ints('>I4', m, 19))
+    end
+    return 1
+  end
+
+  -- pend(k) is the at (ms) of unit k (from 1) of the hp units of the
+  -- header's range in the window (see Upgrade), the oldest in it: kind 2,
+  -- all at one time; kind 1, the member whose cum reaches the range's
+  -- first unit in the window plus k - 1, found from h0 (the oldest member
+  -- in the window) by halving ranks, one member read a step: cum grows
+  -- by one at least a rank, so it is at most k - 1 ranks on.
+  local function pend(k)
+    local kind, lo = unpack_ints('>I1I7', s.hdr)
+    if kind == 2 then
+      return lo
+    end
+    local c0 = zcum(s.h0)
+    local target = math.max(lo, c0 - zunits(s.h0)) + k
+    if target <= c0 then
+      return math.ceil(s.h0at / 1000)
+    end
+    local r = redis.call('ZRANK', s.old, s.h0)
+    local hi, at = r + target - c0, nil
+    while hi - r > 1 do
+      local mid = math.floor((r + hi) / 2)
+      local e = redis.call('ZRANGE', s.old, string.format('%d', mid), string.format('%d', mid), 'WITHSCORES')
+      if e[1] == nil or (zcum(e[1]) or target) >= target then
+        hi, at = mid, tonumber(e[2])
+      else
+        r = mid
+      end
+    end
+    if not at then
+      at = tonumber(redis.call('ZRANGE', s.old, string.format('%d', hi), string.format('%d', hi), 'WITHSCORES')[2])
+    end
+    return math.ceil((at or s.h0at) / 1000)
+  end
+
   -- gone(e, from, to) is the number of entries of e from index from that
   -- have left the window, counting no further than index to - 1.
   local function gone(e, from, to)
@@ -327,7 +374,11 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   end
 
   if op == 'unit' then
-    local k = cost - (s.live - s.ni)
+    if cost <= s.hp then
+      return pend(cost)
+    end
+    cost = cost - s.hp
+    local k = cost - (s.live - s.hp - s.ni)
     if k > 0 then
       for _, r in ipairs(s.imp) do
         if k <= r[2] then
@@ -343,10 +394,14 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
 
   if op == 'state' then
     local tr = s
-    s = {imp = {}, ni = 0, q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
+    s = {imp = {}, ni = 0, hp = 0, q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
     if #tr == 63 then
       local m, qi
       s.base, s.n, s.tail, s.newest, s.lcum, m, qi = unpack_ints('>I6I4I4I4I7I1I1', tr)
+      if s.lcum >= 4503599627370496 then
+        -- lcum's bit 52: the body starts with a header (see Upgrade).
+        s.lcum, s.hdr = s.lcum - 4503599627370496, param > 0 or nil
+      end
       m = m - qi
       if (s.base + s.newest) * 1000 > cut then
         -- The oldest entry in the window: in q, or in the body after it.
@@ -377,8 +432,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
         end
         s.q, s.tail, s.live = q, tail, s.n - tail
       else
-        -- Everything has left the window: start again.
-        s.base, s.n, s.tail, s.newest = nil, 0, 0, 0
+        -- Everything has left the window, the header's range too (it is
+        -- no newer than newest): start again.
+        s.base, s.n, s.tail, s.newest, s.hdr = nil, 0, 0, 0, nil
       end
     end
     s.base = s.base or math.ceil(now / 1000)
@@ -390,8 +446,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       -- with a cum above lcum (every one while lcum is 0), as entries at
       -- no earlier than the newest entry, in one bounded pass.
       local old = string.sub(key, 1, param) .. string.sub(key, param + 5)
+      s.old = old
       if string.sub(key, param + 1, param + 4) ~= 'sl2:' then
-        s.lcum = 0
+        s.lcum, s.hdr = 0, nil
         return s
       end
       -- A member at µs t is recorded at ceil(t / 1000) ms: in the window
@@ -401,24 +458,37 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       -- calls.
       local top = redis.call('ZREVRANGE', old, '0', '7', 'WITHSCORES')
       if not top[1] then
-        -- The older key is gone: stop looking for it.
-        s.lcum = 0
+        -- The older key is gone, and with it whatever it held in the
+        -- window: stop looking for it.
+        s.lcum, s.hdr = 0, nil
         return s
+      end
+      if s.hdr then
+        -- The header's range: how many of its units are in the window.
+        local h = redis.call('GETRANGE', key, '0', '15')
+        local kind, lo, hi = unpack_ints('>I1I7I7', h)
+        s.hdr = h
+        if kind == 2 then
+          if lo * 1000 > cut then
+            s.hp = hi
+          end
+        else
+          local e = redis.call('ZRANGEBYSCORE', old, string.format('%d', from), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+          if e[1] and zcum(e[1]) then
+            s.hp = math.max(0, hi - math.max(lo, zcum(e[1]) - zunits(e[1])))
+            s.h0, s.h0at = e[1], tonumber(e[2])
+          end
+        end
+        if s.hp == 0 then
+          -- All of it has left the window: the header is dead.
+          s.hdr = nil
+        end
+        s.live = s.live + s.hp
       end
       -- cum(m) is member m's cum, nil for the oldest format (a digit
       -- first); cost(m) its units; fresh(m) whether it is to be imported:
       -- cum above lcum, or anything while lcum is 0.
-      local function cum(m)
-        if string.byte(m) < 48 then
-          return (unpack_ints('>I7', m, 8))
-        end
-      end
-      local function cost(m)
-        if #m == 22 and string.byte(m) < 48 then
-          return (unpack_ints('>I4', m, 19))
-        end
-        return 1
-      end
+      local cum, cost = zcum, zunits
       local function fresh(m)
         local c = cum(m)
         return s.lcum == 0 or c ~= nil and c > s.lcum
@@ -463,6 +533,32 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
               hi = mid
             end
           end
+        end
+        -- Nothing in this key, and more than 256 members or 4,096 units
+        -- to import: a header that counts them from the older key (see
+        -- Upgrade), instead of their entries.
+        local f, fat
+        if s.n == 0 and lo > 0 then
+          if lo <= 8 then
+            f, fat = top[2 * lo - 1], tonumber(top[2 * lo])
+          else
+            f, fat = member(-lo)
+          end
+        end
+        local ctop, tat = cum(top[1]), tonumber(top[2])
+        if f and (lo > 256 or ctop and cum(f) and ctop - cum(f) + cost(f) > 4096) then
+          if ctop and cum(f) then
+            local first = math.max(cum(f) - cost(f), ctop - 100000)
+            s.hdr, s.hp, s.h0, s.h0at = pack('>I1I7I7I1', 1, first, ctop, 0), ctop - first, f, fat
+          else
+            -- The oldest format among them: as for 64 groups, below.
+            s.hp = math.min(ctop and ctop - s.lcum or lo, 100000)
+            s.hdr = pack('>I1I7I7I1', 2, math.ceil(tat / 1000), s.hp, 0)
+          end
+          s.wh, s.live = true, s.hp
+          s.base = math.min(s.base, math.ceil(fat / 1000))
+          s.newest = math.ceil(tat / 1000) - s.base
+          lo = 0
         end
         if lo <= 8 then
           -- Few: each member at its own time, exactly, oldest first.
@@ -539,7 +635,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   if cost > 0 then
     off = math.max(math.ceil(now / 1000) - s.base, s.newest)
   end
-  local body = s.live - s.ni
+  local body = s.live - s.ni - s.hp
   local whole = s.n == 0 or s.tail >= 64 and s.tail * 4 >= body or off >= 2147483648
   local live, runs = '', s.imp
   if whole then
@@ -571,7 +667,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   -- body has fewer.
   local q, tail, n = s.q, s.tail, s.n + s.ni + cost
   if whole then
-    q, tail, n = string.sub(live, 1, 32), 0, #live / 4 + s.ni + cost
+    -- The header, if any, first (see Upgrade).
+    local h = s.hdr and 4 or 0
+    q, tail, n = string.sub(live, 1, 32), h, h + #live / 4 + s.ni + cost
   end
   if whole or #q / 4 == body and body < 8 then
     for _, r in ipairs(runs) do
@@ -580,7 +678,14 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       end
     end
   end
-  local trailer = pack('>I6I4I4I4I7I1I1I4', s.base, n, tail, off, s.lcum, #q / 4, 0, at(q, 0)) .. q .. string.rep('\0', 32 - #q)
+  local lcum, first = s.lcum, 0
+  if s.hdr then
+    lcum = lcum + 4503599627370496
+  end
+  if #q > 0 then
+    first = at(q, 0)
+  end
+  local trailer = pack('>I6I4I4I4I7I1I1I4', s.base, n, tail, off, lcum, #q / 4, 0, first) .. q .. string.rep('\0', 32 - #q)
   local quarter = math.ceil(window / 4000)
   local expire = string.format('%d', (math.floor((s.base + off) / quarter) + 1) * quarter + math.ceil(window / 1000))
   -- The bytes after the body (or, whole, from the start): the live
@@ -615,6 +720,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       out[#out + 1], size = text, size + #text
     end
   end
+  if whole and s.hdr then
+    put(s.hdr)
+  end
   put(live)
   for _, r in ipairs(runs) do
     local units, e = r[2], pack('>I4', r[1])
@@ -635,6 +743,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   flush(table.concat(out))
   if not whole and math.floor((s.base + off) / quarter) ~= math.floor((s.base + (s.kept or s.newest)) / quarter) then
     redis.call('PEXPIREAT', key, expire)
+  end
+  if s.hp > 0 then
+    return s.live + cost, pend(1)
   end
   return s.live + cost, s.base + at(q, 0)
 end
@@ -771,9 +882,9 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
       if #b > 63 then
         q = string.sub(b, 64 + 4 * (i - m + qi))
       end
-      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = {}, ni = 0}
+      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = {}, ni = 0, hp = 0}
     elseif b == 0 then
-      b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = {}, ni = 0}
+      b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = {}, ni = 0, hp = 0}
     end
     a, b = sliding_log_slow('write', key, window, param, b, cost, now, pack, unpack_ints)
   until true
@@ -809,7 +920,7 @@ local function sliding_log_report(key, window, limit, param, cost, ok, admitted,
     if not ok then
       retry = sliding_log_slow('unit', key, window, param, b, b.live + cost - limit, now, pack, unpack_ints) * 1000 + window - now
     end
-    if b.ni > 0 and not peek then
+    if (b.ni > 0 or b.wh) and not peek then
       -- Not recorded, but imported from the older key (see Upgrade): written
       -- now, so that no later decision imports it again. Through pcall: out
       -- of memory (this is then the script's first write), the decision
