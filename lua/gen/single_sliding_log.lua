@@ -363,7 +363,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       s.base, s.n, s.tail, s.newest, s.lcum, m, qi = unpack_ints('>I6I4I4I4I7I1I1', tr)
       if s.lcum >= 4503599627370496 then
         -- lcum's bit 52: the body starts with a header (see Upgrade).
-        s.lcum, s.hdr = s.lcum - 4503599627370496, param > 0 or nil
+        s.lcum, s.hdr, s.held = s.lcum - 4503599627370496, param > 0 or nil, true
       end
       m = m - qi
       if (s.base + s.newest) * 1000 > cut then
@@ -706,6 +706,11 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   flush(table.concat(out))
   if not whole and math.floor((s.base + off) / quarter) ~= math.floor((s.base + (s.kept or s.newest)) / quarter) then
     redis.call('PEXPIREAT', key, expire)
+  end
+  if s.held and not s.hdr and not whole then
+    -- The header is dead: 4 entries at the base, so that the body stays
+    -- in order.
+    redis.call('SETRANGE', key, '0', string.rep('\0', 16))
   end
   if s.hp > 0 then
     return s.live + cost, pend(1)
