@@ -165,7 +165,8 @@ local peek = false -- a decision, never a Peek
 --          newest (4) the newest entry (its at minus the base);
 --          lcum   (7) while the key the ZSET log kept may still hold
 --                 admissions (see Upgrade), the cum of its newest member
---                 imported so far, else 0;
+--                 imported so far, else 0; plus 2^52 while the body
+--                 starts with a header (see Upgrade);
 --          m      (1) how many entries q holds (8 at most);
 --          qi     (1) which of them is tail's: those before it are dead;
 --          first  (4) tail's entry, so that one unpack gives it;
@@ -237,11 +238,34 @@ local peek = false -- a decision, never a Peek
 -- version's own bound, or one per member). Times are no earlier than this
 -- key's newest entry, and at most the newest 100,000 units (the largest
 -- limit of a sliding log, on which every limit decides as on all) are
--- kept, so the key stays bounded too. During a rolling deploy an instance
--- of this version counts every admission of the older ones on the key it
--- shares with them; they do not count its own (they read only the ZSET),
--- so for the deploy's duration each older instance can admit up to the
--- limit more. lcum goes back to 0 once the older key is gone: it expires a
+-- kept, so the key stays bounded too.
+--
+-- A large import is not written. When nothing of this key is in the
+-- window (its first decision, or all it held has left) and more than 256
+-- members or 4,096 units are to be imported, the decision writes a header
+-- instead, the body's first 16 bytes (4 entries, before tail): kind (1),
+-- then for kind 1 the cums (7 each) of the unit before the range and of
+-- its last, lo and hi: the range of units (at most the newest 100,000)
+-- that the older key keeps counting; for kind 2 (a member of the oldest
+-- format, without cum, among them), a time (ms) and a count, every unit at
+-- that time (the newest member's, as for 64 groups). A decision reads it
+-- while lcum says so: of kind 1, the units of the range in the window are
+-- hi less the cum before the oldest member in the window (one
+-- ZRANGEBYSCORE with LIMIT 0 1, O(log N)), exact to the member, as its
+-- at is rounded up to the ms as an entry's is; and the kth of them is
+-- found from that member by halving ranks (ZRANK, then up to 17 members
+-- read one at a time). They are older than every entry of the body (newest
+-- starts at the range's newest), so they count first. So the first touch
+-- of a key of 100,000 members writes 79 bytes; a later call writes its own
+-- admission, and what instances of the version before admitted since the
+-- call before it, never the range. Once the range has left the window (or
+-- the older key is gone), the header is dead: its bytes become 4 entries
+-- at the base.
+--
+-- During a rolling deploy an instance of this version counts every
+-- admission of the older ones on the key it shares with them; they do not
+-- count its own (they read only the ZSET), so for the deploy's duration
+-- each older instance can admit up to the limit more. lcum goes back to 0 once the older key is gone: it expires a
 -- window after its last admission. Both keys differ only in the tag before
 -- the hash tag ({...}), so they are in one Redis Cluster slot.
 
@@ -256,7 +280,11 @@ local peek = false -- a decision, never a Peek
 --     entries of the trailer's q from the oldest in the window, or the
 --     next ones of the body), live (the units in the window), imp (the
 --     entries imported from the older key, which count after the body's,
---     as runs {offset, units}), ni (their units) and kept (the newest
+--     as runs {offset, units}), ni (their units), hp (the units of the
+--     header's range in the window, which count first), hdr (the header,
+--     while it counts), h0 and h0at (the oldest member of the older key in
+--     the window and its at, for pend), held (whether the key had a
+--     header), wh (whether the header is new, to write), and kept (the newest
 --     entry of the key as it was);
 --   'write': records cost units at now in state s (after the runs of imp;
 --     a cost of 0 writes those alone), and returns the units in the
