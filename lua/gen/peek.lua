@@ -364,11 +364,15 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   -- all at one time; kind 1, the member whose cum reaches the range's
   -- first unit in the window plus k - 1, found from h0 (the oldest member
   -- in the window) by halving ranks, one member read a step: cum grows
-  -- by one at least a rank, so it is at most k - 1 ranks on.
+  -- by one at least a rank, so it is at most k - 1 ranks on. Without h0
+  -- (that member has no cum), the newest entry's time, no earlier than
+  -- any unit of the range.
   local function pend(k)
     local kind, lo = unpack_ints('>I1I7', s.hdr)
     if kind == 2 then
       return lo
+    elseif not s.h0 then
+      return s.base + s.newest
     end
     local c0 = zcum(s.h0)
     local target = math.max(lo, c0 - zunits(s.h0)) + k
@@ -506,6 +510,11 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
           if e[1] and zcum(e[1]) then
             s.hp = math.max(0, hi - math.max(lo, zcum(e[1]) - zunits(e[1])))
             s.h0, s.h0at = e[1], tonumber(e[2])
+          elseif e[1] then
+            -- A member of the oldest format, written among the range by
+            -- an instance two versions back: the whole range counts, at
+            -- the newest entry's time (see pend).
+            s.hp = hi - lo
           end
         end
         if s.hp == 0 then
