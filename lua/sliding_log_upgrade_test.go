@@ -158,19 +158,6 @@ func membersRead(t *testing.T, reads []zsetRead) int64 {
 	return n
 }
 
-// usec runs f after resetting Redis's statistics and returns the Redis
-// time of the scripts it ran (INFO commandstats) and the counts of the
-// commands.
-func usec(ctx context.Context, t *testing.T, c *redis.Client, f func()) (int64, map[string]int64) {
-	t.Helper()
-	if err := c.ConfigResetStat(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	f()
-	n := commandCalls(ctx, t, c)
-	return n["evalsha usec"], n
-}
-
 // slowestCalls runs f with every command in Redis's SLOWLOG and returns
 // the Redis time (µs) of each script call f made, in order: Redis's own
 // count per call, not the wall clock of a loaded machine.
