@@ -454,7 +454,8 @@ func TestSlidingLogUpgradeRefusedAtMaxmemory(t *testing.T) {
 // larger), upgraded by a header that counts its newest 100,000 units:
 // each decision counts them exactly, unit by unit, from the older key's
 // cum, and a refusal's retry is when its unit leaves, found by rank (one
-// member holds two units).
+// member holds two units); Peek and the several-rule script count the
+// same.
 func TestSlidingLogUpgradeOfAWeightedZSET(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
@@ -485,7 +486,21 @@ func TestSlidingLogUpgradeOfAWeightedZSET(t *testing.T) {
 	// 30,001's.
 	now := ats[30_000] + window
 	reset := ats[30_001] + window - now
-	decide(now, 1, 0, 1, limit-59_998-1, reset, 0)
+	// The several-rule scripts count the same: Peek, which records
+	// nothing, then Several, which admits.
+	r := rule{alg: 0, window: window, limit: limit, param: param, cost: 1}
+	for _, sc := range []struct {
+		name, src string
+		want      []int64
+	}{{"peek", Peek(), []int64{0, 1, limit - 59_998, reset, 0}}, {"several", Several(), []int64{0, 1, limit - 59_998 - 1, reset, 0}}} {
+		reply, err := redis.NewScript(sc.src).Run(ctx, c, []string{key}, args(now, r)...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ints(t, reply); !slices.Equal(got[1:], sc.want) {
+			t.Fatalf("%s at %d µs after clock: %v, want fired, ok, remaining, reset, retry %v", sc.name, now-clock, got[1:], sc.want)
+		}
+	}
 	// The 6th unit from the oldest is member 30,003's (units 5 and 6).
 	decide(now, 40_007, 1, 0, limit-59_998-1, reset, ats[30_003]+window-now)
 	decide(now, 40_001, 0, 1, 0, reset, 0)
