@@ -538,3 +538,75 @@ func TestSlidingLogUpgradeOfAnOldestFormatZSET(t *testing.T) {
 		t.Fatalf("once the newest member has left: %v, want the whole limit admitted", got[1:])
 	}
 }
+
+// TestSlidingLogUpgradeWhileTheOlderVersionAdmitsInBulk: during a rolling
+// deploy, an instance of the version before admits 10 requests of cost
+// 2,000 on a key this version already holds entries in; the decisions of
+// this version after it copy them 4,096 units a call at most (the key's
+// growth), the oldest first, while each counts all of them exactly and
+// admits what the limit allows; a refusal's retry is no sooner than the
+// copy would let its unit leave. Once all are copied, lcum is the older
+// key's newest cum; no unit leaves sooner than its member would, those
+// copied after this key's newer entries later.
+func TestSlidingLogUpgradeWhileTheOlderVersionAdmitsInBulk(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client()
+	ctx := context.Background()
+	const window, limit = 3600e6, 30_000
+	clock := startClock()
+	clock -= clock % 1000
+	p := prefix(t)
+	param := int64(len(p))
+	oldKey, newKey := p+"log", p+"sl2:log"
+	old := zsetLogScript(t, window, limit)
+	fillZSET(ctx, t, c, oldKey, []int64{clock - 2e6, clock - 1e6}, []int64{1})
+	if got := logDecide(ctx, t, c, newKey, clock, window, limit, param, 1); got[1] != 0 || got[3] != limit-3 {
+		t.Fatalf("the first decision: %v, want admitted with %d remaining", got, limit-3)
+	}
+	for i := range int64(10) {
+		if got := ints(t, old.Run(ctx, c, []string{oldKey}, singleArgs(clock+1000+i*1000, 2000)...).Val()); got[1] != 0 {
+			t.Fatalf("the older instance's request %d: %v, want admitted", i, got)
+		}
+	}
+	counted := int64(3 + 20_000)
+	k0, _ := readLog(ctx, t, c, newKey)
+	for call := int64(0); ; call++ {
+		if call > 5 {
+			t.Fatalf("after %d calls: lcum %d, want the older key's newest cum, %d", call, k0.lcum, 20_002)
+		}
+		now := clock + 2e6 + call*1000
+		got := logDecide(ctx, t, c, newKey, now, window, limit, param, 1)
+		counted++
+		if got[1] != 0 || got[3] != limit-counted {
+			t.Fatalf("call %d: %v, want admitted with %d remaining", call, got, limit-counted)
+		}
+		k, _ := readLog(ctx, t, c, newKey)
+		if grew := k.n - k0.n; grew < 1 || grew > 4096+1 {
+			t.Fatalf("call %d wrote %d entries, want 1 to 4,097", call, grew)
+		}
+		k0 = k
+		if k.lcum == 20_002 {
+			if k.n != counted {
+				t.Fatalf("all copied after call %d: %d entries, want %d", call, k.n, counted)
+			}
+			break
+		}
+	}
+	// A refusal whose unit is the last of them: retry no sooner than the
+	// key's newest entry leaves, as it was copied after it.
+	now := clock + 3e6
+	got := logDecide(ctx, t, c, newKey, now, window, limit, param, limit)
+	if got[1] != 1 || got[3] != limit-counted || got[5] < k0.body[k0.n-1]+window-now {
+		t.Fatalf("a refusal of cost %d: %v, want refused with %d remaining, retry no sooner than %d", limit, got, limit-counted, k0.body[k0.n-1]+window-now)
+	}
+	// Once the older instance's members have left, the first 4,096 units,
+	// copied at their members' times, have left too; the others, copied
+	// after this key's own newer entries, still count: never fewer than
+	// the older key's count.
+	now = clock + 11_000 + window
+	got = logDecide(ctx, t, c, newKey, now, window, limit, param, 1)
+	t.Logf("once the older instance's members have left: %d remaining after an admission; by the older key's count, %d", got[3], limit-5-1)
+	if got[1] != 0 || got[3] != limit-counted+3+4096-1 {
+		t.Fatalf("once the older instance's members have left: %v, want admitted with %d remaining", got, limit-counted+3+4096-1)
+	}
+}

@@ -410,7 +410,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       return pend(cost)
     end
     cost = cost - s.hp
-    local k = cost - (s.live - s.hp - s.ni)
+    local k = cost - (s.live - s.hp - s.ni - s.np)
     if k > 0 then
       for _, r in ipairs(s.imp) do
         if k <= r[2] then
@@ -418,6 +418,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
         end
         k = k - r[2]
       end
+      -- One of np, which a later call records no earlier than this key's
+      -- newest entry, nor than the older key's newest member.
+      return math.max(s.base + s.newest, s.npat or 0)
     elseif cost <= #s.q / 4 then
       return s.base + at(s.q, cost - 1)
     end
@@ -426,7 +429,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
 
   if op == 'state' then
     local tr = s
-    s = {imp = {}, ni = 0, hp = 0, q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
+    s = {imp = {}, ni = 0, hp = 0, np = 0, q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
     if #tr == 63 then
       local m, qi
       s.base, s.n, s.tail, s.newest, s.lcum, m, qi = unpack_ints('>I6I4I4I4I7I1I1', tr)
@@ -525,7 +528,16 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       -- cum(m) is member m's cum, nil for the oldest format (a digit
       -- first); cost(m) its units; fresh(m) whether it is to be imported:
       -- cum above lcum, or anything while lcum is 0.
-      local cum, cost = zcum, zunits
+      -- A member that a call before copied in part (lcum inside it, see
+      -- np): its other units only.
+      local cum = zcum
+      local function cost(m)
+        local c, u = zunits(m), zcum(m)
+        if u and s.lcum > 0 and u - s.lcum < c then
+          c = u - s.lcum
+        end
+        return c
+      end
       local function fresh(m)
         local c = cum(m)
         return s.lcum == 0 or c ~= nil and c > s.lcum
@@ -575,7 +587,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
         -- to import: a header that counts them from the older key (see
         -- Upgrade), instead of their entries.
         local f, fat
-        if s.n == 0 and lo > 0 then
+        if lo > 0 then
           if lo <= 8 then
             f, fat = top[2 * lo - 1], tonumber(top[2 * lo])
           else
@@ -583,7 +595,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
           end
         end
         local ctop, tat = cum(top[1]), tonumber(top[2])
-        if f and (lo > 256 or ctop and cum(f) and ctop - cum(f) + cost(f) > 4096) then
+        if s.n == 0 and f and (lo > 256 or ctop and cum(f) and ctop - cum(f) + cost(f) > 4096) then
           if ctop and cum(f) then
             local first = math.max(cum(f) - cost(f), ctop - 100000)
             s.hdr, s.hp, s.h0, s.h0at = pack('>I1I7I7I1', 1, first, ctop, 0), ctop - first, f, fat
@@ -595,6 +607,39 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
           s.wh, s.live = true, s.hp
           s.base = math.min(s.base, math.ceil(fat / 1000))
           s.newest = math.ceil(tat / 1000) - s.base
+          lo = 0
+        end
+        local c0 = ctop and f and cum(f) and math.max(cum(f) - cost(f), ctop - 100000)
+        if lo > 0 and c0 and ctop - c0 > 4096 then
+          -- More than 4,096 units after this key's own entries (a rolling
+          -- deploy): the oldest 4,096 now, as up to 16 groups of
+          -- consecutive members, each at its newest member's time, the
+          -- last cut at unit c0 + 4,096 (z holds it: halving ranks, one
+          -- member read a step); the rest (np) counts, exactly, and is
+          -- left to the next calls, as lcum marks where the copy stopped.
+          local target, a, z = c0 + 4096, -lo - 1, -1
+          while z - a > 1 do
+            local mid = math.floor((a + z) / 2)
+            if (cum(member(mid)) or target) >= target then
+              z = mid
+            else
+              a = mid
+            end
+          end
+          local prev, last = c0, -lo - 1
+          for g = 1, 16 do
+            local e = -lo - 1 + math.ceil(g * (z + lo + 1) / 16)
+            if e > last then
+              local m, at = member(e)
+              local c = math.min(cum(m) or target, target)
+              if c > prev then
+                parts[#parts + 1] = {at, c - prev}
+                prev = c
+              end
+              last = e
+            end
+          end
+          s.np, s.npat, s.lcum = ctop - target, math.ceil(tat / 1000), target
           lo = 0
         end
         if lo <= 8 then
@@ -660,8 +705,11 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
         s.imp[#s.imp + 1] = {newest, parts[i][2]}
         s.ni = s.ni + parts[i][2]
       end
-      s.newest, s.lcum = newest, math.max(cum(top[1]) or 0, s.lcum, 1)
-      s.live = s.live + s.ni
+      s.newest = newest
+      if s.np == 0 then
+        s.lcum = math.max(cum(top[1]) or 0, s.lcum, 1)
+      end
+      s.live = s.live + s.ni + s.np
     end
     return s
   end
@@ -672,7 +720,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   if cost > 0 then
     off = math.max(math.ceil(now / 1000) - s.base, s.newest)
   end
-  local body = s.live - s.ni - s.hp
+  local body = s.live - s.ni - s.hp - s.np
   local whole = s.n == 0 or s.tail >= 64 and s.tail * 4 >= body or off >= 2147483648
   local live, runs = '', s.imp
   if whole then
@@ -924,9 +972,9 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
       if #b > 63 then
         q = string.sub(b, 64 + 4 * (i - m + qi))
       end
-      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = {}, ni = 0, hp = 0}
+      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = {}, ni = 0, hp = 0, np = 0}
     elseif b == 0 then
-      b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = {}, ni = 0, hp = 0}
+      b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = {}, ni = 0, hp = 0, np = 0}
     end
     a, b = sliding_log_slow('write', key, window, param, b, cost, now, pack, unpack_ints)
   until true
