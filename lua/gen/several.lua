@@ -294,10 +294,20 @@ end
 -- read one at a time). They are older than every entry of the body (newest
 -- starts at the range's newest), so they count first. So the first touch
 -- of a key of 100,000 members writes 79 bytes; a later call writes its own
--- admission, and what instances of the version before admitted since the
--- call before it, never the range. Once the range has left the window (or
+-- admission, and up to 4,096 units of what instances of the version before
+-- admitted since (see below), never the range. Once the range has left the window (or
 -- the older key is gone), the header is dead: its bytes become 4 entries
 -- at the base.
+--
+-- After this key's own entries, more than 4,096 units to copy (what
+-- instances of the version before admitted since the call before, during
+-- a rolling deploy) are copied 4,096 a call, the oldest first, as up to 16
+-- groups of consecutive members, each at its newest member's time, the
+-- last cut at the 4,096th unit (the member that holds it found by halving
+-- ranks); lcum then marks where the copy stopped, inside a member if need
+-- be, and the rest (np: the newest member's cum less lcum) counts in the
+-- decision, exactly, and is copied by the next calls, no earlier than the
+-- entries admitted in between. So each call writes 16 KiB of them at most.
 --
 -- During a rolling deploy an instance of this version counts every
 -- admission of the older ones on the key it shares with them; they do not
