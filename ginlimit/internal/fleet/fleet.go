@@ -73,6 +73,8 @@ type Config struct {
 	// they change (and once when they are first loaded), one call at a
 	// time.
 	OnLimits func(fields []string)
+
+	tick time.Duration // replaces Tick as the loop's period, in tests
 }
 
 // Fleet is one Limiter's upkeep on one Redis client. It is safe for
@@ -141,7 +143,11 @@ func (f *Fleet) Polls() int64 { return f.polls.Load() }
 // run ticks every Tick, and at once when a notice asks, until Close.
 func (f *Fleet) run(ctx context.Context) {
 	defer close(f.done)
-	tick := time.NewTicker(Tick)
+	every := Tick
+	if f.cfg.tick > 0 {
+		every = f.cfg.tick
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {

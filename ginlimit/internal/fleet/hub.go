@@ -87,6 +87,7 @@ type Hub struct {
 	notice   func(string)    // receives the channel's other messages (fleet.go), or nil
 	up       func()          // told when the subscription is back after a loss, or nil
 	coh      state.Coherence // live: subscribed, and nothing lost since; its generation moves with every reset seen and every loss
+	echoes   atomic.Int64    // messages heard on the echo channel, for tests
 
 	mu      sync.Mutex
 	caches  tracked[state.DenyCache]
@@ -201,6 +202,8 @@ func (h *Hub) loop(sub Subscriber) {
 		h.confirm()
 		if m, ok := msg.(*redis.Message); ok && m.Channel == h.channels[0] {
 			h.handle(m.Payload)
+		} else if ok {
+			h.echoes.Add(1)
 		}
 	}
 }
