@@ -72,7 +72,9 @@ const (
 	// whether the overrides changed, in case it missed the notice of a
 	// change on [ResetChannel]: an instance that hears the notice applies
 	// the change at once, one that missed it within OverridePoll and one
-	// call's bound (1 s), 3 s in all, while Redis answers. The instance
+	// the bounds of
+	// the two calls that read them (1 s each), 4 s in all, while Redis
+	// answers. The instance
 	// that set it applies it before SetLimit returns. The version key,
 	// LimitsKey+":version", is random, so that a Redis that lost both keys
 	// and saw as many changes since cannot show an instance the version it
