@@ -186,7 +186,7 @@ func (l *Limiter) fleetFor(client redis.Scripter, shared bool, e *engine.Engine)
 		return &backend{engine: e, fleet: owner.fleet, live: owner.live}
 	}
 	b := &backend{engine: e, live: &liveLimits{}, owner: true}
-	cfg := fleet.Config{Engine: e, Loaded: e.Loaded(), Driven: !l.subscribe, OnLimits: b.live.apply}
+	cfg := fleet.Config{Engine: e, Loaded: e.Loaded(), Driven: !l.subscribe, OnLimits: b.live.apply, Canonical: isField}
 	if l.subscribe {
 		cfg.Count = l.countOn(client)
 		if sub, ok := client.(fleet.Subscriber); ok {

@@ -61,13 +61,13 @@ const (
 	// refuses a new one beyond it. It is a quota of its own, apart from
 	// the identities', so that however many identities have one, a rule
 	// can always get its first emergency override.
-	MaxRuleOverrides = 1_000
+	MaxRuleOverrides = fleet.MaxRuleOverrides
 	// MaxIdentityOverrides bounds how many identities' overrides LimitsKey
 	// holds, for every Limiter on that Redis together: SetLimit refuses a
 	// new one beyond it, so that no caller can grow the instances' memory
 	// without bound. Each instance keeps them parsed once per backend; a
 	// policy compiles one only when a request of its identity comes.
-	MaxIdentityOverrides = 10_000
+	MaxIdentityOverrides = fleet.MaxIdentityOverrides
 	// OverridePoll is how often, at the longest, each Limiter asks Redis
 	// whether the overrides changed, in case it missed the notice of a
 	// change on [ResetChannel]: an instance that hears the notice applies
@@ -175,7 +175,7 @@ func (p *Policy) overrideOf(t Target) (*rateRule, string, uint8, error) {
 		if err != nil {
 			return nil, "", 0, err
 		}
-		field := r.overrideScope(p.named, s).field()
+		field := ruleField(r.overrideScope(p.named, s))
 		if t.Plan != "" {
 			return r, field, SourcePlanOverride, nil
 		}
@@ -274,7 +274,7 @@ func (p *Policy) compileOverride(r *rateRule, limit int, window time.Duration, s
 // keeps the policy rule's Ban, as the rule it takes the place of does.
 type liveView struct {
 	p  *Policy
-	ov *overrides
+	ov *fleet.Overrides
 
 	mu    sync.RWMutex
 	rules map[overrideKey]*rateRule // compiled, or nil: does not compile
@@ -312,7 +312,7 @@ func (v *liveView) find(r *rateRule, key string, named bool, s scope) *rateRule 
 	if r.of != nil {
 		declared = r.of
 	}
-	if set, ok := v.ov.who[whoKey{prefix: declared.cfg.prefix, rest: key[len(r.prefix):]}]; ok {
+	if set, ok := v.ov.Who[fleet.WhoKey{Prefix: declared.cfg.prefix, Rest: key[len(r.prefix):]}]; ok {
 		if o := v.compiled(declared, set, SourceIdentityOverride); o != nil {
 			return o
 		}
@@ -323,7 +323,7 @@ func (v *liveView) find(r *rateRule, key string, named bool, s scope) *rateRule 
 // ruleOverride returns the rule of x's own override (a rule's or a
 // plan's) for scope s, or nil.
 func (v *liveView) ruleOverride(x *rateRule, named bool, s scope) *rateRule {
-	set, ok := v.ov.rules[x.overrideScope(named, s)]
+	set, ok := v.ov.Rules[x.overrideScope(named, s)]
 	if !ok {
 		return nil
 	}
@@ -338,8 +338,8 @@ func (v *liveView) ruleOverride(x *rateRule, named bool, s scope) *rateRule {
 // this view's, the view's before while its settings match, or compiled
 // now (once: a concurrent call takes the first one's); nil when it does
 // not compile (a value written by hand), so that from keeps its settings.
-func (v *liveView) compiled(from *rateRule, set setting, src uint8) *rateRule {
-	k := overrideKey{from: from, limit: set.limit, window: set.window, source: src}
+func (v *liveView) compiled(from *rateRule, set fleet.Setting, src uint8) *rateRule {
+	k := overrideKey{from: from, limit: set.Limit, window: set.Window, source: src}
 	v.mu.RLock()
 	o, ok := v.rules[k]
 	prev := v.prev
@@ -350,7 +350,7 @@ func (v *liveView) compiled(from *rateRule, set setting, src uint8) *rateRule {
 	fresh := false
 	if o, ok = prev.rule(k); !ok {
 		var err error
-		o, err = v.p.compileOverride(from, set.limit, set.window, src)
+		o, err = v.p.compileOverride(from, set.Limit, set.Window, src)
 		fresh = err == nil
 	}
 	v.mu.Lock()
@@ -380,10 +380,10 @@ func (v *liveView) rule(k overrideKey) (*rateRule, bool) {
 // apply gives p the view of the overrides ov. The deny caches of its rules
 // forget what they learned, which may have been under other settings. It
 // costs O(p's rules): the overrides are the backend's, parsed once.
-func (p *Policy) apply(ov *overrides) {
+func (p *Policy) apply(ov *fleet.Overrides) {
 	old := p.view.Load()
 	var v *liveView
-	if ov.concerns(p) {
+	if p.concerns(ov) {
 		v = &liveView{p: p, ov: ov, rules: map[overrideKey]*rateRule{}, prev: old}
 	}
 	if v == nil && old == nil {
@@ -437,15 +437,14 @@ func (p *Policy) settings(t Target) (Decision, error) {
 // each policy that follows gets a new view.
 type liveLimits struct {
 	mu       sync.Mutex
-	ov       *overrides // LimitsKey, as loaded; nil before the first load
+	ov       *fleet.Overrides // LimitsKey, as loaded; nil before the first load
 	policies []weak.Pointer[Policy]
 	compiles atomic.Int64 // overrides compiled for the policies, for tests
 }
 
-// apply parses LimitsKey's fields and values, once, and applies them to
+// apply applies the overrides, as the fleet loaded and parsed them, to
 // every policy followed (the fleet's OnLimits).
-func (lv *liveLimits) apply(fields []string) {
-	ov := newOverrides(fields)
+func (lv *liveLimits) apply(ov *fleet.Overrides) {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
 	lv.ov = ov

@@ -69,10 +69,11 @@ type Config struct {
 	// Driven says that nothing will close the fleet: it runs no loop, and
 	// a tick runs when Touch finds one due.
 	Driven bool
-	// OnLimits receives LimitsKey's fields and values, in turn, each time
-	// they change (and once when they are first loaded), one call at a
+	// OnLimits receives the overrides each time they change (and once
+	// when they are first loaded), parsed with Canonical, one call at a
 	// time.
-	OnLimits func(fields []string)
+	OnLimits  func(*Overrides)
+	Canonical Canonical
 
 	tick time.Duration // replaces Tick as the loop's period, in tests
 }

@@ -21,22 +21,31 @@ const eventWait = 30 * time.Second
 
 // seen records what a fleet's OnLimits received.
 type seen struct {
-	mu     sync.Mutex
-	fields []string
-	calls  int
+	mu    sync.Mutex
+	ov    *Overrides
+	calls int
 }
 
-func (s *seen) on(fields []string) {
+func (s *seen) on(ov *Overrides) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fields, s.calls = fields, s.calls+1
+	s.ov, s.calls = ov, s.calls+1
 }
 
-func (s *seen) get() ([]string, int) {
+// limit returns the limit of the override of route, 0 for none, and how
+// many times OnLimits was called.
+func (s *seen) limit(route string) (int, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.fields, s.calls
+	if s.ov == nil {
+		return 0, s.calls
+	}
+	return s.ov.Rules[RuleScope{Prefix: "p:", Method: "GET", Route: route}].Limit, s.calls
 }
+
+// anyField takes every field that parses as canonical: these tests write
+// only canonical ones.
+func anyField(RuleScope, string) bool { return true }
 
 // member starts a fleet on a client of its own of srv, closed when t
 // ends: it subscribes when sub, counts the instances when count, and its
@@ -49,7 +58,7 @@ func member(t *testing.T, srv *redistest.Server, sub, count bool, tick time.Dura
 		t.Fatal(err)
 	}
 	s := &seen{}
-	cfg := Config{Engine: e, Loaded: e.Loaded(), OnLimits: s.on, tick: tick}
+	cfg := Config{Engine: e, Loaded: e.Loaded(), OnLimits: s.on, Canonical: anyField, tick: tick}
 	var n *state.Instances
 	if count {
 		n = state.NewHeartbeatCount()
@@ -103,8 +112,8 @@ func TestOverrideNoticeIsPushed(t *testing.T) {
 	settled(t, b)
 	set(t, a, "p:{GET /x} *", "5 0")
 	waitFor(t, "the notice applied on B", func() bool {
-		fields, _ := got.get()
-		return len(fields) == 2 && fields[0] == "p:{GET /x} *" && fields[1] == "5 0"
+		limit, _ := got.limit("/x")
+		return limit == 5
 	})
 }
 
@@ -131,16 +140,16 @@ func TestMissedNoticeIsCaughtByOneTick(t *testing.T) {
 	srv := redistest.Start(t)
 	a, _, _ := member(t, srv, true, false, time.Hour)
 	b, got, _ := member(t, srv, false, false, time.Hour)
-	_, before := got.get()
+	_, before := got.limit("/y")
 	set(t, a, "p:{GET /y} *", "7 0")
-	if _, calls := got.get(); calls != before {
+	if _, calls := got.limit("/y"); calls != before {
 		t.Fatal("B, which hears no notice, applied the change before it ticked")
 	}
 	if err := b.Tick(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if fields, _ := got.get(); len(fields) != 2 || fields[1] != "7 0" {
-		t.Fatalf("B after one tick: %q, want the change", fields)
+	if limit, _ := got.limit("/y"); limit != 7 {
+		t.Fatalf("B after one tick: limit %d, want the change's 7", limit)
 	}
 }
 

@@ -33,7 +33,7 @@ func (f *Fleet) load(ctx context.Context) error {
 		fields = nil
 	}
 	if f.cfg.OnLimits != nil {
-		f.cfg.OnLimits(fields)
+		f.cfg.OnLimits(NewOverrides(fields, f.cfg.Canonical))
 	}
 	f.version.Store(version)
 	return nil
