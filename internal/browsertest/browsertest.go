@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
@@ -184,13 +185,34 @@ func (b *Browser) Do(t testing.TB, steps ...chromedp.Action[chromedp.Void]) {
 // fails t on error.
 func Run[T any](t testing.TB, b *Browser, a chromedp.Action[T]) T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, ActionTimeout)
-	defer cancel()
-	v, err := chromedp.Run(ctx, a)
+	v, err := Try(b, a)
 	if err != nil {
 		t.Fatalf("browsertest: %v", describe(err))
 	}
 	return v
+}
+
+// Try runs a in b's tab within [ActionTimeout] and returns its value and
+// error, for a test that polls the page while it may be loading another.
+func Try[T any](b *Browser, a chromedp.Action[T]) (T, error) {
+	ctx, cancel := context.WithTimeout(b.ctx, ActionTimeout)
+	defer cancel()
+	return chromedp.Run(ctx, a)
+}
+
+// Response runs steps that start a navigation, such as a click on a
+// link or a form's submit button, within [ActionTimeout], and returns the
+// response of the document that loads (after redirects); it fails t on
+// error, and when no navigation comes.
+func (b *Browser) Response(t testing.TB, steps ...chromedp.Action[chromedp.Void]) *network.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, ActionTimeout)
+	defer cancel()
+	resp, err := chromedp.RunResponse(ctx, steps...)
+	if err != nil {
+		t.Fatalf("browsertest: %v", describe(err))
+	}
+	return resp
 }
 
 // describe adds to a timeout the hint of what usually causes it.
