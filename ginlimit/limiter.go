@@ -44,6 +44,8 @@ type Limiter struct {
 
 	id       string                       // this limiter's random instance id (presence.go)
 	presence map[redis.Scripter]*presence // the count of instances per client, and its heartbeat
+
+	registry registry // what RateLimit compiled (registry.go)
 }
 
 // New returns a Limiter with opts as the defaults of every route it serves.
@@ -100,6 +102,7 @@ func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
 	if err != nil {
 		panic(fmt.Sprintf("ginlimit: Limiter.RateLimit: %v", err))
 	}
+	l.registry.add(p)
 	return p.serve
 }
 

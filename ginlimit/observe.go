@@ -102,6 +102,9 @@ type Event struct {
 	// identity.ReasonExpired), never anything of the token or the
 	// identity; "" otherwise.
 	Reason string
+	// key is, for a refusal, the key of the rule that refused: what
+	// RuleInfo.Refused reads the identity from (registry.go).
+	key string
 }
 
 // Observe adds f as an observer of every decision: every admission and
@@ -147,9 +150,13 @@ func (p *Policy) unauthorized(c *gin.Context, r *ruleBase, err error) {
 	}
 }
 
-// observe tells p's observers about d.
-func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency time.Duration) {
+// observe tells p's observers about req's decision.
+func (p *Policy) observe(ctx context.Context, route string, req *request, latency time.Duration) {
+	d := &req.d
 	e := Event{Route: route, Rule: d.Rule, Outcome: outcomeOf(*d), Decision: *d, Latency: latency}
+	if !d.Allowed {
+		e.key = req.keyOf(d.decider)
+	}
 	switch {
 	case d.brk != nil:
 		e.Breaker = d.brk.State()

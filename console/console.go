@@ -1,0 +1,161 @@
+// Package console is an operator's console for the rate limits of a gin
+// application: one call mounts server-rendered pages, and the JSON API
+// they post to, that show every rule a [ginlimit.Limiter] compiled, the
+// fleet's instances and breakers, each route's decisions per second by
+// outcome and its most-refused identities over the last 15 minutes,
+// across instances, and that steer the limits: set or clear an override,
+// look up an identity's count, reset it, lift a ban. Every change is
+// audited in Redis and in the application's log.
+//
+// The pages need no JavaScript: charts are inline SVG drawn by the server,
+// the one stylesheet is embedded in the binary, and the
+// Content-Security-Policy allows nothing else. Every page, asset and API
+// answer goes through Config.Authorize first. docs/console.md explains the
+// design.
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
+)
+
+// Config configures Mount.
+type Config struct {
+	// Limiter is the limiter whose rules the console shows and steers;
+	// required.
+	Limiter *ginlimit.Limiter
+	// Redis is the client the console shares its traffic, refused
+	// identities, bans and audit on: the limiter's; required.
+	Redis redis.UniversalClient
+	// Authorize is asked before every page, asset and API answer: it
+	// returns who asks, recorded in the audit, and whether they may. A
+	// request it refuses gets 401 and nothing else. Required.
+	Authorize func(c *gin.Context) (who string, ok bool)
+	// Logger receives the audit lines. The default is slog.Default().
+	Logger *slog.Logger
+	// Routes lists the application's routes, such as engine.Routes: the
+	// overview lists each, so that a route appears before its first request
+	// (when gin first tells a Limiter which route a rule is on). Optional.
+	Routes func() gin.RoutesInfo
+}
+
+// Console is a mounted console. Give its Observe option to the Limiter's
+// routes (or to ginlimit.New, through Observer) so that it sees their
+// decisions; call Beat or let it beat every 5 s; Close stops it.
+type Console struct {
+	cfg    Config
+	log    *slog.Logger
+	tap    *Observer
+	fleet  fleet
+	secret []byte // keys the forms' tokens
+	stop   context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// Mount mounts the console's pages and API on r (such as
+// engine.Group("/console", ...)) and starts its beat. It fails, naming the
+// field, when Limiter, Redis or Authorize is nil.
+func Mount(r gin.IRouter, cfg Config) (*Console, error) {
+	return mount(r, cfg, NewObserver())
+}
+
+// MountWith is Mount for a console that reads the decisions an Observer
+// made before the Limiter saw: ginlimit.New(..., obs.Option()).
+func MountWith(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
+	if obs == nil {
+		return nil, errors.New("console.MountWith: the Observer must not be nil")
+	}
+	return mount(r, cfg, obs)
+}
+
+func mount(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
+	switch {
+	case cfg.Limiter == nil:
+		return nil, errors.New("console.Mount: Config.Limiter is required")
+	case cfg.Redis == nil:
+		return nil, errors.New("console.Mount: Config.Redis is required")
+	case cfg.Authorize == nil:
+		return nil, errors.New("console.Mount: Config.Authorize is required: the console is an admin surface")
+	}
+	c := &Console{cfg: cfg, log: cfg.Logger, tap: obs, done: make(chan struct{})}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	secret, err := sharedSecret(ctx, cfg.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("console.Mount: %w", err)
+	}
+	c.secret = secret
+	obs.mu.Lock()
+	obs.rules = cfg.Limiter.Rules
+	obs.mu.Unlock()
+	c.routes(r)
+	bg, stop := context.WithCancel(context.Background())
+	c.stop = stop
+	go c.run(bg)
+	return c, nil
+}
+
+// Observe returns the option that lets the console see a route's
+// decisions: give it to limiter.RateLimit of each route compiled after
+// Mount, or use Observer and MountWith to give it to ginlimit.New.
+func (c *Console) Observe() ginlimit.Option { return c.tap.Option() }
+
+// Close stops the beat. It is safe to call more than once and returns nil.
+func (c *Console) Close() error {
+	c.once.Do(func() {
+		c.stop()
+		<-c.done
+	})
+	return nil
+}
+
+// run beats every beatPeriod until ctx ends.
+func (c *Console) run(ctx context.Context) {
+	defer close(c.done)
+	t := time.NewTicker(beatPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			bctx, cancel := context.WithTimeout(ctx, beatPeriod)
+			if err := c.Beat(bctx); err != nil {
+				c.log.LogAttrs(bctx, slog.LevelWarn, "ginlimit/console: beat failed", slog.String("error", err.Error()))
+			}
+			cancel()
+		}
+	}
+}
+
+// secretKey holds the random key of the forms' tokens, shared by the
+// instances so that a form one of them rendered posts to any other.
+const secretKey = "{ginlimit:console}:secret"
+
+// sharedSecret returns the fleet's form key, making it if there is none.
+func sharedSecret(ctx context.Context, rdb redis.UniversalClient) ([]byte, error) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	old, err := rdb.SetArgs(ctx, secretKey, b, redis.SetArgs{Mode: "NX", Get: true}).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return b, nil // ours is the key
+	case err != nil:
+		return nil, fmt.Errorf("form key: %w", err)
+	}
+	return old, nil
+}
