@@ -15,6 +15,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -47,6 +48,8 @@ type Config struct {
 	// overview lists each, so that a route appears before its first request
 	// (when gin first tells a Limiter which route a rule is on). Optional.
 	Routes func() gin.RoutesInfo
+
+	beatEvery time.Duration // tests only: the beat's period instead of beatPeriod
 }
 
 // Console is a mounted console. Give its Observe option to the Limiter's
@@ -61,6 +64,7 @@ type Console struct {
 	stop   context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	period time.Duration // beatPeriod, or Config.beatEvery
 }
 
 // Mount mounts the console's pages and API on r (such as
@@ -88,7 +92,7 @@ func mount(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 	case cfg.Authorize == nil:
 		return nil, errors.New("console.Mount: Config.Authorize is required: the console is an admin surface")
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, tap: obs, done: make(chan struct{})}
+	c := &Console{cfg: cfg, log: cfg.Logger, tap: obs, done: make(chan struct{}), period: cmp.Or(cfg.beatEvery, beatPeriod)}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -109,6 +113,12 @@ func mount(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 	return c, nil
 }
 
+// withPeriod is mount with a beat every period instead of beatPeriod.
+func withPeriod(r gin.IRouter, cfg Config, obs *Observer, period time.Duration) (*Console, error) {
+	cfg.beatEvery = period
+	return mount(r, cfg, obs)
+}
+
 // Observe returns the option that lets the console see a route's
 // decisions: give it to limiter.RateLimit of each route compiled after
 // Mount, or use Observer and MountWith to give it to ginlimit.New.
@@ -126,7 +136,7 @@ func (c *Console) Close() error {
 // run beats every beatPeriod until ctx ends.
 func (c *Console) run(ctx context.Context) {
 	defer close(c.done)
-	t := time.NewTicker(beatPeriod)
+	t := time.NewTicker(c.period)
 	defer t.Stop()
 	for {
 		select {

@@ -15,7 +15,7 @@ import (
 // before the Limiter when the Limiter should report every route to it.
 type Observer struct {
 	mu      sync.Mutex
-	rules   func() []ginlimit.RuleInfo // set by Mount: how a refusal's identity is read
+	rules   func() []ginlimit.RuleInfo   // set by Mount: how a refusal's identity is read
 	byName  map[string]ginlimit.RuleInfo // rules by name, refreshed on a miss at most once a second
 	fresh   time.Time                    // when byName was made
 	traffic map[series]int64
