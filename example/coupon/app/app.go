@@ -115,6 +115,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,6 +125,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/console"
 	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/metrics"
@@ -140,6 +142,7 @@ type App struct {
 	mini      *miniredis.Miniredis  // nil unless New started one
 	users     *identity.JWT         // nil until New made it; refreshes a remote JWKS until Close
 	limiter   *ginlimit.Limiter     // nil until New made it
+	console   *console.Console      // nil until New mounted it; beats until Close
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -194,7 +197,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	collector := metrics.New()
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collector)
-	claimPolicy, err := a.newLimiter(cfg, ips, collector)
+	// Made before the limiter, so that every route reports to it.
+	seen := console.NewObserver()
+	claimPolicy, err := a.newLimiter(cfg, ips, collector, seen)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
@@ -205,10 +210,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if writeOrder == nil {
 		writeOrder = sleepOrder
 	}
-	engine, err := newEngine(logger, registry, &handlers{secret: secret, users: a.users, logger: logger, limiter: a.limiter,
-		claimPolicy: claimPolicy, remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())})
+	h := &handlers{secret: secret, users: a.users, logger: logger, limiter: a.limiter,
+		claimPolicy: claimPolicy, remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())}
+	engine, err := newEngine(logger, registry, h)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
+	}
+	if a.console, err = console.MountWith(engine.Group(strings.TrimSuffix(ConsolePath, "/")), console.Config{
+		Limiter: a.limiter, Redis: a.rdb, Authorize: h.consoleAdmin, Logger: logger, Routes: engine.Routes,
+	}, seen); err != nil {
+		return nil, errors.Join(fmt.Errorf("coupon: console: %w", err), a.Close())
 	}
 	a.Handler = engine
 	return a, nil
@@ -216,10 +227,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 // newLimiter makes a's limiter from cfg, on a's Redis and verifier, and
 // returns the claim rule's Policy, which the admin routes read and change.
-func (a *App) newLimiter(cfg Config, ips *identity.IP, collector *metrics.Collector) (*ginlimit.Policy, error) {
+func (a *App) newLimiter(cfg Config, ips *identity.IP, collector *metrics.Collector, seen *console.Observer) (*ginlimit.Policy, error) {
 	opts := []ginlimit.Option{
 		ginlimit.Redis(a.rdb),
 		ginlimit.Observe(collector.Observe),
+		seen.Option(),
 		ginlimit.UserIdentity(a.users),
 		ginlimit.IPIdentity(ips),
 		ginlimit.Algorithm(cfg.Algorithm),
@@ -274,6 +286,12 @@ func newEngine(logger *slog.Logger, registry *prometheus.Registry, h *handlers) 
 	engine.NoRoute(notFound)
 	routes(engine, h)
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
+	// Browsers ask every site for its icon; an empty answer, rather than
+	// the JSON 404, keeps an error out of the console's browser console.
+	engine.GET("/favicon.ico", func(c *gin.Context) {
+		c.Header("Cache-Control", "max-age=86400")
+		c.Status(http.StatusNoContent)
+	})
 	return engine, nil
 }
 
@@ -371,6 +389,9 @@ func openCluster(addrs []string, logger *slog.Logger) redis.UniversalClient {
 // and return the first call's result.
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
+		if a.console != nil {
+			_ = a.console.Close() // always nil
+		}
 		if a.limiter != nil {
 			_ = a.limiter.Close() // always nil
 		}

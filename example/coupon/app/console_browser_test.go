@@ -2,10 +2,15 @@ package app_test
 
 import (
 	"encoding/json"
+	"html"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,11 +171,11 @@ func clearClaimOverride(t *testing.T, h http.Handler) {
 	}
 }
 
-// get sends a GET to rawURL with header (name, value) when name is not
-// empty, and returns the status and body.
-func get(t *testing.T, rawURL, name, value string) (int, string) {
+// send sends a request of method to rawURL, with the header (name, value)
+// when name is not empty, and returns the status and body.
+func send(t *testing.T, method, rawURL, name, value string) (int, string) {
 	t.Helper()
-	r, err := http.NewRequestWithContext(t.Context(), http.MethodGet, rawURL, nil)
+	r, err := http.NewRequestWithContext(t.Context(), method, rawURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,12 +184,428 @@ func get(t *testing.T, rawURL, name, value string) (int, string) {
 	}
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
-		t.Fatalf("GET %s: %v", rawURL, err)
+		t.Fatalf("%s %s: %v", method, rawURL, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("GET %s: %v", rawURL, err)
+		t.Fatalf("%s %s: %v", method, rawURL, err)
 	}
 	return resp.StatusCode, string(body)
+}
+
+// pageRef finds the URLs a page refers to: links, assets, form targets.
+var pageRef = regexp.MustCompile(`\s(href|src|action)="([^"]*)"`)
+
+// consoleRefs are the URLs of the console that page, served at pageURL,
+// refers to, by "<METHOD> <url>": GET for a link or an asset, POST for a
+// form's target; the sign-in page is left out.
+func consoleRefs(t *testing.T, pageURL, page string) map[string]string {
+	t.Helper()
+	base, err := url.Parse(pageURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, m := range pageRef.FindAllStringSubmatch(page, -1) {
+		u, err := base.Parse(html.UnescapeString(m[2]))
+		if err != nil || u.Host != base.Host || !strings.HasPrefix(u.Path, app.ConsolePath) || u.Path == app.ConsoleSignInPath {
+			continue
+		}
+		u.Fragment = ""
+		method := http.MethodGet
+		if m[1] == "action" {
+			method = http.MethodPost
+		}
+		out[method+" "+u.String()] = u.String()
+	}
+	return out
+}
+
+// limitedRoutes are the demo's limited routes, each with its rule's name.
+var limitedRoutes = map[string]string{
+	"POST /api/login":                            "coupon:login",
+	"GET /api/coupon/seckill":                    "coupon:seckill",
+	"GET /api/coupon/seckill/order":              "coupon:order",
+	"GET /api/coupon/claim":                      "coupon:claim",
+	"GET /api/vouchers/:id/claim":                "voucher:claim",
+	"GET /api/coupon/merchant":                   "coupon:merchant",
+	"GET /voucher-order/seckill/:id":             "voucher:seckill",
+	"GET /api/admin/limits/claim/users/:user":    "coupon:admin",
+	"DELETE /api/admin/limits/claim/users/:user": "coupon:admin",
+	"GET /api/admin/limits/claim":                "coupon:admin",
+	"PUT /api/admin/limits/claim":                "coupon:admin",
+}
+
+// demoRoutes are engine's routes outside the console, as "METHOD /path".
+func demoRoutes(engine *gin.Engine) []string {
+	var out []string
+	for _, r := range engine.Routes() {
+		if !strings.HasPrefix(r.Path, app.ConsolePath) {
+			out = append(out, r.Method+" "+r.Path)
+		}
+	}
+	return out
+}
+
+// consoleURLs are the console's routes of engine as URLs under base, with
+// each parameter filled in, so that a request reaches its handler.
+func consoleURLs(engine *gin.Engine, base string) map[string]string {
+	out := map[string]string{}
+	for _, r := range engine.Routes() {
+		if !strings.HasPrefix(r.Path, app.ConsolePath) || r.Path == app.ConsoleSignInPath {
+			continue
+		}
+		segs := strings.Split(r.Path, "/")
+		for i, s := range segs {
+			if strings.HasPrefix(s, ":") || strings.HasPrefix(s, "*") {
+				segs[i] = "coupon:claim"
+			}
+		}
+		out[r.Method+" "+r.Path] = base + strings.Join(segs, "/")
+	}
+	return out
+}
+
+// TestConsoleRefusesWithoutAuthorization: every route of the console, and
+// every page, asset and form target its overview links to, is refused
+// (401 or 403, with none of the console's content) to a request without a
+// token, with a token that is not an admin's, with a forged one, and with
+// such tokens in the sign-in cookie; the same requests with the admin's
+// token are answered, so the refusals are not for a path that is not
+// there. The sign-in page is the one exception.
+func TestConsoleRefusesWithoutAuthorization(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t)
+	admin := token(t, "ops", app.AdminRole)
+	status, overview := send(t, http.MethodGet, f.urlA+app.ConsolePath, "Authorization", "Bearer "+admin)
+	if status != http.StatusOK || !strings.Contains(overview, `data-rule="coupon:claim"`) {
+		t.Fatalf("the overview with the admin's token: %d, want 200 with the claim rule:\n%.2000s", status, overview)
+	}
+	targets := consoleURLs(f.engineA, f.urlA)
+	maps.Copy(targets, consoleRefs(t, f.urlA+app.ConsolePath, overview))
+	if len(targets) < 3 {
+		t.Fatalf("only %d console URLs found: %v", len(targets), targets)
+	}
+	for what, u := range consoleRefs(t, f.urlA+app.ConsolePath, overview) {
+		if method, _, _ := strings.Cut(what, " "); method == http.MethodGet {
+			if status, body := send(t, method, u, "Authorization", "Bearer "+admin); status != http.StatusOK {
+				t.Errorf("%s with the admin's token: %d, want 200; body %.300s", what, status, body)
+			}
+		}
+	}
+	alice := token(t, "alice", "")
+	forged, _ := app.NewToken([]byte("not-the-demo-secret-0123456789abcdef"), "ops", app.Grants{Role: app.AdminRole}, time.Now())
+	creds := []struct{ name, header, value string }{
+		{"nothing", "", ""},
+		{"a user's token", "Authorization", "Bearer " + alice},
+		{"a forged admin token", "Authorization", "Bearer " + forged},
+		{"a user's token in the cookie", "Cookie", app.ConsoleCookie + "=" + alice},
+		{"a forged admin token in the cookie", "Cookie", app.ConsoleCookie + "=" + forged},
+		{"the admin's token under another scheme", "Authorization", "Basic " + admin},
+	}
+	for what, u := range targets {
+		method, _, _ := strings.Cut(what, " ")
+		for _, c := range creds {
+			status, body := send(t, method, u, c.header, c.value)
+			if status != http.StatusUnauthorized && status != http.StatusForbidden {
+				t.Errorf("%s (%s) with %s: %d, want 401 or 403; body %.300s", what, u, c.name, status, body)
+			}
+			if strings.Contains(body, "data-rule") || strings.Contains(body, "coupon:claim") {
+				t.Errorf("%s with %s: the refusal shows the console's content: %.300s", what, c.name, body)
+			}
+		}
+	}
+}
+
+// TestConsoleInBrowser drives A's console in headless Chromium, signed in
+// through the sign-in page, with B, a second instance on the same Redis,
+// as the witness of every change; each step has a tab of its own, and
+// none may leave an error in the browser's console.
+func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t)
+	warmUp(t, f)
+	br := browsertest.Start(t)
+	var tabs []*browsertest.Browser
+	// tab is a signed-in tab for what an operator does, whose console
+	// must stay free of errors; probe one for a test that provokes
+	// refusals, which the browser reports there as errors.
+	probe := func(t *testing.T) *browsertest.Browser {
+		tb := br.Tab(t)
+		signIn(t, tb, f.urlA)
+		return tb
+	}
+	tab := func(t *testing.T) *browsertest.Browser {
+		tb := probe(t)
+		tabs = append(tabs, tb)
+		return tb
+	}
+	t.Run("overview lists every route", func(t *testing.T) { overviewListsEveryRoute(t, f, tab(t)) })
+	t.Run("override is applied by the second instance", func(t *testing.T) { overrideReachesB(t, f, tab(t)) })
+	t.Run("lookup shows the remaining count and reset restores it", func(t *testing.T) { lookupAndReset(t, f, tab(t)) })
+	t.Run("a ban is listed and lifted", func(t *testing.T) { banListedAndLifted(t, f, tab(t)) })
+	t.Run("hostile input stays inert", func(t *testing.T) { hostileInputInert(t, f, tab(t), probe(t)) })
+	t.Run("a cross-site form post is refused", func(t *testing.T) { crossSitePostRefused(t, f, probe(t)) })
+	for i, tb := range tabs {
+		if p := tb.Problems(); len(p) != 0 {
+			t.Errorf("tab %d: the browser's console shows errors: %q", i, p)
+		}
+		if d := tb.Dialogs(); len(d) != 0 {
+			t.Errorf("tab %d: dialogs opened: %q", i, d)
+		}
+	}
+}
+
+// warmUp sends one request to each limited route of A that reaches its
+// limit: gin tells a limiter which route a rule is on only at a request,
+// so the console lists a rule with its route once the route has served
+// (and every route, limited or not, from the engine's list at once).
+func warmUp(t *testing.T, f *fleet) {
+	t.Helper()
+	user, admin := token(t, "warm", ""), token(t, "ops", app.AdminRole)
+	for _, r := range []req{
+		{method: http.MethodPost, target: "/api/login", body: `{"user_id":"warm"}`},
+		{target: "/api/coupon/seckill"}, {target: "/api/coupon/seckill/order"},
+		{target: app.ClaimPath, token: user}, {target: "/api/vouchers/7/claim", token: user},
+		{target: "/api/coupon/merchant"}, {target: "/voucher-order/seckill/1"},
+		{target: adminPath("warm"), token: admin}, {method: http.MethodDelete, target: adminPath("warm"), token: admin},
+		{target: "/api/admin/limits/claim", token: admin},
+		{method: http.MethodPut, target: "/api/admin/limits/claim", body: `{"limit": 0}`, token: admin},
+	} {
+		if w := serve(t, f.a, r); w.Code >= 300 {
+			t.Fatalf("warm-up %s %s: %d %s", r.method, r.target, w.Code, w.Body)
+		}
+	}
+}
+
+// overviewListsEveryRoute: the overview lists every route of the demo,
+// and each limited route's rule with its route, the claim rule with its
+// configured limit and window.
+func overviewListsEveryRoute(t *testing.T, f *fleet, tab *browsertest.Browser) {
+	tab.Do(t, chromedp.Navigate(f.urlA+app.ConsolePath), chromedp.WaitVisible(chromedp.CSS(claimRule)))
+	for _, route := range demoRoutes(f.engineA) {
+		sels := []string{`[data-app-route=` + strconv.Quote(route) + `]`}
+		if rule, ok := limitedRoutes[route]; ok {
+			sels = append(sels, `[data-rule=`+strconv.Quote(rule)+`][data-route=`+strconv.Quote(route)+`]`)
+		}
+		for _, sel := range sels {
+			if !hasNode(t, tab, sel) {
+				t.Errorf("the overview has no %s", sel)
+			}
+		}
+	}
+	for route := range limitedRoutes {
+		if !strings.Contains(strings.Join(demoRoutes(f.engineA), "\n"), route) {
+			t.Errorf("the demo has no route %s: the test's list is out of date", route)
+		}
+	}
+	limit := browsertest.Run(t, tab, chromedp.Evaluate[string](textOf(claimRule+` [data-field="limit"]`)))
+	window := browsertest.Run(t, tab, chromedp.Evaluate[string](textOf(claimRule+` [data-field="window"]`)))
+	if limit != strconv.Itoa(app.ClaimLimit) || window != strconv.Itoa(int(app.ClaimWindow/time.Second)) {
+		t.Errorf("the claim rule shows limit %q and window %q, want %d and %d", limit, window, app.ClaimLimit, int(app.ClaimWindow/time.Second))
+	}
+}
+
+// overrideReachesB: a new claim limit submitted in A's override form is in
+// force on B within the second the issue states. B is polled until it
+// shows the change (failing after 30 s); the latency is from A's answer to
+// the form to B's first read that shows it. On a loaded machine one change
+// can be late for reasons that are not the console's (a starved process),
+// so the change is made up to three times and the fastest must be within
+// 1 s; every latency is logged.
+func overrideReachesB(t *testing.T, f *fleet, tab *browsertest.Browser) {
+	t.Cleanup(func() { clearClaimOverride(t, f.a) })
+	var seen []time.Duration
+	for i, limit := range []int{7, 8, 9} {
+		form := openRule(t, tab, f.urlA, claimRule) + ` [data-form="override"]`
+		f.posted.set(time.Time{})
+		fill(t, tab, form, map[string]string{"limit": strconv.Itoa(limit), "window_seconds": "60"})
+		var onB time.Time
+		for deadline, n := time.Now().Add(30*time.Second), 0; ; n++ {
+			s := claimLimitOn(t, f.b, "poller-"+strconv.Itoa(i)+"-"+strconv.Itoa(n))
+			if s.Limit == limit && s.Source == "rule" {
+				onB = time.Now()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("B still has %+v 30 s after the form set the claim limit to %d", s, limit)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		waitFor(t, "A's answer to the form", func() bool { return !f.posted.get().IsZero() })
+		seen = append(seen, max(onB.Sub(f.posted.get()), 0))
+		if s := claimLimitOn(t, f.a, "checker"); s.Limit != limit || s.Source != "rule" {
+			t.Fatalf("A has %+v after its form set the claim limit to %d", s, limit)
+		}
+		if seen[i] <= time.Second {
+			break
+		}
+	}
+	t.Logf("B applied the claim limit set in A's console form %v after A answered the form", seen)
+	if slices.Min(seen) > time.Second {
+		t.Errorf("B applied the change %v after A answered, each time more than the 1 s the console promises", seen)
+	}
+}
+
+// waitFor waits until cond holds, failing t after 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30 s", what)
+		}
+	}
+}
+
+// lookupFor shows the lookup of identity on the rule's page that form (the
+// selector of the element holding the rule's forms) is on, and waits for
+// its answer.
+func lookupFor(t *testing.T, tab *browsertest.Browser, holder, identity string) {
+	t.Helper()
+	tab.Response(t, chromedp.SetValue(chromedp.CSS(holder+` [data-form="lookup"] [name="identity"]`), identity),
+		chromedp.Click(chromedp.CSS(holder+` [data-form="lookup"] [type="submit"]`)))
+	tab.Do(t, chromedp.WaitVisible(chromedp.CSS(`[data-field="remaining"]`)))
+}
+
+// lookupAndReset: a user who has made 2 of the claim rule's 3 claims (on
+// B) is shown with 1 remaining by A's lookup form; reset in the console
+// takes it back to 3, and B then admits her claim with 2 left.
+func lookupAndReset(t *testing.T, f *fleet, tab *browsertest.Browser) {
+	claim := req{target: app.ClaimPath, token: token(t, "lookup-user", "")}
+	run(t, f.b, repeat(2, step{req: claim, status: http.StatusOK}))
+	holder := openRule(t, tab, f.urlA, claimRule)
+	lookupFor(t, tab, holder, "lookup-user")
+	if got := browsertest.Run(t, tab, chromedp.Evaluate[string](textOf(`[data-field="remaining"]`))); got != "1" {
+		t.Fatalf("the lookup shows %q remaining, want 1", got)
+	}
+	if resp := tab.Response(t, chromedp.Click(chromedp.CSS(`[data-action="reset"]`))); resp.Status != http.StatusOK {
+		t.Fatalf("reset: the console answered %d", resp.Status)
+	}
+	lookupFor(t, tab, "body", "lookup-user")
+	if got := browsertest.Run(t, tab, chromedp.Evaluate[string](textOf(`[data-field="remaining"]`))); got != strconv.Itoa(app.ClaimLimit) {
+		t.Fatalf("after reset the lookup shows %q remaining, want %d", got, app.ClaimLimit)
+	}
+	w := run(t, f.b, []step{{req: claim, status: http.StatusOK}})[0]
+	if !strings.Contains(w.Body.String(), `"remaining":2`) {
+		t.Errorf("B's claim after the reset: %s, want 2 remaining", w.Body)
+	}
+}
+
+// banListedAndLifted: an address that floods the merchant route on A is
+// banned; A's console lists the ban on the rule's page, its lift button
+// lifts it, and B then admits the address again, well within the ban's
+// 60 s.
+func banListedAndLifted(t *testing.T, f *fleet, tab *browsertest.Browser) {
+	merchant := f.urlA + "/api/coupon/merchant"
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		status, body := send(t, http.MethodGet, merchant, "", "")
+		if status == http.StatusTooManyRequests && strings.Contains(body, app.MerchantBanMessage) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no ban within 30 s of flooding the merchant route")
+		}
+	}
+	openRule(t, tab, f.urlA, merchantRule)
+	tab.Do(t, chromedp.WaitVisible(chromedp.CSS(`[data-ban]`)))
+	if n := browsertest.Run(t, tab, chromedp.Evaluate[int](`document.querySelectorAll("[data-ban]").length`)); n != 1 {
+		t.Fatalf("%d bans listed, want 1: the loopback address's", n)
+	}
+	if resp := tab.Response(t, chromedp.Click(chromedp.CSS(`[data-ban] [data-action="lift"]`))); resp.Status != http.StatusOK {
+		t.Fatalf("lift: the console answered %d", resp.Status)
+	}
+	if hasNode(t, tab, `[data-ban]`) {
+		t.Errorf("the ban is still listed after its lift")
+	}
+	// 4 a second, under the route's 5: this poll is never refused once the
+	// window that the flood filled has passed, so it cannot ban again.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		status, body := send(t, http.MethodGet, f.urlB+"/api/coupon/merchant", "", "")
+		if status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B still refuses the address 30 s after the lift: %d %s", status, body)
+		}
+	}
+}
+
+// hostileInputInert: markup typed into the lookup and override forms, or
+// put in the console's query strings, comes back as text: no dialog
+// opens, no element is injected, and the lookup shows what was typed.
+// The query strings that name no rule get a 404 page, in the probe tab.
+func hostileInputInert(t *testing.T, f *fleet, tab, probe *browsertest.Browser) {
+	t.Cleanup(func() {
+		if w := putLimit(t, f.a, `{"limit": 0, "user": `+strconv.Quote(hostile)+`}`); w.Code != http.StatusOK {
+			t.Errorf("clear the hostile user's override: %d %s", w.Code, w.Body)
+		}
+	})
+	inert := func(tab *browsertest.Browser, where string) {
+		t.Helper()
+		if n := browsertest.Run(t, tab, chromedp.Evaluate[int](`document.querySelectorAll("img, script, [onerror]").length`)); n != 0 {
+			t.Errorf("%s: %d injected elements", where, n)
+		}
+		if d := tab.Dialogs(); len(d) != 0 {
+			t.Fatalf("%s: dialogs opened: %q", where, d)
+		}
+	}
+	holder := openRule(t, tab, f.urlA, claimRule)
+	lookupFor(t, tab, holder, hostile)
+	inert(tab, "the lookup")
+	if v := browsertest.Run(t, tab, chromedp.Evaluate[string](`document.querySelector('[data-form="lookup"] [name="identity"]').value`)); v != hostile {
+		t.Errorf("the lookup shows %q as typed, want %q", v, hostile)
+	}
+	holder = openRule(t, tab, f.urlA, claimRule)
+	tab.Response(t, chromedp.SetValue(chromedp.CSS(holder+` [data-form="override"] [name="limit"]`), "5"),
+		chromedp.SetValue(chromedp.CSS(holder+` [data-form="override"] [name="user"]`), hostile),
+		chromedp.Click(chromedp.CSS(holder+` [data-form="override"] [type="submit"]`)))
+	inert(tab, "the override's answer")
+	q := url.Values{"route": {hostile}, "rule": {hostile}, "identity": {hostile}}.Encode()
+	for _, page := range []string{"audit", "?" + q, "rule?" + url.Values{"route": {"GET " + app.ClaimPath}, "rule": {"coupon:claim"}, "identity": {hostile}}.Encode()} {
+		tab.Do(t, chromedp.Navigate(f.urlA+app.ConsolePath+page), chromedp.WaitReady(chromedp.CSS(`body`)))
+		inert(tab, page)
+	}
+	probe.Do(t, chromedp.Navigate(f.urlA+app.ConsolePath+"rule?"+q), chromedp.WaitReady(chromedp.CSS(`body`)))
+	inert(probe, "rule?"+q)
+}
+
+// crossSitePostRefused: a page on another origin that posts the override
+// form to A's console, from a browser signed in to it, is refused, and the
+// claim limit stays the configured one. The forged form carries the form
+// token copied from the console's own (which a real attacker cannot read),
+// so that it is the same-origin check that must refuse it; once from
+// another site (whose post carries no SameSite=Strict cookie), once from
+// another port of the same host (whose post carries it).
+func crossSitePostRefused(t *testing.T, f *fleet, tab *browsertest.Browser) {
+	holder := openRule(t, tab, f.urlA, claimRule)
+	form := holder + ` [data-form="override"]`
+	action := browsertest.Run(t, tab, chromedp.Evaluate[string](`document.querySelector(`+strconv.Quote(form)+`).action`))
+	hidden := browsertest.Run(t, tab, chromedp.Evaluate[map[string]string](
+		`Object.fromEntries([...document.querySelectorAll(`+strconv.Quote(form+` input[type="hidden"]`)+`)].map(i => [i.name, i.value]))`))
+	if !strings.HasPrefix(action, f.urlA+app.ConsolePath) || hidden["token"] == "" {
+		t.Fatalf("the override form posts to %q with hidden fields %v", action, hidden)
+	}
+	var forged strings.Builder
+	forged.WriteString(`<!doctype html><title>win a prize</title><form method="post" action="` + html.EscapeString(action) + `">`)
+	for name, v := range hidden {
+		forged.WriteString(`<input type="hidden" name="` + html.EscapeString(name) + `" value="` + html.EscapeString(v) + `">`)
+	}
+	forged.WriteString(`<input type="hidden" name="limit" value="999"><button id="go" type="submit">claim</button></form>`)
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, forged.String())
+	}))
+	t.Cleanup(evil.Close)
+	_, port, _ := strings.Cut(strings.TrimPrefix(evil.URL, "http://"), ":")
+	for _, origin := range []string{"http://" + browsertest.CrossSiteHost + ":" + port, evil.URL} {
+		tab.Do(t, chromedp.Navigate(origin+"/"), chromedp.WaitVisible(chromedp.ID("go")))
+		resp := tab.Response(t, chromedp.Click(chromedp.ID("go")))
+		if resp.Status != http.StatusForbidden && resp.Status != http.StatusUnauthorized {
+			t.Errorf("a post from %s: %d, want 403 (or 401)", origin, resp.Status)
+		}
+		if s := claimLimitOn(t, f.a, "checker"); s.Limit != app.ClaimLimit || s.Source != "config" {
+			t.Fatalf("after a post from %s the claim limit is %+v, want the configured %d", origin, s, app.ClaimLimit)
+		}
+	}
 }

@@ -104,7 +104,9 @@ func signInForm(c *gin.Context, status int, failed bool) {
 // is refused (403) before its body is read, so that no other site can
 // sign a browser in under a token of its choosing.
 func (h *handlers) signIn(c *gin.Context) {
-	if !sameOrigin(c.Request) {
+	// The standard library's check: Sec-Fetch-Site, or else Origin
+	// against Host; a request with neither is no browser's.
+	if (&http.CrossOriginProtection{}).Check(c.Request) != nil {
 		abortWith(c, http.StatusForbidden, "Cross-origin sign-in refused")
 		return
 	}
@@ -153,22 +155,3 @@ func parseSignIn(body string) (string, bool) {
 	return tok, true
 }
 
-// sameOrigin says whether r comes from a page of its own origin, by the
-// headers a browser sends with every POST: Sec-Fetch-Site, when present,
-// must be "same-origin", and Origin, when present, must be r's own. A
-// request with neither comes from no browser (a script, curl), which no
-// other site can make a visitor send.
-func sameOrigin(r *http.Request) bool {
-	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
-		return false
-	}
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return true
-	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return o == scheme+"://"+r.Host
-}
