@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -60,7 +61,8 @@ type Console struct {
 	log    *slog.Logger
 	tap    *Observer
 	fleet  fleet
-	secret []byte // keys the forms' tokens
+	secret atomic.Pointer[[]byte] // keys the forms' tokens; nil until Redis first gave it
+	keying sync.Mutex             // held by the one request that asks Redis for it
 	stop   context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -96,13 +98,6 @@ func mount(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	secret, err := sharedSecret(ctx, cfg.Redis)
-	if err != nil {
-		return nil, fmt.Errorf("console.Mount: %w", err)
-	}
-	c.secret = secret
 	obs.mu.Lock()
 	obs.rules = cfg.Limiter.Rules
 	obs.mu.Unlock()
@@ -155,6 +150,33 @@ func (c *Console) run(ctx context.Context) {
 // secretKey holds the random key of the forms' tokens, shared by the
 // instances so that a form one of them rendered posts to any other.
 const secretKey = "{ginlimit:console}:secret"
+
+// formKey returns the fleet's form key, read from Redis (or made there)
+// on first use rather than by Mount, so that an application mounts its
+// console and starts while Redis is down; nil until Redis has answered.
+// One request asks at a time, for at most a second; the others meanwhile
+// get nil rather than wait in line.
+func (c *Console) formKey() []byte {
+	if k := c.secret.Load(); k != nil {
+		return *k
+	}
+	if !c.keying.TryLock() {
+		return nil
+	}
+	defer c.keying.Unlock()
+	if k := c.secret.Load(); k != nil {
+		return *k
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	k, err := sharedSecret(ctx, c.cfg.Redis)
+	if err != nil {
+		c.log.LogAttrs(ctx, slog.LevelWarn, "ginlimit/console: no form key yet; posts from a signed-in browser are refused until Redis answers", errAttr(err))
+		return nil
+	}
+	c.secret.Store(&k)
+	return k
+}
 
 // sharedSecret returns the fleet's form key, making it if there is none.
 func sharedSecret(ctx context.Context, rdb redis.UniversalClient) ([]byte, error) {

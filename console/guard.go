@@ -42,8 +42,15 @@ func (c *Console) guard(ctx *gin.Context) {
 	// A cookie may carry the session: then the request must prove it
 	// comes from a console page. A request without cookies carries its
 	// credentials itself (a bearer token), which no other site can send.
-	if len(ctx.Request.Cookies()) > 0 && !hmac.Equal([]byte(ctx.Request.Header.Get("X-Console-Token")), []byte(c.token(who))) &&
-		!hmac.Equal([]byte(ctx.PostForm("token")), []byte(c.token(who))) {
+	if len(ctx.Request.Cookies()) == 0 {
+		return
+	}
+	tok := c.token(who)
+	switch {
+	case tok == "":
+		ctx.AbortWithStatusJSON(http.StatusServiceUnavailable, gin.H{"error": "Redis could not answer; try again"})
+	case !hmac.Equal([]byte(ctx.Request.Header.Get("X-Console-Token")), []byte(tok)) &&
+		!hmac.Equal([]byte(ctx.PostForm("token")), []byte(tok)):
 		ctx.AbortWithStatusJSON(http.StatusForbidden, gin.H{"error": "missing or wrong form token"})
 	}
 }
@@ -59,9 +66,14 @@ func (c *Console) authorize(ctx *gin.Context) (who string, ok bool) {
 }
 
 // token is the form token of who: the same on every instance (the key is
-// the fleet's) and for every form, and no other site can read it.
+// the fleet's) and for every form, and no other site can read it; "" while
+// there is no form key (see formKey).
 func (c *Console) token(who string) string {
-	m := hmac.New(sha256.New, c.secret)
+	key := c.formKey()
+	if key == nil {
+		return ""
+	}
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte("form\x00" + who))
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }

@@ -154,4 +154,3 @@ func parseSignIn(body string) (string, bool) {
 	}
 	return tok, true
 }
-
