@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"encoding/json"
+	"flag"
 	"html"
 	"io"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -608,4 +611,48 @@ func crossSitePostRefused(t *testing.T, f *fleet, tab *browsertest.Browser) {
 			t.Fatalf("after a post from %s the claim limit is %+v, want the configured %d", origin, s, app.ClaimLimit)
 		}
 	}
+}
+
+// consoleShots, when set, is the directory TestConsoleScreenshots writes
+// the console's pictures to (the demo's README shows them):
+//
+//	go test -run TestConsoleScreenshots ./example/coupon/app -console-shots ..
+var consoleShots = flag.String("console-shots", "", "write console.png and console-rule.png, screenshots of the console, to this directory")
+
+// TestConsoleScreenshots takes the README's screenshots of the console,
+// after half a minute of traffic on two instances: claims of a few users,
+// some refused, and a flood of merchant queries that ends in a ban. It
+// runs only with -console-shots.
+func TestConsoleScreenshots(t *testing.T) {
+	if *consoleShots == "" {
+		t.Skip("takes screenshots only with -console-shots DIR")
+	}
+	f := startFleet(t)
+	warmUp(t, f)
+	users := []string{"alice", "bob", "carol", "dave", "erin"}
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		for i, u := range users[:1+int(time.Now().Unix())%len(users)] {
+			h := []http.Handler{f.a, f.b}[i%2]
+			serve(t, h, req{target: app.ClaimPath, token: token(t, u, "")})
+			serve(t, h, req{target: "/api/coupon/seckill"})
+		}
+		for range 3 {
+			send(t, http.MethodGet, f.urlA+"/api/coupon/merchant", "", "")
+		}
+	}
+	br := browsertest.Start(t)
+	tab := br.Tab(t)
+	signIn(t, tab, f.urlA)
+	tab.Do(t, chromedp.EmulateViewport(1280, 900))
+	shoot := func(name string) {
+		png := browsertest.Run(t, tab, chromedp.FullScreenshot(100))
+		if err := os.WriteFile(filepath.Join(*consoleShots, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tab.Do(t, chromedp.Navigate(f.urlA+app.ConsolePath), chromedp.WaitVisible(chromedp.CSS(claimRule)))
+	shoot("console.png")
+	openRule(t, tab, f.urlA, claimRule)
+	lookupFor(t, tab, "body", "alice")
+	shoot("console-rule.png")
 }
