@@ -14,6 +14,9 @@
 //	GET  /voucher-order/seckill/:id  Method: 5 per 10s over all clients and all ids
 //	GET  /healthz                    not limited: {"status":"ok"}, plus "jwks_loaded" with a JWKS URL
 //	GET  /metrics                    not limited: the Prometheus metrics of every decision
+//	/console/...                     admin: the operator's console (package console); see Console below
+//	GET, POST /console/sign-in       the console's sign-in page: keeps an admin token in a cookie
+//	GET  /favicon.ico                204: browsers ask for it, and a 404 would be an error in their console
 //
 //	GET    /api/admin/limits/claim/users/:user  admin: a user's claim count (?plan=vip: in that plan); User: 60 per 60s per admin
 //	DELETE /api/admin/limits/claim/users/:user  admin: reset it, 204; User: 60 per 60s per admin
@@ -45,6 +48,16 @@
 // claim rule does not count the admin routes; each has its own limit per
 // admin ([AdminLimit] per [AdminWindow]), applied only once the request has
 // passed those checks.
+//
+// # Console
+//
+// The operator's console of package console is mounted at [ConsolePath],
+// fed by an Observer given to the limiter, so it sees every route. Every
+// request to it needs an admin token, as for the admin API: as
+// "Authorization: Bearer", or in the [ConsoleCookie] that the sign-in page
+// at [ConsoleSignInPath] sets (HttpOnly, SameSite=Strict, on the console's
+// path). The sign-in form refuses a post from another origin, and the
+// console checks the origin and its form token on every change.
 //
 // # Tokens
 //
