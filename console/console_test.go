@@ -275,3 +275,36 @@ func TestLiftHashedBan(t *testing.T) {
 		t.Errorf("the lifted ban is still listed")
 	}
 }
+
+// TestOverviewBeforeTraffic: before any request the overview lists every
+// rule (without its route) and every route of the application, and counts
+// the live instances once their heartbeats are in.
+func TestOverviewBeforeTraffic(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newInstance(t, srv.Client(), nil)
+	newInstance(t, srv.Client(), nil)
+	page := a.get("/console/", false).Body.String()
+	if !strings.Contains(page, `data-rule="claim" data-route=""`) || !strings.Contains(page, `data-app-route="GET /claim"`) ||
+		!strings.Contains(page, `data-app-route="POST /console/api/override"`) {
+		t.Errorf("overview before traffic: %s", page)
+	}
+	a.claim("x")
+	if page := a.get("/console/", false).Body.String(); !strings.Contains(page, `data-rule="claim" data-route="GET /claim"`) ||
+		!strings.Contains(page, `data-field="limit">2<`) || !strings.Contains(page, `data-field="window">60<`) {
+		t.Errorf("overview after a request: %s", page)
+	}
+	deadline := time.Now().Add(10 * ginlimit.HeartbeatPeriod)
+	for {
+		var ov overview
+		if err := json.Unmarshal(a.get("/console/api/rules", false).Body.Bytes(), &ov); err != nil {
+			t.Fatal(err)
+		}
+		if ov.Instances == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d instances, want 2", ov.Instances)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
