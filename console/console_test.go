@@ -239,3 +239,72 @@ func commandCalls(t *testing.T, c *redis.Client) int {
 	}
 	return total
 }
+
+// TestLiftHashedBan: with HashIdentities the refused list and the bans
+// show only the keyed hash, the lookup of the identity typed finds that
+// hash, and lifting the listed ban works without the identity.
+func TestLiftHashedBan(t *testing.T) {
+	srv := redistest.Start(t)
+	in := newInstance(t, srv.Client(), nil, ginlimit.DenyCache(0), ginlimit.HashIdentities([]byte(strings.Repeat("s", 32))))
+	for range 6 {
+		in.claim("mallory")
+	}
+	rule := "route=" + url.QueryEscape(claimRoute) + "&rule=claim"
+	var d rulePageData
+	if err := json.Unmarshal(in.get("/console/api/rule?"+rule, false).Body.Bytes(), &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Bans) != 1 || !strings.HasPrefix(d.Bans[0].Identity, "user:") || len(d.Bans[0].Identity) != len("user:")+32 ||
+		len(d.Refused) != 1 || d.Refused[0].Identity != d.Bans[0].Identity {
+		t.Fatalf("bans %+v, refused %+v", d.Bans, d.Refused)
+	}
+	page := in.get("/console/rule?"+rule+"&identity=mallory", false).Body.String()
+	if strings.Contains(page, "mallory\"") && !strings.Contains(page, `data-field="identity">`+d.Bans[0].Identity+`<`) {
+		t.Errorf("the lookup does not show the hash: %s", page)
+	}
+	if strings.Count(page, d.Bans[0].Identity) < 3 {
+		t.Errorf("the lookup's hash is not the listed one: %s", page)
+	}
+	if w := in.post("/console/api/lift", url.Values{"route": {claimRoute}, "rule": {"claim"}, "ban": {d.Bans[0].Identity}}); w.Code != http.StatusSeeOther {
+		t.Fatalf("lift: %d %s", w.Code, w.Body.String())
+	}
+	if code := in.claim("mallory"); code != http.StatusOK {
+		t.Errorf("after the lift: %d", code)
+	}
+	if page := in.get("/console/rule?"+rule, false).Body.String(); strings.Contains(page, "data-ban=") {
+		t.Errorf("the lifted ban is still listed")
+	}
+}
+
+// TestOverviewBeforeTraffic: before any request the overview lists every
+// rule (without its route) and every route of the application, and counts
+// the live instances once their heartbeats are in.
+func TestOverviewBeforeTraffic(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newInstance(t, srv.Client(), nil)
+	newInstance(t, srv.Client(), nil)
+	page := a.get("/console/", false).Body.String()
+	if !strings.Contains(page, `data-rule="claim" data-route=""`) || !strings.Contains(page, `data-app-route="GET /claim"`) ||
+		!strings.Contains(page, `data-app-route="POST /console/api/override"`) {
+		t.Errorf("overview before traffic: %s", page)
+	}
+	a.claim("x")
+	if page := a.get("/console/", false).Body.String(); !strings.Contains(page, `data-rule="claim" data-route="GET /claim"`) ||
+		!strings.Contains(page, `data-field="limit">2<`) || !strings.Contains(page, `data-field="window">60<`) {
+		t.Errorf("overview after a request: %s", page)
+	}
+	deadline := time.Now().Add(10 * ginlimit.HeartbeatPeriod)
+	for {
+		var ov overview
+		if err := json.Unmarshal(a.get("/console/api/rules", false).Body.Bytes(), &ov); err != nil {
+			t.Fatal(err)
+		}
+		if ov.Instances == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d instances, want 2", ov.Instances)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -149,7 +149,7 @@ func safeError(err error) string {
 	switch {
 	case errors.Is(err, ginlimit.ErrBadLimit), errors.Is(err, ginlimit.ErrBadTarget):
 		return err.Error()
-	case errors.Is(err, errTooLong), errors.Is(err, errNoDims), errors.Is(err, errHashed), errors.Is(err, errBadIdent),
+	case errors.Is(err, errTooLong), errors.Is(err, errNoDims), errors.Is(err, errBadIdent),
 		errors.Is(err, errNoRule), errors.Is(err, errBadNumber), errors.Is(err, errBadIP):
 		return err.Error()
 	}

@@ -114,10 +114,8 @@ func settingsText(d ginlimit.Decision) string {
 // rule's keys hold the identity, a keyed hash with HashIdentities.
 func (c *Console) targetText(ri ginlimit.RuleInfo, t ginlimit.Target) string {
 	var parts []string
-	if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
-		if id, err := ri.Identity(t); err == nil {
-			parts = append(parts, id)
-		}
+	if id, err := ri.Identity(t); err == nil && id != "" {
+		parts = append(parts, id)
 	}
 	if t.Plan != "" {
 		parts = append(parts, "plan:"+t.Plan)

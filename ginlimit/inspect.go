@@ -57,6 +57,10 @@ type Target struct {
 	// whose count Peek reads; empty for the rule's own limit. Reset clears
 	// the identity's count in every plan.
 	Plan string
+	// sealed is the identity as a rule with HashIdentities keeps it,
+	// "<labels>:<hex>", from RuleInfo.Target: the one way to name such a
+	// count without the identity (registry.go).
+	sealed string
 }
 
 // ErrBadTarget is wrapped by the error of a [Target] that names no count of
@@ -228,7 +232,7 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	p.live.due(ctx)
 	a, err := p.aim(t)
 	if err != nil {
-		if t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
+		if !t.namesIdentity() {
 			return p.settings(t) // a rule (and plan) whose counts need more
 		}
 		return Decision{}, err

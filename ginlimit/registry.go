@@ -1,6 +1,9 @@
 package ginlimit
 
 import (
+	"encoding/hex"
+	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -252,4 +255,71 @@ func (req *request) keyOf(r *ruleBase) string {
 		}
 	}
 	return ""
+}
+
+// Target returns the Target of the count that Identity or Refused names
+// identity on this rule and route, for Policy.Peek, Reset and SetLimit.
+// With [HashIdentities] it is the one way to name an identity's count
+// without the identity: the Target holds the hash, which no other field
+// can. An identity that is not in that form, or not of this rule, wraps
+// [ErrBadTarget].
+func (ri RuleInfo) Target(identity string) (Target, error) {
+	t := Target{Route: ri.Route, Rule: ri.Rule}
+	if ri.Hashed {
+		t.sealed = identity
+		return t, nil
+	}
+	for _, f := range strings.Fields(identity) {
+		label, value, ok := strings.Cut(f, ":")
+		if !ok || value == "" || strings.HasPrefix(value, "%~") {
+			return t, badTarget("not an identity of the rule: <label>:<value> for each dimension")
+		}
+		value = unescape(value)
+		switch {
+		case label == "user" && t.User == "":
+			t.User = value
+		case (label == "ip" || label == "anon") && !t.IP.IsValid():
+			ip, err := netip.ParseAddr(value)
+			if err != nil {
+				return t, badTarget("not an IP address")
+			}
+			t.IP = ip
+		case len(label) > 2 && label[1] == '.' && strings.IndexByte("phf", label[0]) >= 0:
+			if t.Values == nil {
+				t.Values = map[string]string{}
+			}
+			t.Values[label[2:]] = value
+		default:
+			return t, badTarget("a label is not one of the rule's dimensions, or comes twice")
+		}
+	}
+	return t, nil
+}
+
+// sealedWho sets w to the hashed identity t names (see RuleInfo.Target),
+// once it is checked to be one of r's: its labels, then 32 hex digits.
+func (r *ruleBase) sealedWho(w *who, t Target) error {
+	if r.hashKey == nil || len(r.dims) == 0 {
+		return errors.New("it keeps no hashed identities")
+	}
+	if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
+		return errors.New("a hashed identity names the whole identity")
+	}
+	labels := make([]string, len(r.dims))
+	for i, d := range r.dims {
+		labels[i] = d.label
+	}
+	label, sum, _ := strings.Cut(t.sealed, ":")
+	anon := r.anonByIP && len(r.dims) == 1 && label == "anon"
+	if _, err := hex.DecodeString(sum); err != nil || len(sum) != hashHex || (label != strings.Join(labels, "+") && !anon) {
+		return errors.New("not a hashed identity of the rule")
+	}
+	w.add(label, sum, routeSafe)
+	return nil
+}
+
+// namesIdentity reports whether t names an identity's count (or a
+// Policy.Allow key), not a rule's or plan's settings alone.
+func (t Target) namesIdentity() bool {
+	return t.Key != "" || t.User != "" || t.IP.IsValid() || len(t.Values) > 0 || t.sealed != ""
 }

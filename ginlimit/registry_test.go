@@ -2,6 +2,7 @@ package ginlimit
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -81,6 +82,31 @@ func TestRefusedIdentityMatchesTarget(t *testing.T) {
 		}
 		if id, ok := ri.Refused(events[1]); !ok || id != want {
 			t.Errorf("hashed %v: refusal's identity %q, %v; want %q", hashed, id, ok, want)
+		}
+		// The identity names the count back, hashed or not: its Reset
+		// lets the user in again.
+		tg, err := ri.Target(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ri.Policy.Reset(context.Background(), tg, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if w := do(e, http.MethodGet, "/c", nil); w.Code != http.StatusOK {
+			t.Errorf("hashed %v: after a Reset of Target(%q), %d", hashed, want, w.Code)
+		}
+		bad := []string{"ip:1", "p.x:1 user:a", "user:%~" + strings.Repeat("0", 32)}
+		if hashed {
+			bad = []string{"user:zz", "ip:" + strings.Repeat("0", 32), "user:" + strings.Repeat("0", 31), "p.x:1 user:a", "user+ip:" + strings.Repeat("0", 32)}
+		}
+		for _, bad := range bad {
+			tg, err := ri.Target(bad)
+			if err == nil {
+				_, err = ri.Policy.Peek(context.Background(), tg)
+			}
+			if !errors.Is(err, ErrBadTarget) {
+				t.Errorf("hashed %v: Target(%q): %v", hashed, bad, err)
+			}
 		}
 	}
 }
