@@ -50,7 +50,7 @@ type fleet struct {
 	engineA    *gin.Engine
 	a, b       http.Handler
 	urlA, urlB string
-	// posted is when A last finished answering a POST to the console.
+	// posted is when A last received a POST to the console.
 	posted stamp
 }
 
@@ -72,10 +72,10 @@ func startFleet(t *testing.T) *fleet {
 	f := &fleet{a: newApp(t, cfg), b: newApp(t, cfg)}
 	f.engineA = f.a.(*gin.Engine)
 	sa := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.a.ServeHTTP(w, r)
 		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, app.ConsolePath) {
 			f.posted.set(time.Now())
 		}
+		f.a.ServeHTTP(w, r)
 	}))
 	sb := httptest.NewServer(f.b)
 	t.Cleanup(sa.Close)
@@ -125,23 +125,6 @@ func fill(t *testing.T, tab *browsertest.Browser, sel string, fields map[string]
 		tab.Do(t, chromedp.SetValue(chromedp.CSS(sel+` [name="`+name+`"]`), v))
 	}
 	tab.Do(t, chromedp.Click(chromedp.CSS(sel+` [type="submit"]`)))
-}
-
-// waitJS waits until expr is true in the tab's page, failing t after 30 s.
-// A page that is loading (a form's answer) is waited for too.
-func waitJS(t *testing.T, tab *browsertest.Browser, what, expr string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, err := browsertest.Try(tab, chromedp.Evaluate[bool](`(() => { try { return !!(`+expr+`) } catch (e) { return false } })()`))
-		if err == nil && ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within 30 s (%s); last error %v", what, expr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // textOf is the JavaScript of the trimmed text of the first element sel
@@ -412,8 +395,8 @@ func overviewListsEveryRoute(t *testing.T, f *fleet, tab *browsertest.Browser) {
 
 // overrideReachesB: a new claim limit submitted in A's override form is in
 // force on B within the second the issue states. B is polled until it
-// shows the change (failing after 30 s); the latency is from A's answer to
-// the form to B's first read that shows it. On a loaded machine one change
+// shows the change (failing after 30 s); the latency is from the form's
+// arrival at A to B's first read that shows it, A's own work included. On a loaded machine one change
 // can be late for reasons that are not the console's (a starved process),
 // so the change is made up to three times and the fastest must be within
 // 1 s; every latency is logged.
@@ -436,8 +419,7 @@ func overrideReachesB(t *testing.T, f *fleet, tab *browsertest.Browser) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		waitFor(t, "A's answer to the form", func() bool { return !f.posted.get().IsZero() })
-		seen = append(seen, max(onB.Sub(f.posted.get()), 0))
+		seen = append(seen, onB.Sub(f.posted.get()))
 		if s := claimLimitOn(t, f.a, "checker"); s.Limit != limit || s.Source != "rule" {
 			t.Fatalf("A has %+v after its form set the claim limit to %d", s, limit)
 		}
@@ -445,19 +427,9 @@ func overrideReachesB(t *testing.T, f *fleet, tab *browsertest.Browser) {
 			break
 		}
 	}
-	t.Logf("B applied the claim limit set in A's console form %v after A answered the form", seen)
+	t.Logf("B applied the claim limit set in A's console form %v after the form reached A", seen)
 	if slices.Min(seen) > time.Second {
-		t.Errorf("B applied the change %v after A answered, each time more than the 1 s the console promises", seen)
-	}
-}
-
-// waitFor waits until cond holds, failing t after 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30 s", what)
-		}
+		t.Errorf("B applied the change %v after the form reached A, each time more than the 1 s the console promises", seen)
 	}
 }
 
