@@ -3,6 +3,7 @@ package console
 import (
 	"embed"
 	"html/template"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -61,7 +62,7 @@ func (c *Console) render(ctx *gin.Context, status int, name string, data any) {
 	ctx.Status(status)
 	ctx.Header("Content-Type", "text/html; charset=utf-8")
 	if err := pages.ExecuteTemplate(ctx.Writer, name, data); err != nil {
-		c.log.LogAttrs(ctx.Request.Context(), 8, "ginlimit/console: page failed", errAttr(err))
+		c.log.LogAttrs(ctx.Request.Context(), slog.LevelError, "ginlimit/console: page failed", errAttr(err))
 	}
 }
 
