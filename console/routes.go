@@ -18,6 +18,8 @@ var (
 	templateFS embed.FS
 	//go:embed assets/console.css
 	stylesheet []byte
+	//go:embed assets/favicon.svg
+	favicon []byte
 )
 
 // pages is every page's template, parsed once.
@@ -34,6 +36,7 @@ func (c *Console) routes(r gin.IRouter) {
 	g.GET("/rule", c.rulePage)
 	g.GET("/audit", c.auditPage)
 	g.GET("/console.css", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "text/css; charset=utf-8", stylesheet) })
+	g.GET("/favicon.svg", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "image/svg+xml", favicon) })
 	g.GET("/api/rules", c.rulesAPI)
 	g.GET("/api/rule", c.ruleAPI)
 	g.GET("/api/lookup", c.lookupAPI)
