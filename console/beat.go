@@ -44,6 +44,7 @@ type fleet struct {
 	buckets map[int64]*bucket // by Unix time / beatPeriod
 	bans    map[member]int64  // the ban's end, Unix ms
 	loaded  bool              // the whole span has been read once
+	last    int64             // the bucket of the last beat Redis answered
 	beats   int64             // beats Redis answered, for tests
 }
 
@@ -64,10 +65,13 @@ func (c *Console) Beat(ctx context.Context) error {
 	now := time.Now()
 	b := now.Unix() / int64(beatPeriod/time.Second)
 	traffic, refused, bans := c.tap.take()
-	from := b - reread + 1
+	// Read again the buckets since a little before the last beat Redis
+	// answered, so that a beat or several that failed leave no gap; the
+	// whole span the first time.
+	from := b - buckets + 1
 	c.fleet.mu.Lock()
-	if !c.fleet.loaded {
-		from = b - buckets + 1
+	if c.fleet.loaded {
+		from = max(from, min(b, c.fleet.last)-reread+1)
 	}
 	c.fleet.mu.Unlock()
 	keys, args := beatCall(b, from, now, traffic, refused, bans)
@@ -93,7 +97,7 @@ func (c *Console) Beat(ctx context.Context) error {
 			delete(c.fleet.buckets, i)
 		}
 	}
-	c.fleet.bans, c.fleet.loaded = banned, true
+	c.fleet.bans, c.fleet.loaded, c.fleet.last = banned, true, b
 	c.fleet.beats++
 	return nil
 }

@@ -46,7 +46,7 @@ func TestEveryAnswerNeedsAuthorization(t *testing.T) {
 	in := newInstance(t, srv.Client(), nil)
 	in.claim("alice")
 	rule := "route=" + url.QueryEscape(claimRoute) + "&rule=claim"
-	gets := []string{"/console/", "/console/rule?" + rule, "/console/audit", "/console/console.css",
+	gets := []string{"/console/", "/console/rule?" + rule, "/console/audit", "/console/console.css", "/console/favicon.svg",
 		"/console/api/rules", "/console/api/rule?" + rule, "/console/api/lookup?identity=alice&" + rule, "/console/api/audit"}
 	for _, p := range gets {
 		if w := in.get(p, true); w.Code != http.StatusUnauthorized || strings.Contains(w.Body.String(), "claim") {

@@ -3,6 +3,7 @@ package console
 import (
 	"embed"
 	"html/template"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,6 +18,8 @@ var (
 	templateFS embed.FS
 	//go:embed assets/console.css
 	stylesheet []byte
+	//go:embed assets/favicon.svg
+	favicon []byte
 )
 
 // pages is every page's template, parsed once.
@@ -33,6 +36,7 @@ func (c *Console) routes(r gin.IRouter) {
 	g.GET("/rule", c.rulePage)
 	g.GET("/audit", c.auditPage)
 	g.GET("/console.css", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "text/css; charset=utf-8", stylesheet) })
+	g.GET("/favicon.svg", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "image/svg+xml", favicon) })
 	g.GET("/api/rules", c.rulesAPI)
 	g.GET("/api/rule", c.ruleAPI)
 	g.GET("/api/lookup", c.lookupAPI)
@@ -61,7 +65,7 @@ func (c *Console) render(ctx *gin.Context, status int, name string, data any) {
 	ctx.Status(status)
 	ctx.Header("Content-Type", "text/html; charset=utf-8")
 	if err := pages.ExecuteTemplate(ctx.Writer, name, data); err != nil {
-		c.log.LogAttrs(ctx.Request.Context(), 8, "ginlimit/console: page failed", errAttr(err))
+		c.log.LogAttrs(ctx.Request.Context(), slog.LevelError, "ginlimit/console: page failed", errAttr(err))
 	}
 }
 

@@ -66,7 +66,7 @@ func TestRefusedIdentityMatchesTarget(t *testing.T) {
 		t.Cleanup(func() { _ = l.Close() })
 		e := gin.New()
 		e.GET("/c", func(c *gin.Context) { c.Set("uid", "<img src=x>") }, l.RateLimit(Key(prefix(t)), Limit(1), Per(User)), ok)
-		for range 2 {
+		for range 3 { // an admission, Redis's refusal, the deny cache's
 			do(e, http.MethodGet, "/c", nil)
 		}
 		ri := l.Rules()[0]
@@ -80,8 +80,13 @@ func TestRefusedIdentityMatchesTarget(t *testing.T) {
 		if id, ok := ri.Refused(events[0]); ok || id != "" {
 			t.Errorf("an admission gave identity %q", id)
 		}
-		if id, ok := ri.Refused(events[1]); !ok || id != want {
-			t.Errorf("hashed %v: refusal's identity %q, %v; want %q", hashed, id, ok, want)
+		for _, e := range events[1:] {
+			if id, ok := ri.Refused(e); !ok || id != want {
+				t.Errorf("hashed %v: refusal's (cached %v) identity %q, %v; want %q", hashed, e.Decision.Cached, id, ok, want)
+			}
+		}
+		if !events[2].Decision.Cached {
+			t.Error("the third request was not refused by the deny cache")
 		}
 		// The identity names the count back, hashed or not: its Reset
 		// lets the user in again.
