@@ -180,6 +180,10 @@ func TestTrafficAndRefusedAcrossInstances(t *testing.T) {
 	if !strings.Contains(page, `data-count="4"`) || !strings.Contains(page, `data-ban="`+id+`"`) || !strings.Contains(page, `data-field="remaining">0<`) {
 		t.Errorf("page lacks the refused row, the ban or the lookup: %s", page)
 	}
+	w = b.post("/console/api/reset", url.Values{"route": {claimRoute}, "rule": {"claim"}, "identity": {"someone"}})
+	if loc := w.Header().Get("Location"); w.Code != http.StatusSeeOther || !strings.HasSuffix(loc, "&identity=someone") {
+		t.Errorf("reset: %d, back to %q", w.Code, loc)
+	}
 	w = b.post("/console/api/lift", url.Values{"route": {claimRoute}, "rule": {"claim"}, "ban": {id}})
 	if w.Code != http.StatusSeeOther {
 		t.Fatalf("lift: %d %s", w.Code, w.Body.String())

@@ -202,7 +202,11 @@ func (c *Console) answer(ctx *gin.Context, ri ginlimit.RuleInfo, err error) {
 	form := strings.HasPrefix(ctx.ContentType(), "application/x-www-form-urlencoded") && !strings.Contains(ctx.GetHeader("Accept"), "application/json")
 	switch {
 	case err == nil && form:
-		ctx.Redirect(http.StatusSeeOther, "../"+ruleLink(ri.Route, ri.Rule))
+		back := "../" + ruleLink(ri.Route, ri.Rule)
+		if typed, ok := ctx.GetPostForm("identity"); ok && len(typed) <= maxInput {
+			back += "&" + urlValues("identity", typed) // the lookup again, showing the reset count
+		}
+		ctx.Redirect(http.StatusSeeOther, back)
 	case err == nil:
 		ctx.JSON(http.StatusOK, gin.H{"ok": true})
 	case ri.Policy == nil:

@@ -71,9 +71,11 @@ func outcomeOf(d Decision) string {
 	return OutcomeAllowed
 }
 
-// Event is one decision, as a function given to [Observe] sees it. It never carries the
-// identity (IP or user id), so metrics built on it stay bounded: Route and
-// Rule come from the route templates and rule names of the application.
+// Event is one decision, as a function given to [Observe] sees it. Its
+// fields never carry the identity (IP or user id), so metrics built on
+// them stay bounded: Route and Rule come from the route templates and rule
+// names of the application. An operator's tool that must show who is
+// refused reads it with [RuleInfo.Refused], as the keys hold it.
 type Event struct {
 	// Route is the request's method and route template, e.g.
 	// "GET /api/coupon/claim"; "unmatched" for a request that matched no
