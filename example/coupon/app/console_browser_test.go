@@ -327,6 +327,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		tabs = append(tabs, tb)
 		return tb
 	}
+	t.Run("refused before sign-in", func(t *testing.T) { refusedBeforeSignIn(t, f, br.Tab(t)) })
 	t.Run("overview lists every route", func(t *testing.T) { overviewListsEveryRoute(t, f, tab(t)) })
 	t.Run("override is applied by the second instance", func(t *testing.T) { overrideReachesB(t, f, tab(t)) })
 	t.Run("a refused override shows the reason", func(t *testing.T) { refusedOverride(t, f, probe(t)) })
@@ -362,6 +363,21 @@ func warmUp(t *testing.T, f *fleet) {
 	} {
 		if w := serve(t, f.a, r); w.Code >= 300 {
 			t.Fatalf("warm-up %s %s: %d %s", r.method, r.target, w.Code, w.Body)
+		}
+	}
+}
+
+// refusedBeforeSignIn: a browser that has not signed in (the first tab,
+// before any sign-in has set the cookie) gets 401 and none of the
+// console's content for a page, the stylesheet and the JSON API.
+func refusedBeforeSignIn(t *testing.T, f *fleet, tab *browsertest.Browser) {
+	for _, path := range []string{"", "console.css", "api/rules", "rule?" + url.Values{"route": {"GET " + app.ClaimPath}, "rule": {"coupon:claim"}}.Encode()} {
+		resp := browsertest.Run(t, tab, chromedp.NavigateResponse(f.urlA+app.ConsolePath+path))
+		if resp.Status != http.StatusUnauthorized {
+			t.Errorf("%s before sign-in: %d, want 401", path, resp.Status)
+		}
+		if body := browsertest.Run(t, tab, chromedp.Evaluate[string](`document.documentElement.outerHTML`)); strings.Contains(body, "coupon:claim") {
+			t.Errorf("%s before sign-in shows the console's content: %.300s", path, body)
 		}
 	}
 }
