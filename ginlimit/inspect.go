@@ -55,6 +55,10 @@ type Target struct {
 	// whose count Peek reads; empty for the rule's own limit. Reset clears
 	// the identity's count in every plan.
 	Plan string
+	// sealed is the identity as a rule with HashIdentities keeps it,
+	// "<labels>:<hex>", from RuleInfo.Target: the one way to name such a
+	// count without the identity (registry.go).
+	sealed string
 }
 
 // ErrBadTarget is wrapped by the error of a [Target] that names no count of
@@ -226,7 +230,7 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	p.fleet.Touch()
 	a, err := p.aim(t)
 	if err != nil {
-		if t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
+		if !t.namesIdentity() {
 			return p.settings(t) // a rule (and plan) whose counts need more
 		}
 		return Decision{}, err

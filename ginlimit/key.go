@@ -442,6 +442,9 @@ func (w *who) logTag(r *ruleBase, secret []byte) string {
 // for a request from it. Every part of t must be used by the rule.
 func (r *ruleBase) targetWho(w *who, t Target) error {
 	w.n, w.text = 0, w.text[:0]
+	if t.sealed != "" {
+		return r.sealedWho(w, t)
+	}
 	usedUser, usedIP, usedValues := false, false, 0
 	for _, d := range r.dims {
 		switch d.kind {

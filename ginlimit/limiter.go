@@ -43,6 +43,8 @@ type Limiter struct {
 
 	counts map[redis.Scripter]*state.Instances // the count of instances per client (presence.go)
 	fleets map[redis.Scripter]*backend         // the backend whose fleet keeps each client in step
+
+	registry registry // what RateLimit compiled (registry.go)
 }
 
 // New returns a Limiter with opts as the defaults of every route it serves.
@@ -100,6 +102,7 @@ func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
 	if err != nil {
 		panic(fmt.Sprintf("ginlimit: Limiter.RateLimit: %v", err))
 	}
+	l.registry.add(p)
 	return p.serve
 }
 

@@ -71,9 +71,11 @@ func outcomeOf(d Decision) string {
 	return OutcomeAllowed
 }
 
-// Event is one decision, as a function given to [Observe] sees it. It never carries the
-// identity (IP or user id), so metrics built on it stay bounded: Route and
-// Rule come from the route templates and rule names of the application.
+// Event is one decision, as a function given to [Observe] sees it. Its
+// fields never carry the identity (IP or user id), so metrics built on
+// them stay bounded: Route and Rule come from the route templates and rule
+// names of the application. An operator's tool that must show who is
+// refused reads it with [RuleInfo.Refused], as the keys hold it.
 type Event struct {
 	// Route is the request's method and route template, e.g.
 	// "GET /api/coupon/claim"; "unmatched" for a request that matched no
@@ -102,6 +104,9 @@ type Event struct {
 	// identity.ReasonExpired), never anything of the token or the
 	// identity; "" otherwise.
 	Reason string
+	// key is, for a refusal, the key of the rule that refused: what
+	// RuleInfo.Refused reads the identity from (registry.go).
+	key string
 }
 
 // Observe adds f as an observer of every decision: every admission and
@@ -147,9 +152,13 @@ func (p *Policy) unauthorized(c *gin.Context, r *ruleBase, err error) {
 	}
 }
 
-// observe tells p's observers about d.
-func (p *Policy) observe(ctx context.Context, route string, d *Decision, latency time.Duration) {
+// observe tells p's observers about req's decision.
+func (p *Policy) observe(ctx context.Context, route string, req *request, latency time.Duration) {
+	d := &req.d
 	e := Event{Route: route, Rule: d.Rule, Outcome: outcomeOf(*d), Decision: *d, Latency: latency}
+	if !d.Allowed {
+		e.key = req.keyOf(d.decider)
+	}
 	switch {
 	case d.brk != nil:
 		e.Breaker = d.brk.State()

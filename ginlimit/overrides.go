@@ -170,7 +170,7 @@ var overrideNames = [...]string{SourceOverride: "rule", SourcePlanOverride: "pla
 // overrideOf resolves t to the rule an override of it is compiled from
 // (the rule, or the plan's), its field in LimitsKey and its Source.
 func (p *Policy) overrideOf(t Target) (*rateRule, string, uint8, error) {
-	if t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
+	if !t.namesIdentity() {
 		r, s, err := p.ruleTarget(t)
 		if err != nil {
 			return nil, "", 0, err

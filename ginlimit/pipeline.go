@@ -155,6 +155,7 @@ func (r *rateRule) records() int {
 // runs, and gives them back when it returns.
 func (p *Policy) serve(c *gin.Context) {
 	p.fleet.Touch()
+	p.seen.note(c)
 	req := p.newRequest(requestScope(c))
 	if !p.prepare(c, req) {
 		return
@@ -203,7 +204,7 @@ func (p *Policy) serve(c *gin.Context) {
 		}
 	}
 	if len(p.observers) > 0 {
-		p.observe(ctx, req.scope.label(), &final.d, time.Since(start))
+		p.observe(ctx, req.scope.label(), final, time.Since(start))
 	}
 	if held != nil {
 		c.Next() // the rest of the chain runs while the slots are held
@@ -266,7 +267,8 @@ func (p *Policy) Allow(ctx context.Context, key string, n int) (Decision, error)
 	}
 	d, err := p.decide(ctx, req)
 	if len(p.observers) > 0 {
-		p.observe(ctx, "", &d, time.Since(start)) // Event.Route is "" outside gin
+		req.d = d
+		p.observe(ctx, "", req, time.Since(start)) // Event.Route is "" outside gin
 	}
 	return d, err
 }

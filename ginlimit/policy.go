@@ -48,6 +48,7 @@ type Policy struct {
 	view         atomic.Pointer[liveView] // the overrides that apply to the policy; nil for none
 	route        routeConfig              // what an override's rule is compiled with
 	policyHeader string                   // RateLimit-Policy: every rule's, joined
+	seen         seenRoutes               // the routes it has served (registry.go)
 
 	timeout   time.Duration
 	queue     time.Duration // QueueTimeout

@@ -106,6 +106,8 @@ var (
 	generated embed.FS
 	//go:embed inflight.lua
 	inflight string
+	//go:embed console_beat.lua
+	consoleBeat string
 )
 
 // file returns the generated file named name, and panics if there is none:
@@ -123,6 +125,12 @@ func file(name string) string {
 // peeks slots leased on the Redis clock. It stands alone: no prologue, no
 // driver.
 func InFlight() string { return inflight }
+
+// ConsoleBeat returns the script of ginlimit/console's beat
+// (console_beat.lua, which documents its keys, arguments and reply): it
+// adds an instance's traffic, refused identities and bans to the fleet's
+// and reads the fleet's back, in one call.
+func ConsoleBeat() string { return consoleBeat }
 
 // numbered lists the algorithms of the several-rule scripts by their
 // number in ARGV: the four of [Algorithms], then the companion "penalty"

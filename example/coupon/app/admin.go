@@ -75,6 +75,22 @@ type ClaimLimitState struct {
 // whose "role" claim is [AdminRole]: without a valid token it answers 401,
 // with one that lacks the role 403. It calls no Redis.
 func (h *handlers) requireAdmin(c *gin.Context) {
+	admin, status := h.adminOf(c)
+	switch status {
+	case http.StatusUnauthorized:
+		c.Header("WWW-Authenticate", h.users.Challenge())
+		abortWith(c, status, msgUnauthenticated)
+		return
+	case http.StatusForbidden:
+		abortWith(c, status, msgForbidden)
+		return
+	}
+	c.Set(adminKey, admin)
+}
+
+// adminOf returns the admin of c's bearer token and 200, or 401 without a
+// valid token, or 403 for a token without the role. It calls no Redis.
+func (h *handlers) adminOf(c *gin.Context) (string, int) {
 	admin, err := h.users.UserID(c)
 	var role string
 	if err == nil {
@@ -82,16 +98,13 @@ func (h *handlers) requireAdmin(c *gin.Context) {
 		// token expired in between.
 		role, err = h.users.Claim(c, RoleClaim)
 	}
-	if err != nil {
-		c.Header("WWW-Authenticate", h.users.Challenge())
-		abortWith(c, http.StatusUnauthorized, msgUnauthenticated)
-		return
+	switch {
+	case err != nil:
+		return "", http.StatusUnauthorized
+	case role != AdminRole:
+		return "", http.StatusForbidden
 	}
-	if role != AdminRole {
-		abortWith(c, http.StatusForbidden, msgForbidden)
-		return
-	}
-	c.Set(adminKey, admin)
+	return admin, http.StatusOK
 }
 
 // requireUserParam refuses, with 400, a :user that no claim count can have

@@ -14,6 +14,9 @@
 //	GET  /voucher-order/seckill/:id  Method: 5 per 10s over all clients and all ids
 //	GET  /healthz                    not limited: {"status":"ok"}, plus "jwks_loaded" with a JWKS URL
 //	GET  /metrics                    not limited: the Prometheus metrics of every decision
+//	/console/...                     admin: the operator's console (package console); see Console below
+//	GET, POST /console/sign-in       the console's sign-in page: keeps an admin token in a cookie
+//	GET  /favicon.ico                204: browsers ask for it, and a 404 would be an error in their console
 //
 //	GET    /api/admin/limits/claim/users/:user  admin: a user's claim count (?plan=vip: in that plan); User: 60 per 60s per admin
 //	DELETE /api/admin/limits/claim/users/:user  admin: reset it, 204; User: 60 per 60s per admin
@@ -45,6 +48,16 @@
 // claim rule does not count the admin routes; each has its own limit per
 // admin ([AdminLimit] per [AdminWindow]), applied only once the request has
 // passed those checks.
+//
+// # Console
+//
+// The operator's console of package console is mounted at [ConsolePath],
+// fed by an Observer given to the limiter, so it sees every route. Every
+// request to it needs an admin token, as for the admin API: as
+// "Authorization: Bearer", or in the [ConsoleCookie] that the sign-in page
+// at [ConsoleSignInPath] sets (HttpOnly, SameSite=Strict, on the console's
+// path). The sign-in form refuses a post from another origin, and the
+// console checks the origin and its form token on every change.
 //
 // # Tokens
 //
@@ -115,6 +128,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,6 +138,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/console"
 	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/metrics"
@@ -140,6 +155,7 @@ type App struct {
 	mini      *miniredis.Miniredis  // nil unless New started one
 	users     *identity.JWT         // nil until New made it; refreshes a remote JWKS until Close
 	limiter   *ginlimit.Limiter     // nil until New made it
+	console   *console.Console      // nil until New mounted it; beats until Close
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -194,7 +210,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	collector := metrics.New()
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collector)
-	claimPolicy, err := a.newLimiter(cfg, ips, collector)
+	// Made before the limiter, so that every route reports to it.
+	seen := console.NewObserver()
+	claimPolicy, err := a.newLimiter(cfg, ips, collector, seen)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
@@ -205,10 +223,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if writeOrder == nil {
 		writeOrder = sleepOrder
 	}
-	engine, err := newEngine(logger, registry, &handlers{secret: secret, users: a.users, logger: logger, limiter: a.limiter,
-		claimPolicy: claimPolicy, remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())})
+	h := &handlers{secret: secret, users: a.users, logger: logger, limiter: a.limiter,
+		claimPolicy: claimPolicy, remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())}
+	engine, err := newEngine(logger, registry, h)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
+	}
+	if a.console, err = console.MountWith(engine.Group(strings.TrimSuffix(ConsolePath, "/")), console.Config{
+		Limiter: a.limiter, Redis: a.rdb, Authorize: h.consoleAdmin, Logger: logger, Routes: engine.Routes,
+	}, seen); err != nil {
+		return nil, errors.Join(fmt.Errorf("coupon: console: %w", err), a.Close())
 	}
 	a.Handler = engine
 	return a, nil
@@ -216,10 +240,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 // newLimiter makes a's limiter from cfg, on a's Redis and verifier, and
 // returns the claim rule's Policy, which the admin routes read and change.
-func (a *App) newLimiter(cfg Config, ips *identity.IP, collector *metrics.Collector) (*ginlimit.Policy, error) {
+func (a *App) newLimiter(cfg Config, ips *identity.IP, collector *metrics.Collector, seen *console.Observer) (*ginlimit.Policy, error) {
 	opts := []ginlimit.Option{
 		ginlimit.Redis(a.rdb),
 		ginlimit.Observe(collector.Observe),
+		seen.Option(),
 		ginlimit.UserIdentity(a.users),
 		ginlimit.IPIdentity(ips),
 		ginlimit.Algorithm(cfg.Algorithm),
@@ -274,6 +299,12 @@ func newEngine(logger *slog.Logger, registry *prometheus.Registry, h *handlers) 
 	engine.NoRoute(notFound)
 	routes(engine, h)
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
+	// Browsers ask every site for its icon; an empty answer, rather than
+	// the JSON 404, keeps an error out of the console's browser console.
+	engine.GET("/favicon.ico", func(c *gin.Context) {
+		c.Header("Cache-Control", "max-age=86400")
+		c.Status(http.StatusNoContent)
+	})
 	return engine, nil
 }
 
@@ -371,6 +402,9 @@ func openCluster(addrs []string, logger *slog.Logger) redis.UniversalClient {
 // and return the first call's result.
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
+		if a.console != nil {
+			_ = a.console.Close() // always nil
+		}
 		if a.limiter != nil {
 			_ = a.limiter.Close() // always nil
 		}

@@ -269,5 +269,10 @@ func routes(r gin.IRoutes, h *handlers) {
 	r.GET(adminClaimLimitsPath, h.requireAdmin, h.requireSettingsQuery, adminLimit, h.claimSettings)
 	r.PUT(adminClaimLimitsPath, h.requireAdmin, adminLimit, h.setClaimLimit)
 
+	// The console's one page without a token; the console itself is
+	// mounted by newEngine.
+	r.GET(ConsoleSignInPath, func(c *gin.Context) { signInForm(c, http.StatusOK, false) })
+	r.POST(ConsoleSignInPath, h.signIn)
+
 	r.GET("/healthz", h.healthz)
 }

@@ -52,3 +52,29 @@ func (e *Engine) HoldSlots() (release func()) {
 		}
 	}
 }
+
+// BreakerStates returns the state of each breaker, by the address of the
+// Redis server it guards: the client's as a whole under "" (a plain
+// client's address when it has one), then each cluster master's and Ring
+// shard's made so far. It is nil when breakers are off.
+func (e *Engine) BreakerStates() map[string]string {
+	if e.nodes.one.brk == nil {
+		return nil
+	}
+	out := map[string]string{}
+	add := func(n *node) {
+		addr := ""
+		if n.pool != nil {
+			addr = n.pool.Options().Addr
+		}
+		out[addr] = n.brk.State()
+	}
+	add(e.nodes.one)
+	each := func(_, v any) bool {
+		add(v.(*node))
+		return true
+	}
+	e.nodes.byAddr.Range(each)
+	e.nodes.byShard.Range(each)
+	return out
+}

@@ -89,7 +89,7 @@ func ParseRuleField(f string, canonical Canonical) (k RuleScope, ok bool) {
 		return RuleScope{}, false
 	}
 	m, r, ok := strings.Cut(rest[i+1:j], " ")
-	k = RuleScope{Prefix: rest[:i], Method: unescape(m), Route: unescape(r)}
+	k = RuleScope{Prefix: rest[:i], Method: Unescape(m), Route: Unescape(r)}
 	tail := rest[j+1:]
 	if tail != "" {
 		name, named := strings.CutPrefix(tail, " rule:")
@@ -104,9 +104,9 @@ func ParseRuleField(f string, canonical Canonical) (k RuleScope, ok bool) {
 	return k, true
 }
 
-// unescape undoes a key's escaping ("%XX"); a text that escaping could not
+// Unescape undoes a key's escaping ("%XX"); a text that escaping could not
 // have written comes out as one that is not written back the same.
-func unescape(s string) string {
+func Unescape(s string) string {
 	if !strings.Contains(s, "%") {
 		return s
 	}

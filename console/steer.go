@@ -1,0 +1,254 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit"
+)
+
+// keyAudit is the list of the last maxAudit changes, newest first.
+const (
+	keyAudit = "{ginlimit:console}:audit"
+	maxAudit = 1000
+)
+
+// auditEntry is one change made through the console.
+type auditEntry struct {
+	Who    string    `json:"who"`
+	What   string    `json:"what"` // "override", "reset", "lift"
+	Route  string    `json:"route"`
+	Rule   string    `json:"rule"`
+	Target string    `json:"target,omitempty"` // the identity or plan, as the rule's keys name it
+	Before string    `json:"before"`
+	After  string    `json:"after"`
+	When   time.Time `json:"when"`
+}
+
+var errBadNumber = errors.New("limit and window_seconds must be whole numbers: limit from 0 (clear the override), window_seconds from 0 (keep the rule's)")
+
+// overrideInput reads the override form: limit, window_seconds, and an
+// optional user (an identity, as the lookup takes it) or plan.
+func overrideInput(ctx *gin.Context, ri ginlimit.RuleInfo) (ginlimit.Target, int, time.Duration, error) {
+	t := ginlimit.Target{Route: ri.Route, Rule: ri.Rule}
+	limitText, ok1 := input(ctx, "limit")
+	windowText, ok2 := input(ctx, "window_seconds")
+	user, ok3 := input(ctx, "user")
+	plan, ok4 := input(ctx, "plan")
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return t, 0, 0, errTooLong
+	}
+	limit, window, err := parseLimit(limitText, windowText)
+	if err != nil {
+		return t, 0, 0, err
+	}
+	if strings.TrimSpace(user) != "" {
+		if t, err = parseIdentity(ri, user); err != nil {
+			return t, 0, 0, err
+		}
+	}
+	t.Plan = strings.TrimSpace(plan)
+	return t, limit, window, nil
+}
+
+// parseLimit reads a limit and a window in seconds (empty: 0).
+func parseLimit(limitText, windowText string) (int, time.Duration, error) {
+	limit, err := strconv.Atoi(strings.TrimSpace(limitText))
+	if err != nil || limit < 0 {
+		return 0, 0, errBadNumber
+	}
+	var window time.Duration
+	if w := strings.TrimSpace(windowText); w != "" {
+		secs, err := strconv.ParseFloat(w, 64)
+		if err != nil || secs < 0 || math.IsNaN(secs) || secs > 1e9 {
+			return 0, 0, errBadNumber
+		}
+		window = time.Duration(secs * float64(time.Second))
+	}
+	return limit, window, nil
+}
+
+func (c *Console) overrideAPI(ctx *gin.Context) {
+	ri, err := c.find(ctx)
+	if err != nil {
+		c.answer(ctx, ri, err)
+		return
+	}
+	t, limit, window, err := overrideInput(ctx, ri)
+	if err != nil {
+		c.answer(ctx, ri, err)
+		return
+	}
+	rctx := ctx.Request.Context()
+	before, _ := ri.Policy.Peek(rctx, t)
+	if err := ri.Policy.SetLimit(rctx, t, limit, window); err != nil {
+		c.answer(ctx, ri, err)
+		return
+	}
+	after, _ := ri.Policy.Peek(rctx, t)
+	c.audit(rctx, auditEntry{Who: whoOf(ctx), What: "override", Route: ri.Route, Rule: ri.Rule, Target: c.targetText(ri, t),
+		Before: settingsText(before), After: settingsText(after)}, nil)
+	c.answer(ctx, ri, nil)
+}
+
+// settingsText describes d's settings for the audit.
+func settingsText(d ginlimit.Decision) string {
+	if d.Limit == 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("limit %d per %s (%s)", d.Limit, d.Window, sourceName(d.Source))
+}
+
+// targetText names t's identity or plan as the audit records it: as the
+// rule's keys hold the identity, a keyed hash with HashIdentities.
+func (c *Console) targetText(ri ginlimit.RuleInfo, t ginlimit.Target) string {
+	var parts []string
+	if id, err := ri.Identity(t); err == nil && id != "" {
+		parts = append(parts, id)
+	}
+	if t.Plan != "" {
+		parts = append(parts, "plan:"+t.Plan)
+	}
+	return strings.Join(parts, " ")
+}
+
+func (c *Console) resetAPI(ctx *gin.Context) { c.resetOrLift(ctx, "reset", "identity") }
+
+func (c *Console) liftAPI(ctx *gin.Context) { c.resetOrLift(ctx, "lift", "ban") }
+
+// resetOrLift resets the count of the identity in field: a reset, or the
+// lift of its ban (Reset lifts a ban and forgets its strikes).
+func (c *Console) resetOrLift(ctx *gin.Context, what, field string) {
+	ri, err := c.find(ctx)
+	if err != nil {
+		c.answer(ctx, ri, err)
+		return
+	}
+	typed, ok := input(ctx, field)
+	if !ok {
+		c.answer(ctx, ri, errTooLong)
+		return
+	}
+	t, err := parseIdentity(ri, typed)
+	if err != nil && !errors.Is(err, errNoDims) {
+		c.answer(ctx, ri, err)
+		return
+	}
+	rctx := ctx.Request.Context()
+	before, _ := ri.Policy.Peek(rctx, t)
+	if err := ri.Policy.Reset(rctx, t, "console"); err != nil {
+		c.answer(ctx, ri, err)
+		return
+	}
+	id := c.targetText(ri, t)
+	m := member{ruleKey{ri.Route, ri.Rule}, id}
+	c.forgetBan(m)
+	c.audit(rctx, auditEntry{Who: whoOf(ctx), What: what, Route: ri.Route, Rule: ri.Rule, Target: id,
+		Before: countText(before), After: "count cleared"}, func(p redis.Pipeliner) {
+		p.ZRem(rctx, keyBans, m.route+"\n"+m.rule+"\n"+m.id)
+	})
+	c.answer(ctx, ri, nil)
+}
+
+// countText describes a Peek's count for the audit.
+func countText(d ginlimit.Decision) string {
+	s := fmt.Sprintf("%d of %d left", d.Remaining, d.Limit)
+	if d.Banned {
+		s += fmt.Sprintf(", banned for %s", d.RetryAfter.Round(time.Second))
+	}
+	return s
+}
+
+// audit records e in Redis (with more, in the same round trip) and in the
+// log. The log line names the operator, the action and the rule, never the
+// identity, which the audit page alone shows.
+func (c *Console) audit(ctx context.Context, e auditEntry, more func(redis.Pipeliner)) {
+	e.When = time.Now().UTC()
+	b, _ := json.Marshal(e) // a struct of strings and a time: never fails
+	_, err := c.cfg.Redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.LPush(ctx, keyAudit, b)
+		p.LTrim(ctx, keyAudit, 0, maxAudit-1)
+		if more != nil {
+			more(p)
+		}
+		return nil
+	})
+	attrs := []slog.Attr{slog.String("who", e.Who), slog.String("what", e.What), slog.String("route", e.Route),
+		slog.String("rule", e.Rule), slog.String("before", e.Before), slog.String("after", e.After)}
+	if err != nil {
+		attrs = append(attrs, errAttr(err))
+	}
+	c.log.LogAttrs(ctx, slog.LevelInfo, "ginlimit/console: change", attrs...)
+}
+
+// errAttr is err as a log attribute.
+func errAttr(err error) slog.Attr { return slog.String("error", err.Error()) }
+
+// answer ends an action: JSON for an API call, or, for a console form,
+// the rule's page again (303 after a change, so a reload does not repeat
+// it; the page with the error otherwise).
+func (c *Console) answer(ctx *gin.Context, ri ginlimit.RuleInfo, err error) {
+	form := strings.HasPrefix(ctx.ContentType(), "application/x-www-form-urlencoded") && !strings.Contains(ctx.GetHeader("Accept"), "application/json")
+	switch {
+	case err == nil && form:
+		back := "../" + ruleLink(ri.Route, ri.Rule)
+		if typed, ok := ctx.GetPostForm("identity"); ok && len(typed) <= maxInput {
+			back += "&" + urlValues("identity", typed) // the lookup again, showing the reset count
+		}
+		ctx.Redirect(http.StatusSeeOther, back)
+	case err == nil:
+		ctx.JSON(http.StatusOK, gin.H{"ok": true})
+	case ri.Policy == nil:
+		fail(ctx, http.StatusNotFound, safeError(err))
+	case form:
+		d := c.ruleData(ctx.Request.Context(), ri, "")
+		d.Message, d.Token = safeError(err), c.token(whoOf(ctx))
+		c.render(ctx, http.StatusBadRequest, "rule.html", d)
+	default:
+		fail(ctx, http.StatusBadRequest, safeError(err))
+	}
+}
+
+func (c *Console) auditEntries(ctx context.Context) ([]auditEntry, error) {
+	raw, err := c.cfg.Redis.LRange(ctx, keyAudit, 0, maxAudit-1).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]auditEntry, 0, len(raw))
+	for _, s := range raw {
+		var e auditEntry
+		if json.Unmarshal([]byte(s), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (c *Console) auditPage(ctx *gin.Context) {
+	entries, err := c.auditEntries(ctx.Request.Context())
+	msg := ""
+	if err != nil {
+		msg = "Redis could not answer; try again"
+	}
+	c.render(ctx, http.StatusOK, "audit.html", gin.H{"Entries": entries, "Message": msg})
+}
+
+func (c *Console) auditAPI(ctx *gin.Context) {
+	entries, err := c.auditEntries(ctx.Request.Context())
+	if err != nil {
+		fail(ctx, http.StatusServiceUnavailable, "Redis could not answer; try again")
+		return
+	}
+	ctx.JSON(http.StatusOK, entries)
+}

@@ -1,0 +1,327 @@
+package ginlimit
+
+import (
+	"encoding/hex"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
+)
+
+// RuleInfo is one rule of one route as a [Limiter] compiled it, read-only:
+// what an operator's tool shows and steers (ginlimit/console). Its Policy
+// is the handle to steer it with ([Policy.SetLimit], [Policy.Peek],
+// [Policy.Reset]), given this Route and Rule in a [Target].
+//
+// Limit, Window and Source are the settings in force on this instance
+// when [Limiter.Rules] was called: the configuration's, or an override's.
+// The others are the configuration's.
+type RuleInfo struct {
+	// Policy is the compiled route the rule belongs to.
+	Policy *Policy
+	// Route is the route, as [Target.Route] names it ("GET /api/x"), on
+	// which the rule has served a request; "" until it has. A Policy given
+	// to several routes (a group's Use) has one RuleInfo per route.
+	// gin tells a handler its route at a request, not when it is
+	// registered, so a tool lists the application's routes from
+	// gin.Engine.Routes besides.
+	Route string
+	// Rule is the rule's [Name].
+	Rule string
+	// Algorithm is the rule's [Algorithm]; "" for an [InFlight] rule.
+	Algorithm AlgorithmKind
+	// Limit, Window and Source are the limit and window in force and where
+	// they come from (see [Decision.Source]); Window is 0 for an in-flight
+	// rule, whose Limit is its n.
+	Limit  int
+	Window time.Duration
+	Source uint8
+	// ConfigLimit and ConfigWindow are the rule's own [Limit] and [Window].
+	ConfigLimit  int
+	ConfigWindow time.Duration
+	// Per names the dimensions the rule counts per, as its keys label them
+	// ("user", "ip", "p.id", ...): none for the whole route.
+	Per []string
+	// Shared reports a [Shared] rule: one count for every route of its
+	// group.
+	Shared bool
+	// Plans holds the limit of each plan of a rule with [LimitBy].
+	Plans map[string]int
+	// BanAfter, BanWithin and BanFor are the rule's [Ban]; BanAfter is 0
+	// without one.
+	BanAfter  int
+	BanWithin time.Duration
+	BanFor    time.Duration
+	// Lease is an [InFlight] rule's lease; 0 for a rate rule.
+	Lease time.Duration
+	// OnFailure is the route's failure policy ([OnFailure]).
+	OnFailure FailPolicy
+	// Hashed reports that the rule's keys hold a keyed hash of each
+	// identity ([HashIdentities]) instead of the identity.
+	Hashed bool
+	// Breakers is the state of each circuit breaker of the route's Redis
+	// backend ("closed", "open", "half-open"), by Redis address ("" for the
+	// client as a whole); nil when breakers are off.
+	Breakers map[string]string
+}
+
+// Rules returns every rule of every route compiled with l.RateLimit, in
+// the order compiled, one entry per route it has served (see
+// RuleInfo.Route). It reads what l holds in process and calls no Redis.
+func (l *Limiter) Rules() []RuleInfo {
+	l.registry.mu.Lock()
+	policies := slices.Clone(l.registry.policies)
+	l.registry.mu.Unlock()
+	var out []RuleInfo
+	for _, p := range policies {
+		routes := p.seen.routes()
+		if len(routes) == 0 {
+			routes = []string{""}
+		}
+		breakers := p.engine.BreakerStates()
+		for _, route := range routes {
+			for _, r := range p.all {
+				ri := p.ruleInfo(r, route)
+				ri.Breakers = breakers
+				out = append(out, ri)
+			}
+		}
+	}
+	return out
+}
+
+// Identity returns the identity of t's count as the rule's keys hold it:
+// "user:alice", "ip:192.0.2.1", "p.id:7" (several joined by spaces), a
+// keyed hash with [HashIdentities] ("user:<32 hex digits>"), escaped as in
+// a key; "" for a rule that counts the whole route. It is what
+// RuleInfo.Refused returns for a request of that identity, so a tool can
+// find an identity the operator types among the refused ones. It calls no
+// Redis; a Target that names no count of the rule wraps [ErrBadTarget].
+func (ri RuleInfo) Identity(t Target) (string, error) {
+	if ri.Policy == nil {
+		return "", badTarget("no policy")
+	}
+	t.Rule = ri.Rule
+	if t.Route == "" && t.Key == "" {
+		t.Route = ri.Route
+	}
+	a, err := ri.Policy.aim(t)
+	if err != nil {
+		return "", err
+	}
+	return keyIdentity(buildKey(a.rule.base(), ri.Policy.named, a.scope, &a.who)), nil
+}
+
+// Refused returns the identity of e's request, as Identity names it, when
+// e is a refusal of this rule that counts per some dimension (Outcome
+// [OutcomeLimited], [OutcomeBanned] or [OutcomeShadowLimited]); "" and
+// false otherwise. It is for an operator's tool, which keeps it bounded:
+// unlike the rest of an Event, an identity must never become a metric
+// label or a log attribute.
+func (ri RuleInfo) Refused(e Event) (string, bool) {
+	if e.key == "" || e.Rule != ri.Rule {
+		return "", false
+	}
+	id := keyIdentity(e.key)
+	return id, id != ""
+}
+
+// keyIdentity returns the dimensions' part of a key that buildKey made:
+// what follows the scope ("<METHOD> <route>", or "* shared"), inside the
+// hash tag for a route with one rule, after " rule:<name>" otherwise; ""
+// for a key without one. Neither the scope nor the name holds a space
+// (both are escaped), so it follows the second space.
+func keyIdentity(key string) string {
+	open := strings.IndexByte(key, '{')
+	end := strings.IndexByte(key, '}')
+	if open < 0 || end < open {
+		return ""
+	}
+	rest := key[open+1 : end] // a route with one rule: "<scope> <dims>"
+	if end < len(key)-1 {
+		rest = key[end+1:] // " rule:<name> <dims>"
+	}
+	_, after, ok := strings.Cut(rest, " ")
+	if !ok {
+		return ""
+	}
+	_, id, _ := strings.Cut(after, " ")
+	return id
+}
+
+// ruleInfo describes r on route.
+func (p *Policy) ruleInfo(r anyRule, route string) RuleInfo {
+	b := r.base()
+	ri := RuleInfo{Policy: p, Route: route, Rule: b.name, Limit: b.limit, ConfigLimit: b.limit,
+		Shared: b.shared, OnFailure: p.onFail, Hashed: b.hashKey != nil}
+	for _, d := range b.dims {
+		ri.Per = append(ri.Per, d.label)
+	}
+	switch x := r.(type) {
+	case *slotRule:
+		ri.Lease = x.lease
+	case *rateRule:
+		ri.Algorithm, ri.Window, ri.ConfigWindow = x.alg, x.window, x.window
+		ri.Plans, ri.Source = x.cfg.plans, SourceConfig
+		if bn := x.cfg.ban; bn != nil {
+			ri.BanAfter, ri.BanWithin, ri.BanFor = bn.after, bn.within, bn.duration
+		}
+		if d, err := p.settings(Target{Route: route, Rule: b.name}); err == nil {
+			ri.Limit, ri.Window, ri.Source = d.Limit, d.Window, d.Source
+		}
+	}
+	return ri
+}
+
+// registry is what a Limiter compiled for routes, for Limiter.Rules.
+type registry struct {
+	mu       sync.Mutex
+	policies []*Policy
+}
+
+// add notes p, compiled for a route.
+func (g *registry) add(p *Policy) {
+	g.mu.Lock()
+	g.policies = append(g.policies, p)
+	g.mu.Unlock()
+}
+
+// maxSeenRoutes bounds the routes a Policy notes: a group's Use can put one
+// Policy on many routes, but not on more than an application declares.
+const maxSeenRoutes = 1024
+
+// seenRoutes is the routes a Policy has served, "<METHOD> <template>",
+// swapped whole: a request reads it without a lock, and adds to it only
+// on its route's first request.
+type seenRoutes struct {
+	list atomic.Pointer[[]string]
+	mu   sync.Mutex
+}
+
+// note adds c's route, unless known (or it matched none).
+func (s *seenRoutes) note(c *gin.Context) {
+	path := c.FullPath()
+	if path == "" {
+		return
+	}
+	method := c.Request.Method
+	if l := s.list.Load(); l != nil && hasRoute(*l, method, path) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var l []string
+	if old := s.list.Load(); old != nil {
+		l = *old
+	}
+	if hasRoute(l, method, path) || len(l) >= maxSeenRoutes {
+		return
+	}
+	l = append(slices.Clip(l), method+" "+path)
+	s.list.Store(&l)
+}
+
+// routes returns the routes noted so far.
+func (s *seenRoutes) routes() []string {
+	if l := s.list.Load(); l != nil {
+		return *l
+	}
+	return nil
+}
+
+// hasRoute reports whether routes holds "<method> <path>", without
+// building it.
+func hasRoute(routes []string, method, path string) bool {
+	for _, r := range routes {
+		if len(r) == len(method)+1+len(path) && r[:len(method)] == method && r[len(method)+1:] == path {
+			return true
+		}
+	}
+	return false
+}
+
+// keyOf returns the key of req's call whose rule (or its Ban) is r; "" when
+// none is (an in-flight step's request, which holds no calls).
+func (req *request) keyOf(r *ruleBase) string {
+	for i := range req.calls {
+		c := &req.calls[i]
+		if c.rule != nil && (&c.rule.ruleBase == r || c.rule.ban != nil && &c.rule.ban.ruleBase == r) {
+			return c.key
+		}
+	}
+	return ""
+}
+
+// Target returns the Target of the count that Identity or Refused names
+// identity on this rule and route, for Policy.Peek, Reset and SetLimit.
+// With [HashIdentities] it is the one way to name an identity's count
+// without the identity: the Target holds the hash, which no other field
+// can. An identity that is not in that form, or not of this rule, wraps
+// [ErrBadTarget].
+func (ri RuleInfo) Target(identity string) (Target, error) {
+	t := Target{Route: ri.Route, Rule: ri.Rule}
+	if ri.Hashed {
+		t.sealed = identity
+		return t, nil
+	}
+	for _, f := range strings.Fields(identity) {
+		label, value, ok := strings.Cut(f, ":")
+		if !ok || value == "" || strings.HasPrefix(value, "%~") {
+			return t, badTarget("not an identity of the rule: <label>:<value> for each dimension")
+		}
+		value = fleet.Unescape(value)
+		switch {
+		case label == "user" && t.User == "":
+			t.User = value
+		case (label == "ip" || label == "anon") && !t.IP.IsValid():
+			ip, err := netip.ParseAddr(value)
+			if err != nil {
+				return t, badTarget("not an IP address")
+			}
+			t.IP = ip
+		case len(label) > 2 && label[1] == '.' && strings.IndexByte("phf", label[0]) >= 0:
+			if t.Values == nil {
+				t.Values = map[string]string{}
+			}
+			t.Values[label[2:]] = value
+		default:
+			return t, badTarget("a label is not one of the rule's dimensions, or comes twice")
+		}
+	}
+	return t, nil
+}
+
+// sealedWho sets w to the hashed identity t names (see RuleInfo.Target),
+// once it is checked to be one of r's: its labels, then 32 hex digits.
+func (r *ruleBase) sealedWho(w *who, t Target) error {
+	if r.hashKey == nil || len(r.dims) == 0 {
+		return errors.New("it keeps no hashed identities")
+	}
+	if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
+		return errors.New("a hashed identity names the whole identity")
+	}
+	labels := make([]string, len(r.dims))
+	for i, d := range r.dims {
+		labels[i] = d.label
+	}
+	label, sum, _ := strings.Cut(t.sealed, ":")
+	anon := r.anonByIP && len(r.dims) == 1 && label == "anon"
+	if _, err := hex.DecodeString(sum); err != nil || len(sum) != hashHex || (label != strings.Join(labels, "+") && !anon) {
+		return errors.New("not a hashed identity of the rule")
+	}
+	w.add(label, sum, routeSafe)
+	return nil
+}
+
+// namesIdentity reports whether t names an identity's count (or a
+// Policy.Allow key), not a rule's or plan's settings alone.
+func (t Target) namesIdentity() bool {
+	return t.Key != "" || t.User != "" || t.IP.IsValid() || len(t.Values) > 0 || t.sealed != ""
+}
