@@ -35,12 +35,19 @@ func bigEndian(b string) int64 {
 }
 
 // logKey is a sliding-log key as sliding_log.lua documents it: the body's
-// entries as times in µs (dead ones included), and the trailer.
+// entries as times in µs (dead ones included), and the trailer. While the
+// body starts with a header (lcum's bit 52, see Upgrade), hdr holds it,
+// and body, n and tail count the entries after it.
 type logKey struct {
 	body                        []int64
 	base, n, tail, newest, lcum int64
 	q                           []int64
+	hdr                         string
 }
+
+// logHeader is the bit of lcum that says the body starts with a header of
+// 16 bytes (4 entries), and what it counts.
+const logHeader = 1 << 52
 
 // readLog reads a sliding-log key and checks that its parts agree: n
 // entries in the body, tail within it, q's entries from qi on a copy of the
@@ -62,7 +69,18 @@ func readLog(ctx context.Context, t *testing.T, c *redis.Client, key string) (k 
 	tr := s[len(s)-logTrailer:]
 	k.base, k.n, k.tail, k.newest, k.lcum = bigEndian(tr[0:6]), bigEndian(tr[6:10]), bigEndian(tr[10:14]), bigEndian(tr[14:18]), bigEndian(tr[18:25])
 	m, qi, first := int(tr[25]), int(tr[26]), (k.base+bigEndian(tr[27:31]))*1000
-	for i := 0; i < len(s)-logTrailer; i += 4 {
+	from := 0
+	if k.lcum >= logHeader {
+		if len(s) < logTrailer+16 || k.tail < 4 {
+			t.Fatalf("%s: a header in %d bytes, from tail %d", key, len(s), k.tail)
+		}
+		k.lcum, k.hdr, k.n, k.tail, from = k.lcum-logHeader, s[:16], k.n-4, k.tail-4, 16
+		if k.n == k.tail && m == 0 {
+			// Nothing but the header: newest is its range's.
+			return k, true
+		}
+	}
+	for i := from; i < len(s)-logTrailer; i += 4 {
 		k.body = append(k.body, (k.base+bigEndian(s[i:i+4]))*1000)
 	}
 	for i := qi; i < m; i++ {

@@ -203,7 +203,8 @@ end
 --          newest (4) the newest entry (its at minus the base);
 --          lcum   (7) while the key the ZSET log kept may still hold
 --                 admissions (see Upgrade), the cum of its newest member
---                 imported so far, else 0;
+--                 imported so far, else 0; plus 2^52 while the body
+--                 starts with a header (see Upgrade);
 --          m      (1) how many entries q holds (8 at most);
 --          qi     (1) which of them is tail's: those before it are dead;
 --          first  (4) tail's entry, so that one unpack gives it;
@@ -275,11 +276,44 @@ end
 -- version's own bound, or one per member). Times are no earlier than this
 -- key's newest entry, and at most the newest 100,000 units (the largest
 -- limit of a sliding log, on which every limit decides as on all) are
--- kept, so the key stays bounded too. During a rolling deploy an instance
--- of this version counts every admission of the older ones on the key it
--- shares with them; they do not count its own (they read only the ZSET),
--- so for the deploy's duration each older instance can admit up to the
--- limit more. lcum goes back to 0 once the older key is gone: it expires a
+-- kept, so the key stays bounded too.
+--
+-- A large import is not written. When nothing of this key is in the
+-- window (its first decision, or all it held has left) and more than 256
+-- members or 4,096 units are to be imported, the decision writes a header
+-- instead, the body's first 16 bytes (4 entries, before tail): kind (1),
+-- then for kind 1 the cums (7 each) of the unit before the range and of
+-- its last, lo and hi: the range of units (at most the newest 100,000)
+-- that the older key keeps counting; for kind 2 (a member of the oldest
+-- format, without cum, among them), a time (ms) and a count, every unit at
+-- that time (the newest member's, as for 64 groups). A decision reads it
+-- while lcum says so: of kind 1, the units of the range in the window are
+-- hi less the cum before the oldest member in the window (one
+-- ZRANGEBYSCORE with LIMIT 0 1, O(log N)), exact to the member, as its
+-- at is rounded up to the ms as an entry's is; and the kth of them is
+-- found from that member by halving ranks (ZRANK, then up to 17 members
+-- read one at a time). They are older than every entry of the body (newest
+-- starts at the range's newest), so they count first. So the first touch
+-- of a key of 100,000 members writes 79 bytes; a later call writes its own
+-- admission, and up to 4,096 units of what instances of the version before
+-- admitted since (see below), never the range. Once the range has left the window (or
+-- the older key is gone), the header is dead: its bytes become 4 entries
+-- at the base.
+--
+-- After this key's own entries, more than 4,096 units to copy (what
+-- instances of the version before admitted since the call before, during
+-- a rolling deploy) are copied 4,096 a call, the oldest first, as up to 16
+-- groups of consecutive members, each at its newest member's time, the
+-- last cut at the 4,096th unit (the member that holds it found by halving
+-- ranks); lcum then marks where the copy stopped, inside a member if need
+-- be, and the rest (np: the newest member's cum less lcum) counts in the
+-- decision, exactly, and is copied by the next calls, no earlier than the
+-- entries admitted in between. So each call writes 16 KiB of them at most.
+--
+-- During a rolling deploy an instance of this version counts every
+-- admission of the older ones on the key it shares with them; they do not
+-- count its own (they read only the ZSET), so for the deploy's duration
+-- each older instance can admit up to the limit more. lcum goes back to 0 once the older key is gone: it expires a
 -- window after its last admission. Both keys differ only in the tag before
 -- the hash tag ({...}), so they are in one Redis Cluster slot.
 
@@ -294,7 +328,11 @@ end
 --     entries of the trailer's q from the oldest in the window, or the
 --     next ones of the body), live (the units in the window), imp (the
 --     entries imported from the older key, which count after the body's,
---     as runs {offset, units}), ni (their units) and kept (the newest
+--     as runs {offset, units}), ni (their units), hp (the units of the
+--     header's range in the window, which count first), hdr (the header,
+--     while it counts), h0 and h0at (the oldest member of the older key in
+--     the window and its at, for pend), held (whether the key had a
+--     header), wh (whether the header is new, to write), and kept (the newest
 --     entry of the key as it was);
 --   'write': records cost units at now in state s (after the runs of imp;
 --     a cost of 0 writes those alone), and returns the units in the
@@ -317,6 +355,57 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
     return redis.call('GETRANGE', key, string.format('%d', 4 * from), string.format('%d', 4 * (from + count) - 1))
   end
 
+  -- zcum(m) is the cum of a member of the older key (see Upgrade), nil
+  -- for the oldest format (a digit first); zunits(m) its units.
+  local function zcum(m)
+    if string.byte(m) < 48 then
+      return (unpack_ints('>I7', m, 8))
+    end
+  end
+  local function zunits(m)
+    if #m == 22 and string.byte(m) < 48 then
+      return (unpack_ints('>I4', m, 19))
+    end
+    return 1
+  end
+
+  -- pend(k) is the at (ms) of unit k (from 1) of the hp units of the
+  -- header's range in the window (see Upgrade), the oldest in it: kind 2,
+  -- all at one time; kind 1, the member whose cum reaches the range's
+  -- first unit in the window plus k - 1, found from h0 (the oldest member
+  -- in the window) by halving ranks, one member read a step: cum grows
+  -- by one at least a rank, so it is at most k - 1 ranks on. Without h0
+  -- (that member has no cum), the newest entry's time, no earlier than
+  -- any unit of the range.
+  local function pend(k)
+    local kind, lo = unpack_ints('>I1I7', s.hdr)
+    if kind == 2 then
+      return lo
+    elseif not s.h0 then
+      return s.base + s.newest
+    end
+    local c0 = zcum(s.h0)
+    local target = math.max(lo, c0 - zunits(s.h0)) + k
+    if target <= c0 then
+      return math.ceil(s.h0at / 1000)
+    end
+    local r = redis.call('ZRANK', s.old, s.h0)
+    local hi, at = r + target - c0, nil
+    while hi - r > 1 do
+      local mid = math.floor((r + hi) / 2)
+      local e = redis.call('ZRANGE', s.old, string.format('%d', mid), string.format('%d', mid), 'WITHSCORES')
+      if e[1] == nil or (zcum(e[1]) or target) >= target then
+        hi, at = mid, tonumber(e[2])
+      else
+        r = mid
+      end
+    end
+    if not at then
+      at = tonumber(redis.call('ZRANGE', s.old, string.format('%d', hi), string.format('%d', hi), 'WITHSCORES')[2])
+    end
+    return math.ceil((at or s.h0at) / 1000)
+  end
+
   -- gone(e, from, to) is the number of entries of e from index from that
   -- have left the window, counting no further than index to - 1.
   local function gone(e, from, to)
@@ -328,7 +417,11 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   end
 
   if op == 'unit' then
-    local k = cost - (s.live - s.ni)
+    if cost <= s.hp then
+      return pend(cost)
+    end
+    cost = cost - s.hp
+    local k = cost - (s.live - s.hp - s.ni - s.np)
     if k > 0 then
       for _, r in ipairs(s.imp) do
         if k <= r[2] then
@@ -336,6 +429,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
         end
         k = k - r[2]
       end
+      -- One of np, which a later call records no earlier than this key's
+      -- newest entry, nor than the older key's newest member.
+      return math.max(s.base + s.newest, s.npat or 0)
     elseif cost <= #s.q / 4 then
       return s.base + at(s.q, cost - 1)
     end
@@ -344,10 +440,14 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
 
   if op == 'state' then
     local tr = s
-    s = {imp = {}, ni = 0, q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
+    s = {imp = {}, ni = 0, hp = 0, np = 0, q = '', live = 0, n = 0, tail = 0, newest = 0, lcum = 0}
     if #tr == 63 then
       local m, qi
       s.base, s.n, s.tail, s.newest, s.lcum, m, qi = unpack_ints('>I6I4I4I4I7I1I1', tr)
+      if s.lcum >= 4503599627370496 then
+        -- lcum's bit 52: the body starts with a header (see Upgrade).
+        s.lcum, s.hdr, s.held = s.lcum - 4503599627370496, param > 0 or nil, true
+      end
       m = m - qi
       if (s.base + s.newest) * 1000 > cut then
         -- The oldest entry in the window: in q, or in the body after it.
@@ -378,8 +478,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
         end
         s.q, s.tail, s.live = q, tail, s.n - tail
       else
-        -- Everything has left the window: start again.
-        s.base, s.n, s.tail, s.newest = nil, 0, 0, 0
+        -- Everything has left the window, the header's range too (it is
+        -- no newer than newest): start again.
+        s.base, s.n, s.tail, s.newest, s.hdr = nil, 0, 0, 0, nil
       end
     end
     s.base = s.base or math.ceil(now / 1000)
@@ -391,8 +492,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       -- with a cum above lcum (every one while lcum is 0), as entries at
       -- no earlier than the newest entry, in one bounded pass.
       local old = string.sub(key, 1, param) .. string.sub(key, param + 5)
+      s.old = old
       if string.sub(key, param + 1, param + 4) ~= 'sl2:' then
-        s.lcum = 0
+        s.lcum, s.hdr = 0, nil
         return s
       end
       -- A member at µs t is recorded at ceil(t / 1000) ms: in the window
@@ -402,23 +504,50 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       -- calls.
       local top = redis.call('ZREVRANGE', old, '0', '7', 'WITHSCORES')
       if not top[1] then
-        -- The older key is gone: stop looking for it.
-        s.lcum = 0
+        -- The older key is gone, and with it whatever it held in the
+        -- window: stop looking for it.
+        s.lcum, s.hdr = 0, nil
         return s
+      end
+      if s.hdr then
+        -- The header's range: how many of its units are in the window.
+        local h = redis.call('GETRANGE', key, '0', '15')
+        local kind, lo, hi = unpack_ints('>I1I7I7', h)
+        s.hdr = h
+        if kind == 2 then
+          if lo * 1000 > cut then
+            s.hp = hi
+          end
+        else
+          local e = redis.call('ZRANGEBYSCORE', old, string.format('%d', from), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+          if e[1] and zcum(e[1]) then
+            s.hp = math.max(0, hi - math.max(lo, zcum(e[1]) - zunits(e[1])))
+            s.h0, s.h0at = e[1], tonumber(e[2])
+          elseif e[1] then
+            -- A member of the oldest format, written among the range by
+            -- an instance two versions back: the whole range counts, at
+            -- the newest entry's time (see pend).
+            s.hp = hi - lo
+          end
+        end
+        if s.hp == 0 then
+          -- All of it has left the window: the header is dead.
+          s.hdr = nil
+        end
+        s.live = s.live + s.hp
       end
       -- cum(m) is member m's cum, nil for the oldest format (a digit
       -- first); cost(m) its units; fresh(m) whether it is to be imported:
       -- cum above lcum, or anything while lcum is 0.
-      local function cum(m)
-        if string.byte(m) < 48 then
-          return (unpack_ints('>I7', m, 8))
-        end
-      end
+      -- A member that a call before copied in part (lcum inside it, see
+      -- np): its other units only.
+      local cum = zcum
       local function cost(m)
-        if #m == 22 and string.byte(m) < 48 then
-          return (unpack_ints('>I4', m, 19))
+        local c, u = zunits(m), zcum(m)
+        if u and s.lcum > 0 and u - s.lcum < c then
+          c = u - s.lcum
         end
-        return 1
+        return c
       end
       local function fresh(m)
         local c = cum(m)
@@ -464,6 +593,65 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
               hi = mid
             end
           end
+        end
+        -- Nothing in this key, and more than 256 members or 4,096 units
+        -- to import: a header that counts them from the older key (see
+        -- Upgrade), instead of their entries.
+        local f, fat
+        if lo > 0 then
+          if lo <= 8 then
+            f, fat = top[2 * lo - 1], tonumber(top[2 * lo])
+          else
+            f, fat = member(-lo)
+          end
+        end
+        local ctop, tat = cum(top[1]), tonumber(top[2])
+        if s.n == 0 and f and (lo > 256 or ctop and cum(f) and ctop - cum(f) + cost(f) > 4096) then
+          if ctop and cum(f) then
+            local first = math.max(cum(f) - cost(f), ctop - 100000)
+            s.hdr, s.hp, s.h0, s.h0at = pack('>I1I7I7I1', 1, first, ctop, 0), ctop - first, f, fat
+          else
+            -- The oldest format among them: as for 64 groups, below.
+            s.hp = math.min(ctop and ctop - s.lcum or lo, 100000)
+            s.hdr = pack('>I1I7I7I1', 2, math.ceil(tat / 1000), s.hp, 0)
+          end
+          s.wh, s.live = true, s.hp
+          s.base = math.min(s.base, math.ceil(fat / 1000))
+          s.newest = math.ceil(tat / 1000) - s.base
+          lo = 0
+        end
+        local c0 = ctop and f and cum(f) and math.max(cum(f) - cost(f), ctop - 100000)
+        if lo > 0 and c0 and ctop - c0 > 4096 then
+          -- More than 4,096 units after this key's own entries (a rolling
+          -- deploy): the oldest 4,096 now, as up to 16 groups of
+          -- consecutive members, each at its newest member's time, the
+          -- last cut at unit c0 + 4,096 (z holds it: halving ranks, one
+          -- member read a step); the rest (np) counts, exactly, and is
+          -- left to the next calls, as lcum marks where the copy stopped.
+          local target, a, z = c0 + 4096, -lo - 1, -1
+          while z - a > 1 do
+            local mid = math.floor((a + z) / 2)
+            if (cum(member(mid)) or target) >= target then
+              z = mid
+            else
+              a = mid
+            end
+          end
+          local prev, last = c0, -lo - 1
+          for g = 1, 16 do
+            local e = -lo - 1 + math.ceil(g * (z + lo + 1) / 16)
+            if e > last then
+              local m, at = member(e)
+              local c = math.min(cum(m) or target, target)
+              if c > prev then
+                parts[#parts + 1] = {at, c - prev}
+                prev = c
+              end
+              last = e
+            end
+          end
+          s.np, s.npat, s.lcum = ctop - target, math.ceil(tat / 1000), target
+          lo = 0
         end
         if lo <= 8 then
           -- Few: each member at its own time, exactly, oldest first.
@@ -528,8 +716,11 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
         s.imp[#s.imp + 1] = {newest, parts[i][2]}
         s.ni = s.ni + parts[i][2]
       end
-      s.newest, s.lcum = newest, math.max(cum(top[1]) or 0, s.lcum, 1)
-      s.live = s.live + s.ni
+      s.newest = newest
+      if s.np == 0 then
+        s.lcum = math.max(cum(top[1]) or 0, s.lcum, 1)
+      end
+      s.live = s.live + s.ni + s.np
     end
     return s
   end
@@ -540,7 +731,7 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   if cost > 0 then
     off = math.max(math.ceil(now / 1000) - s.base, s.newest)
   end
-  local body = s.live - s.ni
+  local body = s.live - s.ni - s.hp - s.np
   local whole = s.n == 0 or s.tail >= 64 and s.tail * 4 >= body or off >= 2147483648
   local live, runs = '', s.imp
   if whole then
@@ -572,7 +763,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   -- body has fewer.
   local q, tail, n = s.q, s.tail, s.n + s.ni + cost
   if whole then
-    q, tail, n = string.sub(live, 1, 32), 0, #live / 4 + s.ni + cost
+    -- The header, if any, first (see Upgrade).
+    local h = s.hdr and 4 or 0
+    q, tail, n = string.sub(live, 1, 32), h, h + #live / 4 + s.ni + cost
   end
   if whole or #q / 4 == body and body < 8 then
     for _, r in ipairs(runs) do
@@ -581,7 +774,14 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       end
     end
   end
-  local trailer = pack('>I6I4I4I4I7I1I1I4', s.base, n, tail, off, s.lcum, #q / 4, 0, at(q, 0)) .. q .. string.rep('\0', 32 - #q)
+  local lcum, first = s.lcum, 0
+  if s.hdr then
+    lcum = lcum + 4503599627370496
+  end
+  if #q > 0 then
+    first = at(q, 0)
+  end
+  local trailer = pack('>I6I4I4I4I7I1I1I4', s.base, n, tail, off, lcum, #q / 4, 0, first) .. q .. string.rep('\0', 32 - #q)
   local quarter = math.ceil(window / 4000)
   local expire = string.format('%d', (math.floor((s.base + off) / quarter) + 1) * quarter + math.ceil(window / 1000))
   -- The bytes after the body (or, whole, from the start): the live
@@ -616,6 +816,9 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
       out[#out + 1], size = text, size + #text
     end
   end
+  if whole and s.hdr then
+    put(s.hdr)
+  end
   put(live)
   for _, r in ipairs(runs) do
     local units, e = r[2], pack('>I4', r[1])
@@ -636,6 +839,14 @@ local function sliding_log_slow(op, key, window, param, s, cost, now, pack, unpa
   flush(table.concat(out))
   if not whole and math.floor((s.base + off) / quarter) ~= math.floor((s.base + (s.kept or s.newest)) / quarter) then
     redis.call('PEXPIREAT', key, expire)
+  end
+  if s.held and not s.hdr and not whole then
+    -- The header is dead: 4 entries at the base, so that the body stays
+    -- in order.
+    redis.call('SETRANGE', key, '0', string.rep('\0', 16))
+  end
+  if s.hp > 0 then
+    return s.live + cost, pend(1)
   end
   return s.live + cost, s.base + at(q, 0)
 end
@@ -772,9 +983,9 @@ local function sliding_log_commit(key, window, limit, param, cost, a, b)
       if #b > 63 then
         q = string.sub(b, 64 + 4 * (i - m + qi))
       end
-      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = {}, ni = 0}
+      b = {base = base, n = n, tail = tail, newest = newest, lcum = 0, q = q, live = live, imp = {}, ni = 0, hp = 0, np = 0}
     elseif b == 0 then
-      b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = {}, ni = 0}
+      b = {base = math.ceil(now / 1000), n = 0, tail = 0, newest = 0, lcum = 0, q = '', live = 0, imp = {}, ni = 0, hp = 0, np = 0}
     end
     a, b = sliding_log_slow('write', key, window, param, b, cost, now, pack, unpack_ints)
   until true
@@ -810,7 +1021,7 @@ local function sliding_log_report(key, window, limit, param, cost, ok, admitted,
     if not ok then
       retry = sliding_log_slow('unit', key, window, param, b, b.live + cost - limit, now, pack, unpack_ints) * 1000 + window - now
     end
-    if b.ni > 0 and not peek then
+    if (b.ni > 0 or b.wh) and not peek then
       -- Not recorded, but imported from the older key (see Upgrade): written
       -- now, so that no later decision imports it again. Through pcall: out
       -- of memory (this is then the script's first write), the decision
