@@ -22,22 +22,13 @@ const InstancesKey = "ginlimit:instances"
 
 // HeartbeatPeriod and HeartbeatTTL set how a Limiter made by [New]
 // announces itself while Redis answers: every HeartbeatPeriod it renews
-// its id in [InstancesKey] for HeartbeatTTL, drops the ids that have
-// expired, and keeps the count of those left (itself included) for the
-// FailLocal fallback of its routes. During an outage the beats fail and
-// it keeps the last count it saw: never 1, unless that is what Redis said.
-// Until its first beat answers it has heard nothing, and its fallback
-// spends nothing (see [FailLocal]). [Limiter.Close] takes its id out.
-//
-// Counting too few instances is what lets an outage admit too much (each
-// takes a share too big), so the two are chosen against it. A new
-// instance is counted by every other one within one period, the whole
-// exposure of a scale-up. A live instance drops out of the count only
-// after its beats have failed for a whole TTL: five periods ride out a
-// stall, a breaker open for [DefaultBreakerOpen], or a few lost beats.
-// Counting too many is safe (an outage admits less), and an instance
-// that has gone is counted for at most a TTL. A beat is one small script
-// on one key, once a second per instance: nothing beside the decisions.
+// its id in [InstancesKey] for HeartbeatTTL, drops expired ids, and keeps
+// the count for the FailLocal fallback of its routes; during an outage it
+// keeps the last count it saw. Counting too few instances lets an outage
+// admit too much, so a new instance is counted within one period, and a
+// live one drops out only after a whole TTL of failed beats (a stall, an
+// open breaker, lost beats). Counting too many only makes an outage admit
+// less. [Limiter.Close] takes the id out.
 const (
 	HeartbeatPeriod = time.Second
 	HeartbeatTTL    = 5 * HeartbeatPeriod
