@@ -7,6 +7,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -53,13 +54,13 @@ func FuzzOverrideValue(f *testing.F) {
 	}
 	claim := scope{method: "GET", route: "/claim"}
 	f.Fuzz(func(t *testing.T, field, value string) {
-		if k, ok := parseRuleField(field); ok && k.field() != field {
-			t.Fatalf("the field %q parses as %+v, which is written %q", field, k, k.field())
+		if k, ok := fleet.ParseRuleField(field, isField); ok && ruleField(k) != field {
+			t.Fatalf("the field %q parses as %+v, which is written %q", field, k, ruleField(k))
 		}
-		set, valid := parseSetting(value)
-		for _, ov := range []*overrides{
-			newOverrides([]string{field, value}),
-			newOverrides([]string{"fz:{GET /claim} *", value, "fz:{GET /claim user:alice}", value}),
+		set, valid := fleet.ParseSetting(value)
+		for _, ov := range []*fleet.Overrides{
+			fleet.NewOverrides([]string{field, value}, isField),
+			fleet.NewOverrides([]string{"fz:{GET /claim} *", value, "fz:{GET /claim user:alice}", value}, isField),
 		} {
 			for _, p := range policies {
 				v := &liveView{p: p, ov: ov, rules: map[overrideKey]*rateRule{}}
@@ -70,7 +71,7 @@ func FuzzOverrideValue(f *testing.F) {
 					}
 					key := buildKey(&x.ruleBase, p.named, claim, &w)
 					o := v.find(x, key, p.named, claim)
-					if o != nil && (!valid || o.limit != set.limit) {
+					if o != nil && (!valid || o.limit != set.Limit) {
 						t.Fatalf("%s: the override %q %q applies with limit %d", x.alg, field, value, o.limit)
 					}
 				}

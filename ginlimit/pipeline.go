@@ -154,7 +154,7 @@ func (r *rateRule) records() int {
 // in-flight rules (inflight.go), holds them while the rest of the chain
 // runs, and gives them back when it returns.
 func (p *Policy) serve(c *gin.Context) {
-	p.live.due(c.Request.Context())
+	p.fleet.Touch()
 	req := p.newRequest(requestScope(c))
 	if !p.prepare(c, req) {
 		return
@@ -259,7 +259,7 @@ func (p *Policy) Allow(ctx context.Context, key string, n int) (Decision, error)
 	if len(p.observers) > 0 {
 		start = time.Now()
 	}
-	p.live.due(ctx)
+	p.fleet.Touch()
 	req := p.newRequest(scope{route: key})
 	for i, r := range p.rules {
 		p.setCall(req, i, r, nil, n)

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/lua"
@@ -41,7 +42,8 @@ type Policy struct {
 	tiered       bool                     // some rule has plans (LimitBy): the policy header is per request
 	partitioned  bool                     // some rule hashes its identity: the policy header has pk, per request
 	engine       *engine.Engine           // makes the route's Redis calls
-	hub          *state.Hub               // keeps its caches coherent; nil without a subscription
+	fleet        *fleet.Fleet             // keeps it in step with the other instances: resets, overrides
+	hub          *fleet.Hub               // keeps its caches coherent; nil without a subscription
 	live         *liveLimits              // follows the overrides in Redis (overrides.go)
 	view         atomic.Pointer[liveView] // the overrides that apply to the policy; nil for none
 	route        routeConfig              // what an override's rule is compiled with
@@ -149,7 +151,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.engine, p.hub, p.route = b.engine, b.hub, rc
+	p.engine, p.fleet, p.hub, p.route = b.engine, b.fleet, b.fleet.Hub(), rc
 	p.register()
 	p.policyHeader = p.joinPolicies()
 	b.live.follow(p)
