@@ -180,8 +180,8 @@ type DenyConfig struct {
 
 // What the cache cannot prove is that nobody changed a key behind its back
 // (DEL, FLUSHALL, an eviction, a failover that lost writes): so it keeps
-// nothing longer than its staleness bound, and the [Hub] that tracks
-// resets makes it drop a key at once on a reset (Forget), and everything
+// nothing longer than its staleness bound, and the reset hub (package
+// fleet) makes it drop a key at once on a reset (Forget), and everything
 // when resets may have been missed (Clear). A full part drops expired keys
 // first and otherwise an idle one.
 
