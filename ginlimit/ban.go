@@ -38,28 +38,18 @@ const MaxBan = lua.MaxParam * time.Millisecond
 
 // Ban bans an identity from the rule for duration once it has collected
 // after refusals within within: while banned, every request of that
-// identity on the rule is refused with 429, the ban's own message
-// ([DefaultBanMessage]; [Respond] can write any other from
-// [Decision.Banned]) and a Retry-After of the time the ban has left,
-// [Decision.Banned] set and the outcome [OutcomeBanned] for observers.
+// identity on the rule gets 429 with [DefaultBanMessage] ([Respond] can
+// write another when [Decision.Banned]), a Retry-After of the time the ban
+// has left, and the outcome [OutcomeBanned].
 //
-// A refusal counts whatever refused the request on the route (this rule,
-// another of its [Rule]s, or an [InFlight] rule, whose refusals are
-// reported at once). The strikes and the ban live in Redis, decided
-// atomically with the rule in the same call, so every instance shares them.
-// Refusals an instance answers from its deny cache count too: it reports
-// them with its next Redis call on the key, or on their own at most
-// [DefaultMaxStaleness] after the first, so a flood answered from the cache is
-// banned as surely as one answered by Redis. The strikes a call reports
-// count before its request is judged, so a client they put over the limit
-// is refused by the ban on its very next request. [Policy.Peek] shows a
-// ban, [Policy.Reset] lifts it (and forgets the strikes); the [FailLocal]
-// fallback starts no ban but keeps the one Redis last reported.
-//
-// after must be from 1 to 1e6, within from 1 ms to about 31 years, as a
-// Window, and duration from 1 ms to [MaxBan] (about 11.6 days). A route's
-// rule may have one ban; with [LimitBy] every plan has its own
-// strikes and bans.
+// Every refusal on the route counts (this rule's, another [Rule]'s, an
+// [InFlight] rule's), including those answered from the deny cache, which
+// are reported with the key's next call or at most [DefaultMaxStaleness]
+// later, before that call's request is judged. The strikes and the ban
+// live in Redis, decided in the rule's own call, so every instance shares
+// them. [Policy.Peek] shows a ban, [Policy.Reset] lifts it. after is 1 to
+// 1e6, within 1 ms to about 31 years, duration 1 ms to [MaxBan]; with
+// [LimitBy] every plan has its own strikes and bans.
 func Ban(after int, within, duration time.Duration) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
 		switch {

@@ -6,7 +6,7 @@
 //	r.GET("/api/coupon/claim", limiter.RateLimit(
 //		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
 //		ginlimit.Message("You are claiming coupons too often, please try again later"),
-//		ginlimit.Type(ginlimit.User)), claim)
+//		ginlimit.Per(ginlimit.User)), claim)
 //
 // A [Limiter] carries what routes share (the Redis client, identity settings,
 // failure policy); each route states its own rule. [Limiter.RateLimit] is the

@@ -18,29 +18,18 @@ import (
 type FailPolicy string
 
 const (
-	// FailLocal, the default, decides with an in-process
-	// limiter of the same rules while Redis is failing: a token bucket per
-	// key refilling its share, limit/n, per window, where n is how many
-	// instances share the Redis: the count their heartbeats keep in
-	// [InstancesKey] (the last one seen, during an outage), or
-	// [LocalInstances] when given. The share is never rounded up: a bucket holds
-	// at most the share and admits a request when it holds its cost, so a
-	// share below one request admits nothing (Limit(1) on 4 instances: one
-	// request per instance would be 4 in a window across the fleet). It continues from what Redis last said,
-	// never from a full budget: a key Redis has answered for starts from
-	// this instance's part of the remaining of that answer (remaining/n,
-	// less what the fallback admitted on it within the window since) and
-	// refills only from the answer's reset; a ban Redis reported holds.
-	// Only a key this instance has never seen, or has forgotten, starts
-	// with its share. Its decisions have Local set.
-	// An instance that has never heard from Redis (a Limiter made by [New]
-	// whose heartbeat has not answered yet: one started during an outage)
-	// knows neither the fleet nor any key, so it spends nothing: until
-	// Redis answers it once, its FailLocal routes answer as FailClosed
-	// does, whatever [LocalInstances] says.
-	// It is bounded in memory (about DefaultLocalKeys keys per rule). A
-	// Redis outage then neither stops the service nor lifts the limits:
-	// each instance enforces its share of them.
+	// FailLocal, the default, decides with an in-process limiter of the same
+	// rules while Redis is failing: a token bucket per key refilling its
+	// share, limit/n per window, where n is how many instances share the
+	// Redis ([InstancesKey], or [LocalInstances]). The share is never rounded
+	// up, so a share below one request admits nothing. It continues from what
+	// Redis last said, never from a full budget: from this instance's part of
+	// the remaining Redis last reported for the key, refilling only from the
+	// reset it reported; a ban Redis reported holds. Its decisions have Local
+	// set; it keeps about DefaultLocalKeys keys per rule. An instance that has
+	// never heard from Redis spends nothing: its FailLocal routes answer as
+	// FailClosed does until Redis answers it once. docs/operations.md ("The
+	// failure policies") gives the bounds it keeps.
 	FailLocal FailPolicy = "FailLocal"
 	// FailOpen allows the request and logs the error: a rate limiter outage
 	// lets every request through, which an attacker who can slow Redis

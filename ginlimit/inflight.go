@@ -41,61 +41,20 @@ const (
 const InFlightRetryAfter = time.Second
 
 // InFlight makes the rule an in-flight limit: at most n requests of the
-// rule, per each combination of its dimensions ([Type], [Per]), are being
-// served at once over every instance sharing the Redis. A request takes a
-// slot before the rest of the chain runs and gives it back when the chain
-// returns, a panic included (the panic then goes on to gin's recovery).
-//
-// A slot is a lease on the Redis clock: the slot of an instance that died
-// frees itself lease after it was last renewed. While the handler runs, its
-// lease is renewed every lease/3 (one small script call), so a handler
-// that runs longer than the lease keeps its slot, and one lost renewal
-// does not lose it; if the lease lapses all the same (Redis unreachable
-// for a whole lease), the handler goes on, the slot may go to another
-// request, and a warning is logged. Choose a lease a few times the Timeout
-// and short enough for a dead instance's slots to come back in good time;
-// 30 s is a reasonable default.
+// rule, per each combination of its dimensions ([Per]), are being served
+// at once over every instance sharing the Redis. A request takes a slot
+// before the rest of the chain runs and gives it back when the chain
+// returns, a panic included. A slot is a lease on the Redis clock, renewed
+// every lease/3 while the handler runs, so a dead instance's slots free
+// themselves; choose a lease a few times the [Timeout] (30 s is a good
+// default).
 //
 // When no slot is free the request gets 429 with the rule's [Message] and
-// Retry-After: 1 (see [InFlightRetryAfter]), through the same answer path
-// as a rate refusal: headers, [Respond], observers and shadow
-// mode. 429, not 503, because the limit is working as configured, and 503
-// is what ginlimit answers when it cannot decide ([FailClosed]): operators
-// and clients can tell a busy endpoint from a broken limiter.
-//
-// On a route, the rate rules are decided first, in one script call, and
-// the in-flight rules only for a request the rate rules admitted, in one
-// more call (all the in-flight rules together, all or nothing). A request
-// refused for want of a slot has been counted by the rate rules: the safe
-// direction, which a client retrying at once pays for. Each request costs
-// two Redis calls for its in-flight rules (acquire and release), plus one
-// per lease/3 of handler time. Window, Limit, Algorithm and its parameters
-// do not apply to an in-flight rule; it holds one slot per request, so it
-// refuses a [Cost] other than the default, [LimitBy] and [Ban]. It has no
-// deny cache: its slots free when requests end, not with time, so no
-// refusal is certain for any time.
-//
-// When Redis fails, the failure policy applies: under [FailLocal] each
-// instance allows n/instances (at least 1: a slot is held, not spent, so a
-// fraction of one cannot be spread over time; see [LocalInstances]) in flight per
-// key, counted in process together with the slots the instance already
-// holds in Redis, so an instance never runs more than that cap, or the
-// slots Redis granted it, whichever is more; under [FailOpen] the request
-// runs without a slot; under [FailClosed] it gets 503. A saturated process
-// ([ErrSaturated]) gets 503 under every policy, and a request whose client
-// has gone ([ErrClientGone]) gets no slot from anyone.
-//
-// Renewals and releases have capacity of their own on each Redis server
-// (slots, a small connection pool ginlimit makes from the client's
-// options, and a circuit breaker), and skip the auto-pipeliner: they never
-// wait behind the decisions queued on the instance, nor for their
-// connections or dials, so a flood of requests cannot make a held lease
-// lapse while Redis answers.
-//
-// n must be from 1 to [MaxInFlight], lease from [MinLease] to [MaxLease].
-// [Policy.Peek] reads how many slots are held; [Policy.Reset] frees them
-// all. [Policy.Allow] cannot hold a slot across a handler and refuses a
-// policy with in-flight rules.
+// Retry-After: 1 ([InFlightRetryAfter]). The route's rate rules are decided
+// first, and only a request they admit asks for slots. An in-flight rule
+// refuses [Cost], [LimitBy] and [Ban]. n must be from 1 to [MaxInFlight],
+// lease from [MinLease] to [MaxLease]. docs/features.md ("In-flight
+// limits") gives the failure policies and the leases' own capacity.
 func InFlight(n int, lease time.Duration) RuleOption {
 	return ruleOption(func(r *ruleConfig) error {
 		switch {

@@ -62,7 +62,7 @@ type Target struct {
 }
 
 // ErrBadTarget is wrapped by the error of a [Target] that names no count of
-// the policy: an unknown rule or tier, a missing or extra identity, a
+// the policy: an unknown rule or plan, a missing or extra identity, a
 // malformed route. The error says what is wrong without repeating the
 // identity.
 var ErrBadTarget = errors.New("ginlimit: bad target")
@@ -210,22 +210,17 @@ func targetScope(t Target) (scope, error) {
 }
 
 // Peek returns what a request on t's count would be told now, without
-// counting anything: Allowed says whether a request of the rule's [Cost]
-// would be admitted, Limit, Remaining and Reset the count's state, and
-// RetryAfter, when it would not, how long until it would. It always asks
-// Redis (never the deny cache), through the route's breaker and Timeout,
-// and returns Redis's error, wrapped, when Redis cannot answer: there is
-// no fallback for a Peek. For an in-flight rule ([InFlight]), Limit is
-// its n and Remaining the slots free now; Reset frees every slot of the
-// count (the requests holding them run on and give back nothing).
+// counting anything: Allowed (for a request of the rule's [Cost]), Limit,
+// Remaining, Reset and, when not allowed, RetryAfter. It always asks Redis
+// (never the deny cache), through the route's breaker and Timeout, and has
+// no fallback: when Redis cannot answer, it returns the error, wrapped.
+// For an [InFlight] rule, Limit is its n and Remaining the slots free.
 //
-// Limit, [Decision.Window] and [Decision.Source] are the settings in force
-// for the count, an override's ([Policy.SetLimit]) or the configuration's.
-// A Target that names a rule (and plan) and its route, no Key or
-// identity, on a rule whose counts need an identity, asks for those alone:
-// Peek reads no count and calls no Redis, and fills Rule, Limit, Window
-// and Source only. The route is needed as for [Policy.SetLimit] (a Shared
-// rule's may be left out; "Policy.Allow" names Policy.Allow's calls).
+// [Decision.Window] and [Decision.Source] give the settings in force, an
+// override's ([Policy.SetLimit]) or the configuration's. A Target that
+// names a rule (and plan) and its route, and no identity, on a rule whose
+// counts need one, asks for those alone: Peek calls no Redis and fills
+// Rule, Limit, Window and Source only.
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	p.fleet.Touch()
 	a, err := p.aim(t)

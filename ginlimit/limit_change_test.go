@@ -12,7 +12,7 @@ import (
 
 // What a live change of a limit does to the count, on a real redis-server:
 // a cut never hands out budget, and a raise gives at most the difference
-// (docs/operations.md, "What a change does to the counts").
+// (docs/operations.md, "Limits that change at run time").
 
 // changeWindow is the window of these tests: long enough that no unit
 // leaves it, no token comes back and no fixed window ends while a test

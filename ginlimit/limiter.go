@@ -20,7 +20,7 @@ import (
 // with [Limiter.RateLimit]:
 //
 //	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(jwt))
-//	r.GET("/api/coupon/claim", limiter.RateLimit(ginlimit.Limit(3), ginlimit.Type(ginlimit.User)), claim)
+//	r.GET("/api/coupon/claim", limiter.RateLimit(ginlimit.Limit(3), ginlimit.Per(ginlimit.User)), claim)
 //
 // A Limiter keeps one backend per Redis client: the scripts are loaded once,
 // at New, and the routes share its circuit breakers, so a Redis outage trips
@@ -85,18 +85,13 @@ func newLimiter(base config, subscribe bool) *Limiter {
 //	r.GET("/api/coupon/claim", limiter.RateLimit(
 //		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
 //		ginlimit.Message("You are claiming coupons too often, please try again later"),
-//		ginlimit.Type(ginlimit.User)), claim)
+//		ginlimit.Per(ginlimit.User)), claim)
 //
-// This is the recommended way to attach a limit: it needs no middleware, so
-// it cannot be wired wrong, and every configuration error, including a User
-// rule without a user identity, panics here, at start-up, naming the
-// option.
-//
-// An admitted request continues down the chain; a limited one gets 429 with
-// {"code":429,"message":"<message>"} and the chain is aborted. Given to a
-// route group with Use, it counts each route of the group separately (the
-// key holds the route template); with Per([Shared]) the group has one
-// budget.
+// Every configuration error, including a User rule without a user
+// identity, panics here, at start-up, naming the option. A limited request
+// gets 429 with {"code":429,"message":"<message>"} and the chain is
+// aborted. Given to a group with Use, it counts each route of the group
+// separately; with Per([Shared]) the group has one budget.
 func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
 	p, err := l.Policy(opts...)
 	if err != nil {
@@ -111,7 +106,7 @@ func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
 // or reset them ([Policy.Peek], [Policy.Reset]) or to decide outside gin
 // ([Policy.Allow]). Give the route and the Policy the same options:
 //
-//	opts := []ginlimit.Option{ginlimit.Key("coupon:claim:"), ginlimit.Limit(3), ginlimit.Type(ginlimit.User)}
+//	opts := []ginlimit.Option{ginlimit.Key("coupon:claim:"), ginlimit.Limit(3), ginlimit.Per(ginlimit.User)}
 //	r.GET("/api/coupon/claim", limiter.RateLimit(opts...), claim)
 //	claims, err := limiter.Policy(opts...) // for the admin's Peek and Reset
 func (l *Limiter) Policy(opts ...Option) (*Policy, error) {
@@ -244,23 +239,15 @@ func (l *Limiter) Close() error {
 //
 //	r.GET("/api/coupon/claim", ginlimit.RateLimit(limiter,
 //		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
-//		ginlimit.Message("You are claiming coupons too often, please try again later"),
-//		ginlimit.Type(ginlimit.User)), claim)
+//		ginlimit.Per(ginlimit.User)), claim)
 //
-// A *[Limiter] is an Option here, and here only: the route's options are
-// applied on top of its defaults, and the route uses its backends. Without
-// one, the route makes a limiter of its own from its options, which must
-// then include [Redis]; that limiter does not subscribe to [Policy.Reset]'s
-// announcements (nothing would close the subscription) and follows resets
-// and other changes to Redis within [DefaultMaxStaleness], and polls the
-// overrides ([Policy.SetLimit]) at most once a second while requests come,
-// on a goroutine no request waits for. Nothing closes it either: each such route keeps its own auto-pipeliner (a goroutine and
-// a clone of the client) until the application closes the Redis client.
-// Prefer limiter.RateLimit(...): it reads the same and shares one limiter.
-//
-// Everything is compiled here, at start-up: an invalid option, a route
-// without Redis, or a User rule without a user identity panics, naming
-// the option.
+// Without a *[Limiter] among opts, the route makes a limiter of its own,
+// which needs [Redis] and which nothing closes: it does not subscribe to
+// [Policy.Reset] (it follows resets within [DefaultMaxStaleness]), polls
+// the overrides at most once a second while requests come, on a goroutine
+// no request waits for, and keeps its auto-pipeliner until the Redis
+// client is closed. Prefer limiter.RateLimit. An invalid option panics
+// here, at start-up, naming the option.
 func RateLimit(opts ...Option) gin.HandlerFunc {
 	var l *Limiter
 	rest := make([]Option, 0, len(opts))

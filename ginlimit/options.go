@@ -25,20 +25,13 @@ const (
 	// DefaultMessage is the 429 message used when no [Message] is given.
 	DefaultMessage = "Too many requests, please try again later"
 	// DefaultTimeout bounds how long Redis may take to answer a decision's
-	// call when no [Timeout] is given. A Redis that refuses or resets
-	// connections fails a decision at once, whatever the bound; the bound
-	// is what a Redis that does not answer costs: up to twice it (the call,
-	// then a PING that tells a hung Redis from a process that read its
-	// reply late), for the decisions that find it so before the breaker
-	// opens, and one per breaker period. A call that runs out of it while
-	// Redis answers the PING is saturation, refused with 503 (see
-	// [ErrSaturated]), never an admission; one that runs out while Redis
-	// answers nothing is a Redis failure, which the breaker counts and
-	// FailLocal's fallback answers.
-	//
-	// 250 ms is the shortest bound that took no healthy decision for a
-	// Redis failure on a loaded machine, and it bounds an outage's wait
-	// to a quarter of what 1 s does; docs/operations.md gives the
+	// call when no [Timeout] is given. A Redis that refuses connections fails
+	// a decision at once; one that does not answer costs up to twice the bound
+	// (the call, then a PING that tells a hung Redis from a process that read
+	// its reply late) until the breaker opens. A call that runs out of it
+	// while Redis answers the PING is saturation ([ErrSaturated]), never an
+	// admission. 250 ms is the shortest bound that took no healthy decision
+	// for a Redis failure on a loaded machine; docs/operations.md gives the
 	// measurements per Timeout.
 	DefaultTimeout = 250 * time.Millisecond
 	// DefaultDenyCacheSize is how many rejected keys a rule remembers in
@@ -46,30 +39,21 @@ const (
 	DefaultDenyCacheSize = 10_000
 )
 
-// An Option configures a [Limiter] (as the default of every route it serves)
-// or one route's [RateLimit] annotation (on top of its limiter's). Every
-// option is accepted in both places.
+// An Option configures a [Limiter] (as the default of every route it
+// serves) or one route's [RateLimit] annotation (on top of its limiter's);
+// every option is accepted in both. The compiler tells two kinds apart:
 //
-// There are two kinds of options, and the compiler tells them apart:
-//
-//   - Route options concern the whole request: [Redis], [Timeout],
+//   - route options concern the whole request: [Redis], [Timeout],
 //     [OnFailure], [LocalInstances], [DenyCache], [Shadow], [Headers],
-//     [Respond], [Observe] and [Rule] itself. They are plain Options. So is
-//     a *[Limiter], among the options of the package-level [RateLimit]
-//     only.
-//   - Rule options concern one count: [Key], [Name], [Window], [Limit],
-//     [Message], [Type], [Per], [Algorithm], [Burst], [Cost], [LimitBy],
-//     [Ban], [InFlight], and how the count's identity is found:
-//     [IPIdentity], [UserIdentity], [HashIdentities]. They are
-//     [RuleOption]s, which are Options too: outside a [Rule] they apply to
-//     every rule of the route.
+//     [Respond], [Observe], [Rule], and a *[Limiter] given to [RateLimit];
+//   - rule options ([RuleOption]) concern one count: [Key], [Name],
+//     [Window], [Limit], [Message], [Per], [Algorithm], [Burst], [Cost],
+//     [LimitBy], [Ban], [InFlight], [IPIdentity], [UserIdentity] and
+//     [HashIdentities]. Outside a [Rule] they apply to every rule of the
+//     route; a Rule accepts only them, so a route option there does not compile.
 //
-// [Rule] accepts only RuleOptions, so a route option inside a Rule does not
-// compile.
-//
-// An invalid argument is reported when the options are used: [New] and
-// [Limiter.Policy] return an error and [Limiter.RateLimit] and [RateLimit]
-// panic, each naming the option.
+// For an invalid argument, [New] and [Limiter.Policy] return an error and
+// the RateLimit forms panic, each naming the option.
 type Option interface {
 	apply(*config) error
 }
@@ -204,23 +188,15 @@ func (g ruleGroup) apply(c *config) error {
 //
 //	limiter.RateLimit(ginlimit.Key("api:"),
 //		ginlimit.Rule(ginlimit.Name("burst"), ginlimit.Window(time.Second), ginlimit.Limit(10)),
-//		ginlimit.Rule(ginlimit.Name("hourly"), ginlimit.Window(time.Hour), ginlimit.Limit(1000), ginlimit.Type(ginlimit.User)))
+//		ginlimit.Rule(ginlimit.Name("hourly"), ginlimit.Window(time.Hour), ginlimit.Limit(1000), ginlimit.Per(ginlimit.User)))
 //
-// The rule options outside the Rules apply to every rule; each Rule's own
-// options apply on top, for that rule only. A Rule accepts only
-// [RuleOption]s: an option that concerns the whole route (Redis, Timeout,
-// OnFailure, Shadow, Headers, Respond, ...) does not compile inside one. Each
-// rule needs a distinct [Name], which the headers list and a 429 names.
+// Rule options outside the Rules apply to every rule, and each Rule's own
+// on top. A Rule accepts only [RuleOption]s, and each rule needs a
+// distinct [Name], which the headers list and a 429 names. One script call
+// decides all the rules, atomically and all or nothing, on keys that share
+// the route template as their Redis Cluster hash tag:
 //
-// One script call decides all the rules, atomically and all or nothing: a
-// request is admitted only if every rule admits it, and a request rejected by
-// one rule consumes nothing from the others. The keys of one route share a
-// Redis Cluster hash tag, the route template, so they live in one slot:
-//
-//	<prefix>{<METHOD> <route template>} rule:<name>[ ip:<addr>| user:<id>]
-//
-// A route with Rules has everything a single-rule route has: the deny
-// cache, [LimitBy], cost and the failure policy apply rule by rule.
+//	<prefix>{<METHOD> <route template>} rule:<name>[ <dimension>]
 func Rule(opts ...RuleOption) Option {
 	return ruleGroup(append([]RuleOption(nil), opts...))
 }

@@ -32,29 +32,17 @@ import (
 
 const (
 	// LimitsKey is the Redis hash that holds the overrides set with
-	// [Policy.SetLimit], one field per override, which names exactly the
-	// counts it holds for, as their keys do:
-	//
-	//   - a rule's: its Key prefix, the scope of its counts in braces, as
-	//     in a key ("{GET /api/search}", "{* shared}" for a [Shared]
-	//     group, "{* allow}" for every key of [Policy.Allow], "{*
-	//     unmatched}"), " rule:<name>" where the keys carry the rule's name
-	//     (a route with Rules, a Shared rule), and " *":
-	//     "rate_limit:{GET /api/search} *";
-	//   - a plan's: the same, its prefix followed by the plan's tag:
-	//     "rate_limit:tier=pro:{GET /api/search} *";
-	//   - an identity's: the key of its count with the algorithm's tag
-	//     left out (escaped, and hashed with [HashIdentities]):
-	//     "rate_limit:{GET /api/search user:alice}".
-	//
-	// The text comes from the rule's configuration and the [Target], each
-	// part escaped as in a key: a caller never chooses a field's form. Its
-	// value is the limit and the window in µs ("5 0"; a window of 0 is the
-	// rule's own). Its version, LimitsKey+":version", is kept beside it in
-	// the same Redis Cluster slot, and tells the instances to load it
-	// again: to go back to the configuration, clear each override with
-	// SetLimit, or delete both keys. A field or value written by hand that
-	// does not parse, or does not compile for its rule, is left out.
+	// [Policy.SetLimit], one field per override, named as the keys of the
+	// counts it holds for are, without the algorithm's tag: a rule's is
+	// "rate_limit:{GET /api/search} *" (" rule:<name>" before " *" where the
+	// keys carry the rule's name), a plan's has the plan's tag after the
+	// prefix, an identity's is its count's key ("rate_limit:{GET /api/search
+	// user:alice}"). Each part is escaped as in a key, so a caller never
+	// chooses a field's form. The value is the limit and the window in µs
+	// ("5 0": a window of 0 keeps the rule's); a field that does not parse or
+	// compile for its rule is left out. LimitsKey+":version", in the same
+	// Cluster slot, tells the instances to load it again: to go back to the
+	// configuration, clear each override, or delete both keys.
 	LimitsKey = fleet.LimitsKey
 	// MaxRuleOverrides bounds how many rules' and plans' overrides
 	// LimitsKey holds, for every Limiter on that Redis together: SetLimit
@@ -93,43 +81,18 @@ var ErrBadLimit = errors.New("ginlimit: bad limit")
 // SetLimit overrides the limit and window of t's rule while the service
 // runs, on every instance: the rule's own (t names no plan and no
 // identity), a plan's (t.Plan), or one identity's (t.User, t.IP, t.Values,
-// or t.Key for a policy used through [Policy.Allow], with t.Route as for
-// [Policy.Peek]), which holds whatever the identity's plan. The most
-// specific applies: the identity's, then its plan's (the rule's own, for a
-// request in no plan), then the options. A window of 0 keeps the rule's; a
-// limit of 0 clears the override.
+// or t.Key for [Policy.Allow]). The most specific applies: the identity's,
+// then its plan's, then the options. A window of 0 keeps the rule's; a
+// limit of 0 clears the override. A rule's or a plan's override holds on
+// t.Route alone ("Policy.Allow" for the keys of Allow); a [Shared] rule's
+// holds for its group, so t.Route may be empty.
 //
-// An override holds exactly where the rule's counts are, and nowhere else
-// (see [LimitsKey]): a rule's or a plan's needs t.Route, the route whose
-// limit it changes ("Policy.Allow" for every key given to Policy.Allow),
-// and holds there alone, not on another route that has the same Key
-// prefix; for a [Shared] rule it holds for the group as one, on every
-// route of it, so t.Route may be empty or name any of them.
-//
-// The override is checked as start-up checks the rule's options (the
-// limit's and window's ranges, the algorithm's bounds, such as a
-// [SlidingLog]'s 100,000 units, a [TokenBucket]'s burst × window), and
-// refused with an error wrapping [ErrBadLimit] that names what is wrong;
-// so is one override more than its quota, [MaxRuleOverrides] for a
-// rule's or a plan's, [MaxIdentityOverrides] for an identity's. A Target
-// that names no rate rule of the policy, or a rule's without its route,
-// wraps [ErrBadTarget].
-//
-// The override is stored in Redis (see [LimitsKey]). This instance applies
-// it before SetLimit returns; every other one when the notice of it
-// reaches it on [ResetChannel], or else within [OverridePoll] and one
-// call's bound, from a copy it keeps in process, so a decision makes no
-// more Redis calls for it. An override counts on the key
-// its rule counts on, or its plan's: an identity's override on the key of
-// the plan the identity is in. So a change keeps what was spent: a cut
-// admits nothing until the count (a token bucket's level) is under the new
-// limit, and a raise gives the difference, whatever the algorithm. A
-// [SlidingCounter]'s override keeps the rule's sub-window length, so its
-// window must be 1 to 1000 times that (docs/operations.md says what each
-// algorithm does with a new window). [Decision.Window]
-// and [Decision.Source] say which settings applied; Peek of a Target that
-// names only a rule (and plan) returns them, without reading a count when
-// the rule's counts need an identity or a route.
+// The override is checked as start-up checks the rule (errors wrap
+// [ErrBadLimit]; a Target that names no rate rule, [ErrBadTarget]), stored
+// in Redis ([LimitsKey]), and applied here before SetLimit returns, on
+// every other instance when its notice on [ResetChannel] arrives, or else
+// within [OverridePoll] and one call's bound. It counts on the rule's keys,
+// so a change never hands out budget (docs/operations.md).
 func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.Duration) error {
 	r, field, src, err := p.overrideOf(t)
 	if err != nil {

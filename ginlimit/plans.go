@@ -18,24 +18,18 @@ import (
 // maxPlans bounds how many plans one rule declares.
 const maxPlans = 64
 
-// LimitBy lets each request choose the rule's limit among limits declared
-// here, such as plans per subscription or per tenant: pick returns the name
-// of the request's plan, and "" or a name not in limits gives the rule's
-// own Limit. Each plan is a limit on the rule's Window. Every plan is
-// checked at start-up as the rule's own limit is (against the rule's
-// algorithm, burst and cost); nothing a request says can set a limit that
-// was not declared. Each plan keeps its own counts (its keys carry
-// "tier=<name>:"), so a client that changes plan starts afresh, and the
-// headers report the limit of the plan that applied. pick runs on every
-// request, before the identity is checked, and must be fast and safe for
-// concurrent use. At most 64 plans.
-//
-// To give users a limit by a claim of their verified token, pick reads the
-// claim; a token that does not verify gives "" here and 401 from the rule:
+// LimitBy lets each request choose the rule's limit among plans declared
+// here (per subscription, per tenant): pick names the request's plan, and
+// "" or an unknown name gives the rule's own Limit. Each plan is a limit on
+// the rule's Window, checked at start-up as the rule's own is, and keeps
+// its own counts; the headers report the plan that applied. pick runs on
+// every request, before the identity is checked, and must be fast and safe
+// for concurrent use. At most 64 plans. To pick by a claim of the verified
+// token (one that does not verify gives "" here and 401 from the rule):
 //
 //	ginlimit.LimitBy(func(c *gin.Context) string {
-//		tier, _ := jwt.Claim(c, "tier") // jwt is the rule's *identity.JWT
-//		return tier
+//		plan, _ := jwt.Claim(c, "plan") // jwt is the rule's *identity.JWT
+//		return plan
 //	}, map[string]int{"pro": 100, "enterprise": 1000})
 func LimitBy(pick func(c *gin.Context) string, limits map[string]int) RuleOption {
 	limits = maps.Clone(limits)

@@ -17,24 +17,16 @@ const InstancesKey = fleet.InstancesKey
 
 // HeartbeatPeriod and HeartbeatTTL set how a Limiter made by [New]
 // announces itself while Redis answers: every HeartbeatPeriod it renews
-// its id in [InstancesKey] for HeartbeatTTL, drops the ids that have
-// expired, and keeps the count of those left (itself included) for the
-// FailLocal fallback of its routes. During an outage the beats fail and
-// it keeps the last count it saw: never 1, unless that is what Redis said.
-// Until its first beat answers it has heard nothing, and its fallback
-// spends nothing (see [FailLocal]). [Limiter.Close] takes its id out.
-//
-// Counting too few instances is what lets an outage admit too much (each
-// takes a share too big), so the two are chosen against it. A new
-// instance's first beat tells every other one on [ResetChannel], which
-// counts it at once; one that missed the notice counts it at its own next
-// beat, within one period. A live instance drops out of the count only
-// after its beats have failed for a whole TTL: five periods ride out a
-// stall, a breaker open for [DefaultBreakerOpen], or a few lost beats.
-// Counting too many is safe (an outage admits less), and an instance
-// that has gone is counted for at most a TTL. The beats and the polls of
-// the overrides ([OverridePoll]) take turns, one small script a second:
-// an idle instance makes one Redis call a second.
+// its id in [InstancesKey] for HeartbeatTTL, drops expired ids, and keeps
+// the count for the FailLocal fallback of its routes; during an outage it
+// keeps the last count it saw. Counting too few instances lets an outage
+// admit too much, so a new instance's first beat tells the others on
+// [ResetChannel] (one that missed it counts the newcomer within a period),
+// and a live one drops out only after a whole TTL of failed beats (a
+// stall, an open breaker, lost beats). Counting too many only makes an
+// outage admit less. The beats and the polls of the overrides
+// ([OverridePoll]) take turns: an idle instance makes one Redis call a
+// second. [Limiter.Close] takes the id out.
 const (
 	HeartbeatPeriod = fleet.HeartbeatPeriod
 	HeartbeatTTL    = fleet.HeartbeatTTL

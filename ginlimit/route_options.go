@@ -21,24 +21,15 @@ import (
 // get one, from its limiter or its own options. Redis 5 or newer is needed
 // (the script reads TIME before it writes); 7 is what the tests run.
 //
-// Set ContextTimeoutEnabled on the client's options: go-redis then bounds
-// socket reads by the decision's deadline. Without it the decision is still
-// answered within [Timeout], but each call runs in its own goroutine, and a
-// call abandoned on a hung server holds its pooled connection until the
-// client's ReadTimeout.
-//
-// A [Limiter] keeps one backend per client: the scripts are loaded once, and every route on
-// it shares the circuit breakers, so a Redis outage trips one breaker, not
-// one per route. (A client value Go cannot compare, such as a struct that
-// holds a map, gets a backend per route.)
-//
-// ginlimit never has more calls on the wire than the client's pool has
-// connections (PoolSize), or 64 times that when they are auto-pipelined
-// (they share one connection); the rest wait their turn in process, up to
-// [DefaultQueueTimeout]. Give ginlimit a client of its own, or a pool with room
-// for the application's commands too: when they hold every connection, a
-// decision waits for one and gets the saturation answer (see
-// [ErrSaturated]).
+// Set ContextTimeoutEnabled on the client's options: without it, each call
+// runs in a goroutine of its own, and one abandoned on a hung server holds
+// its connection until the client's ReadTimeout. A [Limiter] keeps one
+// backend per client (per route for a client value Go cannot compare),
+// whose circuit breakers all its routes share. ginlimit never has more
+// calls on the wire than the pool has connections (64 times that
+// auto-pipelined); the rest wait up to [DefaultQueueTimeout]. Give ginlimit
+// a client of its own, or a pool with room for the application's commands
+// too: when they hold every connection, decisions get [ErrSaturated].
 func Redis(client redis.Scripter) Option {
 	return routeOption(func(r *routeConfig) error {
 		if v := reflect.ValueOf(client); client == nil || v.Kind() == reflect.Pointer && v.IsNil() {

@@ -23,18 +23,13 @@ type jwks map[string]jwkKey
 // by the token's kid header: RSA, EC (P-256, P-384, P-521) and OKP Ed25519
 // keys are read; others, and keys whose "use" is not "sig", are skipped. A
 // token's algorithm must belong to its key's family (and equal the key's
-// "alg" when it has one), so a kid cannot be used for algorithm confusion.
-// Call [JWT.ReloadJWKS] with a new set to rotate keys.
+// "alg" when it has one). Call [JWT.ReloadJWKS] with a new set to rotate.
 //
 // RSA keys must have a modulus of 2048 to 8192 bits and an odd public
-// exponent from 65537 to 2^31-1. A set holding any RSA key below that (or
-// any other malformed key) is refused as a whole, with an error naming the
-// key's index and kid: loading half a set would silently drop a key that
-// tokens are being signed with.
-//
-// A kid the set has selects that key alone. Next to an [HMACSecret] or a
-// [PublicKey], a token whose kid is absent, null or not in the set is
-// verified with those keys by its algorithm family (see [JWT]).
+// exponent from 65537 to 2^31-1. A set holding any other or malformed key
+// is refused whole, naming the key's index and kid: loading half a set
+// would silently drop a key that tokens are being signed with. Beside an
+// [HMACSecret] or a [PublicKey], [JWT] says how the kid picks the key.
 func JWKS(data []byte) JWTOption {
 	return jwtOptionFunc(func(c *jwtConfig) error {
 		set, err := parseJWKS(data)

@@ -36,25 +36,18 @@ const maxTokenLen = 8 << 10
 // JWT is a [User] that verifies the bearer token in the Authorization header
 // with golang-jwt v5 and reads the user id from one of its claims.
 //
-// Only the algorithms of the configured keys are accepted: an HMAC secret
-// allows HS256/384/512, an RSA key RS256/384/512 and PS256/384/512, an ECDSA
-// key the ES algorithm of its curve, and an Ed25519 key EdDSA. Each token is
-// verified with the key of its own algorithm family, so "alg": "none" and
-// algorithm confusion (an HS256 token "signed" with the RSA public key) fail.
+// Only the algorithms of the configured keys are accepted (an HMAC secret:
+// HS256/384/512; RSA: RS* and PS*; ECDSA: the ES algorithm of its curve;
+// Ed25519: EdDSA), and each token is verified with the key of its own
+// family, so "alg": "none" and algorithm confusion fail. With a [JWKS]
+// beside other keys, a kid the set has selects that key alone (an HS256
+// token carrying it is refused); a token with no kid, or one the set
+// lacks, is verified with the other keys of its family. exp is required;
+// exp and nbf are checked with [DefaultLeeway] unless [Leeway] says
+// otherwise.
 //
-// With a [JWKS] as well as an [HMACSecret] or [PublicKey], the token's kid
-// header decides: a kid the set has selects that JWKS key alone (an HS256
-// token carrying it is refused, never tried with the secret, so a kid cannot
-// steer a token to another key); a token with no kid, a null or non-string
-// kid, or a kid the set does not have is verified with the configured keys
-// of its algorithm family, exactly as without a JWKS.
-//
-// The exp claim is required; exp and nbf are checked with [DefaultLeeway]
-// unless [Leeway] says otherwise.
-//
-// A JWT is safe for concurrent use; once made, only [JWT.ReloadJWKS] and the
-// background refresh of a [RemoteJWKS] change it. A JWT with a RemoteJWKS
-// runs a goroutine until its context is done or [JWT.Close] is called.
+// A JWT is safe for concurrent use. One with a [RemoteJWKS] runs a
+// goroutine until its context is done or [JWT.Close] is called.
 type JWT struct {
 	parser   *jwt.Parser
 	algs     []string // the accepted algorithms, to tell a refused one (parseReason)

@@ -61,54 +61,19 @@ type remoteConfig struct {
 
 // RemoteJWKS verifies tokens with the JSON Web Key Set published at rawURL
 // by an identity provider, fetched with github.com/MicahParks/jwkset and
-// kept up to date in the background. Keys are chosen by kid, and the kid
-// rules next to an [HMACSecret] or [PublicKey] are those of [JWT].
+// kept up to date in the background. Keys are vetted and chosen by kid as
+// those of [JWKS] are (except that an EC key on a curve other than P-256,
+// P-384 or P-521 is skipped, where JWKS refuses the set).
 //
-// Every key jwkset reads from the response is vetted by the same code as
-// the keys of [JWKS]: a weak RSA key, or a malformed one, refuses the whole
-// set. jwkset also refuses sets it finds malformed itself, and skips keys
-// of kinds it does not support before they reach that code; of these, only
-// an EC key on a curve other than P-256, P-384 or P-521 (secp256k1, say) is
-// treated differently: skipped here, where JWKS refuses the set. Such a key
-// could verify nothing here either way.
-//
-// # Start-up
-//
-// [NewJWT] fetches the set once and waits for it at most [StartupTimeout]
-// (5 s by default) and at most until ctx is done. If that fetch fails, NewJWT
-// still returns a working verifier with no key set: tokens that need the
-// set are refused with [ErrUnauthenticated] (so 401, never an anonymous
-// identity), HMAC and static keys keep working, a warning is logged, and
-// the fetch is retried in the background (after 1 s, 2 s, 4 s ... at most a
-// minute apart, and at once, rate-limited, when a token arrives) until a
-// set arrives; [JWT.JWKSLoaded] tells when. An outage of the identity
-// provider thus costs the users' routes, not the whole service, and heals
-// by itself. [RequireStartupFetch] makes NewJWT fail instead.
-//
-// # Refresh
-//
-// The set is fetched again every [RefreshInterval] (1 h by default). A token
-// whose kid the set lacks (a key the provider has just added) answers 401 at
-// once, never waiting on the network, and asks the background fetcher for
-// a new set; such refetches are at most one per [UnknownKIDRefetch] (5 s by
-// default), so a flood of made-up kids costs the provider one request per
-// interval, and a new key is accepted about that long after its first use.
-//
-// A fetch that fails (a network error, a status other than 200, a body that
-// is not a JWKS or is 1 MiB or more, a set that has no usable key or holds
-// a weak or malformed one) changes nothing: the last good set stays in
-// force, the error is logged, and the fetch is retried with the back-off
-// above. A good set replaces the old one whole, so a key the provider has
-// removed is refused from then on.
-//
-// # Shutdown
-//
-// The background fetcher stops when ctx is done or at [JWT.Close], which
-// also waits for it; the set in force keeps verifying tokens afterwards.
-//
-// rawURL must be https, or http to a loopback host (localhost, 127.0.0.0/8,
-// ::1); [AllowHTTP] lifts that. Errors and logs name the URL without its
-// password, and never a token, a claim or a kid from a token.
+// [NewJWT] waits for the first fetch at most [StartupTimeout] (5 s) and
+// until ctx is done. If it fails, tokens that need the set get
+// [ErrUnauthenticated] while the fetch is retried (1 s, 2 s, 4 s ... at
+// most a minute apart), unless [RequireStartupFetch] is given. The set is
+// fetched again every [RefreshInterval] (1 h), and for a kid it lacks at
+// most every [UnknownKIDRefetch] (5 s). A failed fetch keeps the last good
+// set; a good one replaces it whole. The fetcher stops when ctx is done or
+// at [JWT.Close]. rawURL must be https or http to a loopback host
+// ([AllowHTTP] lifts that); logs never name a token, a claim or a kid.
 func RemoteJWKS(ctx context.Context, rawURL string, opts ...RemoteJWKSOption) JWTOption {
 	return jwtOptionFunc(func(c *jwtConfig) error {
 		if c.remote != nil {

@@ -5,7 +5,7 @@
 // ginlimit.Respond.
 //
 //	r.GET("/api/coupon/claim", limiter.RateLimit(
-//		ginlimit.Limit(3), ginlimit.Type(ginlimit.User),
+//		ginlimit.Limit(3), ginlimit.Per(ginlimit.User),
 //		ginlimit.Respond(problem.Respond)), claim)
 //
 // A refused request then gets, with the rate limit headers as before:

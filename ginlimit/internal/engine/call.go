@@ -12,28 +12,18 @@ import (
 )
 
 // Run sends one script call to the node that serves keys[0] (every key of
-// a call is in one slot) and returns the reply, as integers.
+// a call is in one slot) and returns the reply, as integers, and the
+// node's breaker (nil when there is none).
 //
-// Time spent in this process is not Redis failing, so the call's stages
-// are bounded apart:
-//
-//   - the node's circuit breaker is asked first: open, the call fails at
-//     once with ErrCircuitOpen;
-//   - the call then waits for one of the node's slots, which are as many as
-//     the client's connection pool (so go-redis need not make it wait for a
-//     connection), bounded by ctx, by queue, and by how many calls may wait
-//     (maxWaiting); running out of any is ErrSaturated;
-//   - once it has a slot, Redis has timeout to answer.
-//
-// A failure counts against the breaker only when it means Redis could not
-// serve: a network error, or Redis not answering within timeout, while the
-// request itself was still waiting and Redis answered no other call of the
-// node either. A call that times out while Redis answers others in time
-// waited behind this process's own calls (the auto-pipeliner's backlog on
-// the wire, or a connection of its own that stalls): that is a busy client,
-// not a failing Redis, so it is ErrSaturated. A saturated call is no
-// verdict on Redis at all: it neither counts as a failure nor resets the
-// count. Run returns the node's breaker, nil when there is none.
+// Time spent in this process is not Redis failing, so the stages are
+// bounded apart: an open breaker fails the call at once (ErrCircuitOpen);
+// the wait for one of the node's slots (as many as the pool's connections)
+// is bounded by ctx, queue and maxWaiting, and running out is
+// ErrSaturated; then Redis has timeout to answer. Only a network error, or
+// no answer within timeout while Redis answered no other call of the node
+// either, counts against the breaker. A call that timed out while Redis
+// answered others waited behind this process's own calls: it is
+// ErrSaturated, which neither counts as a failure nor resets the count.
 func (e *Engine) Run(ctx context.Context, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *Breaker, error) {
 	return e.runOn(ctx, decisionLane, queue, timeout, s, keys, args)
 }

@@ -178,37 +178,28 @@ type DenyConfig struct {
 	Strikes bool
 }
 
-// DenyCache remembers, per Redis key, what is certain about its quota.
+// What the cache cannot prove is that nobody changed a key behind its back
+// (DEL, FLUSHALL, an eviction, a failover that lost writes): so it keeps
+// nothing longer than its staleness bound, and the reset hub (package
+// fleet) makes it drop a key at once on a reset (Forget), and everything
+// when resets may have been missed (Clear). A full part drops expired keys
+// first and otherwise an idle one.
+
+// DenyCache remembers, per Redis key, what is certain about its quota. A
+// script reports as reset the first moment the key's remaining quota can
+// grow; until then requests from any instance only use quota up. So after
+// an answer with remaining r and reset t, the true remaining stays at most
+// r for t, on every instance, and the cache keeps that bound until (local
+// monotonic time the call was sent) + t, which never outlasts the truth.
 //
-// A script reports as reset the first moment its remaining quota can grow:
-// the oldest entry leaving (sliding log), the window ending (fixed), the
-// next whole token (bucket), the oldest counted sub-window leaving
-// (counter). Until then, requests from any instance only use quota up. So
-// after an answer with remaining r and reset t, the key's true remaining
-// quota stays at most r for t, on every instance. The cache keeps that
-// bound with a deadline of (local monotonic time the call was sent) + t.
-// The call was sent before Redis read its clock, so the local deadline
-// never outlasts the true one.
-//
-//   - Bound 0: every request until the deadline is rejected in process,
-//     exactly as Redis would reject it.
+//   - Bound 0: every request until the deadline is rejected in process.
 //   - Bound r below ExactBelow: a request costing more than r is rejected
-//     in process (it is certain not to fit), and calls on the key are sent
-//     to Redis only while the costs in flight fit in r. A further request
-//     waits for one of them to finish and then looks again. Nothing is
-//     rejected on a guess; requests that would have been rejected just do
-//     not reach Redis.
+//     in process, and calls on the key go to Redis only while the costs in
+//     flight fit in r; a further request waits for one to finish and looks
+//     again. Nothing is rejected on a guess.
 //
-// What the cache cannot prove is that nobody changed the key behind its
-// back (DEL, FLUSHALL, an eviction, a failover that lost writes): so it
-// keeps nothing longer than its staleness bound, and the reset hub that
-// tracks it (package fleet) makes it drop a key at once on a reset (Forget),
-// and everything when resets may have been missed (Clear).
-//
-// The cache is bounded: each part holds about Size/16 keys; a full part
-// drops expired keys first and otherwise an idle one. Its methods are safe
-// for concurrent use; a nil *DenyCache is an absent cache for StrikeN and
-// Drain.
+// Each part holds about Size/16 keys. Its methods are safe for concurrent
+// use; a nil *DenyCache is an absent cache for StrikeN and Drain.
 type DenyCache struct {
 	base       time.Time // origin of the monotonic clock
 	staleness  int64     // ns: nothing is kept longer
@@ -651,39 +642,34 @@ func (c *Instances) Raise(n int) {
 // or there is none to wait for.
 func (c *Instances) Heard() bool { return c == nil || c.heard == nil || c.heard.Load() }
 
+// Why Buckets is shaped so: every instance continues from the same
+// remaining, so each takes remaining/n of it and together they spend it
+// once, not n times. A bucket allowed to hold one unit while its share is
+// a quarter would let 4 instances, which cannot talk to each other, each
+// admit one in the same window (4 of Limit(1)). The bucket of a key whose
+// last answer left it at share or more is not kept: a new bucket holds
+// share. A full part evicts, of a few keys looked at, those whose bucket
+// holds its share again (forgetting them gives nothing away), or else one
+// at random. A bucket mirrors a Redis answer for at most the answer's
+// reset plus one window. golang.org/x/time/rate cannot start a bucket's
+// refill at a later time, which continuing from a refusal needs, so the
+// bucket is written here.
+
 // Buckets is the in-process fallback of one rule, which decides while
 // Redis cannot: a token bucket per key, refilling share per window, where
 // share is the rule's limit divided by the instances that share it,
 // counted at each use (so a bucket follows a change of the count at once).
-// The share is fractional, never rounded up: Limit(10) on 4 instances
-// refills 2.5 per window, not 3. A bucket holds at most its share, starts
-// from it, and admits a request when it holds its cost. So a share below
-// one request admits nothing: Limit(1) on 4 instances gives no instance a
-// whole request. Letting a bucket hold one unit all the same would let the
-// instances, which cannot talk to each other, each admit one in the same
-// window (4 of Limit(1)): the fleet's bound holds only if no instance takes
-// more than its share.
+// The share is fractional, never rounded up (Limit(10) on 4 instances
+// refills 2.5 per window), and a bucket holds at most its share and admits
+// a request when it holds its cost, so a share below one request admits
+// nothing.
 //
 // It continues from what Redis last said, never from a full budget: each
-// answer Redis gives for a key (Learn) sets the key's bucket to this
-// instance's part of the remaining it reported (remaining/n, at most
-// share: every instance continues from the same remaining, so together
-// they may spend it once, not n times), less what the fallback admitted on
-// the key within the window before, and the refill starts only when that
-// answer said quota grows (its Reset). So a key Redis has answered for
-// keeps its last known remaining, a key it refused stays refused until its
-// reset, and a ban Redis reported holds (Banned). Only a key it has never
-// seen here (or has forgotten, see below) starts with share units.
-//
-// The bucket of a key whose last answer left it at share or more is not
-// kept: a new bucket holds share. It holds about the keys it was made
-// with; a full part evicts, of a few keys looked at, those whose bucket
-// holds its share again (forgetting them gives nothing away), or else one
-// at random. A
-// bucket mirrors a Redis answer for at most the answer's reset plus one
-// window (the time to refill). golang.org/x/time/rate cannot start a
-// bucket's refill at a later time, which continuing from a refusal needs,
-// so the bucket is written here. It is safe for concurrent use.
+// answer for a key (Learn) sets its bucket to this instance's part of the
+// remaining reported (remaining/n, at most share), less what the fallback
+// admitted on the key within the window before, refilling only from the
+// answer's reset; a ban Redis reported holds (Banned). Only a key never
+// seen here, or forgotten, starts with share. Safe for concurrent use.
 type Buckets struct {
 	limit     int
 	instances *Instances // nil for a ban's memory
