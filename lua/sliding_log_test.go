@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // logTrailer is the length of a sliding-log key's trailer.
@@ -512,6 +513,7 @@ func TestSlidingLogClockBack(t *testing.T) {
 // by a PERSIST, so that a real server, which expires keys on its own clock,
 // keeps what the test clock still counts.
 func TestSlidingLogRealTimeSafety(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -695,6 +697,7 @@ func (m *refLog) decide(now, window, limit, cost int64, record bool) (bool, int6
 // keys so that the real server never expires what the test clock still
 // counts.
 func TestSlidingLogRandomExact(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // zsetMember is a member of the ZSET log as the version before wrote it: at
@@ -177,6 +178,7 @@ func usec(ctx context.Context, t *testing.T, c *redis.Client, f func()) (int64, 
 // older key would: before any unit leaves, nothing; later, at most what
 // has left.
 func TestSlidingLogUpgradeOfALargeZSET(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	ctx := context.Background()
