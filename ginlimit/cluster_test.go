@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -78,6 +79,7 @@ func TestClusterKeysSpread(t *testing.T) {
 // algorithm admits exactly 500, with and without the deny cache and the
 // cluster client's auto-pipelining, and the key holds exactly 500.
 func TestClusterExactUnderConcurrency(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	cl := redistest.StartCluster(t)
 	ctx := context.Background()

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // TestDenyCacheMatchesRedisForEveryAlgorithm drives one random timeline
@@ -13,6 +15,7 @@ import (
 // decision must be the same: a cached answer is always the one Redis would
 // give.
 func TestDenyCacheMatchesRedisForEveryAlgorithm(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		alg  AlgorithmKind

@@ -44,6 +44,7 @@ import (
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -555,6 +556,7 @@ func (p *slowProxy) Close() {
 // however late this process runs. Once the proxy is fast again, the same
 // client counts exactly.
 func TestFaultSlowRedis(t *testing.T) {
+	testtier.Long(t)
 	faultNoLeaks(t)
 	srv := redistest.Start(t)
 	for _, ctxAware := range []bool{true, false} {
@@ -718,6 +720,7 @@ func TestFaultPoolExhausted(t *testing.T) {
 // the breaker opens (on a route of the same limiter, so the same breaker,
 // with Timeout(100ms): no call can be answered, whatever the load).
 func TestFaultPipelineBacklog(t *testing.T) {
+	testtier.Long(t)
 	faultNoLeaks(t)
 	srv := redistest.Start(t)
 	proxy := startSlowProxyChunks(t, srv.Addr, 50*time.Millisecond, 32)

@@ -57,7 +57,9 @@ func TestKeysAndTagsMatchRecordedDigest(t *testing.T) {
 }
 
 // identityTags is a slog handler that keeps the identity attribute of each
-// record ("-" for none), at level's level or, without one, every level.
+// debug record ("-" for none), while level (when set) lets debug through.
+// Other records are dropped untouched: a background loop's outage line (the
+// heartbeat's, on a loaded machine) is no line about a request.
 type identityTags struct {
 	level *slog.LevelVar
 	mu    sync.Mutex
@@ -68,6 +70,9 @@ func (h *identityTags) Enabled(_ context.Context, l slog.Level) bool {
 	return h.level == nil || l >= h.level.Level()
 }
 func (h *identityTags) Handle(_ context.Context, r slog.Record) error {
+	if r.Level != slog.LevelDebug {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	tag := "-"

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // The flood tests of this file flood instance A with real decisions on a
@@ -218,6 +219,7 @@ func checkFlood(t *testing.T, res floodResult) {
 // lapsed, and B was handed the slot: two orders in flight under
 // InFlight(1).
 func TestInFlightLeaseOutlivesARealFlood(t *testing.T) {
+	testtier.Long(t)
 	srv := redistest.Start(t)
 	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ca := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: floodPool, PoolTimeout: floodPoolTimeout})
@@ -231,6 +233,7 @@ func TestInFlightLeaseOutlivesARealFlood(t *testing.T) {
 // TestInFlightLeaseOutlivesARealFlood on a Redis Cluster, whose masters
 // each have a pool (and a lease pool) of their own.
 func TestInFlightLeaseOutlivesARealFloodCluster(t *testing.T) {
+	testtier.Long(t)
 	cl := redistest.StartCluster(t)
 	quiet := withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ca := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: floodPool, PoolTimeout: floodPoolTimeout, MaxRedirects: -1})

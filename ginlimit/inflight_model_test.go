@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // slotModel is what the in-flight script means, key by key: the leases
@@ -124,6 +125,7 @@ var slotCases = []slotCase{
 }
 
 func TestInFlightModelRandom(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	t.Run("miniredis", func(t *testing.T) {
 		t.Parallel()

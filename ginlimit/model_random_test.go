@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -196,6 +197,7 @@ type modelBackend struct {
 }
 
 func runModelCases(t *testing.T, alg AlgorithmKind, cases []modelCase) {
+	testtier.Long(t)
 	t.Parallel()
 	miniCase := func(c modelCase) modelCase {
 		c.alg = alg
@@ -688,8 +690,9 @@ func TestModelSlidingCounterWorstCase(t *testing.T) {
 // of (n-1)/n of the window holds at most limit units. Otherwise it is a
 // measurement: it logs the figures and checks loose bounds only.
 //
-//	go test -count=1 -run 'TestModelSlidingCounterError' -v ./ginlimit
+//	GINLIMIT_LONG=1 go test -count=1 -run 'TestModelSlidingCounterError' -v ./ginlimit
 func TestModelSlidingCounterError(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	const (
 		window  = 600_000 // µs; 2, 10 and 60 divide it
@@ -751,7 +754,7 @@ func TestModelSlidingCounterError(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("reproduce: go test -count=1 -run 'TestModelSlidingCounterError' -v ./ginlimit")
+	t.Logf("reproduce: GINLIMIT_LONG=1 go test -count=1 -run 'TestModelSlidingCounterError' -v ./ginlimit")
 }
 
 // modelPoissonTimeline returns the request times of windows windows from

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // TestRulesAllOrNothing: a request rejected by one rule consumes nothing
@@ -79,6 +80,7 @@ func TestRulesAllOrNothing(t *testing.T) {
 // TestRulesMatchSingleRule: a route with one Rule decides exactly as the
 // single-rule script does, for every algorithm, over a random timeline.
 func TestRulesMatchSingleRule(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	for _, alg := range []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {

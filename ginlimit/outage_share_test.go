@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // outageBound is the most docs/operations.md lets a fleet of n instances
@@ -72,6 +73,7 @@ func TestOutageShareBelowOne(t *testing.T) {
 // FailClosed would (503) rather than start from a budget. The fleet's
 // total stays within the documented limit × (1 + (n − 1)/n).
 func TestOutageFleetRestarts(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	const limit, n = 10, 2
 	srv := redistest.Start(t)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // outageEpsilon is the overshoot docs/operations.md states for traffic
@@ -43,6 +44,7 @@ func (o fleetMember) count() int {
 // the outage on one instance, the others' shares unspent, where the first
 // window's ε is at most (n − 1)/n.
 func TestOutageOvershoot(t *testing.T) {
+	testtier.Long(t)
 	for _, n := range []int{2, 4} {
 		for _, skewed := range []bool{false, true} {
 			name := fmt.Sprintf("%d instances, traffic spread", n)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -159,6 +160,7 @@ func TestOneBreakerPerRedis(t *testing.T) {
 // cache too, and it answers exactly as Redis does over a random timeline,
 // with some answers from the cache.
 func TestDenyCacheOnSeveralRules(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	_, c := newMini(t)
 	var now int64 = t0.UnixMicro()

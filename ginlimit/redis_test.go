@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // TestExactUnderConcurrency: 64 goroutines race for a limit of 500; exactly
@@ -318,6 +319,7 @@ func blackhole(t *testing.T) string {
 // the decision timeout, under the route's failure policy, and the log gets
 // one line, not one per request.
 func TestFailurePolicies(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	srv := redistest.Start(t)
 	stopped := srv.Client()

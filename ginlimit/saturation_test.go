@@ -21,6 +21,7 @@ import (
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // busyPoolDecisions is the busy-pool scenario on client, whose pool has one
@@ -284,6 +285,7 @@ func TestRingSlowShardIsAFailure(t *testing.T) {
 // waiting for Redis), and while there are any, a full pool is not the
 // application's.
 func TestClusterPausedMasterIsAFailure(t *testing.T) {
+	testtier.Long(t)
 	cl := redistest.StartCluster(t)
 	for _, pool := range []int{200, 0} {
 		t.Run("PoolSize="+strconv.Itoa(pool), func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // TestTimeoutHoldsForEveryClientKind: against a Redis that accepts
@@ -18,6 +19,7 @@ import (
 // hangs (so its slots never load), a Ring, and a failover client whose
 // sentinel hangs. Nothing that can block runs outside the bound.
 func TestTimeoutHoldsForEveryClientKind(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	const timeout = 100 * time.Millisecond
 	// A bound, not a performance goal: the call and the PING that confirms

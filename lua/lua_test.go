@@ -15,6 +15,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -250,6 +251,7 @@ var equivConfigs = []equivConfig{
 // keys on its own clock, never expires state that the test clock still
 // counts.
 func TestSingleMatchesSeveral(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -633,6 +635,7 @@ func TestArgumentErrors(t *testing.T) {
 // is, give a rejected request's own reply, and for an admitted one report
 // at least the cost more remaining than the admission leaves.
 func TestPeekRecordsNothing(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // penaltyModel is penalty.lua in Go: the ban's end, the strikes and their
@@ -60,6 +62,7 @@ func (m *penaltyModel) step(now, window, limit, banMs, cost int64, refused, peek
 // gaps, strikes brought by the caller and Peeks, on miniredis and a real
 // server; every reply must be the model's.
 func TestPenaltyMatchesItsModel(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // counterState is what a sliding-counter key holds: the newest sub-window
@@ -194,6 +195,7 @@ func TestSlidingCounterState(t *testing.T) {
 // sub-windows changing with the window (the same sub-window length, so the
 // same key), which reads a string of another length.
 func TestSlidingCounterMatchesModel(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	onBackends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()

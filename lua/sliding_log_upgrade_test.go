@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
+	"github.com/ginlimit/ginlimit/internal/testtier"
 )
 
 // zsetMember is a member of the ZSET log as the version before wrote it: at
@@ -198,6 +199,7 @@ func slowestCalls(ctx context.Context, t *testing.T, c *redis.Client, f func()) 
 // TestSlidingLogHeavyDecisions), its best of three rounds, each on a fresh
 // key.
 func TestSlidingLogUpgradeOfALargeZSET(t *testing.T) {
+	testtier.Long(t)
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	ctx := context.Background()

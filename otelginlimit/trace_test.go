@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
@@ -53,7 +54,10 @@ func tracedRoute(t *testing.T, limit int) (*gin.Engine, *tracetest.SpanRecorder)
 			c.Set("uid", uid)
 		}
 	})
-	e.GET("/x", ginlimit.RateLimit(ginlimit.Redis(rdb), ginlimit.Key("trace-test:"), ginlimit.Name("per-user"),
+	// Timeout(5s): the decisions run miniredis's Lua under the race
+	// detector, which a loaded machine can keep past DefaultTimeout; a
+	// decision that missed it would be traced as saturated.
+	e.GET("/x", ginlimit.RateLimit(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.Key("trace-test:"), ginlimit.Name("per-user"),
 		ginlimit.Limit(limit), ginlimit.Type(ginlimit.User), ginlimit.UserIdentity(identity.FromContext("uid")),
 		ginlimit.Observe(otelginlimit.Trace)), func(c *gin.Context) { c.Status(http.StatusNoContent) })
 	return e, sr
