@@ -6,6 +6,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
 // Decision is the outcome of one rate limit decision. The middleware stores
@@ -87,7 +88,7 @@ type Decision struct {
 	brk *engine.Breaker
 	// decider is the rule that decided, a Ban's for a banned identity:
 	// its name, header texts and 429 body.
-	decider *ruleBase
+	decider *rule.Base
 	// Err is non-nil when Redis could not decide. Allowed then follows the
 	// rule's FailPolicy; with FailOpen and FailClosed, Remaining, Reset,
 	// RetryAfter and Time are zero, and with FailLocal they come from the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -130,18 +131,18 @@ func Observe(f func(ctx context.Context, e Event)) Option {
 // route, so that a wrong secret, which fails every request, shows without
 // flooding the log. The line and the Event carry the reason, never err's
 // text, which a User of the application's own may fill with the identity.
-func (p *Policy) unauthorized(c *gin.Context, r *ruleBase, err error) {
+func (p *Policy) unauthorized(c *gin.Context, r *rule.Base, err error) {
 	ctx := c.Request.Context()
 	reason := identity.Reason(err)
 	if p.debugEnabled(ctx) {
 		t, _ := p.authLogs.LoadOrStore(reason, &logThrottle{})
 		t.(*logThrottle).log(ctx, p.log(), slog.LevelDebug, "ginlimit: no valid identity for the request; answering 401",
-			slog.String("rule", r.name), slog.String("route", c.FullPath()), slog.String("reason", reason))
+			slog.String("rule", r.Name), slog.String("route", c.FullPath()), slog.String("reason", reason))
 	}
 	if len(p.observers) == 0 {
 		return
 	}
-	e := Event{Route: requestScope(c).label(), Rule: r.name, Outcome: OutcomeUnauthorized, Decision: Decision{Rule: r.name}, Reason: reason}
+	e := Event{Route: rule.RequestScope(c).Label(), Rule: r.Name, Outcome: OutcomeUnauthorized, Decision: Decision{Rule: r.Name}, Reason: reason}
 	for _, o := range p.observers {
 		o(ctx, e)
 	}

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
 // The fields of LimitsKey, and the values an operator may edit by hand:
@@ -50,7 +52,7 @@ type whoKey struct {
 
 // allowScope is the scope, in a rule's field, of every call of
 // Policy.Allow: no gin route or Allow key spells it.
-var allowScope = scope{method: unmatchedMethod, route: "allow"}
+var allowScope = rule.Scope{Method: rule.UnmatchedMethod, Route: "allow"}
 
 // allowRoute is the Target.Route that names every call of Policy.Allow
 // (Event.Route's name for them).
@@ -59,23 +61,23 @@ const allowRoute = "Policy.Allow"
 // overrideScope is the scope of an override of x, a rule or a plan, that
 // holds for calls in scope s on a policy whose keys name their rule
 // (named): a Shared rule's group, every key of Policy.Allow, or s.
-func (x *rateRule) overrideScope(named bool, s scope) ruleScope {
+func overrideScope(x *rule.Rate, named bool, s rule.Scope) ruleScope {
 	switch {
-	case s.method == "":
+	case s.Method == "":
 		s = allowScope
-	case x.shared:
-		s, named = scope{method: unmatchedMethod, route: sharedRoute}, true
+	case x.Shared:
+		s, named = rule.Scope{Method: rule.UnmatchedMethod, Route: rule.SharedRoute}, true
 	}
-	k := ruleScope{prefix: x.cfg.prefix, method: s.method, route: s.route}
+	k := ruleScope{prefix: x.Cfg.Prefix, method: s.Method, route: s.Route}
 	if named {
-		k.name = x.escapedName
+		k.name = x.EscapedName
 	}
 	return k
 }
 
 // field is k's field in LimitsKey.
 func (k ruleScope) field() string {
-	f := k.prefix + "{" + escape(k.method, routeSafe) + " " + escape(k.route, routeSafe) + "}"
+	f := k.prefix + "{" + rule.Escape(k.method, rule.RouteSafe) + " " + rule.Escape(k.route, rule.RouteSafe) + "}"
 	if k.name != "" {
 		f += " rule:" + k.name
 	}
@@ -96,7 +98,7 @@ func parseRuleField(f string) (k ruleScope, ok bool) {
 	tail := rest[j+1:]
 	if tail != "" {
 		name, named := strings.CutPrefix(tail, " rule:")
-		if !named || name == "" || escape(name, idSafe) != name {
+		if !named || name == "" || rule.Escape(name, rule.IDSafe) != name {
 			return ruleScope{}, false
 		}
 		k.name = name
@@ -128,13 +130,13 @@ func unescape(s string) string {
 }
 
 // parseSetting parses an override's value, "<limit> <window µs>": a
-// limit and a window of 0 to maxWindow; the rule's checks (compileOverride)
+// limit and a window of 0 to rule.MaxWindow; the rule's checks (compileOverride)
 // come after.
 func parseSetting(s string) (setting, bool) {
 	ls, ws, ok := strings.Cut(s, " ")
 	limit, err1 := strconv.Atoi(ls)
 	us, err2 := strconv.ParseInt(ws, 10, 64)
-	if !ok || err1 != nil || err2 != nil || us < 0 || us > maxWindow.Microseconds() {
+	if !ok || err1 != nil || err2 != nil || us < 0 || us > rule.MaxWindow.Microseconds() {
 		return setting{}, false
 	}
 	return setting{limit: limit, window: time.Duration(us) * time.Microsecond}, true
@@ -182,7 +184,7 @@ func newOverrides(fields []string) *overrides {
 func (ov *overrides) concerns(p *Policy) bool {
 	for _, r := range p.rules {
 		for _, x := range withPlans(r) {
-			if ov.prefixes[x.cfg.prefix] {
+			if ov.prefixes[x.Cfg.Prefix] {
 				return true
 			}
 		}
