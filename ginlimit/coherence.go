@@ -4,19 +4,22 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 )
 
 // Coherence: what an instance holds in process (the deny cache, and the
 // FailLocal fallback's buckets) follows Redis within MaxStaleness, and
 // sees a reset made with Policy.Reset at once, through the reset hub
-// (internal/state's Hub) that a Limiter keeps per Redis client. Why, and
-// how, is told in internal/state/hub.go.
+// (package fleet's Hub) that a Limiter keeps per Redis client. Why, and
+// how, is told in internal/fleet/hub.go.
 
 // ResetChannel is the Redis pub/sub channel on which the instances of an
-// application tell each other about resets (see [Policy.Reset]). Its
-// messages carry Redis keys, never to be logged.
-const ResetChannel = "ginlimit:reset"
+// application tell each other about resets (see [Policy.Reset]), changes
+// of the overrides ([Policy.SetLimit]) and instances that join
+// ([InstancesKey]). Each instance also hears its own echo on
+// ResetChannel+":<its id>" (an ACL must allow both). Its messages carry
+// Redis keys, never to be logged.
+const ResetChannel = fleet.ResetChannel
 
 // DefaultMaxStaleness bounds how long an instance may answer from what it
 // holds in process about a key (the deny cache) without asking Redis
@@ -40,16 +43,3 @@ func maxStaleness(d time.Duration) Option {
 		return nil
 	})
 }
-
-// subscribeWait bounds how long New waits for the reset subscription, when
-// Redis answered the script load: the deny caches learn nothing until it is
-// confirmed.
-const subscribeWait = time.Second
-
-// publishScript publishes ARGV[2] on the channel ARGV[1]. Its one key is the
-// channel's name, never read: it routes the call, on a Redis Cluster, to the
-// master that holds the channel's subscribers.
-var publishScript = redis.NewScript(`return {redis.call('PUBLISH', ARGV[1], ARGV[2])}`)
-
-// resetScript deletes its keys, all in one slot.
-var resetScript = redis.NewScript(`return {redis.call('DEL', unpack(KEYS))}`)

@@ -195,7 +195,7 @@ func TestSilentRedisCostsATimeout(t *testing.T) {
 				if !isTimeout(err) || errors.Is(err, ErrSaturated) {
 					t.Fatalf("decision %d: %v, want a Redis failure for not answering in time", i, err)
 				}
-				// The limiter's heartbeat (presence.go) fails as well, and
+				// The limiter's heartbeat (internal/fleet) fails as well, and
 				// may add to the count.
 				if got := brk.Failures(); got < i+1 {
 					t.Fatalf("after %d decisions the breaker counted %d failures", i+1, got)

@@ -329,7 +329,7 @@ func (h *holding) renewLater() {
 // (the script renews only a lease that is there).
 func (h *holding) renew() {
 	p := h.p
-	reply, _, err := p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "renew", h.holder))
+	reply, _, err := p.engine.Aside(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "renew", h.holder))
 	if err == nil {
 		if n, ok := one(reply); !ok {
 			err = fmt.Errorf("unexpected reply %v", reply)
@@ -378,13 +378,13 @@ func (h *holding) release() {
 	if h.uncertain {
 		h.giveLocal()
 		go func() {
-			_, _, _ = p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "release", h.holder))
+			_, _, _ = p.engine.Aside(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "release", h.holder))
 		}()
 		return
 	}
 	// The in-process count keeps the slot until Redis has it back.
 	defer h.giveLocal()
-	_, _, err := p.engine.RunLease(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "release", h.holder))
+	_, _, err := p.engine.Aside(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "release", h.holder))
 	if err != nil {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not release an in-flight slot; its lease will free it",
 			slog.String("route", h.req.scope.Label()), slog.String("rule", h.p.slots[0].Name), errAttr(err))

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
-	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
 
 // Target names one count that a [Policy] keeps, for [Policy.Peek] and
@@ -226,7 +225,7 @@ func targetScope(t Target) (rule.Scope, error) {
 // and Source only. The route is needed as for [Policy.SetLimit] (a Shared
 // rule's may be left out; "Policy.Allow" names Policy.Allow's calls).
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
-	p.live.due(ctx)
+	p.fleet.Touch()
 	a, err := p.aim(t)
 	if err != nil {
 		if t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
@@ -275,18 +274,19 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 	r := target.Core()
 	by = boundLabel(by)
 	start := time.Now()
-	if _, _, err := p.engine.Run(ctx, p.queue, p.timeout, resetScript, keys, nil); err != nil {
+	announced, err := p.fleet.Reset(ctx, p.queue, p.timeout, keys, p.staleness)
+	if err != nil {
 		return fmt.Errorf("ginlimit: Reset: rule %q: %w", r.Name, err)
 	}
 	route := t.Route
 	if t.Key != "" {
 		route = ""
 	}
-	if err := state.Announce(ctx, p.hub, publishVia(p.engine), keys, p.staleness); err != nil {
+	if announced != nil {
 		// The count is reset; an instance that did not hear of it in time
 		// is coherent by the staleness bound now.
 		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",
-			slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by), errAttr(err))
+			slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by), errAttr(announced))
 	}
 	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: reset",
 		slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by))

@@ -1,17 +1,16 @@
 package ginlimit
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
 
@@ -40,10 +39,10 @@ type Limiter struct {
 	closed   bool
 	groups   map[string]group // each Shared group, by its Key and Name (claimGroups)
 
-	subscribe bool // the backends' hubs subscribe to resets
+	subscribe bool // its fleets subscribe to ResetChannel and beat; else they are driven (Fleet.Touch)
 
-	id       string                       // this limiter's random instance id (presence.go)
-	presence map[redis.Scripter]*presence // the count of instances per client, and its heartbeat
+	counts map[redis.Scripter]*state.Instances // the count of instances per client (presence.go)
+	fleets map[redis.Scripter]*backend         // the backend whose fleet keeps each client in step
 }
 
 // New returns a Limiter with opts as the defaults of every route it serves.
@@ -65,11 +64,12 @@ func New(opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// newLimiter returns a limiter of base. subscribe says whether its backends
-// subscribe to resets (see coherence.go): a Limiter from New does, and
-// closes the subscriptions on Close; the one a package-level RateLimit
-// makes for itself does not, since nothing would close it, and follows
-// Redis by the staleness bound alone.
+// newLimiter returns a limiter of base. subscribe says whether its fleets
+// run their upkeep loops, subscribe to ResetChannel and beat (see
+// fleet.Config): a Limiter from New does, and stops them on Close; the one
+// a package-level RateLimit makes for itself does not, since nothing would
+// close it: it follows resets by the staleness bound alone, and its
+// requests start its polls of the overrides (Fleet.Touch).
 func newLimiter(base config, subscribe bool) *Limiter {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret) // never fails (crypto/rand)
@@ -131,25 +131,27 @@ func (l *Limiter) apply(*config) error {
 }
 
 // backend is what the routes of a Limiter on one Redis client share: the
-// engine that makes their calls, and the hub that keeps their deny caches
-// and fallbacks coherent with Redis (nil without a subscription).
+// engine that makes their calls, and the fleet that keeps them in step
+// with the other instances (one per client: the first backend's).
 type backend struct {
 	engine *engine.Engine
-	hub    *state.Hub
-	live   *liveLimits // follows the overrides (overrides.go)
+	fleet  *fleet.Fleet
+	live   *liveLimits // the overrides its policies follow (overrides.go)
+	owner  bool        // it started fleet, and stops it
 }
 
-// close ends what b runs in the background: the overrides' poll, then the
-// hub, since its acknowledgements go through the engine.
+// close ends what b runs in the background: its fleet's upkeep and
+// subscription, then its engine, which they call through.
 func (b *backend) close() {
-	b.live.close()
-	b.hub.Close()
+	if b.owner {
+		b.fleet.Close()
+	}
 	b.engine.Close()
 }
 
 // backendFor returns l's backend for the client and backend settings of rc,
-// making it the first time: its engine loads every script, and, when l
-// subscribes, its hub subscribes to resets (coherence.go).
+// making it the first time: its engine loads every script, and it joins
+// the client's fleet, started the first time (fleetFor).
 func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	k := engine.Config{Client: rc.client, BreakerFailures: rc.breakFailures, BreakerOpen: rc.breakOpen, AutoPipeline: rc.autoPipeline}
 	l.mu.Lock()
@@ -168,17 +170,7 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 		return nil, fmt.Errorf("autoPipeline(true): %w", err)
 	}
 	e.Watch(&outageLog{logger: rc.logger})
-	b := &backend{engine: e, live: startLive(e, e.Loaded(), l.subscribe)}
-	if l.subscribe {
-		l.announce(rc.client, e)
-		wait := time.Duration(0)
-		if e.Loaded() {
-			wait = subscribeWait // Redis answers: the subscription will not be long
-		}
-		if sub, ok := rc.client.(state.Subscriber); ok {
-			b.hub = state.StartHub(sub, ResetChannel, publishVia(e), wait)
-		}
-	}
+	b := l.fleetFor(rc.client, shared, e)
 	if shared {
 		l.backends[k] = b
 	}
@@ -186,35 +178,44 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	return b, nil
 }
 
+// fleetFor returns a backend on e that shares the fleet of client, started
+// on e the first time (or every time, for a client that cannot be a map
+// key). l.mu is held.
+func (l *Limiter) fleetFor(client redis.Scripter, shared bool, e *engine.Engine) *backend {
+	if owner := l.fleets[client]; shared && owner != nil {
+		return &backend{engine: e, fleet: owner.fleet, live: owner.live}
+	}
+	b := &backend{engine: e, live: &liveLimits{}, owner: true}
+	cfg := fleet.Config{Engine: e, Loaded: e.Loaded(), Driven: !l.subscribe, OnLimits: b.live.apply, Canonical: isField}
+	if l.subscribe {
+		cfg.Count = l.countOn(client)
+		if sub, ok := client.(fleet.Subscriber); ok {
+			cfg.Subscriber = sub
+		}
+	}
+	b.fleet = fleet.Start(cfg)
+	if shared {
+		if l.fleets == nil {
+			l.fleets = map[redis.Scripter]*backend{}
+		}
+		l.fleets[client] = b
+	}
+	return b
+}
+
 // allScripts are the scripts every engine loads at start-up; each rule's
 // single-rule script is loaded when its route is compiled (Policy.register).
-var allScripts = []*redis.Script{severalScript, peekScript, resetScript, publishScript, slotScript, versionScript, loadScript, setLimitScript}
-
-// publishVia returns how a hub publishes on ResetChannel through e: it
-// returns how many subscribers received the payload.
-func publishVia(e *engine.Engine) state.Publish {
-	return func(ctx context.Context, payload string) (int64, error) {
-		reply, _, err := e.Run(ctx, state.HubTimeout, state.HubTimeout, publishScript, []string{ResetChannel}, []any{ResetChannel, payload})
-		if err != nil {
-			return 0, err
-		}
-		if len(reply) != 1 {
-			return 0, fmt.Errorf("unexpected PUBLISH reply of %d elements", len(reply))
-		}
-		return reply[0], nil
-	}
-}
+var allScripts = append([]*redis.Script{severalScript, peekScript, slotScript}, fleet.Scripts()...)
 
 // errClosed is the error of compiling a route on a closed Limiter.
 var errClosed = errors.New("the Limiter is closed")
 
-// Close stops what the limiter runs in the background: the subscription of
-// each Redis client to [ResetChannel] (see [Policy.Reset]), its
-// heartbeat in [InstancesKey], whose id it then takes out of that key
-// (best effort, so that the instances that stay do not count it: one call
-// per client, bounded as a heartbeat is, at once on a Redis known to be
-// down), and the poll of the overrides
-// ([Policy.SetLimit]). Its routes keep deciding, on the overrides they
+// Close stops what the limiter runs in the background, per Redis client:
+// the subscription to [ResetChannel] (see [Policy.Reset]), and the upkeep
+// that beats in [InstancesKey] and polls the overrides ([Policy.SetLimit]);
+// it then takes its id out of InstancesKey (best effort, so that the
+// instances that stay do not count it: one call per client, bounded as a
+// heartbeat is, at once on a Redis known to be down). Its routes keep deciding, on the overrides they
 // last saw, but their deny caches learn nothing more, so every decision
 // goes to Redis; no new route can be compiled on it. It closes the small
 // connection pools it made for in-flight renewals and releases (see
@@ -227,7 +228,6 @@ func (l *Limiter) Close() error {
 	owned := l.owned
 	l.owned = nil
 	l.mu.Unlock()
-	l.silence() // the heartbeats call through the engines
 	for _, b := range owned {
 		b.close()
 	}
@@ -249,9 +249,8 @@ func (l *Limiter) Close() error {
 // then include [Redis]; that limiter does not subscribe to [Policy.Reset]'s
 // announcements (nothing would close the subscription) and follows resets
 // and other changes to Redis within [DefaultMaxStaleness], and polls the
-// overrides ([Policy.SetLimit]) on a request at most every
-// [OverridePoll], which that request waits for. Nothing closes
-// it either: each such route keeps its own auto-pipeliner (a goroutine and
+// overrides ([Policy.SetLimit]) at most once a second while requests come,
+// on a goroutine no request waits for. Nothing closes it either: each such route keeps its own auto-pipeliner (a goroutine and
 // a clone of the client) until the application closes the Redis client.
 // Prefer limiter.RateLimit(...): it reads the same and shares one limiter.
 //

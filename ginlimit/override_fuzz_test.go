@@ -8,6 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -54,13 +56,13 @@ func FuzzOverrideValue(f *testing.F) {
 	}
 	claim := rule.Scope{Method: "GET", Route: "/claim"}
 	f.Fuzz(func(t *testing.T, field, value string) {
-		if k, ok := parseRuleField(field); ok && k.field() != field {
-			t.Fatalf("the field %q parses as %+v, which is written %q", field, k, k.field())
+		if k, ok := fleet.ParseRuleField(field, isField); ok && ruleField(k) != field {
+			t.Fatalf("the field %q parses as %+v, which is written %q", field, k, ruleField(k))
 		}
-		set, valid := parseSetting(value)
-		for _, ov := range []*overrides{
-			newOverrides([]string{field, value}),
-			newOverrides([]string{"fz:{GET /claim} *", value, "fz:{GET /claim user:alice}", value}),
+		set, valid := fleet.ParseSetting(value)
+		for _, ov := range []*fleet.Overrides{
+			fleet.NewOverrides([]string{field, value}, isField),
+			fleet.NewOverrides([]string{"fz:{GET /claim} *", value, "fz:{GET /claim user:alice}", value}, isField),
 		} {
 			for _, p := range policies {
 				v := &liveView{p: p, ov: ov, rules: map[overrideKey]*rule.Rate{}}
@@ -71,8 +73,8 @@ func FuzzOverrideValue(f *testing.F) {
 					}
 					key := rule.BuildKey(&x.Base, p.named, claim, &w)
 					o := v.find(x, key, p.named, claim)
-					if o != nil && (!valid || o.Limit != set.limit) {
-						t.Fatalf("%s: the override %q %q applies with limit %d", x.Alg, field, value, o.Limit)
+					if o != nil && (!valid || o.Limit != set.Limit) {
+						t.Fatalf("%s: the override %q %q applies with limit %d", x.Alg.Name(), field, value, o.Limit)
 					}
 				}
 			}

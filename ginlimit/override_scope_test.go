@@ -206,7 +206,7 @@ func TestRuleOverrideHasRoomAmongIdentities(t *testing.T) {
 	}
 	// Stored; whether this instance loaded the full hash within the poll's
 	// bound depends on the machine, so the field is read from Redis.
-	field := overrideScope(in.policy.rules[0], false, rule.Scope{Method: "GET", Route: "/claim"}).field()
+	field := ruleField(overrideScope(in.policy.rules[0], false, rule.Scope{Method: "GET", Route: "/claim"}))
 	if v, err := c.HGet(ctx, LimitsKey, field).Result(); err != nil || v != "1 0" {
 		t.Fatalf("the rule's override in LimitsKey: %q, %v; want \"1 0\"", v, err)
 	}

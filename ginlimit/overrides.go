@@ -2,8 +2,6 @@ package ginlimit
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,20 +13,18 @@ import (
 	"time"
 	"weak"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 )
 
 // Limits that change at run time: an override replaces a rate rule's limit
 // and window while the service runs, for the rule, for one of its plans
 // ([LimitBy]) or for one identity. Overrides live in Redis, in one hash
-// (LimitsKey), so every instance sees them; each backend of a Limiter
-// polls a version key every OverridePoll and, when it moved, loads the
-// hash and gives each of its policies a new view (liveView). A request
-// reads the view in process (setCall): overrides add no Redis call to a
-// decision.
+// (LimitsKey), so every instance sees them; a change is told on
+// ResetChannel, and the Limiter's fleet (package fleet) loads the hash and
+// gives each of its policies a new view (liveView). A request reads the
+// view in process (setCall): overrides add no Redis call to a decision.
 //
 // An override compiles into a rule of its own with compileRate, the code
 // that compiles a rule at start-up, so that a value the scripts would
@@ -61,35 +57,32 @@ const (
 	// again: to go back to the configuration, clear each override with
 	// SetLimit, or delete both keys. A field or value written by hand that
 	// does not parse, or does not compile for its rule, is left out.
-	LimitsKey = "{ginlimit:limits}"
+	LimitsKey = fleet.LimitsKey
 	// MaxRuleOverrides bounds how many rules' and plans' overrides
 	// LimitsKey holds, for every Limiter on that Redis together: SetLimit
 	// refuses a new one beyond it. It is a quota of its own, apart from
 	// the identities', so that however many identities have one, a rule
 	// can always get its first emergency override.
-	MaxRuleOverrides = 1_000
+	MaxRuleOverrides = fleet.MaxRuleOverrides
 	// MaxIdentityOverrides bounds how many identities' overrides LimitsKey
 	// holds, for every Limiter on that Redis together: SetLimit refuses a
 	// new one beyond it, so that no caller can grow the instances' memory
 	// without bound. Each instance keeps them parsed once per backend; a
 	// policy compiles one only when a request of its identity comes.
-	MaxIdentityOverrides = 10_000
-	// OverridePoll is how often each Limiter asks Redis whether the
-	// overrides changed: an instance applies a change within OverridePoll
-	// plus the poll's own bound, overridePollTimeout (500 ms in all), while
-	// Redis answers. The instance that set it applies it before SetLimit
-	// returns.
-	OverridePoll = 250 * time.Millisecond
+	MaxIdentityOverrides = fleet.MaxIdentityOverrides
+	// OverridePoll is how often, at the longest, each Limiter asks Redis
+	// whether the overrides changed, in case it missed the notice of a
+	// change on [ResetChannel]: an instance that hears the notice applies
+	// the change at once, one that missed it within OverridePoll and one
+	// the bounds of
+	// the two calls that read them (1 s each), 4 s in all, while Redis
+	// answers. The instance
+	// that set it applies it before SetLimit returns. The version key,
+	// LimitsKey+":version", is random, so that a Redis that lost both keys
+	// and saw as many changes since cannot show an instance the version it
+	// last loaded.
+	OverridePoll = fleet.OverridePoll
 )
-
-// limitsVersionKey changes with every change to LimitsKey: a random value,
-// so that a Redis that lost both keys and saw as many changes since cannot
-// show an instance the version it last loaded. A poll reads it alone, and
-// loads the hash only when it moved.
-const limitsVersionKey = LimitsKey + ":version"
-
-// overridePollTimeout bounds one poll.
-const overridePollTimeout = 250 * time.Millisecond
 
 // ErrBadLimit is wrapped by the error of an override [Policy.SetLimit]
 // refuses: a limit or window the rule's algorithm cannot take (as start-up
@@ -98,39 +91,6 @@ const overridePollTimeout = 250 * time.Millisecond
 // what is wrong, naming the option as start-up does, and holds neither an
 // identity nor a Redis error, so an admin API may show it.
 var ErrBadLimit = errors.New("ginlimit: bad limit")
-
-// setLimitScript sets (ARGV[2], "limit window_us") or clears (ARGV[2] "")
-// the override ARGV[1] in the hash KEYS[1], refusing a new field past
-// ARGV[3] fields of its kind ({-1}): a rule's or plan's (ARGV[5] "1",
-// fields ending in " *") or an identity's. It counts them only when the
-// hash holds that many fields of both kinds together, so that below the
-// quota a SetLimit costs O(1); at it, one pass over the field names. It
-// sets the version KEYS[2] to ARGV[4].
-var setLimitScript = redis.NewScript(`
-if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-else
-  local max = tonumber(ARGV[3])
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= max then
-    local rule, n = ARGV[5] == '1', 0
-    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-      if (string.sub(f, -2) == ' *') == rule then n = n + 1 end
-    end
-    if n >= max then return {-1} end
-  end
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-end
-redis.call('SET', KEYS[2], ARGV[4])
-return {0}`)
-
-// versionScript returns the version KEYS[1], 0 when there is none. It is
-// what every poll sends: one small call through the engine, as a decision.
-var versionScript = redis.NewScript(`return {tonumber(redis.call('GET', KEYS[1]) or '0')}`)
-
-// loadScript returns the version KEYS[2] (0 when there is none) and the
-// hash KEYS[1] as HGETALL does, read together: a poll sends it when the
-// version moved.
-var loadScript = redis.NewScript(`return {tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[1])}`)
 
 // SetLimit overrides the limit and window of t's rule while the service
 // runs, on every instance: the rule's own (t names no plan and no
@@ -158,9 +118,10 @@ var loadScript = redis.NewScript(`return {tonumber(redis.call('GET', KEYS[2]) or
 // wraps [ErrBadTarget].
 //
 // The override is stored in Redis (see [LimitsKey]). This instance applies
-// it before SetLimit returns; every other one within [OverridePoll] and the
-// poll's bound, 500 ms in all, from a copy it keeps in process, so a
-// decision makes no more Redis calls for it. An override counts on the key
+// it before SetLimit returns; every other one when the notice of it
+// reaches it on [ResetChannel], or else within [OverridePoll] and one
+// call's bound, from a copy it keeps in process, so a decision makes no
+// more Redis calls for it. An override counts on the key
 // its rule counts on, or its plan's: an identity's override on the key of
 // the plan the identity is in. So a change keeps what was spent: a cut
 // admits nothing until the count (a token bucket's level) is under the new
@@ -183,24 +144,21 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 		}
 		value = strconv.Itoa(limit) + " " + strconv.FormatInt(window.Microseconds(), 10)
 	}
-	var version [8]byte
-	_, _ = rand.Read(version[:]) // never fails (crypto/rand)
-	// 1 to 2^53-1: exact in the scripts' numbers, never the 0 of no version.
-	quota, kind, ruleKind := MaxIdentityOverrides, "MaxIdentityOverrides", "0"
+	c := fleet.Change{Field: field, Value: value, Quota: MaxIdentityOverrides}
+	kind := "MaxIdentityOverrides"
 	if src != SourceIdentityOverride {
-		quota, kind, ruleKind = MaxRuleOverrides, "MaxRuleOverrides", "1"
+		c.Quota, c.Rule, kind = MaxRuleOverrides, true, "MaxRuleOverrides"
 	}
-	args := []any{field, value, quota, strconv.FormatUint(binary.BigEndian.Uint64(version[:])>>11|1, 10), ruleKind}
-	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, setLimitScript, []string{LimitsKey, limitsVersionKey}, args)
+	refused, applied, err := p.fleet.SetLimit(ctx, p.queue, p.timeout, c)
 	if err != nil {
 		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.Name, err)
 	}
-	if len(reply) == 1 && reply[0] < 0 {
-		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w: %s (%d) overrides of its kind are set already; clear one first", r.Name, ErrBadLimit, kind, quota)
+	if refused {
+		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w: %s (%d) overrides of its kind are set already; clear one first", r.Name, ErrBadLimit, kind, c.Quota)
 	}
-	if err := p.live.refresh(ctx, overridePollTimeout); err != nil {
+	if applied != nil {
 		// Stored: this instance applies it with its next poll.
-		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: override stored, not yet applied here", slog.String("rule", r.Name), errAttr(err))
+		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: override stored, not yet applied here", slog.String("rule", r.Name), errAttr(applied))
 	}
 	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: limit override set (a limit of 0 clears it)",
 		slog.String("rule", r.Name), slog.String("of", overrideNames[src]), slog.Int("limit", limit), slog.Duration("window", window))
@@ -219,7 +177,7 @@ func (p *Policy) overrideOf(t Target) (*rule.Rate, string, uint8, error) {
 		if err != nil {
 			return nil, "", 0, err
 		}
-		field := overrideScope(r, p.named, s).field()
+		field := ruleField(overrideScope(r, p.named, s))
 		if t.Plan != "" {
 			return r, field, SourcePlanOverride, nil
 		}
@@ -318,7 +276,7 @@ func (p *Policy) compileOverride(r *rule.Rate, limit int, window time.Duration, 
 // keeps the policy rule's Ban, as the rule it takes the place of does.
 type liveView struct {
 	p  *Policy
-	ov *overrides
+	ov *fleet.Overrides
 
 	mu    sync.RWMutex
 	rules map[overrideKey]*rule.Rate // compiled, or nil: does not compile
@@ -356,7 +314,7 @@ func (v *liveView) find(r *rule.Rate, key string, named bool, s rule.Scope) *rul
 	if r.Parent != nil {
 		declared = r.Parent
 	}
-	if set, ok := v.ov.who[whoKey{prefix: declared.Cfg.Prefix, rest: key[len(r.Prefix):]}]; ok {
+	if set, ok := v.ov.Who[fleet.WhoKey{Prefix: declared.Cfg.Prefix, Rest: key[len(r.Prefix):]}]; ok {
 		if o := v.compiled(declared, set, SourceIdentityOverride); o != nil {
 			return o
 		}
@@ -367,7 +325,7 @@ func (v *liveView) find(r *rule.Rate, key string, named bool, s rule.Scope) *rul
 // ruleOverride returns the rule of x's own override (a rule's or a
 // plan's) for scope s, or nil.
 func (v *liveView) ruleOverride(x *rule.Rate, named bool, s rule.Scope) *rule.Rate {
-	set, ok := v.ov.rules[overrideScope(x, named, s)]
+	set, ok := v.ov.Rules[overrideScope(x, named, s)]
 	if !ok {
 		return nil
 	}
@@ -382,8 +340,8 @@ func (v *liveView) ruleOverride(x *rule.Rate, named bool, s rule.Scope) *rule.Ra
 // this view's, the view's before while its settings match, or compiled
 // now (once: a concurrent call takes the first one's); nil when it does
 // not compile (a value written by hand), so that from keeps its settings.
-func (v *liveView) compiled(from *rule.Rate, set setting, src uint8) *rule.Rate {
-	k := overrideKey{from: from, limit: set.limit, window: set.window, source: src}
+func (v *liveView) compiled(from *rule.Rate, set fleet.Setting, src uint8) *rule.Rate {
+	k := overrideKey{from: from, limit: set.Limit, window: set.Window, source: src}
 	v.mu.RLock()
 	o, ok := v.rules[k]
 	prev := v.prev
@@ -394,7 +352,7 @@ func (v *liveView) compiled(from *rule.Rate, set setting, src uint8) *rule.Rate 
 	fresh := false
 	if o, ok = prev.rule(k); !ok {
 		var err error
-		o, err = v.p.compileOverride(from, set.limit, set.window, src)
+		o, err = v.p.compileOverride(from, set.Limit, set.Window, src)
 		fresh = err == nil
 	}
 	v.mu.Lock()
@@ -424,10 +382,10 @@ func (v *liveView) rule(k overrideKey) (*rule.Rate, bool) {
 // apply gives p the view of the overrides ov. The deny caches of its rules
 // forget what they learned, which may have been under other settings. It
 // costs O(p's rules): the overrides are the backend's, parsed once.
-func (p *Policy) apply(ov *overrides) {
+func (p *Policy) apply(ov *fleet.Overrides) {
 	old := p.view.Load()
 	var v *liveView
-	if ov.concerns(p) {
+	if p.concerns(ov) {
 		v = &liveView{p: p, ov: ov, rules: map[overrideKey]*rule.Rate{}, prev: old}
 	}
 	if v == nil && old == nil {
@@ -476,127 +434,22 @@ func (p *Policy) settings(t Target) (Decision, error) {
 	return Decision{Rule: r.Name, Limit: r.Limit, Window: r.Window, Source: r.Source}, nil
 }
 
-// liveLimits follows the overrides in Redis for the policies of one
-// backend: a goroutine polls, and applies a change to every policy.
+// liveLimits is the overrides as the policies of one Limiter on one Redis
+// client see them: its fleet loads LimitsKey when it changes (apply), and
+// each policy that follows gets a new view.
 type liveLimits struct {
-	engine *engine.Engine // its side calls (Engine.Side) are bounded whatever the client
-	poll   sync.Mutex     // one poll at a time
-
 	mu       sync.Mutex
-	version  int64      // of the overrides loaded; -1 before the first
-	ov       *overrides // LimitsKey, as loaded; nil before the first load
+	ov       *fleet.Overrides // LimitsKey, as loaded; nil before the first load
 	policies []weak.Pointer[Policy]
-	polls    atomic.Int64 // polls Redis answered, for tests
 	compiles atomic.Int64 // overrides compiled for the policies, for tests
-	last     atomic.Int64 // when the last poll began (Unix ns), for due
-
-	// stop ends the background poll, and a poll under way; done is closed
-	// when the poll has ended. Both nil without a background poll.
-	stop context.CancelFunc
-	done chan struct{}
 }
 
-// startLive starts following the overrides on e's Redis. load says
-// whether Redis answered: then the overrides are loaded before it returns,
-// so that a new Limiter's first decisions see them. background says
-// whether a goroutine polls, until close: a Limiter from New does; the one
-// a package-level RateLimit makes for itself has nothing to close it, so
-// its requests poll instead (due).
-func startLive(e *engine.Engine, load, background bool) *liveLimits {
-	lv := &liveLimits{engine: e, version: -1}
-	lv.last.Store(time.Now().UnixNano())
-	if load {
-		_ = lv.refresh(context.Background(), overridePollTimeout) // tried again later
-	}
-	if background {
-		ctx, stop := context.WithCancel(context.Background())
-		lv.stop, lv.done = stop, make(chan struct{})
-		go lv.run(ctx)
-	}
-	return lv
-}
-
-// due polls, on a limiter without a background poll, when the last poll
-// is OverridePoll old: the one request that finds it so starts the poll,
-// on a goroutine of its own bounded by overridePollTimeout, and goes on at
-// once, as the others do. No request waits for it: a decision's budget is
-// its one round trip to Redis, and the poll is not part of it. The poll
-// does not end with the request (the request's values are kept, not its
-// cancellation), so a client that hangs up cannot cut it short.
-func (lv *liveLimits) due(ctx context.Context) {
-	if lv.done != nil {
-		return
-	}
-	now, last := time.Now().UnixNano(), lv.last.Load()
-	if now-last >= int64(OverridePoll) && lv.last.CompareAndSwap(last, now) {
-		go func() { _ = lv.refresh(context.WithoutCancel(ctx), overridePollTimeout) }()
-	}
-}
-
-// run polls every OverridePoll until close, or until the client is
-// closed.
-func (lv *liveLimits) run(ctx context.Context) {
-	defer close(lv.done)
-	tick := time.NewTicker(OverridePoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if err := lv.refresh(ctx, overridePollTimeout); errors.Is(err, redis.ErrClosed) {
-			return
-		}
-	}
-}
-
-// close stops the background poll, and a poll under way, and waits for
-// it; safe to call more than once.
-func (lv *liveLimits) close() {
-	if lv.done == nil {
-		return
-	}
-	lv.stop()
-	<-lv.done
-}
-
-// refresh asks Redis for the overrides' version and, when it moved, loads
-// them, both within timeout, and applies them to every policy followed.
-func (lv *liveLimits) refresh(ctx context.Context, timeout time.Duration) error {
-	lv.poll.Lock()
-	defer lv.poll.Unlock()
-	lv.mu.Lock()
-	seen := lv.version
-	lv.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, timeout) // both calls together
-	defer cancel()
-	reply, err := lv.engine.RunAside(ctx, timeout, versionScript, []string{limitsVersionKey}, nil)
-	if err != nil {
-		return err
-	}
-	lv.polls.Add(1)
-	if len(reply) != 1 {
-		return fmt.Errorf("unexpected overrides version of %d elements", len(reply))
-	}
-	if reply[0] == seen {
-		return nil
-	}
-	version, ov := int64(0), newOverrides(nil)
-	if reply[0] != 0 { // 0: no override was ever set, or the keys were deleted
-		v, err := lv.engine.Side(ctx, timeout, loadScript, []string{LimitsKey, limitsVersionKey})
-		if err != nil {
-			return err
-		}
-		var fields []string
-		if version, fields, err = parseLoad(v); err != nil {
-			return err
-		}
-		ov = newOverrides(fields)
-	}
+// apply applies the overrides, as the fleet loaded and parsed them, to
+// every policy followed (the fleet's OnLimits).
+func (lv *liveLimits) apply(ov *fleet.Overrides) {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
-	lv.version, lv.ov = version, ov
+	lv.ov = ov
 	live := lv.policies[:0]
 	for _, wp := range lv.policies {
 		if p := wp.Value(); p != nil {
@@ -606,31 +459,6 @@ func (lv *liveLimits) refresh(ctx context.Context, timeout time.Duration) error 
 	}
 	clear(lv.policies[len(live):])
 	lv.policies = live
-	return nil
-}
-
-// parseLoad checks and converts loadScript's reply: the version and
-// LimitsKey's fields and values, in turn (newOverrides keeps at most its
-// quotas of them).
-func parseLoad(v any) (int64, []string, error) {
-	reply, ok := v.([]any)
-	if !ok || len(reply) != 2 {
-		return 0, nil, fmt.Errorf("unexpected overrides reply %T", v)
-	}
-	version, ok := reply[0].(int64)
-	fields, ok2 := reply[1].([]any)
-	if !ok || !ok2 || len(fields)%2 != 0 {
-		return 0, nil, errors.New("unexpected overrides reply")
-	}
-	out := make([]string, 0, len(fields))
-	for i := 0; i+1 < len(fields); i += 2 {
-		f, ok1 := fields[i].(string)
-		v, ok2 := fields[i+1].(string)
-		if ok1 && ok2 {
-			out = append(out, f, v)
-		}
-	}
-	return version, out, nil
 }
 
 // follow applies the overrides to p from now on, those loaded at once.

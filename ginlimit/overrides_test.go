@@ -169,7 +169,7 @@ func TestSetLimitIsSeenByAnotherInstance(t *testing.T) {
 	ctx := context.Background()
 	exhaust(t, b, "alice")
 
-	before := b.policy.live.polls.Load()
+	before := b.policy.fleet.Polls()
 	set := time.Now()
 	if err := a.policy.SetLimit(ctx, Target{Route: claimRoute, User: "alice"}, 10, 0); err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestSetLimitIsSeenByAnotherInstance(t *testing.T) {
 	}
 	var polls int64
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		polls = b.policy.live.polls.Load() - before
+		polls = b.policy.fleet.Polls() - before
 		if d, err := b.policy.Peek(ctx, Target{Route: claimRoute, User: "alice"}); err == nil && d.Limit == 10 {
 			break
 		}

@@ -146,7 +146,7 @@ func (req *request) rec(i int) int {
 // in-flight rules (inflight.go), holds them while the rest of the chain
 // runs, and gives them back when it returns.
 func (p *Policy) serve(c *gin.Context) {
-	p.live.due(c.Request.Context())
+	p.fleet.Touch()
 	req := p.newRequest(rule.RequestScope(c))
 	if !p.prepare(c, req) {
 		return
@@ -251,7 +251,7 @@ func (p *Policy) Allow(ctx context.Context, key string, n int) (Decision, error)
 	if len(p.observers) > 0 {
 		start = time.Now()
 	}
-	p.live.due(ctx)
+	p.fleet.Touch()
 	req := p.newRequest(rule.Scope{Route: key})
 	for i, r := range p.rules {
 		p.setCall(req, i, r, nil, n)

@@ -16,7 +16,8 @@ import (
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
-	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 )
 
 // Policy is one compiled route: its rules (one, or several declared with
@@ -37,7 +38,8 @@ type Policy struct {
 	tiered       bool                     // some rule has plans (LimitBy): the policy header is per request
 	partitioned  bool                     // some rule hashes its identity: the policy header has pk, per request
 	engine       *engine.Engine           // makes the route's Redis calls
-	hub          *state.Hub               // keeps its caches coherent; nil without a subscription
+	fleet        *fleet.Fleet             // keeps it in step with the other instances: resets, overrides
+	hub          *fleet.Hub               // keeps its caches coherent; nil without a subscription
 	live         *liveLimits              // follows the overrides in Redis (overrides.go)
 	view         atomic.Pointer[liveView] // the overrides that apply to the policy; nil for none
 	route        routeConfig              // what an override's rule is compiled with
@@ -90,7 +92,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.engine, p.hub, p.route = b.engine, b.hub, rc
+	p.engine, p.fleet, p.hub, p.route = b.engine, b.fleet, b.fleet.Hub(), rc
 	p.register()
 	p.policyHeader = p.joinPolicies()
 	b.live.follow(p)

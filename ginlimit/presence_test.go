@@ -177,16 +177,16 @@ func (o fleetMember) beat(t *testing.T) int {
 func beatNow(t *testing.T, l *Limiter, client redis.Scripter) int {
 	t.Helper()
 	l.mu.Lock()
-	p := l.presence[client]
+	b, count := l.fleets[client], l.counts[client]
 	l.mu.Unlock()
-	if p == nil || p.engine == nil {
+	if b == nil || count == nil {
 		t.Fatal("the limiter does not beat on its client")
 	}
-	p.beat(context.Background(), p.engine, l.id)
-	if !p.count.Heard() {
+	_ = b.fleet.Beat(context.Background())
+	if !count.Heard() {
 		t.Fatal("Redis did not answer the beat")
 	}
-	return p.count.Load()
+	return count.Load()
 }
 
 // TestCloseLeavesTheCount: Limiters made and closed one after another,

@@ -279,3 +279,19 @@ func Ints(reply any) ([]int64, error) {
 	}
 	return nil, fmt.Errorf("unexpected reply of type %T", reply)
 }
+
+//go:embed fleet/*.lua
+var fleetScripts embed.FS
+
+// Fleet returns the script fleet/<name>.lua, one of the scripts that keep
+// the instances of an application in step (package fleet): beat, leave,
+// limits_version, limits_load, set_limit, publish and reset. Each
+// documents its arguments and reply at its top. It panics for another
+// name: the callers name only these.
+func Fleet(name string) string {
+	b, err := fleetScripts.ReadFile("fleet/" + name + ".lua")
+	if err != nil {
+		panic(fmt.Sprintf("lua: no fleet script %q", name))
+	}
+	return string(b)
+}

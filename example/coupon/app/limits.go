@@ -20,8 +20,8 @@ import (
 
 // The claim rule's live limits: an admin overrides its limit and window
 // while the service runs, for the rule, a plan or one user, with
-// [ginlimit.Policy.SetLimit]; every instance applies the change within a
-// second (ginlimit.OverridePoll and the poll's bound).
+// [ginlimit.Policy.SetLimit]; every instance applies the change when its
+// notice arrives (see ginlimit.OverridePoll for one that missed it).
 
 // adminClaimLimitsPath is the admin API's resource of the claim rule's
 // settings.

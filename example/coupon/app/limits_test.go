@@ -41,7 +41,7 @@ func claimSettings(t *testing.T, h http.Handler, query string) app.ClaimSettings
 // TestLiveLimitIsSeenByTheOtherInstance is the scenario on a real
 // redis-server with two instances, each with its own Redis client: an
 // admin PUT on A gives alice 5 claims a minute, and B applies it within
-// the second ginlimit promises (OverridePoll and the poll's bound); B then
+// the second ginlimit promises (the change's notice); B then
 // admits her 5 claims, and a PUT of 0 takes her back to the rule's 3.
 func TestLiveLimitIsSeenByTheOtherInstance(t *testing.T) {
 	t.Parallel()

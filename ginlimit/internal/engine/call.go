@@ -38,16 +38,53 @@ func (e *Engine) Run(ctx context.Context, queue, timeout time.Duration, s *redis
 	return e.runOn(ctx, decisionLane, queue, timeout, s, keys, args)
 }
 
-// RunLease is Run for a lease's renewal or release, and for the other
-// upkeep that must not lapse under load (the limiter's heartbeat): it
-// waits for the server's lease slots, never behind the calls queued for
-// its other slots, and goes to Redis directly, never behind the
-// auto-pipeliner's backlog, on a connection pool and breaker of its own
-// (see lease.go); so a flood of decisions on this process cannot make a
-// lease it holds lapse while Redis answers. A wait for a lease slot is
-// bounded by timeout.
-func (e *Engine) RunLease(ctx context.Context, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *Breaker, error) {
+// Aside is Run for every call beside the decisions: a lease's renewal or
+// release, and the fleet's upkeep (the heartbeat, the overrides' version
+// and their load), whose reply is integers; AsideTexts is the same for a
+// reply of strings. Both wait for the server's aside slots, never behind
+// the calls queued for its other slots, and go to Redis directly, never
+// behind the auto-pipeliner's backlog, on a connection pool and breaker of
+// their own (see lease.go); so a flood of decisions on this process cannot
+// make a lease it holds lapse, or an instance drop out of the count, while
+// Redis answers. A wait for a slot is bounded by timeout, and so is the
+// call once it has one. The breaker is asked and told as for a decision.
+func (e *Engine) Aside(ctx context.Context, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *Breaker, error) {
 	return e.runOn(ctx, leaseLane, timeout, timeout, s, keys, args)
+}
+
+// AsideTexts is [Engine.Aside] for a script that replies an array of
+// strings.
+func (e *Engine) AsideTexts(ctx context.Context, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]string, error) {
+	n, probe, err := e.admit(ctx, leaseLane, timeout, timeout, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	defer e.nodes.leaseMu.RUnlock()
+	defer n.release(leaseLane)
+	answered := n.answered.Load()
+	start := time.Now()
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	defer cancel()
+	reply, err := call(cctx, n, start, func() ([]string, error) { return e.texts(cctx, n, s, keys, args) })
+	_, err = e.settle(ctx, n, probe, answered, err)
+	return reply, err
+}
+
+// texts runs s on n's lease pool, or the client's when n has none, bounded
+// by ctx, and reads its reply as strings.
+func (e *Engine) texts(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]string, error) {
+	var c redis.Scripter = e.client
+	switch {
+	case n.own:
+		reply, err := s.Run(ctx, n.pool, keys, args...).StringSlice()
+		if redirected(err) {
+			return bounded(ctx, func() ([]string, error) { return s.Run(ctx, e.client, keys, args...).StringSlice() })
+		}
+		return reply, err
+	case e.bound != nil:
+		c = e.bound
+	}
+	return bounded(ctx, func() ([]string, error) { return s.Run(ctx, c, keys, args...).StringSlice() })
 }
 
 // lane is which of a node's capacities a call waits for.
@@ -55,32 +92,17 @@ type lane bool
 
 const (
 	decisionLane lane = false // decisions, peeks, resets: the node's slots
-	leaseLane    lane = true  // lease renewals and releases, heartbeats: its lease slots
+	leaseLane    lane = true  // the calls aside (Engine.Aside): its lease slots
 )
 
 // runOn is Run on lane l.
 func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration, s *redis.Script, keys []string, args []any) ([]int64, *Breaker, error) {
-	n, err := e.nodes.forKey(ctx, timeout, keys[0])
+	n, probe, err := e.admit(ctx, l, queue, timeout, keys[0])
 	if err != nil {
-		if !NoVerdict(err) && !errors.Is(err, ErrCircuitOpen) {
-			n.health.note(e.nodes.watch, true, err) // no master or shard for the key
-		}
 		return nil, n.brk, err
 	}
 	if l == leaseLane {
-		e.nodes.leaseMu.RLock()
 		defer e.nodes.leaseMu.RUnlock()
-		n = e.nodes.leaseNode(n)
-	}
-	ok, probe := n.brk.allow()
-	if !ok {
-		return nil, n.brk, ErrCircuitOpen
-	}
-	if err := n.acquire(ctx, l, queue); err != nil {
-		if probe {
-			n.brk.abandon() // not a verdict on Redis: let the next call probe
-		}
-		return nil, n.brk, err
 	}
 	defer n.release(l)
 	answered := n.answered.Load()
@@ -90,6 +112,49 @@ func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration
 		defer cancel()
 	}
 	reply, err := e.send(cctx, l, n, w, s, keys, args)
+	_, err = e.settle(ctx, n, probe, answered, err)
+	return reply, n.brk, err
+}
+
+// admit finds the node of key, asks its breaker (probe: this call is its
+// probe) and takes one of its slots on lane l within queue. On the lease
+// lane it returns holding e.nodes.leaseMu for reading, which the caller
+// releases after the call, unless it fails. On failure the node may be
+// nil, or not hold a slot.
+func (e *Engine) admit(ctx context.Context, l lane, queue, timeout time.Duration, key string) (*node, bool, error) {
+	n, err := e.nodes.forKey(ctx, timeout, key)
+	if err != nil {
+		if !NoVerdict(err) && !errors.Is(err, ErrCircuitOpen) {
+			n.health.note(e.nodes.watch, true, err) // no master or shard for the key
+		}
+		return n, false, err
+	}
+	if l == leaseLane {
+		e.nodes.leaseMu.RLock()
+		n = e.nodes.leaseNode(n)
+	}
+	fail := func(err error) (*node, bool, error) {
+		if l == leaseLane {
+			e.nodes.leaseMu.RUnlock()
+		}
+		return n, false, err
+	}
+	ok, probe := n.brk.allow()
+	if !ok {
+		return fail(ErrCircuitOpen)
+	}
+	if err := n.acquire(ctx, l, queue); err != nil {
+		if probe {
+			n.brk.abandon() // not a verdict on Redis: let the next call probe
+		}
+		return fail(err)
+	}
+	return n, probe, nil
+}
+
+// settle judges how a call of n ended (see judge), tells the breaker, and
+// returns whether it was a Redis failure and the error to answer with.
+func (e *Engine) settle(ctx context.Context, n *node, probe bool, answered uint64, err error) (bool, error) {
 	failed, err := n.judge(ctx, answered, err)
 	if NoVerdict(err) {
 		// No verdict on Redis, either way: the breaker's count of failures
@@ -97,11 +162,11 @@ func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration
 		if probe {
 			n.brk.abandon()
 		}
-	} else {
-		n.brk.done(probe, failed)
-		n.outage().note(e.nodes.watch, failed, err)
+		return failed, err
 	}
-	return reply, n.brk, err
+	n.brk.done(probe, failed)
+	n.outage().note(e.nodes.watch, failed, err)
+	return failed, err
 }
 
 // send puts one call on the wire of n, in w's memory: through the
@@ -218,7 +283,7 @@ func isNetTimeout(err error) bool {
 // size of such goroutines can wait on a hung server, because waiting for a
 // pooled connection does honour ctx.
 func (e *Engine) runDirect(ctx context.Context, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	return n.call(ctx, w.start, func() ([]int64, error) {
+	return call(ctx, n, w.start, func() ([]int64, error) {
 		w := w.take()
 		switch {
 		case n.own:
@@ -239,7 +304,7 @@ func (e *Engine) runDirect(ctx context.Context, n *node, w *wire, s *redis.Scrip
 // once through the plain client (or its clone), whose EVAL loads it again.
 // Like runDirect, it fails fast when n's server is gone (node.call).
 func (e *Engine) runPipelined(ctx context.Context, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	return n.call(ctx, w.start, func() ([]int64, error) { return e.pipelined(ctx, w.take(), s, keys, args) })
+	return call(ctx, n, w.start, func() ([]int64, error) { return e.pipelined(ctx, w.take(), s, keys, args) })
 }
 
 // pipelined is one attempt of runPipelined, in w's memory.

@@ -26,7 +26,7 @@
 // bounded by the caller's queue time and by how many calls may wait, and
 // running out of either is [ErrSaturated], never a Redis failure. Lease
 // renewals and releases, and heartbeats, have slots, a connection pool
-// and a breaker of their own on each server ([Engine.RunLease], lease.go),
+// and a breaker of their own on each server ([Engine.Aside], lease.go),
 // so a flood of decisions cannot make a held lease, or an instance's
 // presence, lapse.
 //

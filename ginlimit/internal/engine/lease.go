@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// The lease lane (Engine.RunLease) has capacity of its own at every level
+// The lease lane (Engine.Aside) has capacity of its own at every level
 // a call can wait at, so that a flood of decisions on this process cannot
 // make a lease it holds lapse, or lose its release, while Redis answers:
 //

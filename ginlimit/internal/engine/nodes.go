@@ -49,7 +49,7 @@ type nodes struct {
 type node struct {
 	brk     *Breaker
 	slots   chan struct{}
-	leases  chan struct{} // the slots of lease renewals and releases (Engine.RunLease)
+	leases  chan struct{} // the slots of lease renewals and releases (Engine.Aside)
 	waiting atomic.Int64
 	pool    *redis.Client
 	// lease is the node of the lease lane, with a pool of its own, made on
@@ -257,11 +257,12 @@ func (n *node) release(l lane) {
 // twice, as go-redis's own retry of a broken connection does. A call that
 // ran out of its Timeout is a Redis failure only if Redis does not answer
 // a PING either (see answers); otherwise it is ErrSaturated. start is when
-// the call began (its Timeout counts from then).
-func (n *node) call(ctx context.Context, start time.Time, f func() ([]int64, error)) ([]int64, error) {
+// the call began (its Timeout counts from then). T is the reply's type.
+func call[T any](ctx context.Context, n *node, start time.Time, f func() (T, error)) (T, error) {
+	var none T
 	if n.down.Load() {
 		if err := n.reach(ctx); err != nil {
-			return nil, err
+			return none, err
 		}
 		start = time.Now() // the call on the wire starts after the dial
 	}
@@ -285,7 +286,7 @@ func (n *node) call(ctx context.Context, start time.Time, f func() ([]int64, err
 	if timedOut && n.answered.Load() == answered && !poolBusy(n.pool) {
 		why := n.answers(ctx, start)
 		if why == nil {
-			return nil, mayHaveRun{fmt.Errorf("%w: the call ran out of its Timeout, yet Redis answered a PING: this process read the reply late", ErrSaturated)}
+			return none, mayHaveRun{fmt.Errorf("%w: the call ran out of its Timeout, yet Redis answered a PING: this process read the reply late", ErrSaturated)}
 		}
 		if why != errNoPing && !errors.Is(why, context.DeadlineExceeded) {
 			// go-redis reports a dial it was still retrying as the bare
@@ -294,7 +295,7 @@ func (n *node) call(ctx context.Context, start time.Time, f func() ([]int64, err
 			err = fmt.Errorf("%w; a new connection: %w", err, why)
 		}
 	}
-	return nil, err
+	return none, err
 }
 
 // answers returns nil when the node's server answers a PING within the

@@ -39,7 +39,7 @@ func TestLeaseLaneReportsAnOutageOnce(t *testing.T) {
 		if _, _, err := e.Run(ctx, 2*time.Second, 2*time.Second, one, []string{"k"}, nil); (err != nil) != wantErr {
 			t.Fatalf("decision: %v, want an error %v", err, wantErr)
 		}
-		if _, _, err := e.RunLease(ctx, 2*time.Second, one, []string{"k"}, nil); (err != nil) != wantErr {
+		if _, _, err := e.Aside(ctx, 2*time.Second, one, []string{"k"}, nil); (err != nil) != wantErr {
 			t.Fatalf("lease call: %v, want an error %v", err, wantErr)
 		}
 	}

@@ -201,9 +201,9 @@ type DenyConfig struct {
 //
 // What the cache cannot prove is that nobody changed the key behind its
 // back (DEL, FLUSHALL, an eviction, a failover that lost writes): so it
-// keeps nothing longer than its staleness bound, and the [Hub] that
-// tracks it makes it drop a key at once on a reset (Forget), and everything
-// when resets may have been missed (Clear).
+// keeps nothing longer than its staleness bound, and the reset hub that
+// tracks it (package fleet) makes it drop a key at once on a reset (Forget),
+// and everything when resets may have been missed (Clear).
 //
 // The cache is bounded: each part holds about Size/16 keys; a full part
 // drops expired keys first and otherwise an idle one. Its methods are safe
@@ -222,7 +222,7 @@ type DenyCache struct {
 	// dropping it would let a client shed it. An entry lives until its
 	// strikes are drained.
 	carried *Shards[*atomic.Int64]
-	hub     *Hub         // keeps it coherent with resets (Hub.Track), or nil
+	hub     *Coherence   // whether it may learn (the reset hub's, see Follow), or nil
 	clock   func() int64 // replaces the monotonic clock, or nil
 }
 
@@ -545,24 +545,48 @@ func (c *DenyCache) Drain(key string) int64 {
 	return k.Swap(0)
 }
 
+// Coherence is what a deny cache asks before it keeps what Redis said:
+// whether the subscription that tells of resets is up, and a generation
+// that every reset seen and every loss of the subscription moves. The reset
+// hub (package fleet) keeps it; a nil *Coherence (no subscription) lets a
+// cache learn everything. It is safe for concurrent use.
+type Coherence struct {
+	live atomic.Bool
+	gen  atomic.Uint64
+}
+
+// Move moves the generation: no call already out may keep what it saw.
+func (h *Coherence) Move() { h.gen.Add(1) }
+
+// SetLive records whether the subscription is up, and returns whether it
+// was.
+func (h *Coherence) SetLive(up bool) bool { return h.live.Swap(up) }
+
+// Live reports whether the subscription is up; a nil Coherence is not.
+func (h *Coherence) Live() bool { return h != nil && h.live.Load() }
+
 // learnable reports whether a deny cache may keep what a call that started
 // at generation gen proved: the subscription is up and nothing was reset or
 // lost while the call was out.
-func (h *Hub) learnable(gen uint64) bool {
+func (h *Coherence) learnable(gen uint64) bool {
 	return h == nil || h.live.Load() && h.gen.Load() == gen
 }
 
-// generation returns the hub's generation, for learnable; 0 without a hub.
-func (h *Hub) generation() uint64 {
+// generation returns the generation, for learnable; 0 without one.
+func (h *Coherence) generation() uint64 {
 	if h == nil {
 		return 0
 	}
 	return h.gen.Load()
 }
 
+// Follow makes c keep what it learns only while h says so (see
+// learnable); the reset hub calls it as it starts tracking c.
+func (c *DenyCache) Follow(h *Coherence) { c.hub = h }
+
 // Instances is how many instances of an application share a Redis, which
 // the fallbacks divide their limits by: a count a heartbeat keeps (see
-// ginlimit's presence.go), or a fixed one. A count a heartbeat keeps has
+// package fleet), or a fixed one. A count a heartbeat keeps has
 // not heard from Redis until its first beat answers (Store): until then
 // it knows neither the fleet nor any key, and a fallback must not decide
 // on it (Heard). A nil *Instances counts one, and has heard. It is safe
@@ -608,6 +632,18 @@ func (c *Instances) Store(n int) {
 	c.n.Store(int64(n))
 	if c.heard != nil {
 		c.heard.Store(true)
+	}
+}
+
+// Raise raises the count to n, when it is lower: an instance that joined
+// said how many it counted (a notice), and a count only falls with a beat,
+// so that a late notice never makes it count too few.
+func (c *Instances) Raise(n int) {
+	for {
+		old := c.n.Load()
+		if old >= int64(n) || c.n.CompareAndSwap(old, int64(n)) {
+			return
+		}
 	}
 }
 

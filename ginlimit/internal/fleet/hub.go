@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import (
 	"context"
@@ -15,10 +15,13 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
 
 // The reset hub: what an instance holds in process (the deny cache, and
-// the FailLocal fallback's buckets) follows Redis in two ways.
+// the FailLocal fallback's buckets) follows Redis in two ways. The hub's
+// subscription also carries the fleet's other notices (fleet.go).
 //
 //   - Bounded staleness. Nothing the deny cache learns from Redis is kept
 //     longer than the route's MaxStaleness (1 s by default), whatever
@@ -54,10 +57,11 @@ import (
 // subscribed again, and drops what it held when the subscription broke, so
 // a reset it might have missed cannot be answered from its cache.
 
-// hubPing is how often the reset subscription is checked when it is
-// quiet; a subscription that does not answer a PING within that time is
-// taken as lost.
-const hubPing = time.Second
+// hubPing is how long the reset subscription may be quiet before it is
+// checked with a PING; a subscription that does not answer the PING
+// within that time is taken as lost. The upkeep's echo (fleet.go) arrives
+// every Tick, so a subscription that receives is never pinged.
+const hubPing = 3 * Tick
 
 // HubTimeout bounds each call the hub makes (an acknowledgement, a
 // reset's announcement), in Redis and in the queue for a connection. It
@@ -78,14 +82,16 @@ type Subscriber interface {
 // concurrent use; its methods accept a nil *Hub (no subscription), whose
 // caches learn everything they are told and forget nothing.
 type Hub struct {
-	channel string        // the reset channel
-	publish Publish       // sends a payload on the channel
-	live    atomic.Bool   // subscribed, and nothing lost since
-	gen     atomic.Uint64 // bumped by every reset seen and every loss: see learnable
+	channels []string        // the reset channel, then the instance's echo channel, if any
+	publish  Publish         // sends a payload on the reset channel
+	notice   func(string)    // receives the channel's other messages (fleet.go), or nil
+	up       func()          // told when the subscription is back after a loss, or nil
+	coh      state.Coherence // live: subscribed, and nothing lost since; its generation moves with every reset seen and every loss
+	echoes   atomic.Int64    // messages heard on the echo channel, for tests
 
 	mu      sync.Mutex
-	caches  tracked[DenyCache]
-	locals  tracked[Buckets]
+	caches  tracked[state.DenyCache]
+	locals  tracked[state.Buckets]
 	waiters map[string]*acks // by reset id
 	visited int              // entries Track's pruning has looked at, for tests
 	ps      *redis.PubSub    // once loop has subscribed
@@ -101,19 +107,18 @@ type Hub struct {
 // with a context bounded by HubTimeout.
 type Publish func(ctx context.Context, payload string) (int64, error)
 
-// StartHub subscribes sub to channel and keeps the subscription up until
-// Close; the hub acknowledges resets, and Announce announces them, through
-// publish. wait bounds how long it waits for the subscription to be
-// confirmed.
-func StartHub(sub Subscriber, channel string, publish Publish, wait time.Duration) *Hub {
-	h := &Hub{
-		channel: channel,
-		publish: publish,
-		waiters: map[string]*acks{},
-		first:   make(chan struct{}),
-		closing: make(chan struct{}),
-		stopped: make(chan struct{}),
-	}
+// StartHub subscribes sub to channels (the reset channel first) and keeps
+// the subscription up until Close; the hub acknowledges resets, and
+// Announce announces them, through publish. wait bounds how long it waits
+// for the subscription to be confirmed.
+func StartHub(sub Subscriber, channels []string, publish Publish, wait time.Duration) *Hub {
+	return startHub(&Hub{channels: channels, publish: publish}, sub, wait)
+}
+
+// startHub starts h, whose channels, publish and callbacks are set, on sub.
+func startHub(h *Hub, sub Subscriber, wait time.Duration) *Hub {
+	h.waiters = map[string]*acks{}
+	h.first, h.closing, h.stopped = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go h.loop(sub)
 	if wait > 0 {
 		timer := time.NewTimer(wait)
@@ -186,14 +191,19 @@ func (h *Hub) loop(sub Subscriber) {
 		// silent spell nothing was lost, only late (TCP keeps the order),
 		// and everything sent before this message has been applied.
 		pinged, backoff = false, 0
-		if !h.live.Swap(true) {
+		if !h.coh.SetLive(true) {
 			// Back up: no call that was out while it was down may keep
-			// what it saw.
-			h.gen.Add(1)
+			// what it saw, and notices may have been missed.
+			h.coh.Move()
+			if h.up != nil {
+				h.up()
+			}
 		}
 		h.confirm()
-		if m, ok := msg.(*redis.Message); ok {
+		if m, ok := msg.(*redis.Message); ok && m.Channel == h.channels[0] {
 			h.handle(m.Payload)
+		} else if ok {
+			h.echoes.Add(1)
 		}
 	}
 }
@@ -202,7 +212,7 @@ func (h *Hub) loop(sub Subscriber) {
 // until it succeeds; ok is false when the hub closes first.
 func (h *Hub) subscribeRetrying(ctx context.Context, sub Subscriber) (ps *redis.PubSub, ok bool) {
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		if ps, err := subscribe(ctx, sub, h.channel); err == nil {
+		if ps, err := subscribe(ctx, sub, h.channels...); err == nil {
 			return ps, true
 		}
 		select {
@@ -233,13 +243,13 @@ func (h *Hub) adopt(ps *redis.PubSub) bool {
 // ("all ring shards are down") instead of returning an error when no shard
 // is up, which would end the process from this background goroutine: the
 // panic is returned as an error, and loop tries again.
-func subscribe(ctx context.Context, sub Subscriber, channel string) (ps *redis.PubSub, err error) {
+func subscribe(ctx context.Context, sub Subscriber, channels ...string) (ps *redis.PubSub, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("subscribing to %s: %v", channel, r)
+			err = fmt.Errorf("subscribing to %s: %v", channels[0], r)
 		}
 	}()
-	return sub.Subscribe(ctx, channel), nil
+	return sub.Subscribe(ctx, channels...), nil
 }
 
 // isNetTimeout reports whether err is a timeout of a network operation (a
@@ -252,7 +262,7 @@ func isNetTimeout(err error) bool {
 
 // Live reports whether the subscription is up: only then do the caches
 // learn, and does Announce count acknowledgements. A nil hub is never live.
-func (h *Hub) Live() bool { return h != nil && h.live.Load() }
+func (h *Hub) Live() bool { return h != nil && h.coh.Live() }
 
 // confirm closes first, once.
 func (h *Hub) confirm() {
@@ -268,8 +278,8 @@ func (h *Hub) confirm() {
 // Lose marks the subscription lost: nothing is learned until it is back,
 // and what the caches hold is dropped, since a reset may have gone by.
 func (h *Hub) Lose() {
-	h.gen.Add(1)
-	if !h.live.Swap(false) {
+	h.coh.Move()
+	if !h.coh.SetLive(false) {
 		return
 	}
 	for _, c := range h.liveCaches() {
@@ -281,14 +291,14 @@ func (h *Hub) Lose() {
 // them weakly: once nothing else refers to them, they go. A registration
 // costs O(1) amortized (see tracked.add), so a Limiter that compiles many
 // rules, or overrides, does not pay for each the ones before it.
-func (h *Hub) Track(c *DenyCache, l *Buckets) {
+func (h *Hub) Track(c *state.DenyCache, l *state.Buckets) {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c != nil {
-		c.hub = h
+		c.Follow(&h.coh)
 		h.visited += h.caches.add(weak.Make(c))
 	}
 	if l != nil {
@@ -326,10 +336,10 @@ func (t *tracked[T]) add(p weak.Pointer[T]) int {
 }
 
 // liveCaches returns the tracked deny caches still in use.
-func (h *Hub) liveCaches() []*DenyCache {
+func (h *Hub) liveCaches() []*state.DenyCache {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]*DenyCache, 0, len(h.caches.ps))
+	out := make([]*state.DenyCache, 0, len(h.caches.ps))
 	for _, p := range h.caches.ps {
 		if c := p.Value(); c != nil {
 			out = append(out, c)
@@ -338,8 +348,8 @@ func (h *Hub) liveCaches() []*DenyCache {
 	return out
 }
 
-// The messages on the channel: "reset <id> <JSON array of keys>" and
-// "ack <id>".
+// The messages of resets on the channel: "reset <id> <JSON array of keys>"
+// and "ack <id>". The fleet's notices (fleet.go) go to h.notice.
 const (
 	resetPrefix = "reset "
 	ackPrefix   = "ack "
@@ -369,6 +379,8 @@ func (h *Hub) handle(payload string) {
 		ctx, cancel := context.WithTimeout(context.Background(), HubTimeout)
 		defer cancel()
 		_, _ = h.publish(ctx, ackPrefix+id)
+	case h.notice != nil:
+		h.notice(payload)
 	}
 }
 
@@ -376,14 +388,14 @@ func (h *Hub) handle(payload string) {
 // generation moves first, so that no call already out can put back what
 // it saw before the reset.
 func (h *Hub) forget(keys []string) {
-	h.gen.Add(1)
+	h.coh.Move()
 	for _, c := range h.liveCaches() {
 		for _, k := range keys {
 			c.Forget(k)
 		}
 	}
 	h.mu.Lock()
-	locals := make([]*Buckets, 0, len(h.locals.ps))
+	locals := make([]*state.Buckets, 0, len(h.locals.ps))
 	for _, p := range h.locals.ps {
 		if l := p.Value(); l != nil {
 			locals = append(locals, l)
@@ -417,7 +429,7 @@ func Announce(ctx context.Context, h *Hub, publish Publish, keys []string, wait 
 	if err != nil {
 		return err
 	}
-	counting := h != nil && h.live.Load()
+	counting := h.Live()
 	a := &acks{wake: make(chan struct{}, 1)}
 	if counting {
 		h.mu.Lock()

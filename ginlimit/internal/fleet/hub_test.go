@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
 
 // panickingSubscriber stands for a go-redis Ring with every shard down,
@@ -36,7 +38,7 @@ func hubOn(t *testing.T, c *redis.Client) *Hub {
 	publish := func(ctx context.Context, payload string) (int64, error) {
 		return c.Publish(ctx, channel, payload).Result()
 	}
-	h := StartHub(c, channel, publish, time.Second)
+	h := StartHub(c, []string{channel}, publish, time.Second)
 	t.Cleanup(h.Close)
 	for deadline := time.Now().Add(30 * time.Second); !h.Live(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -48,8 +50,8 @@ func hubOn(t *testing.T, c *redis.Client) *Hub {
 
 // refused reports whether c answers a request on key with a certain
 // rejection.
-func refused(c *DenyCache, key string) bool {
-	return c.Enter(key, 1).Verdict == Reject
+func refused(c *state.DenyCache, key string) bool {
+	return c.Enter(key, 1).Verdict == state.Reject
 }
 
 // TestHubAnnounceReachesEveryHub: a reset announced by one hub makes every
@@ -60,12 +62,12 @@ func TestHubAnnounceReachesEveryHub(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	a, b := hubOn(t, c), hubOn(t, c)
-	caches := []*DenyCache{newDenyCache(64, time.Hour), newDenyCache(64, time.Hour)}
-	locals := []*Buckets{NewBuckets(10, NewInstances(1), time.Hour, 64), NewBuckets(10, NewInstances(1), time.Hour, 64)}
+	caches := []*state.DenyCache{newDenyCache(64, time.Hour), newDenyCache(64, time.Hour)}
+	locals := []*state.Buckets{state.NewBuckets(10, state.NewInstances(1), time.Hour, 64), state.NewBuckets(10, state.NewInstances(1), time.Hour, 64)}
 	for i, h := range []*Hub{a, b} {
 		h.Track(caches[i], locals[i])
-		caches[i].Leave("k", caches[i].Stamp(), Answer{Remaining: 0, Reset: time.Hour, At: time.Now()})
-		locals[i].Learn("k", Answer{Remaining: 0, Reset: time.Hour, At: time.Now()}, time.Now())
+		caches[i].Leave("k", caches[i].Stamp(), state.Answer{Remaining: 0, Reset: time.Hour, At: time.Now()})
+		locals[i].Learn("k", state.Answer{Remaining: 0, Reset: time.Hour, At: time.Now()}, time.Now())
 		if !refused(caches[i], "k") {
 			t.Fatalf("cache %d did not learn the refusal", i)
 		}
@@ -95,7 +97,7 @@ func TestHubLoseClearsAndStopsLearning(t *testing.T) {
 	h := hubOn(t, c)
 	cache := newDenyCache(64, time.Hour)
 	h.Track(cache, nil)
-	refusal := Answer{Remaining: 0, Reset: time.Hour, At: time.Now()}
+	refusal := state.Answer{Remaining: 0, Reset: time.Hour, At: time.Now()}
 	cache.Leave("k", cache.Stamp(), refusal)
 	before := cache.Stamp()
 	h.Lose()
@@ -115,11 +117,11 @@ func TestHubTrackIsAmortizedConstant(t *testing.T) {
 	t.Parallel()
 	h := &Hub{}
 	const n = 10_000
-	keep := make([]*DenyCache, 0, n)
-	locals := make([]*Buckets, 0, n)
+	keep := make([]*state.DenyCache, 0, n)
+	locals := make([]*state.Buckets, 0, n)
 	for range n {
-		c := NewDenyCache(DenyConfig{Size: 1})
-		l := NewBuckets(10, nil, time.Minute, 1)
+		c := state.NewDenyCache(state.DenyConfig{Size: 1})
+		l := state.NewBuckets(10, nil, time.Minute, 1)
 		keep, locals = append(keep, c), append(locals, l)
 		h.Track(c, l)
 	}
@@ -133,4 +135,10 @@ func TestHubTrackIsAmortizedConstant(t *testing.T) {
 	if len(keep) != n || len(locals) != n {
 		t.Fatal("unreachable: keeps them in use")
 	}
+}
+
+// newDenyCache returns a deny cache of size keys with the staleness bound
+// staleness, that keeps a refusal.
+func newDenyCache(size int, staleness time.Duration) *state.DenyCache {
+	return state.NewDenyCache(state.DenyConfig{Size: size, Staleness: staleness, ExactBelow: 64})
 }

@@ -1,0 +1,2 @@
+-- reset.lua: deletes its keys, all in one slot. Reply: {deleted}.
+return {redis.call('DEL', unpack(KEYS))}
