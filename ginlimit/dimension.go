@@ -15,11 +15,7 @@ import (
 // its constructor here, and its Kind, constructor and cases in Identify
 // and TargetWho in internal/rule, where every key is built.
 
-// Type sets what the limit is counted per, the Java annotation's type:
-// [Method] (the whole route, the default), [IP], [User], [UserOrIP] or
-// [Shared] (the whole group of routes that carry the rule). It
-// is sugar for [Per](t), keys included, so any Dimension fits:
-// Type(ginlimit.ByParam("id")) is Per(ginlimit.ByParam("id")).
+// Type is an alias of [Per](t), keys included: the Java annotation's spelling.
 func Type(t Dimension) RuleOption {
 	return ruleOption(func(r *rule.Config) error {
 		if t == nil {
@@ -75,7 +71,7 @@ func HashIdentities(secret []byte) RuleOption {
 
 // Dimension is one thing a rule can count per: the user, the client IP, a
 // path parameter, a header, or a function of the request. Give one to
-// [Type], or several to [Per]; every combination of their values gets a
+// [Per], one or several; every combination of their values gets a
 // count of its own. The Dimensions are [Method], [IP], [User],
 // [UserOrIP] and [Shared], and those [ByParam], [ByHeader] and [ByFunc]
 // make.
@@ -166,7 +162,7 @@ func ByFunc(name string, f func(c *gin.Context) (value string, ok bool)) Dimensi
 // Per sets what the rule counts per: each combination of the dimensions'
 // values gets its own count, such as Per(ginlimit.User,
 // ginlimit.ByParam("id")) for "one claim per user per voucher". Per() and
-// Per(Method) count the whole route; Per(d) is [Type](d). At most 4
+// Per(Method) count the whole route. At most 4
 // dimensions, none twice, no two of one name (the name keys
 // [Target.Values]), and Method only alone. [Shared] adds no part to the
 // key: it makes the count the group's instead of the route's. Text from the request is

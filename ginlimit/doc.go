@@ -6,7 +6,7 @@
 //	r.GET("/api/coupon/claim", limiter.RateLimit(
 //		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
 //		ginlimit.Message("You are claiming coupons too often, please try again later"),
-//		ginlimit.Type(ginlimit.User)), claim)
+//		ginlimit.Per(ginlimit.User)), claim)
 //
 // A [Limiter] carries what routes share (the Redis client, identity settings,
 // failure policy); each route states its own rule. [Limiter.RateLimit] is the
@@ -25,8 +25,8 @@
 // response, observers, shadow); [RuleOption]s concern one count (name, key
 // prefix, algorithm, window, limit, dimension, cost, message). A Rule
 // accepts only RuleOptions, so a route option inside one does not compile.
-// A rule counts per [Type]: [Method] (the whole route), [IP], [User] or
-// [UserOrIP]; or per any combination of request values ([Per]). It can
+// A rule counts per what [Per] names: [Method] (the whole route), [IP],
+// [User], [UserOrIP], or any combination of request values. It can
 // choose its limit per request ([LimitBy]), ban
 // abusers ([Ban]) or cap requests in flight ([InFlight]); [Policy.Peek] and
 // [Policy.Reset] inspect and clear a count named by a [Target].

@@ -101,7 +101,7 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 		d.Err = err
 		return d, err
 	}
-	return Decision{Rule: first.Name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.Limit, Window: first.Window, Source: first.Source, Err: err, decider: &first.Base}, err
+	return Decision{Rule: first.Name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.Limit, Window: first.Window, Source: Source(first.Source), Err: err, decider: &first.Base}, err
 }
 
 // describe names what a request was limited by, for error texts: the route
@@ -153,7 +153,7 @@ func (p *Policy) decideLocal(req *request) Decision {
 			continue
 		}
 		left, retry, ok := local.Take(c.key, now, c.cost)
-		d = Decision{Rule: c.rule.Name, Allowed: ok, Limit: c.rule.Limit, Window: c.rule.Window, Source: c.rule.Source, Remaining: left, Time: now, Local: true, decider: &c.rule.Base}
+		d = Decision{Rule: c.rule.Name, Allowed: ok, Limit: c.rule.Limit, Window: c.rule.Window, Source: Source(c.rule.Source), Remaining: left, Time: now, Local: true, decider: &c.rule.Base}
 		if !ok {
 			d.RetryAfter, d.Reset = retry, retry
 			p.giveBack(req.calls[:i])

@@ -41,7 +41,7 @@ const (
 const InFlightRetryAfter = time.Second
 
 // InFlight makes the rule an in-flight limit: at most n requests of the
-// rule, per each combination of its dimensions ([Type], [Per]), are being
+// rule, per each combination of its dimensions ([Per]), are being
 // served at once over every instance sharing the Redis. A request takes a
 // slot before the rest of the chain runs and gives it back when the chain
 // returns, a panic included (the panic then goes on to gin's recovery).

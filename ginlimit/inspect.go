@@ -22,7 +22,7 @@ import (
 //
 // Give Route for a Policy that serves gin routes, or Key for one used
 // through Allow; then a value for each dimension the rule counts per ([Per],
-// [Type]): User for [User] (or, with [UserOrIP], IP for an anonymous
+// [Per]): User for [User] (or, with [UserOrIP], IP for an anonymous
 // caller), IP for [IP], Values for the others; nothing for a rule that
 // counts the whole route. A value the rule does not count per is an error,
 // not ignored.
@@ -43,10 +43,10 @@ type Target struct {
 	// Rule is the [Name] of the rule on a route declared with [Rule]s. On a
 	// route with one rule it may be empty.
 	Rule string
-	// User is the user id a Type(User) rule counts, as the UserIdentity
+	// User is the user id a Per(User) rule counts, as the UserIdentity
 	// returns it.
 	User string
-	// IP is the client address a Type(IP) rule counts; an IPv6 address
+	// IP is the client address a Per(IP) rule counts; an IPv6 address
 	// stands for its bucket (see identity.IP.Bucket).
 	IP netip.Addr
 	// Values holds the value of each [ByParam], [ByHeader] and [ByFunc]
@@ -60,7 +60,7 @@ type Target struct {
 }
 
 // ErrBadTarget is wrapped by the error of a [Target] that names no count of
-// the policy: an unknown rule or tier, a missing or extra identity, a
+// the policy: an unknown rule or plan, a missing or extra identity, a
 // malformed route. The error says what is wrong without repeating the
 // identity.
 var ErrBadTarget = errors.New("ginlimit: bad target")

@@ -20,7 +20,7 @@ import (
 // with [Limiter.RateLimit]:
 //
 //	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.UserIdentity(jwt))
-//	r.GET("/api/coupon/claim", limiter.RateLimit(ginlimit.Limit(3), ginlimit.Type(ginlimit.User)), claim)
+//	r.GET("/api/coupon/claim", limiter.RateLimit(ginlimit.Limit(3), ginlimit.Per(ginlimit.User)), claim)
 //
 // A Limiter keeps one backend per Redis client: the scripts are loaded once,
 // at New, and the routes share its circuit breakers, so a Redis outage trips
@@ -83,7 +83,7 @@ func newLimiter(base config, subscribe bool) *Limiter {
 //	r.GET("/api/coupon/claim", limiter.RateLimit(
 //		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
 //		ginlimit.Message("You are claiming coupons too often, please try again later"),
-//		ginlimit.Type(ginlimit.User)), claim)
+//		ginlimit.Per(ginlimit.User)), claim)
 //
 // This is the recommended way to attach a limit: it needs no middleware, so
 // it cannot be wired wrong, and every configuration error, including a User
@@ -108,7 +108,7 @@ func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
 // or reset them ([Policy.Peek], [Policy.Reset]) or to decide outside gin
 // ([Policy.Allow]). Give the route and the Policy the same options:
 //
-//	opts := []ginlimit.Option{ginlimit.Key("coupon:claim:"), ginlimit.Limit(3), ginlimit.Type(ginlimit.User)}
+//	opts := []ginlimit.Option{ginlimit.Key("coupon:claim:"), ginlimit.Limit(3), ginlimit.Per(ginlimit.User)}
 //	r.GET("/api/coupon/claim", limiter.RateLimit(opts...), claim)
 //	claims, err := limiter.Policy(opts...) // for the admin's Peek and Reset
 func (l *Limiter) Policy(opts ...Option) (*Policy, error) {
@@ -241,7 +241,7 @@ func (l *Limiter) Close() error {
 //	r.GET("/api/coupon/claim", ginlimit.RateLimit(limiter,
 //		ginlimit.Key("coupon:claim:"), ginlimit.Window(60*time.Second), ginlimit.Limit(3),
 //		ginlimit.Message("You are claiming coupons too often, please try again later"),
-//		ginlimit.Type(ginlimit.User)), claim)
+//		ginlimit.Per(ginlimit.User)), claim)
 //
 // A *[Limiter] is an Option here, and here only: the route's options are
 // applied on top of its defaults, and the route uses its backends. Without

@@ -12,13 +12,14 @@ import (
 	"github.com/ginlimit/ginlimit/identity"
 )
 
-// The outcomes of a decision, the values of [Event.Outcome], for metrics
-// and logs. Every decision has exactly one. They are plain strings, as
-// Event.Route and Event.Rule are: an outcome is read and compared, never
-// given to ginlimit.
+// Outcome classifies a decision for metrics and logs: the value of
+// [Event.Outcome]. Every decision has exactly one.
+type Outcome string
+
+// The outcomes of a decision.
 const (
 	// OutcomeAllowed: Redis (or the deny cache) admitted the request.
-	OutcomeAllowed = "allowed"
+	OutcomeAllowed Outcome = "allowed"
 	// OutcomeLimited: the request was refused with 429.
 	OutcomeLimited = "limited"
 	// OutcomeShadowLimited: shadow mode let through a request that would
@@ -52,7 +53,7 @@ const (
 )
 
 // outcomeOf returns the outcome of d.
-func outcomeOf(d Decision) string {
+func outcomeOf(d Decision) Outcome {
 	switch {
 	case errors.Is(d.Err, ErrClientGone):
 		return OutcomeClientGone
@@ -85,7 +86,7 @@ type Event struct {
 	Rule string
 	// Outcome classifies the decision: one of the Outcome constants
 	// (OutcomeAllowed, ...).
-	Outcome string
+	Outcome Outcome
 	// Decision is the decision itself.
 	Decision Decision
 	// Latency is how long the decision took, Redis included.

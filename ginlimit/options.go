@@ -58,7 +58,7 @@ const (
 //     a *[Limiter], among the options of the package-level [RateLimit]
 //     only.
 //   - Rule options concern one count: [Key], [Name], [Window], [Limit],
-//     [Message], [Type], [Per], [Algorithm], [Burst], [Cost], [LimitBy],
+//     [Message], [Per], [Algorithm], [Burst], [Cost], [LimitBy],
 //     [Ban], [InFlight], and how the count's identity is found:
 //     [IPIdentity], [UserIdentity], [HashIdentities]. They are
 //     [RuleOption]s, which are Options too: outside a [Rule] they apply to
@@ -173,7 +173,7 @@ func (g ruleGroup) apply(c *config) error {
 //
 //	limiter.RateLimit(ginlimit.Key("api:"),
 //		ginlimit.Rule(ginlimit.Name("burst"), ginlimit.Window(time.Second), ginlimit.Limit(10)),
-//		ginlimit.Rule(ginlimit.Name("hourly"), ginlimit.Window(time.Hour), ginlimit.Limit(1000), ginlimit.Type(ginlimit.User)))
+//		ginlimit.Rule(ginlimit.Name("hourly"), ginlimit.Window(time.Hour), ginlimit.Limit(1000), ginlimit.Per(ginlimit.User)))
 //
 // The rule options outside the Rules apply to every rule; each Rule's own
 // options apply on top, for that rule only. A Rule accepts only

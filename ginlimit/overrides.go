@@ -171,7 +171,7 @@ var overrideNames = [...]string{SourceOverride: "rule", SourcePlanOverride: "pla
 
 // overrideOf resolves t to the rule an override of it is compiled from
 // (the rule, or the plan's), its field in LimitsKey and its Source.
-func (p *Policy) overrideOf(t Target) (*rule.Rate, string, uint8, error) {
+func (p *Policy) overrideOf(t Target) (*rule.Rate, string, Source, error) {
 	if t.Key == "" && t.User == "" && !t.IP.IsValid() && len(t.Values) == 0 {
 		r, s, err := p.ruleTarget(t)
 		if err != nil {
@@ -243,7 +243,7 @@ func (p *Policy) ruleTarget(t Target) (*rule.Rate, rule.Scope, error) {
 // compileOverride compiles r with limit and window (0: r's) instead of its
 // own, as start-up compiles a rule, into the rule an override of source
 // src applies. It keeps r's Ban, so that strikes and bans go on.
-func (p *Policy) compileOverride(r *rule.Rate, limit int, window time.Duration, src uint8) (*rule.Rate, error) {
+func (p *Policy) compileOverride(r *rule.Rate, limit int, window time.Duration, src Source) (*rule.Rate, error) {
 	rc := r.Cfg
 	rc.PlanPick, rc.Plans, rc.Limit = nil, nil, limit
 	err := rule.CheckLimit(limit)
@@ -257,7 +257,7 @@ func (p *Policy) compileOverride(r *rule.Rate, limit int, window time.Duration, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadLimit, err)
 	}
-	o.Ban, o.Source = r.Ban, src
+	o.Ban, o.Source = r.Ban, uint8(src)
 	return o, nil
 }
 
@@ -290,7 +290,7 @@ type overrideKey struct {
 	from   *rule.Rate
 	limit  int
 	window time.Duration
-	source uint8
+	source Source
 }
 
 // resolve returns the rule that decides a call of r on key, in scope s:
@@ -340,7 +340,7 @@ func (v *liveView) ruleOverride(x *rule.Rate, named bool, s rule.Scope) *rule.Ra
 // this view's, the view's before while its settings match, or compiled
 // now (once: a concurrent call takes the first one's); nil when it does
 // not compile (a value written by hand), so that from keeps its settings.
-func (v *liveView) compiled(from *rule.Rate, set fleet.Setting, src uint8) *rule.Rate {
+func (v *liveView) compiled(from *rule.Rate, set fleet.Setting, src Source) *rule.Rate {
 	k := overrideKey{from: from, limit: set.Limit, window: set.Window, source: src}
 	v.mu.RLock()
 	o, ok := v.rules[k]
@@ -431,7 +431,7 @@ func (p *Policy) settings(t Target) (Decision, error) {
 			r = o
 		}
 	}
-	return Decision{Rule: r.Name, Limit: r.Limit, Window: r.Window, Source: r.Source}, nil
+	return Decision{Rule: r.Name, Limit: r.Limit, Window: r.Window, Source: Source(r.Source)}, nil
 }
 
 // liveLimits is the overrides as the policies of one Limiter on one Redis

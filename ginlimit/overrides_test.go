@@ -59,7 +59,7 @@ func TestSetLimitPrecedence(t *testing.T) {
 		user, plan string
 		limit      int
 		window     time.Duration
-		source     uint8
+		source     Source
 	}{
 		{"bob", "", 5, time.Minute, SourceOverride},
 		{"carol", "vip", 7, 2 * time.Minute, SourcePlanOverride},
@@ -76,7 +76,7 @@ func TestSetLimitPrecedence(t *testing.T) {
 	for _, tc := range []struct {
 		target Target
 		limit  int
-		source uint8
+		source Source
 	}{{Target{Route: claimRoute}, 5, SourceOverride}, {Target{Route: claimRoute, Plan: "vip"}, 7, SourcePlanOverride}} {
 		d, err := in.policy.Peek(ctx, tc.target)
 		if err != nil || d.Limit != tc.limit || d.Source != tc.source {

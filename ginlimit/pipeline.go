@@ -351,7 +351,7 @@ func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
 func (p *Policy) gone(req *request, err error) (Decision, error) {
 	first := req.calls[0].rule
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
-	return Decision{Rule: first.Name, Limit: first.Limit, Window: first.Window, Source: first.Source, Err: err, decider: &first.Base}, err
+	return Decision{Rule: first.Name, Limit: first.Limit, Window: first.Window, Source: Source(first.Source), Err: err, decider: &first.Base}, err
 }
 
 // enter asks each call's deny caches, its Ban's then its rule's, whether
@@ -578,7 +578,7 @@ func callDecision(r *rule.Base, reply []int64, rec, fired int, now time.Time, ba
 		Allowed:   fired == 0,
 		Limit:     r.Limit,
 		Window:    r.Window,
-		Source:    r.Source,
+		Source:    Source(r.Source),
 		Remaining: a.Remaining,
 		Reset:     a.Reset,
 		Time:      a.At,
@@ -628,7 +628,7 @@ func cached(r *rule.Base, a state.Answer, banned bool) Decision {
 		Rule:       r.Name,
 		Limit:      r.Limit,
 		Window:     r.Window,
-		Source:     r.Source,
+		Source:     Source(r.Source),
 		Remaining:  a.Remaining,
 		Reset:      a.Reset,
 		RetryAfter: a.Reset,
@@ -653,7 +653,7 @@ func tooCostly(r *rule.Rate, cost int, named bool) Decision {
 		what = "rule " + r.Name
 	}
 	return Decision{
-		Rule: r.Name, Limit: r.Limit, Window: r.Window, Source: r.Source, decider: &r.Base,
+		Rule: r.Name, Limit: r.Limit, Window: r.Window, Source: Source(r.Source), decider: &r.Base,
 		Reason: "the request costs " + strconv.Itoa(cost) + ", more than " + what + " can ever admit (" + strconv.Itoa(r.MaxCost) + ")",
 	}
 }

@@ -19,7 +19,7 @@ import (
 // checked at start-up as the rule's own limit is (against the rule's
 // algorithm, burst and cost); nothing a request says can set a limit that
 // was not declared. Each plan keeps its own counts (its keys carry
-// "tier=<name>:"), so a client that changes plan starts afresh, and the
+// the code "tier=<name>:"), so a client that changes plan starts afresh, and the
 // headers report the limit of the plan that applied. pick runs on every
 // request, before the identity is checked, and must be fast and safe for
 // concurrent use. At most 64 plans.
@@ -28,8 +28,8 @@ import (
 // claim; a token that does not verify gives "" here and 401 from the rule:
 //
 //	ginlimit.LimitBy(func(c *gin.Context) string {
-//		tier, _ := jwt.Claim(c, "tier") // jwt is the rule's *identity.JWT
-//		return tier
+//		plan, _ := jwt.Claim(c, "plan") // jwt is the rule's *identity.JWT
+//		return plan
 //	}, map[string]int{"pro": 100, "enterprise": 1000})
 func LimitBy(pick func(c *gin.Context) string, limits map[string]int) RuleOption {
 	limits = maps.Clone(limits)

@@ -35,7 +35,7 @@ type Policy struct {
 	records      int                      // the records of the rate rules' script call: one per rule, one per Ban (see place)
 	bans         bool                     // some rate rule has a Ban
 	named        bool                     // declared with Rule: keys and 429 bodies name the rule
-	tiered       bool                     // some rule has plans (LimitBy): the policy header is per request
+	planned      bool                     // some rule has plans (LimitBy): the policy header is per request
 	partitioned  bool                     // some rule hashes its identity: the policy header has pk, per request
 	engine       *engine.Engine           // makes the route's Redis calls
 	fleet        *fleet.Fleet             // keeps it in step with the other instances: resets, overrides
@@ -149,7 +149,7 @@ func (p *Policy) add(r rule.Any) {
 		p.rules = append(p.rules, r)
 		p.records += r.Records()
 		p.bans = p.bans || r.Ban != nil
-		p.tiered = p.tiered || r.Plans != nil
+		p.planned = p.planned || r.Plans != nil
 	}
 }
 

@@ -231,12 +231,12 @@ func abortJSON(c *gin.Context, code int, body string) {
 }
 
 // policyFor is the RateLimit-Policy value of req: every rule's item, with
-// the limits of the tiers and overrides the request's rules resolved to
+// the limits of the plans and overrides the request's rules resolved to
 // and the partition keys of its hashed identities (appendPK). On a route
 // with plans or overrides it lists the rules of the request's step: its
 // rate rules, or its in-flight rules.
 func (p *Policy) policyFor(req *request) string {
-	perRequest := p.tiered || p.view.Load() != nil // a plan's or an override's limits
+	perRequest := p.planned || p.view.Load() != nil // a plan's or an override's limits
 	switch {
 	case !perRequest && !p.partitioned:
 		return p.policyHeader
