@@ -26,6 +26,9 @@ type Algorithm interface {
 	// Check refuses at start-up a rule its script would refuse on every
 	// request, naming the options.
 	Check(s *RateConfig) error
+	// Terms is what the routes of a Shared group must agree on beside
+	// the window and limit: the settings of the algorithm's own.
+	Terms(s *RateConfig) string
 }
 
 // Lookup returns the algorithm called name, and whether there is one.
@@ -74,6 +77,7 @@ type slidingLog struct{}
 func (slidingLog) Name() string              { return "sliding_log" }
 func (slidingLog) Tag(*RateConfig) string    { return SlidingLogTag }
 func (slidingLog) MaxCost(s *RateConfig) int { return s.Limit }
+func (slidingLog) Terms(*RateConfig) string  { return "" }
 
 // Param is where SlidingLogTag starts in the key (see ZsetKey).
 func (slidingLog) Param(s *RateConfig) int { return len(s.Prefix) }
@@ -96,6 +100,10 @@ func (slidingCounter) Name() string              { return "sliding_counter" }
 func (slidingCounter) Param(s *RateConfig) int   { return s.SubWindows }
 func (slidingCounter) MaxCost(s *RateConfig) int { return s.Limit }
 
+func (slidingCounter) Terms(s *RateConfig) string {
+	return ", sub-windows " + strconv.Itoa(s.SubWindows)
+}
+
 func (slidingCounter) Tag(s *RateConfig) string {
 	return "sc-" + strconv.FormatInt(s.Window.Microseconds()/int64(s.SubWindows), 10) + ":"
 }
@@ -115,15 +123,17 @@ func (fixedWindow) Tag(*RateConfig) string    { return "fw2:" }
 func (fixedWindow) Param(*RateConfig) int     { return 0 }
 func (fixedWindow) MaxCost(s *RateConfig) int { return s.Limit }
 func (fixedWindow) Check(*RateConfig) error   { return nil }
+func (fixedWindow) Terms(*RateConfig) string  { return "" }
 
 // tokenBucket refills limit tokens per window into a bucket of burst
 // tokens (GCRA).
 type tokenBucket struct{}
 
-func (tokenBucket) Name() string              { return "token_bucket" }
-func (tokenBucket) Tag(*RateConfig) string    { return "tb3:" }
-func (tokenBucket) Param(s *RateConfig) int   { return s.burstOrLimit() }
-func (tokenBucket) MaxCost(s *RateConfig) int { return s.burstOrLimit() }
+func (tokenBucket) Name() string               { return "token_bucket" }
+func (tokenBucket) Tag(*RateConfig) string     { return "tb3:" }
+func (tokenBucket) Param(s *RateConfig) int    { return s.burstOrLimit() }
+func (tokenBucket) MaxCost(s *RateConfig) int  { return s.burstOrLimit() }
+func (tokenBucket) Terms(s *RateConfig) string { return ", burst " + strconv.Itoa(s.Burst) }
 
 // Check: the bucket keeps its state in 1/limit µs, a token being window
 // units: burst*window must stay exact in a double.

@@ -420,12 +420,7 @@ func (c *Common) groupOf(kind, terms string) (group, all string) {
 func (c *RateConfig) rateTerms() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, ", %s, Window(%v), Limit(%d)", c.Alg.Name(), c.Window, c.Limit)
-	switch c.Alg.(type) {
-	case slidingCounter:
-		b.WriteString(", sub-windows " + strconv.Itoa(c.SubWindows))
-	case tokenBucket:
-		b.WriteString(", burst " + strconv.Itoa(c.Burst))
-	}
+	b.WriteString(c.Alg.Terms(c))
 	if c.Ban != nil {
 		fmt.Fprintf(&b, ", Ban(%d, %v, %v)", c.Ban.After, c.Ban.Within, c.Ban.Duration)
 	}
