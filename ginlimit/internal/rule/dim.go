@@ -9,19 +9,6 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// value returns a param, header or func dimension's value for c.
-func (d Dim) value(c *gin.Context) (string, bool) {
-	switch d.Kind {
-	case KindParam:
-		return c.Param(d.Name), true
-	case KindHeader:
-		return c.GetHeader(d.Name), true
-	case KindFunc:
-		return d.Fn(c)
-	}
-	return "", false
-}
-
 // Dim is what a Dimension of the public package stands for.
 type Dim struct {
 	Kind  Kind

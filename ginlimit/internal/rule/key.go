@@ -519,3 +519,16 @@ func (r *Base) Counts(k Kind) bool {
 	}
 	return false
 }
+
+// value returns a param, header or func dimension's value for c.
+func (d Dim) value(c *gin.Context) (string, bool) {
+	switch d.Kind {
+	case KindParam:
+		return c.Param(d.Name), true
+	case KindHeader:
+		return c.GetHeader(d.Name), true
+	case KindFunc:
+		return d.Fn(c)
+	}
+	return "", false
+}
