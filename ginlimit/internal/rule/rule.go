@@ -229,7 +229,9 @@ func CompileRate(c RateConfig, route Route, named, override bool) (*Rate, error)
 		r.Script = redis.NewScript(lua.Single(c.Alg.Name(), c.Window.Microseconds(), int64(c.Limit), int64(param)))
 	}
 	r.PolicyHeader = r.QuotedName + ";q=" + r.LimitText + ";w=" + strconv.FormatInt(CeilSeconds(c.Window), 10)
-	r.Group, r.GroupTerms = c.groupOf("rate", c.rateTerms())
+	if c.Shared {
+		r.Group, r.GroupTerms = c.groupOf("rate", c.rateTerms())
+	}
 	if c.Ban != nil {
 		if err := r.compileBan(*c.Ban, route, named); err != nil {
 			return nil, err
@@ -263,7 +265,9 @@ func compileInFlight(c Config, route Route, named bool) (*InFlight, error) {
 	// No window: the IETF draft's w is optional, and a count of requests
 	// in flight has none. Its unit is the draft's concurrent-requests.
 	r.PolicyHeader = r.QuotedName + ";q=" + r.LimitText + `;qu="concurrent-requests"`
-	r.Group, r.GroupTerms = c.groupOf("in-flight", fmt.Sprintf(", InFlight(%d, %v)", n, lease))
+	if c.Shared {
+		r.Group, r.GroupTerms = c.groupOf("in-flight", fmt.Sprintf(", InFlight(%d, %v)", n, lease))
+	}
 	if route.Local { // the fallback decides only for FailLocal
 		r.Local = state.NewSlots(n, route.Instances)
 	}
