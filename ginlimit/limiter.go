@@ -182,7 +182,8 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 // on e the first time (or every time, for a client that cannot be a map
 // key). l.mu is held.
 func (l *Limiter) fleetFor(client redis.Scripter, shared bool, e *engine.Engine) *backend {
-	if owner := l.fleets[client]; shared && owner != nil {
+	if shared && l.fleets[client] != nil {
+		owner := l.fleets[client]
 		return &backend{engine: e, fleet: owner.fleet, live: owner.live}
 	}
 	b := &backend{engine: e, live: &liveLimits{}, owner: true}

@@ -155,7 +155,9 @@ func (f *Fleet) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-f.kick:
-			_ = f.load(ctx)
+			if f.stale.Load() { // else a load since has done it
+				_ = f.load(ctx)
+			}
 		case <-tick.C:
 			_ = f.Tick(ctx)
 		}
