@@ -10,7 +10,7 @@ import (
 	"github.com/ginlimit/ginlimit/lua"
 )
 
-// Bans: a rate rule with [Ban] carries a banRule, compiled here and decided
+// Bans: a rate rule with [Ban] carries a rule.Ban, compiled in internal/rule and decided
 // in the same script call, before its rule, on a key in the same slot; the
 // pipeline folds its decision into the rule's (pipeline.go: parse).
 

@@ -26,7 +26,7 @@ import (
 // gives each of its policies a new view (liveView). A request reads the
 // view in process (setCall): overrides add no Redis call to a decision.
 //
-// An override compiles into a rule of its own with compileRate, the code
+// An override compiles into a rule of its own with rule.CompileRate, the code
 // that compiles a rule at start-up, so that a value the scripts would
 // refuse is refused when it is set (SetLimit), naming what is wrong. Its
 // rule goes through the several-rule script, whose settings are arguments:
@@ -296,8 +296,8 @@ type overrideKey struct {
 // resolve returns the rule that decides a call of r on key, in scope s:
 // the identity's override, or r's, or r itself. Every one counts on key,
 // r's (the one of the plan the identity is in), so that a change keeps
-// what was spent there: an override changes no key tag (keyTag; a
-// SlidingCounter's override keeps the sub-window length, overrideWindow).
+// what was spent there: an override changes no key tag (Algorithm.Tag; a
+// SlidingCounter's override keeps the sub-window length, rule.OverrideWindow).
 func (v *liveView) resolve(r *rule.Rate, key string, named bool, s rule.Scope) *rule.Rate {
 	if o := v.find(r, key, named, s); o != nil {
 		return o

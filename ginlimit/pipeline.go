@@ -459,7 +459,7 @@ func (p *Policy) call(req *request) (*redis.Script, []any) {
 		return severalScript, p.severalArgs(req)
 	}
 	cl := req.calls[0]
-	if cl.rule.Script == nil { // an override (see compileRate)
+	if cl.rule.Script == nil { // an override (see rule.CompileRate)
 		return severalScript, p.severalArgs(req)
 	}
 	if p.clock == nil && cl.cost == cl.rule.Cost {
@@ -498,7 +498,7 @@ func (p *Policy) newArgs(n int) []any {
 }
 
 // putRecord writes the arguments of record rec: its rule's settings (see
-// ruleArgs) and its cost.
+// rule.Args) and its cost.
 func putRecord(args []any, rec int, settings []any, cost int) {
 	at := lua.ArgRules + lua.ArgsPerRule*rec
 	copy(args[at:at+lua.ArgsPerRule], settings)

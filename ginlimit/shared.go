@@ -7,12 +7,12 @@ import (
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
-// A [Shared] rule's key leaves the route out (buildKey); what else a
+// A [Shared] rule's key leaves the route out (rule.BuildKey); what else a
 // group needs lives here: a route with Rules keeps its rate rules (and
 // its in-flight rules) all Shared or none, so that one script call's keys
 // share a hash tag, and within one Limiter the routes of a group agree on
 // the rule's settings, so that a typo never splits a group silently (a
-// different algorithm or shape is a different key, see keyTag) or makes
+// different algorithm or shape is a different key, see Algorithm.Tag) or makes
 // the routes judge one count by different limits.
 
 // checkShared refuses a route whose rate rules, or whose in-flight rules,

@@ -20,10 +20,10 @@ import (
 //
 //	<prefix>{<scope>[ <dimension>]}                 a route with one rule
 //	<prefix>{<scope>} rule:<name>[ <dimension>]     a route with Rules
-//	<prefix>{* shared} rule:<name>[ <dimension>]    a [Shared] rule
+//	<prefix>{* shared} rule:<name>[ <dimension>]    a Shared rule
 //
 // The scope is "<METHOD> <route template>" for a request ("* unmatched"
-// for one that matched no route), or the caller's key for [Policy.Allow].
+// for one that matched no route), or the caller's key for Policy.Allow.
 // A Shared rule's key has no route in it, so every route that carries the
 // rule meets the same key; it always names the rule, so a rule declared
 // alone and one declared with Rule share when their Key and Name agree.
@@ -33,9 +33,9 @@ import (
 // count of one route with Rules. No route template can spell "* shared":
 // gin's begin with '/'.
 // The dimension is one " <label>:<value>" per dimension the rule counts per
-// ([Per]), in the rule's order: "ip:<addr>", "user:<id>", "anon:<addr>",
+// (Per), in the rule's order: "ip:<addr>", "user:<id>", "anon:<addr>",
 // "p.<param>:<value>", "h.<header>:<value>", "f.<name>:<value>"; with
-// [HashIdentities], one "<labels joined by +>:<hmac>". The braces are the Redis Cluster hash tag: the keys of one
+// HashIdentities, one "<labels joined by +>:<hmac>". The braces are the Redis Cluster hash tag: the keys of one
 // route's Rules share a slot, so one script can decide them together. The
 // scope and the identity are escaped: '%', '{', '}', spaces and
 // non-printable bytes become %XX, and user ids and the other values taken
@@ -109,7 +109,7 @@ const (
 )
 
 // sharedRoute is, under unmatchedMethod, the scope of every key of a
-// [Shared] rule, whatever the route: what makes the count the group's.
+// Shared rule, whatever the route: what makes the count the group's.
 const SharedRoute = "shared"
 
 // requestScope returns the scope of a request: its method and route
@@ -163,7 +163,7 @@ func boundedLen(s string, safe Charset) int {
 	return escapedLen(s, safe)
 }
 
-// buildKey returns rule r's Redis key for scope s and identity w (nil for
+// BuildKey returns rule r's Redis key for scope s and identity w (nil for
 // none). named says whether the route declares its rules with Rule, whose
 // keys carry the rule's name outside the hash tag; a Shared rule's always
 // do, under the scope "* shared" (sharedRoute).
@@ -324,7 +324,7 @@ func (w *Who) hash(secret []byte) string {
 }
 
 // logTag is what a log line may say about the identity of a request: the
-// first 12 hex digits of the HMAC that [HashIdentities] puts into the key,
+// first 12 hex digits of the HMAC that HashIdentities puts into the key,
 // keyed with the rule's secret or, without one, with the policy's own
 // random secret, so lines about one client can be told apart but no
 // identity is written down.
@@ -338,7 +338,7 @@ func (w *Who) LogTag(r *Base, secret []byte) string {
 	return w.hash(secret)[:12]
 }
 
-// SlidingLogTag is the sliding log's keyTag. Its script is told where it
+// SlidingLogTag is the sliding log's Tag. Its script is told where it
 // starts in the key (the param, the length of the prefix before it), to
 // find the key the ZSET log kept: the same without it.
 const SlidingLogTag = "sl2:"
@@ -351,7 +351,7 @@ func ZsetKey(r *Base, key string) string {
 }
 
 // slotTag is what an in-flight rule adds to its key prefix, so that its
-// keys never meet a rate rule's (see keyTag).
+// keys never meet a rate rule's (see Algorithm.Tag).
 const SlotTag = "if:"
 
 // banTag is what a rule's Ban adds to the rule's prefix.
@@ -362,8 +362,8 @@ const banTag = "ban:"
 func planTag(name string) string { return "tier=" + Escape(name, IDSafe) + ":" }
 
 // partition is the partition of key, one of rule r's: the hex HMAC that
-// [HashIdentities] puts in place of the identity, which every layout of
-// buildKey ends with (but for the closing brace of a route with one
+// HashIdentities puts in place of the identity, which every layout of
+// BuildKey ends with (but for the closing brace of a route with one
 // rule); "" for a rule that counts no dimension, or none hashed.
 func (r *Base) Partition(key string) string {
 	if r.HashKey == nil || len(r.Dims) == 0 {
@@ -376,7 +376,7 @@ func (r *Base) Partition(key string) string {
 	return key[len(key)-HashHex:]
 }
 
-// identify finds the request's identity for rule r. With HashIdentities
+// Identify finds the request's identity for rule r. With HashIdentities
 // the text is an HMAC of the identity instead of the identity.
 func (r *Base) Identify(c *gin.Context, w *Who) error {
 	w.N, w.Text = 0, w.Text[:0]
@@ -411,8 +411,8 @@ func (r *Base) Identify(c *gin.Context, w *Who) error {
 }
 
 // seal replaces w's identity by its HMAC when the rule has
-// [HashIdentities]. Every identity goes through it on its way into a key:
-// a request's (identify) and a [Target]'s. One dimension keeps its label
+// HashIdentities. Every identity goes through it on its way into a key:
+// a request's (Identify) and a Target's. One dimension keeps its label
 // ("user:<hex>"); several become one part, their labels joined by '+'.
 func (r *Base) Seal(w *Who) {
 	if r.HashKey == nil || w.N == 0 {
@@ -451,7 +451,7 @@ func (r *Base) ipWho(w *Who, addr netip.Addr, label string) {
 	w.Add(label, UnsafeString(w.Text[start:]), RouteSafe)
 }
 
-// targetWho sets w to the identity t names for rule r, as identify would
+// TargetWho sets w to the identity t names for rule r, as Identify would
 // for a request from it. Every part of t must be used by the rule.
 func (r *Base) TargetWho(w *Who, t Target) error {
 	w.N, w.Text = 0, w.Text[:0]
@@ -497,10 +497,6 @@ func (r *Base) TargetWho(w *Who, t Target) error {
 	r.Seal(w)
 	return nil
 }
-
-// ruleBase is what every kind of rule has: its name, how its keys are
-// built (prefix, dimensions, identity), and what its answers say (the
-// headers' texts, the 429 body). A decision points at the ruleBase of the
 
 // Target is an identity named from outside a request, as a Target of the
 // public package names it.
