@@ -56,7 +56,7 @@ func (o *Observer) observe(_ context.Context, e ginlimit.Event) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	s := series{e.Route, e.Rule, e.Outcome}
+	s := series{e.Route, e.Rule, string(e.Outcome)}
 	if _, ok := o.traffic[s]; ok || len(o.traffic) < maxSeries {
 		o.traffic[s]++
 	}

@@ -47,7 +47,7 @@ func (c *Console) routes(r gin.IRouter) {
 }
 
 // sourceName names a Decision.Source.
-func sourceName(s uint8) string {
+func sourceName(s ginlimit.Source) string {
 	switch s {
 	case ginlimit.SourceOverride:
 		return "override"

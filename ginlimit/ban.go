@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
-// Bans: a rate rule with [Ban] carries a banRule, compiled here and decided
+// Bans: a rate rule with [Ban] carries a rule.Ban, compiled in internal/rule and decided
 // in the same script call, before its rule, on a key in the same slot; the
 // pipeline folds its decision into the rule's (pipeline.go: parse).
 
@@ -21,14 +22,6 @@ const banAlg AlgorithmKind = "penalty"
 // DefaultBanMessage is the message of the 429 a banned identity gets. A
 // [Respond] function can write another, reading [Decision.Banned].
 const DefaultBanMessage = "You are temporarily banned for sending too many requests, please try again later"
-
-// ban is what [Ban] configures.
-type ban struct {
-	after    int
-	within   time.Duration
-	duration time.Duration
-	message  string
-}
 
 // MaxBan is the longest ban [Ban] takes: 1e9 milliseconds, about 11.6
 // days. The script counts a ban in milliseconds, its param, and takes at
@@ -51,56 +44,18 @@ const MaxBan = lua.MaxParam * time.Millisecond
 // 1e6, within 1 ms to about 31 years, duration 1 ms to [MaxBan]; with
 // [LimitBy] every plan has its own strikes and bans.
 func Ban(after int, within, duration time.Duration) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		switch {
 		case after < 1 || after > 1e6:
 			return fmt.Errorf("Ban(%d, %v, %v): want 1 to 1e6 refusals", after, within, duration)
-		case within < time.Millisecond || within > maxWindow:
-			return fmt.Errorf("Ban(%d, %v, %v): the period must be from 1ms to %v", after, within, duration, maxWindow)
+		case within < time.Millisecond || within > rule.MaxWindow:
+			return fmt.Errorf("Ban(%d, %v, %v): the period must be from 1ms to %v", after, within, duration, rule.MaxWindow)
 		case duration < time.Millisecond || duration > MaxBan:
 			return fmt.Errorf("Ban(%d, %v, %v): the ban must last from 1ms to %v", after, within, duration, MaxBan)
 		}
-		r.ban = &ban{after: after, within: within.Truncate(time.Microsecond), duration: duration.Truncate(time.Millisecond), message: DefaultBanMessage}
+		r.Rate.Ban = &rule.BanConfig{After: after, Within: within.Truncate(time.Microsecond), Duration: duration.Truncate(time.Millisecond), Message: DefaultBanMessage}
 		return nil
 	})
-}
-
-// banRule is a rate rule's [Ban]: a count of the refusals of its rule's
-// identities on a key of its own, decided in the same script call just
-// before its rule (lua/penalty.lua). It refuses while the identity is
-// banned and counts strikes when a request is refused. It lives only in its
-// rule (rateRule.ban), and its ruleBase is its rule's but for the key
-// prefix and the 429 body, so that a ban reads as its rule's refusal with
-// Banned set and the ban's message.
-type banRule struct {
-	ruleBase
-	settings []any            // its arguments of the several-rule script, but the cost (ruleArgs)
-	deny     *state.DenyCache // nil when off
-	local    *state.Buckets   // the FailLocal fallback's memory of the bans Redis reported, or nil
-}
-
-// compileBan compiles r's Ban from rc: r's name, dimensions and identity
-// under its own key prefix ("<prefix>ban:"), and the ban's settings as the
-// script's window, limit and param.
-func (r *rateRule) compileBan(rc ruleConfig, route *routeConfig, named bool) error {
-	b := *rc.ban
-	body, err := body429(b.message, r.name, named)
-	if err != nil {
-		return fmt.Errorf("Ban: %w", err)
-	}
-	br := &banRule{
-		ruleBase: r.ruleBase,
-		settings: ruleArgs(banAlg, b.within, b.after, int(b.duration.Milliseconds())),
-		deny:     newDenyCache(route, false),
-	}
-	br.prefix, br.body429, br.message = r.prefix+banTag, body, b.message
-	if route.onFail == FailLocal {
-		// A ban is Redis's: the fallback starts none, but keeps the one
-		// Redis last reported.
-		br.local = state.NewBans(DefaultLocalKeys)
-	}
-	r.ban = br
-	return nil
 }
 
 // strikeAll records a refusal of req answered in process, by its call i
@@ -122,7 +77,7 @@ func (p *Policy) strikeAll(req *request, i int, byBan bool) {
 func (p *Policy) bringStrikes(req *request) {
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.ban != nil {
-			cl.ban.cost = strikes(cl.rule.deny.Drain(cl.key))
+			cl.ban.cost = strikes(cl.rule.Deny.Drain(cl.key))
 		}
 	}
 }
@@ -153,14 +108,14 @@ func strikes(n int64) int { return int(min(1+n, lua.MaxCost)) }
 // nothing more here; strikes given back after a failed call schedule a new
 // report.
 func (p *Policy) carry(cl call, n int64) {
-	if !cl.rule.deny.StrikeN(cl.key, n) {
+	if !cl.rule.Deny.StrikeN(cl.key, n) {
 		return
 	}
 	// The report runs later, on a timer: it keeps a copy of the Ban's
 	// share, never a pointer into the request's memory.
 	ban := *cl.ban
 	cl.ticket, ban.ticket, cl.ban = state.Ticket{}, state.Ticket{}, &ban
-	time.AfterFunc(cl.rule.deny.Staleness(), func() {
+	time.AfterFunc(cl.rule.Deny.Staleness(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 		defer cancel()
 		p.reportStrikes(ctx, []call{cl}, 0)
@@ -183,7 +138,7 @@ func (p *Policy) reportStrikes(ctx context.Context, calls []call, add int64) {
 		if cl.ban == nil {
 			continue
 		}
-		n := add + cl.rule.deny.Drain(cl.key)
+		n := add + cl.rule.Deny.Drain(cl.key)
 		if n <= 0 {
 			continue
 		}
@@ -198,11 +153,11 @@ func (p *Policy) reportStrikes(ctx context.Context, calls []call, add int64) {
 	sent := time.Now()
 	args := p.newArgs(len(keys))
 	for rec, cl := range report {
-		b := cl.rule.ban
-		if b.deny != nil {
-			cl.ban.ticket = b.deny.Stamp()
+		b := cl.rule.Ban
+		if b.Deny != nil {
+			cl.ban.ticket = b.Deny.Stamp()
 		}
-		putRecord(args, rec, b.settings, cl.ban.cost)
+		putRecord(args, rec, b.Settings, cl.ban.cost)
 	}
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, severalScript, keys, args)
 	var now time.Time
@@ -214,12 +169,12 @@ func (p *Policy) reportStrikes(ctx context.Context, calls []call, add int64) {
 			p.carry(cl, int64(cl.ban.cost-1))
 			continue
 		}
-		b, a := cl.rule.ban, answerAt(reply, rec, now)
-		if b.deny != nil {
-			b.deny.Leave(cl.ban.key, cl.ban.ticket, a)
+		b, a := cl.rule.Ban, answerAt(reply, rec, now)
+		if b.Deny != nil {
+			b.Deny.Leave(cl.ban.key, cl.ban.ticket, a)
 		}
-		if b.local != nil {
-			b.local.Learn(cl.ban.key, a, sent)
+		if b.Local != nil {
+			b.Local.Learn(cl.ban.key, a, sent)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package ginlimit
 
 import (
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+
 	"context"
 	"encoding/binary"
 	"io"
@@ -121,16 +123,16 @@ func BenchmarkMiddleware(b *testing.B) {
 
 // BenchmarkDenyCacheHit is a rejection answered in process.
 func BenchmarkDenyCacheHit(b *testing.B) {
-	c := newDenyCache(&routeConfig{deny: DefaultDenyCacheSize, staleness: time.Hour}, false)
+	c := (&routeConfig{deny: DefaultDenyCacheSize, staleness: time.Hour}).forRules().DenyCache(false)
 	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
 	c.Leave(key, c.Stamp(), state.Answer{Remaining: 0, Reset: time.Hour, At: time.Now()})
-	r := &rateRule{ruleBase: ruleBase{name: "x", limit: 1}, maxCost: 1, cost: 1, deny: c}
-	p := &Policy{rules: []*rateRule{r}, records: 1}
+	r := &rule.Rate{Base: rule.Base{Name: "x", Limit: 1}, MaxCost: 1, Cost: 1, Deny: c}
+	p := &Policy{rules: []*rule.Rate{r}, records: 1}
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			req := p.newRequest(scope{})
+			req := p.newRequest(rule.Scope{})
 			cl := &req.calls[0]
 			*cl = call{rule: r}
 			cl.key, cl.cost = key, 1

@@ -182,9 +182,9 @@ func TestClientGoneKeepsStrikes(t *testing.T) {
 	// The deny cache's clock is the test's: refusals are answered from it
 	// until the test moves it past the staleness bound.
 	var now atomic.Int64
-	deny := g.policy.rules[0].deny
+	deny := g.policy.rules[0].Deny
 	deny.SetClock(now.Load)
-	g.policy.rules[0].deny.SetStaleness(staleness)
+	g.policy.rules[0].Deny.SetStaleness(staleness)
 	if code := g.serve("192.0.2.4", false); code != http.StatusOK {
 		t.Fatalf("the first request got %d", code)
 	}

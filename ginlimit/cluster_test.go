@@ -6,6 +6,8 @@ package ginlimit
 // master that goes away fails only its own keys.
 
 import (
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -47,7 +49,7 @@ func TestClusterKeysSpread(t *testing.T) {
 		if w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Remaining") != "4" {
 			t.Fatalf("client %s: %d %v %s", ip, w.Code, w.Header(), w.Body)
 		}
-		key := pre + slidingLogTag + "{GET /x ip:" + ip + "}"
+		key := pre + rule.SlidingLogTag + "{GET /x ip:" + ip + "}"
 		m := cl.MasterForKey(key)
 		want[m] = append(want[m], key)
 	}
@@ -150,7 +152,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 				t.Fatal("autoPipeline(true) on a ClusterClient: no decision went through a pipeline")
 			}
 			key := ruleKey(policies[0], 0, "hot")
-			if n := storedUnits(t, clients[0], policies[0].rules[0].alg, key); n != 500 {
+			if n := storedUnits(t, clients[0], AlgorithmKind(policies[0].rules[0].Alg.Name()), key); n != 500 {
 				t.Fatalf("the key %s holds %d units, want 500", key, n)
 			}
 			// A fresh policy, without a deny cache, asks Redis: nothing left.

@@ -91,12 +91,12 @@ func TestDimensionsSharingAValueNameAreRefused(t *testing.T) {
 		p, err := l.Policy(Key(prefix(t)), Per(dims...))
 		if err == nil {
 			// What it was: a count no Target reaches.
-			_, perr := p.Peek(context.Background(), Target{Route: "GET /v/:id", Values: map[string]string{dims[0].dimension().name: "7"}})
-			t.Errorf("Per(%s, %s) compiled; its Peek says %v", dims[0].dimension().describe(), dims[1].dimension().describe(), perr)
+			_, perr := p.Peek(context.Background(), Target{Route: "GET /v/:id", Values: map[string]string{dims[0].dimension().Name: "7"}})
+			t.Errorf("Per(%s, %s) compiled; its Peek says %v", dims[0].dimension().Describe(), dims[1].dimension().Describe(), perr)
 			continue
 		}
 		if !strings.Contains(err.Error(), "Target.Values") {
-			t.Errorf("Per(%s, %s): %v; want an error that says the two share a Target.Values name", dims[0].dimension().describe(), dims[1].dimension().describe(), err)
+			t.Errorf("Per(%s, %s): %v; want an error that says the two share a Target.Values name", dims[0].dimension().Describe(), dims[1].dimension().Describe(), err)
 		}
 	}
 	// Distinct names, and the built-in dimensions, still go together.

@@ -6,6 +6,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
 // Decision is the outcome of one rate limit decision. The middleware stores
@@ -38,7 +39,7 @@ type Decision struct {
 	// ([LimitBy]), [SourceIdentityOverride] for the identity's. It is a
 	// small integer, not a string, to keep a Decision small: every request
 	// carries one.
-	Source uint8
+	Source Source
 	// Limit is the rule's limit per window; for an in-flight rule
 	// ([InFlight]), its n. An override set with [Policy.SetLimit] replaces
 	// the configured limit: Source says which one applied.
@@ -87,7 +88,7 @@ type Decision struct {
 	brk *engine.Breaker
 	// decider is the rule that decided, a Ban's for a banned identity:
 	// its name, header texts and 429 body.
-	decider *ruleBase
+	decider *rule.Base
 	// Err is non-nil when Redis could not decide. Allowed then follows the
 	// rule's FailPolicy; with FailOpen and FailClosed, Remaining, Reset,
 	// RetryAfter and Time are zero, and with FailLocal they come from the
@@ -95,12 +96,16 @@ type Decision struct {
 	Err error
 }
 
+// Source says where a decision's Limit and Window come from (see
+// [Decision.Source]).
+type Source uint8
+
 // The values of [Decision.Source], from the least specific: an identity's
 // override comes before its plan's, which comes before the rule's, which
 // comes before the configuration.
 const (
 	// SourceConfig: the rule's limit and window are those of its options.
-	SourceConfig uint8 = iota
+	SourceConfig Source = iota
 	// SourceOverride: an override of the rule, set with [Policy.SetLimit]
 	// for a [Target] that names no plan and no identity.
 	SourceOverride

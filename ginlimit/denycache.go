@@ -2,14 +2,7 @@ package ginlimit
 
 import (
 	"fmt"
-
-	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
-
-// exactBelow is the remaining quota below which the deny cache keeps a
-// key's bound and counts its calls in flight: near the limit, where a
-// bound saves calls; far from it, a key is left to Redis alone.
-const exactBelow = 64
 
 // DenyCache sets how many keys near or over their limit each rule of the
 // route remembers in process; 0 turns the cache off. The default is
@@ -34,11 +27,4 @@ func DenyCache(size int) Option {
 		r.deny = size
 		return nil
 	})
-}
-
-// newDenyCache returns the deny cache of a rule on route, or nil when the
-// route has it off; strikes says the rule has a [Ban], whose strikes the
-// cache counts.
-func newDenyCache(route *routeConfig, strikes bool) *state.DenyCache {
-	return state.NewDenyCache(state.DenyConfig{Size: route.deny, Staleness: route.staleness, ExactBelow: exactBelow, Strikes: strikes})
 }

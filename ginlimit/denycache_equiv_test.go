@@ -38,7 +38,7 @@ func TestDenyCacheMatchesRedisForEveryAlgorithm(t *testing.T) {
 			for _, p := range []*Policy{withCache, without} {
 				p.clock = func() int64 { return now }
 			}
-			withCache.rules[0].deny.SetClock(func() int64 { return (now - t0.UnixMicro()) * 1000 })
+			withCache.rules[0].Deny.SetClock(func() int64 { return (now - t0.UnixMicro()) * 1000 })
 			seed := rand.Uint64()
 			rng := rand.New(rand.NewPCG(seed, 1))
 			cached := 0

@@ -1,29 +1,23 @@
 package ginlimit
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
 // A rule's dimension is what its limit is counted per. A new dimension is
-// a dimKind and its constructor here, and its cases in identify and
-// targetWho (key.go), where every key is built from the identity.
+// its constructor here, and its Kind, constructor and cases in Identify
+// and TargetWho in internal/rule, where every key is built.
 
-// Type sets what the limit is counted per, the Java annotation's type:
-// [Method] (the whole route, the default), [IP], [User], [UserOrIP] or
-// [Shared] (the whole group of routes that carry the rule). It
-// is sugar for [Per](t), keys included, so any Dimension fits:
-// Type(ginlimit.ByParam("id")) is Per(ginlimit.ByParam("id")).
+// Type is an alias of [Per](t), keys included: the Java annotation's spelling.
 func Type(t Dimension) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		if t == nil {
 			return errors.New("Type(nil): want Method, IP, User, UserOrIP, Shared or a dimension of ByParam, ByHeader or ByFunc")
 		}
@@ -35,11 +29,11 @@ func Type(t Dimension) RuleOption {
 // which proxies are trusted to send X-Forwarded-For. By default no proxy is
 // trusted and the client is the TCP peer.
 func IPIdentity(ip *identity.IP) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		if ip == nil {
 			return errors.New("IPIdentity(nil): the resolver must not be nil")
 		}
-		r.ips = ip
+		r.IPs = ip
 		return nil
 	})
 }
@@ -50,11 +44,11 @@ func IPIdentity(ip *identity.IP) RuleOption {
 // count different identities, for example the user from a JWT and the
 // tenant from identity.FromContext("tenant").
 func UserIdentity(u identity.User) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		if u == nil {
 			return errors.New("UserIdentity(nil): the resolver must not be nil")
 		}
-		r.users = u
+		r.Users = u
 		return nil
 	})
 }
@@ -66,32 +60,33 @@ func UserIdentity(u identity.User) RuleOption {
 // or every identity gets a fresh bucket. The default is off.
 func HashIdentities(secret []byte) RuleOption {
 	secret = append([]byte(nil), secret...)
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		if len(secret) < 32 {
 			return fmt.Errorf("HashIdentities: the secret is %d bytes, want at least 32", len(secret))
 		}
-		r.hashKey = secret
+		r.HashKey = secret
 		return nil
 	})
 }
 
 // Dimension is one thing a rule can count per: the user, the client IP, a
 // path parameter, a header, or a function of the request. Give one to
-// [Type], or several to [Per]; every combination of their values gets a
+// [Per], one or several; every combination of their values gets a
 // count of its own. The Dimensions are [Method], [IP], [User],
 // [UserOrIP] and [Shared], and those [ByParam], [ByHeader] and [ByFunc]
 // make.
 type Dimension interface {
-	dimension() dim
+	dimension() rule.Dim
 }
 
-// builtinDim is the type of the Dimensions that take no argument.
-type builtinDim int
+// Builtin is the type of the Dimensions that take no argument: [Method],
+// [IP], [User], [UserOrIP] and [Shared].
+type Builtin int
 
 const (
 	// Method counts every request to the route in one bucket: the whole
 	// route, as Per() does. It is the default.
-	Method builtinDim = iota
+	Method Builtin = iota
 	// IP counts per client IP address, found by the rule's [IPIdentity]; an
 	// IPv6 client counts per /64 by default.
 	IP
@@ -116,48 +111,7 @@ const (
 	Shared
 )
 
-func (b builtinDim) dimension() dim {
-	switch b {
-	case IP:
-		return dim{kind: dimIP, label: "ip"}
-	case User:
-		return dim{kind: dimUser, label: "user"}
-	case UserOrIP:
-		return dim{kind: dimUser, label: "user", anon: true}
-	case Method:
-		return dim{kind: dimMethod}
-	case Shared:
-		return dim{kind: dimShared, label: "shared"}
-	}
-	return dim{err: fmt.Errorf("builtinDim(%d): want Method, IP, User, UserOrIP or Shared", int(b))}
-}
-
-// dim is what a Dimension stands for.
-type dim struct {
-	kind  dimKind
-	name  string // the parameter, header or function name
-	label string // what the key calls it: "user", "ip", "p.<name>", "h.<name>", "f.<name>"
-	fn    func(*gin.Context) (string, bool)
-	anon  bool  // UserOrIP: a request without an identity counts per IP
-	err   error // a constructor's complaint, reported by Per
-}
-
-func (d dim) dimension() dim { return d }
-
-type dimKind int
-
-const (
-	dimUser dimKind = iota + 1
-	dimIP
-	dimParam
-	dimHeader
-	dimFunc
-	dimMethod // the whole route: no part of the key
-	dimShared // the whole group: the key's scope is sharedRoute's
-)
-
-// maxDims is the most dimensions one rule counts per.
-const maxDims = 4
+func (b Builtin) dimension() rule.Dim { return rule.Builtin(int(b)) }
 
 // ByParam counts per value of the route's path parameter name, such as
 // ByParam("id") on "/api/vouchers/:id/claim": one count per voucher. A
@@ -173,7 +127,7 @@ const maxDims = 4
 // are ever counted. See the package documentation, Values the client
 // chooses.
 func ByParam(name string) Dimension {
-	return dim{kind: dimParam, name: name, label: "p." + escape(name, idSafe), err: dimName("ByParam", name)}
+	return valueDim(rule.Param(name))
 }
 
 // ByHeader counts per value of the request header name, such as
@@ -191,8 +145,7 @@ func ByParam(name string) Dimension {
 // not in its store), so that only real values are ever counted. See the
 // package documentation, Values the client chooses.
 func ByHeader(name string) Dimension {
-	canon := http.CanonicalHeaderKey(name)
-	return dim{kind: dimHeader, name: canon, label: "h." + escape(strings.ToLower(canon), idSafe), err: dimName("ByHeader", name)}
+	return valueDim(rule.Header(name))
 }
 
 // ByFunc counts per the value f returns for the request, under name (which
@@ -203,50 +156,13 @@ func ByHeader(name string) Dimension {
 // f is where to bound it: returning false for a value the application
 // does not know keeps it from getting a key of its own (see [ByParam]).
 func ByFunc(name string, f func(c *gin.Context) (value string, ok bool)) Dimension {
-	err := dimName("ByFunc", name)
-	if err == nil && f == nil {
-		err = fmt.Errorf("ByFunc(%q, nil): the function must not be nil", name)
-	}
-	return dim{kind: dimFunc, name: name, label: "f." + escape(name, idSafe), fn: f, err: err}
-}
-
-// dimName checks the name given to a dimension constructor.
-func dimName(what, name string) error {
-	if name == "" || len(name) > 64 || !printableASCII(name) || strings.ContainsAny(name, " {}") {
-		return fmt.Errorf("%s(%q): want a name of 1 to 64 printable ASCII bytes, without spaces or braces", what, name)
-	}
-	return nil
-}
-
-// describe returns how the dimension was made, such as
-// `ByHeader("X-Api-Key")`, for errors.
-func (d dim) describe() string {
-	switch d.kind {
-	case dimUser:
-		if d.anon {
-			return "UserOrIP"
-		}
-		return "User"
-	case dimIP:
-		return "IP"
-	case dimMethod:
-		return "Method"
-	case dimShared:
-		return "Shared"
-	case dimParam:
-		return fmt.Sprintf("ByParam(%q)", d.name)
-	case dimHeader:
-		return fmt.Sprintf("ByHeader(%q)", d.name)
-	case dimFunc:
-		return fmt.Sprintf("ByFunc(%q)", d.name)
-	}
-	return "a nil Dimension"
+	return valueDim(rule.Func(name, f))
 }
 
 // Per sets what the rule counts per: each combination of the dimensions'
 // values gets its own count, such as Per(ginlimit.User,
 // ginlimit.ByParam("id")) for "one claim per user per voucher". Per() and
-// Per(Method) count the whole route; Per(d) is [Type](d). At most 4
+// Per(Method) count the whole route. At most 4
 // dimensions, none twice, no two of one name (the name keys
 // [Target.Values]), and Method only alone. [Shared] adds no part to the
 // key: it makes the count the group's instead of the route's. Text from the request is
@@ -255,81 +171,22 @@ func (d dim) describe() string {
 // [ByParam] and [ByHeader] for values the client chooses.
 func Per(dims ...Dimension) RuleOption {
 	dims = slices.Clone(dims)
-	return ruleOption(func(r *ruleConfig) error { return setDims(r, "Per", dims) })
+	return ruleOption(func(r *rule.Config) error { return setDims(r, "Per", dims) })
 }
 
+// valueDim is a Dimension made by ByParam, ByHeader or ByFunc.
+type valueDim rule.Dim
+
+func (d valueDim) dimension() rule.Dim { return rule.Dim(d) }
+
 // setDims sets r's dimensions for the option what.
-func setDims(r *ruleConfig, what string, dims []Dimension) error {
-	if len(dims) > maxDims {
-		return fmt.Errorf("%s: %d dimensions, want at most %d", what, len(dims), maxDims)
-	}
-	ds := make([]dim, 0, len(dims))
-	anon, shared := false, false
+func setDims(r *rule.Config, what string, dims []Dimension) error {
+	ds := make([]rule.Dim, len(dims))
 	for i, x := range dims {
 		if x == nil {
 			return fmt.Errorf("%s: dimension %d is nil: give Method, IP, User, UserOrIP, Shared, or one of ByParam, ByHeader or ByFunc", what, i+1)
 		}
-		d := x.dimension()
-		switch {
-		case d.err != nil:
-			return fmt.Errorf("%s: %w", what, d.err)
-		case d.kind == 0:
-			return fmt.Errorf("%s: dimension %d is the zero value: give Method, IP, User, UserOrIP, Shared, or one of ByParam, ByHeader or ByFunc", what, i+1)
-		case d.kind == dimMethod && len(dims) > 1:
-			return fmt.Errorf("%s: Method counts the whole route: give it alone", what)
-		case d.kind == dimMethod:
-			continue
-		case d.kind == dimShared && shared:
-			return fmt.Errorf("%s: Shared is given twice", what)
-		case d.kind == dimShared:
-			shared = true
-			continue
-		}
-		for _, e := range ds {
-			switch {
-			case e.label == d.label:
-				return fmt.Errorf("%s: %s is given twice", what, d.describe())
-			case d.name != "" && e.name == d.name:
-				// Target.Values is keyed by the name: one name for two
-				// dimensions would make a count no Target can name.
-				return fmt.Errorf("%s: %s and %s share the name %q, which Target.Values keys them by: give each its own", what, e.describe(), d.describe(), d.name)
-			}
-		}
-		anon = anon || d.anon
-		ds = append(ds, d)
+		ds[i] = x.dimension()
 	}
-	if len(ds) == 0 {
-		ds = nil
-	}
-	r.dims, r.anonByIP, r.shared = ds, anon, shared
-	return nil
-}
-
-// counts reports whether the rule counts per a dimension of kind k.
-func (r *ruleBase) counts(k dimKind) bool {
-	for _, d := range r.dims {
-		if d.kind == k {
-			return true
-		}
-	}
-	return false
-}
-
-// errMissing is the error of a request that lacks the value of one of the
-// rule's dimensions.
-type errMissing struct{ d dim }
-
-func (e errMissing) Error() string { return "the request has no value for " + e.d.describe() }
-
-// body400 is the 400 body of a request that lacks d's value.
-func (d dim) body400() string {
-	msg := "Bad request"
-	if d.kind == dimHeader {
-		msg = "Missing " + d.name + " header"
-	}
-	b, _ := json.Marshal(struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{http.StatusBadRequest, msg})
-	return string(b)
+	return rule.SetDims(&r.Common, what, ds)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
@@ -63,7 +64,7 @@ func TestPerValuesCannotForgeKeys(t *testing.T) {
 		}
 	}
 	for _, k := range m.Keys() {
-		if strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 || len(k) > len(pre)+maxKeyText+64 {
+		if strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 || len(k) > len(pre)+rule.MaxKeyText+64 {
 			t.Errorf("key %.80q is not one bounded hash tag", k)
 		}
 	}
@@ -107,8 +108,8 @@ func TestPerOptions(t *testing.T) {
 		"too many":      Per(IP, User, ByParam("a"), ByParam("b"), ByParam("c")),
 		"twice":         Per(ByParam("id"), ByParam("id")),
 		"nil":           Per(nil),
-		"zero":          Per(dim{}),
-		"bad builtin":   Per(builtinDim(9)),
+		"zero":          Per(valueDim{}),
+		"bad builtin":   Per(Builtin(9)),
 		"method and ip": Per(Method, IP),
 		"user twice":    Per(User, UserOrIP),
 		"nil type":      Type(nil),

@@ -25,19 +25,19 @@
 // response, observers, shadow); [RuleOption]s concern one count (name, key
 // prefix, algorithm, window, limit, dimension, cost, message). A Rule
 // accepts only RuleOptions, so a route option inside one does not compile.
-// A rule counts per [Type]: [Method] (the whole route), [IP], [User] or
-// [UserOrIP]; or per any combination of request values ([Per]). It can
-// choose its limit per request ([LimitBy]), ban
-// abusers ([Ban]) or cap requests in flight ([InFlight]); [Policy.Peek] and
-// [Policy.Reset] inspect and clear a count named by a [Target].
+// A rule counts per what [Per] names: [Method] (the whole route), [IP],
+// [User], [UserOrIP], or any combination of request values. It can choose
+// its limit per request ([LimitBy]), ban abusers ([Ban]) or cap requests
+// in flight ([InFlight]); [Policy.Peek] and [Policy.Reset] inspect and
+// clear a count named by a [Target].
 //
 // # Algorithms
 //
 // [Algorithm] picks one per rule; each runs as one atomic Lua script on the
 // Redis clock, in one round trip, with a TTL on every key, and supports
 // [Cost]. [SlidingLog] (default) is exact; [SlidingCounter] sums
-// [DefaultSubWindows] sub-windows and can admit up to 2·limit over a full
-// window in the worst case; [FixedWindow] can admit up to 2·limit across a boundary;
+// [DefaultSubWindows] sub-windows and can admit up to 2·limit over a
+// window at worst; [FixedWindow] up to 2·limit across a boundary;
 // [TokenBucket] (GCRA) allows bursts of up to [Burst].
 //
 // # Keys
@@ -60,14 +60,12 @@
 // # Identity
 //
 // [IP] routes count per client address as resolved by identity.IP: the TCP
-// peer, unless the peer is a configured trusted proxy (see [IPIdentity]);
-// gin's own ClientIP, which trusts X-Forwarded-For from anyone by default, is
-// not used. [User] routes count per user id from [UserIdentity], typically
-// identity.JWT. A request with no valid identity on a User route is answered
-// 401 {"code":401,"message":"Authentication required"}, with
-// WWW-Authenticate: Bearer for JWT, and is counted in no bucket; observers
-// see it as [OutcomeUnauthorized] with its reason (identity.Reason), and a
-// debug line, at most one per reason per 5 s, says why, without the token.
+// peer, unless it is a trusted proxy ([IPIdentity]); gin's ClientIP, which
+// trusts X-Forwarded-For from anyone, is not used. [User] routes count per
+// user id from [UserIdentity], typically identity.JWT. A request with no
+// valid identity on a User route is answered 401, with WWW-Authenticate
+// for JWT, and counted nowhere; observers see [OutcomeUnauthorized] with
+// its reason, never the token.
 //
 // # Responses and headers
 //
@@ -85,9 +83,9 @@
 // [HashIdentities] that counts per someone adds the draft's partition key,
 // pk, the identity's keyed hash; an in-flight rule's policy says
 // qu="concurrent-requests". Package ginlimit/problem answers a 429 in RFC
-// 9457 problem+json instead. The handler can read the
-// decision with [DecisionFrom]; [Respond] writes a 429 of your own, and
-// [Observe] sees every decision, refusal and Redis error. A deny cache
+// 9457 problem+json instead. The handler reads the decision with
+// [DecisionFrom]; [Respond] writes a 429 of your own, and [Observe] sees
+// every decision, refusal and Redis error. A deny cache
 // ([DenyCache]) answers refusals that are certain in process, so a flood on
 // an over-limit key costs Redis about one call per key per
 // [DefaultMaxStaleness].
@@ -95,26 +93,19 @@
 // # Failures
 //
 // A decision waits at most [DefaultQueueTimeout] in this process, then
-// gives Redis [Timeout] ([DefaultTimeout]) to answer. When Redis fails, the failure
-// policy decides: [FailLocal], the default, answers with an in-process token
-// bucket per key, each instance enforcing its share of the limit (the
-// instances count themselves in [InstancesKey], or [LocalInstances] says
-// how many; a share is never rounded up, so a limit below their number
-// admits nothing),
-// continuing from what Redis last said of the key, and spending nothing on
-// an instance that has not heard from Redis since it started;
-// [FailClosed] answers 503; [FailOpen] lets the request through. A circuit
-// breaker per Redis node ([DefaultBreakerFailures]) answers at once while
-// Redis is down. An outage is logged once per Redis node when it starts,
-// at warn, with its cause (a refused connection, say), and once when it
-// ends, at info; the decisions taken meanwhile only at debug.
-// When this process cannot get a decision to a healthy Redis in time
-// ([ErrSaturated]), the request is refused with 503 under every policy; a
-// 503 carries a Retry-After of [DefaultBreakerOpen] rounded up to a second,
-// when the breaker's next probe may find Redis again; a
-// request whose own context ends first ([ErrClientGone]) is aborted with
-// 499. Errors and log lines name the route template and the rule, never the
-// key or the identity, and no internal error text reaches a response body.
+// gives Redis [Timeout] ([DefaultTimeout]). When Redis fails, the failure
+// policy decides: [FailLocal], the default, answers with an in-process
+// token bucket per key, each instance enforcing its share of the limit
+// (see [InstancesKey], [LocalInstances]), continuing from what Redis last
+// said; [FailClosed] answers 503; [FailOpen] lets the request through. A
+// circuit breaker per Redis node ([DefaultBreakerFailures]) answers at once
+// while Redis is down, and an outage is logged when it starts and ends. A
+// process that cannot get a decision to a healthy Redis in time
+// ([ErrSaturated]) answers 503 under every policy, with a Retry-After of
+// [DefaultBreakerOpen]; a request whose own context ends first
+// ([ErrClientGone]) is aborted with 499. Errors and log lines name the
+// route template and the rule, never the key or the identity, and no
+// internal error text reaches a response body.
 //
 // Misconfiguration never passes silently: [New] returns an error and
 // [Limiter.RateLimit] and [RateLimit] panic at start-up, naming the option.
@@ -123,11 +114,7 @@
 //
 // # More
 //
-// In the repository: README.md for usage; docs/features.md for Per,
-// in-flight limits, plans, bans, Peek and Reset; docs/algorithms.md for each
-// algorithm's guarantees, error and memory; docs/operations.md for timeouts,
-// saturation, the breaker, the deny cache, limits changed at run time
-// ([Policy.SetLimit]), Redis Cluster and memory sizing;
-// docs/performance.md for benchmarks; docs/design.md for contributors (where
-// things live, how to add an algorithm or a dimension).
+// In the repository: README.md for usage; docs/features.md, algorithms.md,
+// operations.md ([Policy.SetLimit], Redis Cluster, sizing) and
+// performance.md for depth; docs/design.md for contributors.
 package ginlimit

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 	"github.com/ginlimit/ginlimit/lua"
 )
@@ -24,7 +25,7 @@ import (
 // boundaries are aligned on the clock, so it takes the longest.
 func uncrossedWindow(alg AlgorithmKind) time.Duration {
 	if alg == FixedWindow {
-		return maxWindow
+		return rule.MaxWindow
 	}
 	return 24 * time.Hour
 }

@@ -567,7 +567,7 @@ func ExampleObserve() {
 
 	// Every decision, refusal and Redis error arrives here with its
 	// outcome; the metrics package's collector.Observe fits the same way.
-	seen := map[string]int{}
+	seen := map[ginlimit.Outcome]int{}
 	limiter, err := ginlimit.New(ginlimit.Redis(rdb), ginlimit.Timeout(5*time.Second), ginlimit.Observe(func(_ context.Context, e ginlimit.Event) {
 		seen[e.Outcome]++
 	}))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 	"github.com/ginlimit/ginlimit/lua"
 )
@@ -49,7 +50,7 @@ func TestExtremeSettings(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	ctx := context.Background()
-	maxW, maxLog := maxWindow, lua.MaxLogWindow*time.Microsecond // the sliding log's longest
+	maxW, maxLog := rule.MaxWindow, lua.MaxLogWindow*time.Microsecond // the sliding log's longest
 	for i, opts := range [][]Option{
 		{Window(time.Millisecond), Limit(1)},
 		{Window(time.Millisecond), Limit(lua.MaxLogLimit)},
@@ -72,24 +73,24 @@ func TestExtremeSettings(t *testing.T) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			p := mustPolicy(t, append([]Option{Redis(c), Key(prefix(t)), DenyCache(0)}, opts...)...)
 			r := p.rules[0]
-			for _, n := range []int{1, r.maxCost - 1} {
+			for _, n := range []int{1, r.MaxCost - 1} {
 				if n < 1 {
 					continue
 				}
 				d, err := p.Allow(ctx, fmt.Sprint("k", n), n)
 				if err != nil || !d.Allowed {
-					t.Fatalf("settings %v, cost %d on a fresh key: %+v, %v", r.settings, n, d, err)
+					t.Fatalf("settings %v, cost %d on a fresh key: %+v, %v", r.Settings, n, d, err)
 				}
 			}
-			if r.maxCost <= 10 && r.settings[1].(int64) > 60e6 {
-				for j := range r.maxCost {
+			if r.MaxCost <= 10 && r.Settings[1].(int64) > 60e6 {
+				for j := range r.MaxCost {
 					if _, err := p.Allow(ctx, "full", 1); err != nil {
-						t.Fatalf("settings %v, request %d: %v", r.settings, j, err)
+						t.Fatalf("settings %v, request %d: %v", r.Settings, j, err)
 					}
 				}
 				d, err := p.Allow(ctx, "full", 1)
 				if err != nil || d.Allowed || d.RetryAfter <= 0 {
-					t.Fatalf("settings %v, full: %+v, %v; want rejected with a retry", r.settings, d, err)
+					t.Fatalf("settings %v, full: %+v, %v; want rejected with a retry", r.Settings, d, err)
 				}
 			}
 		})

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
 // FailPolicy says what a route does when Redis cannot decide (an error or a
@@ -54,7 +54,7 @@ func OnFailure(p FailPolicy) Option {
 
 // DefaultLocalKeys is how many keys the in-process fallback of [FailLocal]
 // remembers per rule.
-const DefaultLocalKeys = 10_000
+const DefaultLocalKeys = rule.LocalKeys
 
 // LocalInstances tells the [FailLocal] fallback how many application
 // instances share the route's rules: while Redis is down, each instance
@@ -90,29 +90,29 @@ func (p *Policy) failed(req *request, err error) (Decision, error) {
 		d.Err = err
 		return d, err
 	}
-	return Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, Window: first.window, Source: first.source, Err: err, decider: &first.ruleBase}, err
+	return Decision{Rule: first.Name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.Limit, Window: first.Window, Source: Source(first.Source), Err: err, decider: &first.Base}, err
 }
 
 // describe names what a request was limited by, for error texts: the route
 // and the rules, never the identity.
 func (p *Policy) describe(req *request) string {
-	where := req.scope.label()
+	where := req.scope.Label()
 	if len(p.all) == 1 {
 		switch r := p.all[0].(type) {
-		case *slotRule:
-			return fmt.Sprintf("%s: rule %q (in-flight)", where, r.name)
-		case *rateRule:
-			return fmt.Sprintf("%s: rule %q (%v)", where, r.name, r.alg)
+		case *rule.InFlight:
+			return fmt.Sprintf("%s: rule %q (in-flight)", where, r.Name)
+		case *rule.Rate:
+			return fmt.Sprintf("%s: rule %q (%v)", where, r.Name, r.Alg)
 		}
 	}
 	var names []string
 	if req.inFlight() {
 		for _, r := range p.slots {
-			names = append(names, r.name)
+			names = append(names, r.Name)
 		}
 	}
 	for _, c := range req.calls {
-		names = append(names, c.rule.name)
+		names = append(names, c.rule.Name)
 	}
 	return fmt.Sprintf("%s: rules %q", where, names)
 }
@@ -128,21 +128,21 @@ func (p *Policy) decideLocal(req *request) Decision {
 	var d Decision
 	for i := range req.calls {
 		c := &req.calls[i]
-		if b := c.rule.ban; b != nil && b.local != nil {
+		if b := c.rule.Ban; b != nil && b.Local != nil {
 			// The ban is Redis's: the fallback starts none, but keeps the
 			// one Redis last reported, whose decision is its rule's.
-			if left := b.local.Banned(c.ban.key, now); left > 0 {
+			if left := b.Local.Banned(c.ban.key, now); left > 0 {
 				p.giveBack(req.calls[:i])
-				return Decision{Rule: b.name, Limit: b.limit, RetryAfter: left, Reset: left, Time: now,
-					Local: true, Banned: true, decider: &b.ruleBase}
+				return Decision{Rule: b.Name, Limit: b.Limit, RetryAfter: left, Reset: left, Time: now,
+					Local: true, Banned: true, decider: &b.Base}
 			}
 		}
-		local := c.rule.local
+		local := c.rule.Local
 		if local == nil {
 			continue
 		}
 		left, retry, ok := local.Take(c.key, now, c.cost)
-		d = Decision{Rule: c.rule.name, Allowed: ok, Limit: c.rule.limit, Window: c.rule.window, Source: c.rule.source, Remaining: left, Time: now, Local: true, decider: &c.rule.ruleBase}
+		d = Decision{Rule: c.rule.Name, Allowed: ok, Limit: c.rule.Limit, Window: c.rule.Window, Source: Source(c.rule.Source), Remaining: left, Time: now, Local: true, decider: &c.rule.Base}
 		if !ok {
 			d.RetryAfter, d.Reset = retry, retry
 			p.giveBack(req.calls[:i])
@@ -157,17 +157,8 @@ func (p *Policy) decideLocal(req *request) Decision {
 // rule refused.
 func (p *Policy) giveBack(calls []call) {
 	for _, c := range calls {
-		if c.rule.local != nil {
-			c.rule.local.Give(c.key, c.cost)
+		if c.rule.Local != nil {
+			c.rule.Local.Give(c.key, c.cost)
 		}
 	}
-}
-
-// newLocal returns the FailLocal fallback of a rule of limit per window on
-// route, or nil when the route's failure policy is another.
-func newLocal(route *routeConfig, limit int, window time.Duration) *state.Buckets {
-	if route.onFail != FailLocal { // the fallback decides only for FailLocal
-		return nil
-	}
-	return state.NewBuckets(limit, route.instances, window, DefaultLocalKeys)
 }

@@ -23,6 +23,8 @@ package ginlimit
 // start, would otherwise see the goroutines of tests running beside it.
 
 import (
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+
 	"bytes"
 	"context"
 	"errors"
@@ -892,7 +894,7 @@ func TestFaultErrorReplies(t *testing.T) {
 				switch {
 				case errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE"):
 					wrongType++
-					if strings.Contains(err.Error(), "alice") || !strings.Contains(err.Error(), `rule "`+p.rules[0].name+`"`) {
+					if strings.Contains(err.Error(), "alice") || !strings.Contains(err.Error(), `rule "`+p.rules[0].Name+`"`) {
 						t.Errorf("error %q: want one that names the rule and not the identity", err)
 					}
 				case errors.Is(err, ErrCircuitOpen) && i >= DefaultBreakerFailures:
@@ -939,7 +941,7 @@ func TestFaultErrorReplies(t *testing.T) {
 			e.GET("/x", testLimit(Redis(c), Key(pfx), Type(IP), Window(time.Minute), Limit(limit),
 				OnFailure(fp), withLogger(slog.New(slog.NewTextHandler(&logs, nil)))), ok)
 			const poisoned, other = "192.0.2.10", "192.0.2.11"
-			key := pfx + slidingLogTag + "{GET /x ip:" + poisoned + "}"
+			key := pfx + rule.SlidingLogTag + "{GET /x ip:" + poisoned + "}"
 			if err := c.HSet(ctx, key, "not", "a sliding log").Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/dunglas/httpsfv"
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -136,11 +137,11 @@ func TestHeadersStructuredFields(t *testing.T) {
 	}
 	// The pk is the identity's hash in the key, so support can match a
 	// client's pk with its count.
-	var w who
-	w.add("user", users["alice"], idSafe)
-	pa.rules[0].seal(&w)
-	if got := hex.EncodeToString(pks["alice"]); got != w.parts[0].value {
-		t.Fatalf("alice's pk is %s, want the hash in her key, %s", got, w.parts[0].value)
+	var w rule.Who
+	w.Add("user", users["alice"], rule.IDSafe)
+	pa.rules[0].Seal(&w)
+	if got := hex.EncodeToString(pks["alice"]); got != w.Parts[0].Value {
+		t.Fatalf("alice's pk is %s, want the hash in her key, %s", got, w.Parts[0].Value)
 	}
 }
 
@@ -174,7 +175,7 @@ func TestHeadersStructuredFieldsInFlight(t *testing.T) {
 	if w.Code != http.StatusTooManyRequests {
 		t.Fatalf("second request while the slot is held: %d, want 429", w.Code)
 	}
-	name := p.slots[0].name
+	name := p.slots[0].Name
 	rl, pol := sfItems(t, w.Header(), "RateLimit"), sfItems(t, w.Header(), "RateLimit-Policy")
 	pk, ok := param[[]byte](t, rl[name], "pk")
 	ppk, pok := param[[]byte](t, pol[name], "pk")

@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 )
 
@@ -95,7 +96,7 @@ func heardOnce(c *state.Instances) { c.Store(c.Load()) }
 
 // ruleKey is the Redis key of rule i of p for Policy.Allow(ctx, key).
 func ruleKey(p *Policy, i int, key string) string {
-	return buildKey(&p.rules[i].ruleBase, p.named, scope{route: key}, nil)
+	return rule.BuildKey(&p.rules[i].Base, p.named, rule.Scope{Route: key}, nil)
 }
 
 // allowConcurrently calls allow from goroutines goroutines at once, times

@@ -24,6 +24,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -196,7 +197,7 @@ func keysAndTagsLines(t *testing.T) []string {
 			// dump reports req once prepared (okp): its keys, then a line
 			// per key, in the order of the keys (a Ban's before its rule's),
 			// whose rule deciders names.
-			dump := func(what string, req *request, okp bool, deciders func() []*ruleBase) {
+			dump := func(what string, req *request, okp bool, deciders func() []*rule.Base) {
 				lines = append(lines, fmt.Sprintf("%s %s ok=%v status=%d keys=%q", cfg.name, what, okp, c.Writer.Status(), req.keys))
 				if !okp {
 					return
@@ -204,26 +205,26 @@ func keysAndTagsLines(t *testing.T) []string {
 				for _, r := range deciders() {
 					h.tags = nil
 					p.debugLogs.next.Store(0)
-					req.d = Decision{Rule: r.name, decider: r}
+					req.d = Decision{Rule: r.Name, decider: r}
 					p.debug(c, req, "x")
 					lines = append(lines, fmt.Sprintf("  tag %q", h.tags))
 				}
 			}
-			req := p.newRequest(requestScope(c))
-			dump("rules", req, p.prepare(c, req), func() (deciders []*ruleBase) {
+			req := p.newRequest(rule.RequestScope(c))
+			dump("rules", req, p.prepare(c, req), func() (deciders []*rule.Base) {
 				for _, cl := range req.calls {
 					if cl.ban != nil {
-						deciders = append(deciders, &cl.rule.ban.ruleBase)
+						deciders = append(deciders, &cl.rule.Ban.Base)
 					}
-					deciders = append(deciders, &cl.rule.ruleBase)
+					deciders = append(deciders, &cl.rule.Base)
 				}
 				return deciders
 			})
 			if len(p.slots) > 0 {
-				slots := p.newSlotRequest(requestScope(c))
-				dump("slots", slots, p.prepareSlots(c, slots), func() (deciders []*ruleBase) {
+				slots := p.newSlotRequest(rule.RequestScope(c))
+				dump("slots", slots, p.prepareSlots(c, slots), func() (deciders []*rule.Base) {
 					for _, r := range p.slots {
-						deciders = append(deciders, &r.ruleBase)
+						deciders = append(deciders, &r.Base)
 					}
 					return deciders
 				})
@@ -243,35 +244,35 @@ func keysAndTagsLines(t *testing.T) []string {
 			lines = append(lines, fmt.Sprintf("%s resp %d", cfg.name, w.Code))
 			// Targets
 			for _, rl := range p.rules {
-				tg := Target{Route: "GET /r/:id", Rule: rl.name, Values: map[string]string{}}
+				tg := Target{Route: "GET /r/:id", Rule: rl.Name, Values: map[string]string{}}
 				if in.hasUID {
 					tg.User = in.uid
 				}
 				if ap, err := netip.ParseAddrPort(in.remote); err == nil {
 					tg.IP = ap.Addr()
 				}
-				for _, d := range rl.dims {
-					switch d.kind {
-					case dimParam:
+				for _, d := range rl.Dims {
+					switch d.Kind {
+					case rule.KindParam:
 						tg.Values["id"] = in.param
-					case dimHeader:
+					case rule.KindHeader:
 						tg.Values["X-K"] = in.hdr
-					case dimFunc:
+					case rule.KindFunc:
 						tg.Values["f.x"] = in.fv
 					}
 				}
-				if !rl.counts(dimUser) {
+				if !rl.Counts(rule.KindUser) {
 					tg.User = ""
 				}
-				if !rl.counts(dimIP) && !rl.anonByIP {
+				if !rl.Counts(rule.KindIP) && !rl.AnonByIP {
 					tg.IP = netip.Addr{}
 				}
-				if rl.anonByIP && tg.User != "" && !rl.counts(dimIP) {
+				if rl.AnonByIP && tg.User != "" && !rl.Counts(rule.KindIP) {
 					tg.IP = netip.Addr{}
 				}
 				_, keys, err := p.target(tg)
 				slices.Sort(keys)
-				lines = append(lines, fmt.Sprintf("  target %s %q %v", rl.name, keys, err))
+				lines = append(lines, fmt.Sprintf("  target %s %q %v", rl.Name, keys, err))
 			}
 		}
 	}
@@ -381,7 +382,7 @@ func TestConcurrentRulesBanInFlight(t *testing.T) {
 		ip := ipOf(g) + "/128"
 		want["ka:sl2:{GET /r/:id} rule:a ip:"+ip] = true
 		if u := uidOf(g); u != "" {
-			want["kb:sl2:{GET /r/:id} rule:b ip:"+ip+" user:"+escape(u, idSafe)] = true
+			want["kb:sl2:{GET /r/:id} rule:b ip:"+ip+" user:"+rule.Escape(u, rule.IDSafe)] = true
 		} else {
 			want["kb:sl2:{GET /r/:id} rule:b ip:"+ip+" anon:"+ip] = true
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
-	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -56,14 +56,14 @@ const InFlightRetryAfter = time.Second
 // lease from [MinLease] to [MaxLease]. docs/features.md ("In-flight
 // limits") gives the failure policies and the leases' own capacity.
 func InFlight(n int, lease time.Duration) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		switch {
 		case n < 1 || n > MaxInFlight:
 			return fmt.Errorf("InFlight(%d, %v): n must be from 1 to %d", n, lease, MaxInFlight)
 		case lease < MinLease || lease > MaxLease:
 			return fmt.Errorf("InFlight(%d, %v): the lease must be from %v to %v", n, lease, MinLease, MaxLease)
 		}
-		r.slots, r.lease = n, lease.Truncate(time.Microsecond)
+		r.InFlight = rule.InFlightConfig{N: n, Lease: lease.Truncate(time.Microsecond)}
 		return nil
 	})
 }
@@ -71,50 +71,17 @@ func InFlight(n int, lease time.Duration) RuleOption {
 // slotScript is lua/inflight.lua.
 var slotScript = redis.NewScript(lua.InFlight())
 
-// slotRule is an in-flight rule: at most limit (its n) requests being
-// served at once per key, each holding a slot leased for lease.
-type slotRule struct {
-	ruleBase
-	lease time.Duration
-	local *state.Slots // the FailLocal fallback's count of slots, or nil
-}
-
 // slotCall is a slot of one in-flight rule on one key (see holding.local).
 type slotCall struct {
-	rule *slotRule
+	rule *rule.InFlight
 	key  string
-}
-
-// compileSlots compiles an in-flight rule.
-func compileSlots(rc ruleConfig, route *routeConfig, named bool) (*slotRule, error) {
-	switch {
-	case rc.cost != 1 || rc.costFunc != nil:
-		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule holds one slot per request: give Cost to the rate rules' own Rule", rc.slots, rc.lease)
-	case rc.plans != nil:
-		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule has no limits per request: give LimitBy to the rate rules' own Rule", rc.slots, rc.lease)
-	case rc.ban != nil:
-		return nil, fmt.Errorf("InFlight(%d, %v): an in-flight rule does not ban: give Ban to a rate rule of the route", rc.slots, rc.lease)
-	}
-	base, err := rc.base(rc.prefix+slotTag, rc.slots, named)
-	if err != nil {
-		return nil, err
-	}
-	r := &slotRule{ruleBase: base, lease: rc.lease}
-	// No window: the IETF draft's w is optional, and a count of requests
-	// in flight has none. Its unit is the draft's concurrent-requests.
-	r.policyHeader = r.quotedName + ";q=" + r.limitText + `;qu="concurrent-requests"`
-	r.group, r.groupTerms = rc.groupOf("in-flight")
-	if route.onFail == FailLocal { // the fallback decides only for FailLocal
-		r.local = state.NewSlots(rc.slots, route.instances)
-	}
-	return r, nil
 }
 
 // newSlotRequest returns the memory of the in-flight step of a request: a
 // request without calls (see inFlight), whose keys are those of the
 // policy's in-flight rules, in order. Those rules have no plans, so the
 // request keeps no rule of its own.
-func (p *Policy) newSlotRequest(s scope) *request {
+func (p *Policy) newSlotRequest(s rule.Scope) *request {
 	return &request{scope: s, keys: make([]string, len(p.slots))}
 }
 
@@ -122,19 +89,19 @@ func (p *Policy) newSlotRequest(s scope) *request {
 // answers the request (401, 400 or 500) and returns false. As in prepare,
 // the identity's IP text lives in req.buf.
 func (p *Policy) prepareSlots(c *gin.Context, req *request) bool {
-	w := who{text: req.buf[:0]}
+	w := rule.Who{Text: req.buf[:0]}
 	for i, r := range p.slots {
-		if err := r.identify(c, &w); err != nil {
-			p.identityFailed(c, &r.ruleBase, err)
+		if err := r.Identify(c, &w); err != nil {
+			p.identityFailed(c, &r.Base, err)
 			return false
 		}
-		req.keys[i] = buildKey(&r.ruleBase, p.named, req.scope, &w)
+		req.keys[i] = rule.BuildKey(&r.Base, p.named, req.scope, &w)
 	}
 	return true
 }
 
 // slotArgs returns the script's arguments for op on the slots of rules.
-func (p *Policy) slotArgs(rules []*slotRule, op, holder string) []any {
+func (p *Policy) slotArgs(rules []*rule.InFlight, op, holder string) []any {
 	args := make([]any, lua.InFlightArgRules, lua.InFlightArgRules+lua.InFlightArgsPerRule*len(rules))
 	if p.clock != nil {
 		args[lua.ArgClock] = p.clock()
@@ -145,7 +112,7 @@ func (p *Policy) slotArgs(rules []*slotRule, op, holder string) []any {
 	for _, r := range rules {
 		at := len(args)
 		args = args[:at+lua.InFlightArgsPerRule]
-		args[at+lua.InFlightArgLimit], args[at+lua.InFlightArgLease] = r.limit, r.lease.Microseconds()
+		args[at+lua.InFlightArgLimit], args[at+lua.InFlightArgLease] = r.Limit, r.Lease.Microseconds()
 	}
 	return args
 }
@@ -193,13 +160,13 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 	switch {
 	case gone:
 		// No fallback decides for a client that has gone (ErrClientGone).
-		req.d = Decision{Rule: first.name, Limit: first.limit, decider: &first.ruleBase}
+		req.d = Decision{Rule: first.Name, Limit: first.Limit, decider: &first.Base}
 	case p.onFail == FailLocal && !saturated && p.route.instances.Heard():
 		req.d = p.takeLocal(req, h)
 	default:
 		// A saturated process is refused under every policy: only Redis
 		// grants while Redis is healthy (see ErrSaturated).
-		req.d = Decision{Rule: first.name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.limit, decider: &first.ruleBase}
+		req.d = Decision{Rule: first.Name, Allowed: p.onFail == FailOpen && !saturated, Limit: first.Limit, decider: &first.Base}
 	}
 	req.d.Err = err
 	if !req.d.Allowed {
@@ -213,7 +180,7 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 // per rule}. The decision is the firing rule's or, when admitted, the
 // rule with the fewest slots left; with several in-flight rules, Rules
 // holds each one's.
-func (p *Policy) parseSlots(rules []*slotRule, reply []int64) (Decision, error) {
+func (p *Policy) parseSlots(rules []*rule.InFlight, reply []int64) (Decision, error) {
 	n := len(rules)
 	now, fired, err := replyHead(reply, n, lua.InFlightPerRule)
 	if err != nil {
@@ -223,7 +190,7 @@ func (p *Policy) parseSlots(rules []*slotRule, reply []int64) (Decision, error) 
 	best := 0
 	for i, r := range rules {
 		inUse := int(reply[lua.ReplyHead+lua.InFlightPerRule*i+lua.InFlightInUse])
-		each[i] = Decision{Rule: r.name, Allowed: fired == 0, Limit: r.limit, Remaining: max(r.limit-inUse, 0), Time: now, decider: &r.ruleBase}
+		each[i] = Decision{Rule: r.Name, Allowed: fired == 0, Limit: r.Limit, Remaining: max(r.Limit-inUse, 0), Time: now, decider: &r.Base}
 		if fired == 0 && each[i].Remaining < each[best].Remaining {
 			best = i
 		}
@@ -246,8 +213,8 @@ func (p *Policy) takeLocal(req *request, h *holding) Decision {
 	var d Decision
 	for i, r := range p.slots {
 		cl := slotCall{rule: r, key: req.keys[i]}
-		left, ok := r.local.Take(cl.key)
-		d = Decision{Rule: r.name, Allowed: ok, Limit: r.limit, Remaining: left, Time: now, Local: true, decider: &r.ruleBase}
+		left, ok := r.Local.Take(cl.key)
+		d = Decision{Rule: r.Name, Allowed: ok, Limit: r.Limit, Remaining: left, Time: now, Local: true, decider: &r.Base}
 		if !ok {
 			d.RetryAfter, d.Reset = InFlightRetryAfter, InFlightRetryAfter
 			h.giveLocal()
@@ -260,8 +227,8 @@ func (p *Policy) takeLocal(req *request, h *holding) Decision {
 
 // peekSlots is [Policy.Peek] for an in-flight rule: Limit is n, Remaining
 // the slots free now, and Allowed whether a request would get one.
-func (p *Policy) peekSlots(ctx context.Context, r *slotRule, key string) (Decision, error) {
-	rules := []*slotRule{r}
+func (p *Policy) peekSlots(ctx context.Context, r *rule.InFlight, key string) (Decision, error) {
+	rules := []*rule.InFlight{r}
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, slotScript, []string{key}, p.slotArgs(rules, "peek", "peek"))
 	if err == nil {
 		var d Decision
@@ -269,7 +236,7 @@ func (p *Policy) peekSlots(ctx context.Context, r *slotRule, key string) (Decisi
 			return d, nil
 		}
 	}
-	return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
+	return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
 }
 
 // holding is what one request holds while its chain runs: a lease in
@@ -294,9 +261,9 @@ type holding struct {
 // renewEvery is how often a lease is renewed: three times per lease, so
 // that one failed renewal does not lose the slot.
 func (h *holding) renewEvery() time.Duration {
-	lease := h.p.slots[0].lease
+	lease := h.p.slots[0].Lease
 	for _, r := range h.p.slots[1:] {
-		lease = min(lease, r.lease)
+		lease = min(lease, r.Lease)
 	}
 	return max(lease/3, time.Millisecond)
 }
@@ -331,7 +298,7 @@ func (h *holding) renew() {
 	}
 	if err != nil {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not renew an in-flight slot",
-			slog.String("route", h.req.scope.label()), slog.String("rule", h.p.slots[0].name), errAttr(err))
+			slog.String("route", h.req.scope.Label()), slog.String("rule", h.p.slots[0].Name), errAttr(err))
 	}
 	h.renewLater()
 }
@@ -379,7 +346,7 @@ func (h *holding) release() {
 	_, _, err := p.engine.Aside(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "release", h.holder))
 	if err != nil {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not release an in-flight slot; its lease will free it",
-			slog.String("route", h.req.scope.label()), slog.String("rule", h.p.slots[0].name), errAttr(err))
+			slog.String("route", h.req.scope.Label()), slog.String("rule", h.p.slots[0].Name), errAttr(err))
 	}
 }
 
@@ -389,8 +356,8 @@ func (h *holding) release() {
 // whoever granted the slots already held.
 func (h *holding) holdLocal(req *request) {
 	for i, r := range h.p.slots {
-		if r.local != nil {
-			r.local.Hold(req.keys[i])
+		if r.Local != nil {
+			r.Local.Hold(req.keys[i])
 			h.local = append(h.local, slotCall{rule: r, key: req.keys[i]})
 		}
 	}
@@ -399,7 +366,7 @@ func (h *holding) holdLocal(req *request) {
 // giveLocal gives back the in-process slots held.
 func (h *holding) giveLocal() {
 	for _, cl := range h.local {
-		cl.rule.local.Give(cl.key)
+		cl.rule.Local.Give(cl.key)
 	}
 	h.local = nil
 }

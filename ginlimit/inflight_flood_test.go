@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 	"github.com/ginlimit/ginlimit/internal/testtier"
 )
@@ -131,7 +132,7 @@ func flood(p *Policy, stop <-chan struct{}, wg *sync.WaitGroup, answered, errore
 func holdThroughFlood(t *testing.T, a, b *Limiter, watch redis.Cmdable) floodResult {
 	t.Helper()
 	pre := prefix(t)
-	key := pre + slotTag + "{GET /order}"
+	key := pre + rule.SlotTag + "{GET /order}"
 	ga, gb := newGate(), newGate()
 	defer ga.open()
 	defer gb.open()

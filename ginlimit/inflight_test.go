@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
@@ -147,7 +148,7 @@ func TestInFlightExactAcrossInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	exactSlots(t, engines, g, 10, 50, peek, "")
-	if n := srv.Client().Exists(context.Background(), pfx+slotTag+"{GET /order}").Val(); n != 0 {
+	if n := srv.Client().Exists(context.Background(), pfx+rule.SlotTag+"{GET /order}").Val(); n != 0 {
 		t.Errorf("the slot key is still there once every slot is released")
 	}
 }
@@ -226,9 +227,9 @@ func TestInFlightReleaseOnPanic(t *testing.T) {
 // dies: no renewal, no release.
 func die(t *testing.T, p *Policy) {
 	t.Helper()
-	req := p.newSlotRequest(scope{method: http.MethodGet, route: "/order"})
+	req := p.newSlotRequest(rule.Scope{Method: http.MethodGet, Route: "/order"})
 	for i, r := range p.slots {
-		req.keys[i] = buildKey(&r.ruleBase, p.named, req.scope, nil)
+		req.keys[i] = rule.BuildKey(&r.Base, p.named, req.scope, nil)
 	}
 	h, err := p.takeSlots(context.Background(), req)
 	if err != nil || h == nil || !req.d.Allowed {
@@ -307,7 +308,7 @@ func TestInFlightRenewalKeepsSlot(t *testing.T) {
 	go func() { done <- do(e, http.MethodGet, "/order", nil).Code }()
 	<-g.entered
 	ctx := context.Background()
-	key := pfx + slotTag + "{GET /order}"
+	key := pfx + rule.SlotTag + "{GET /order}"
 	first := srv.Client().ZRangeWithScores(ctx, key, 0, -1).Val()
 	if len(first) != 1 {
 		t.Fatalf("the slot key holds %v, want one lease", first)

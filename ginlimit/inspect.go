@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
 // Target names one count that a [Policy] keeps, for [Policy.Peek] and
@@ -20,7 +22,7 @@ import (
 //
 // Give Route for a Policy that serves gin routes, or Key for one used
 // through Allow; then a value for each dimension the rule counts per ([Per],
-// [Type]): User for [User] (or, with [UserOrIP], IP for an anonymous
+// [Per]): User for [User] (or, with [UserOrIP], IP for an anonymous
 // caller), IP for [IP], Values for the others; nothing for a rule that
 // counts the whole route. A value the rule does not count per is an error,
 // not ignored.
@@ -41,10 +43,10 @@ type Target struct {
 	// Rule is the [Name] of the rule on a route declared with [Rule]s. On a
 	// route with one rule it may be empty.
 	Rule string
-	// User is the user id a Type(User) rule counts, as the UserIdentity
+	// User is the user id a Per(User) rule counts, as the UserIdentity
 	// returns it.
 	User string
-	// IP is the client address a Type(IP) rule counts; an IPv6 address
+	// IP is the client address a Per(IP) rule counts; an IPv6 address
 	// stands for its bucket (see identity.IP.Bucket).
 	IP netip.Addr
 	// Values holds the value of each [ByParam], [ByHeader] and [ByFunc]
@@ -74,27 +76,27 @@ const maxRouteText = 1024
 // that keeps the count (the plan the Target names, or the rule itself),
 // and the scope and identity of the count.
 type aim struct {
-	declared anyRule
-	rule     anyRule
-	scope    scope
-	who      who
+	declared rule.Any
+	rule     rule.Any
+	scope    rule.Scope
+	who      rule.Who
 }
 
 // target resolves t to the rule that keeps its count and the keys Reset
 // clears: that rule's (its Ban's, then its own), then those of the other
 // plans of the rule declared and of that rule itself.
-func (p *Policy) target(t Target) (anyRule, []string, error) {
+func (p *Policy) target(t Target) (rule.Any, []string, error) {
 	a, err := p.aim(t)
 	if err != nil {
 		return nil, nil, err
 	}
-	rate, ok := a.rule.(*rateRule)
+	rate, ok := a.rule.(*rule.Rate)
 	if !ok {
-		return a.rule, []string{buildKey(a.rule.base(), p.named, a.scope, &a.who)}, nil
+		return a.rule, []string{rule.BuildKey(a.rule.Core(), p.named, a.scope, &a.who)}, nil
 	}
 	keys := p.rateKeys(rate, a.scope, &a.who)
-	declared := a.declared.(*rateRule)
-	for _, x := range append([]*rateRule{declared}, slices.Collect(maps.Values(declared.plans))...) {
+	declared := a.declared.(*rule.Rate)
+	for _, x := range append([]*rule.Rate{declared}, slices.Collect(maps.Values(declared.Plans))...) {
 		if x != rate {
 			keys = append(keys, p.rateKeys(x, a.scope, &a.who)...)
 		}
@@ -108,26 +110,26 @@ func (p *Policy) target(t Target) (anyRule, []string, error) {
 // too. t has been checked by target.
 func (p *Policy) zsetKeys(t Target) []string {
 	a, err := p.aim(t)
-	declared, ok := a.declared.(*rateRule)
+	declared, ok := a.declared.(*rule.Rate)
 	if err != nil || !ok {
 		return nil
 	}
 	var keys []string
-	for _, x := range append([]*rateRule{declared}, slices.Collect(maps.Values(declared.plans))...) {
-		if x.alg == SlidingLog {
-			keys = append(keys, zsetKey(&x.ruleBase, buildKey(&x.ruleBase, p.named, a.scope, &a.who)))
+	for _, x := range append([]*rule.Rate{declared}, slices.Collect(maps.Values(declared.Plans))...) {
+		if x.Alg.Name() == string(SlidingLog) {
+			keys = append(keys, rule.ZsetKey(&x.Base, rule.BuildKey(&x.Base, p.named, a.scope, &a.who)))
 		}
 	}
 	return keys
 }
 
 // rateKeys is r's keys for scope s and identity w: its Ban's, then its own.
-func (p *Policy) rateKeys(r *rateRule, s scope, w *who) []string {
-	key := buildKey(&r.ruleBase, p.named, s, w)
-	if r.ban == nil {
+func (p *Policy) rateKeys(r *rule.Rate, s rule.Scope, w *rule.Who) []string {
+	key := rule.BuildKey(&r.Base, p.named, s, w)
+	if r.Ban == nil {
 		return []string{key}
 	}
-	return []string{buildKey(&r.ban.ruleBase, p.named, s, w), key}
+	return []string{rule.BuildKey(&r.Ban.Base, p.named, s, w), key}
 }
 
 // aim resolves t to what it names, or to an ErrBadTarget error.
@@ -137,22 +139,22 @@ func (p *Policy) aim(t Target) (aim, error) {
 		return aim{}, err
 	}
 	a := aim{declared: r, rule: r}
-	if r.base().shared && t.Route == "" && t.Key == "" {
+	if r.Core().Shared && t.Route == "" && t.Key == "" {
 		// Any route names a Shared rule's count: none is needed.
-		a.scope = scope{method: unmatchedMethod, route: sharedRoute}
+		a.scope = rule.Scope{Method: rule.UnmatchedMethod, Route: rule.SharedRoute}
 	} else if a.scope, err = targetScope(t); err != nil {
 		return aim{}, err
 	}
-	if rate, ok := r.(*rateRule); ok && t.Plan != "" {
-		pr := rate.plans[t.Plan]
+	if rate, ok := r.(*rule.Rate); ok && t.Plan != "" {
+		pr := rate.Plans[t.Plan]
 		if pr == nil {
-			return aim{}, badTarget("rule %q has no plan %q", rate.name, t.Plan)
+			return aim{}, badTarget("rule %q has no plan %q", rate.Name, t.Plan)
 		}
 		a.rule = pr
 	}
-	if a.scope.method != "" { // a gin route: the rule's identity
-		if err := a.rule.base().targetWho(&a.who, t); err != nil {
-			return aim{}, fmt.Errorf("%w: rule %q: %w", ErrBadTarget, a.rule.base().name, err)
+	if a.scope.Method != "" { // a gin route: the rule's identity
+		if err := a.rule.Core().TargetWho(&a.who, t.forRule()); err != nil {
+			return aim{}, fmt.Errorf("%w: rule %q: %w", ErrBadTarget, a.rule.Core().Name, err)
 		}
 	}
 	return a, nil
@@ -165,7 +167,7 @@ func badTarget(format string, args ...any) error {
 
 // targetRule is the rule of p that t names, or its only rule when t names
 // none.
-func (p *Policy) targetRule(t Target) (r anyRule, err error) {
+func (p *Policy) targetRule(t Target) (r rule.Any, err error) {
 	switch {
 	case t.Rule == "" && len(p.all) == 1:
 		r = p.all[0]
@@ -173,7 +175,7 @@ func (p *Policy) targetRule(t Target) (r anyRule, err error) {
 		return nil, badTarget("the route has rules %s: give Target.Rule", p.names())
 	default:
 		for _, x := range p.all {
-			if x.base().name == t.Rule {
+			if x.Core().Name == t.Rule {
 				r = x
 			}
 		}
@@ -186,25 +188,25 @@ func (p *Policy) targetRule(t Target) (r anyRule, err error) {
 
 // targetScope is the scope t names: a Policy.Allow key, the unmatched
 // routes or a gin route, checking that t names exactly one of them.
-func targetScope(t Target) (scope, error) {
-	var s scope
+func targetScope(t Target) (rule.Scope, error) {
+	var s rule.Scope
 	switch {
 	case t.Route != "" && t.Key != "":
-		return scope{}, badTarget("give Target.Route (a gin route) or Target.Key (Policy.Allow), not both")
+		return rule.Scope{}, badTarget("give Target.Route (a gin route) or Target.Key (Policy.Allow), not both")
 	case t.Key != "":
 		if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
-			return scope{}, badTarget("Target.Key is the whole identity of Policy.Allow: leave User, IP and Values empty")
+			return rule.Scope{}, badTarget("Target.Key is the whole identity of Policy.Allow: leave User, IP and Values empty")
 		}
-		s = scope{route: t.Key}
-	case t.Route == unmatchedRoute:
-		s = scope{method: unmatchedMethod, route: unmatchedRoute}
+		s = rule.Scope{Route: t.Key}
+	case t.Route == rule.UnmatchedRoute:
+		s = rule.Scope{Method: rule.UnmatchedMethod, Route: rule.UnmatchedRoute}
 	default:
 		method, path, ok := strings.Cut(t.Route, " ")
 		if !ok || method == "" || !strings.HasPrefix(path, "/") || len(t.Route) > maxRouteText ||
-			!printableASCII(t.Route) || strings.ContainsAny(method, " /") {
-			return scope{}, badTarget("Target.Route %q: want a method, a space and a route template, such as \"GET /api/coupon/claim\", or \"unmatched\"", t.Route)
+			!rule.PrintableASCII(t.Route) || strings.ContainsAny(method, " /") {
+			return rule.Scope{}, badTarget("Target.Route %q: want a method, a space and a route template, such as \"GET /api/coupon/claim\", or \"unmatched\"", t.Route)
 		}
-		s = scope{method: method, route: path}
+		s = rule.Scope{Method: method, Route: path}
 	}
 	return s, nil
 }
@@ -230,20 +232,20 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 		}
 		return Decision{}, err
 	}
-	if r, ok := a.rule.(*slotRule); ok {
-		return p.peekSlots(ctx, r, buildKey(&r.ruleBase, p.named, a.scope, &a.who))
+	if r, ok := a.rule.(*rule.InFlight); ok {
+		return p.peekSlots(ctx, r, rule.BuildKey(&r.Base, p.named, a.scope, &a.who))
 	}
-	r := a.rule.(*rateRule)
+	r := a.rule.(*rule.Rate)
 	req := &request{scope: a.scope}
-	req.alloc([]*rateRule{r}, r.records())
-	p.setCall(req, 0, r, &a.who, max(r.cost, 1))
+	req.alloc([]*rule.Rate{r}, r.Records())
+	p.setCall(req, 0, r, &a.who, max(r.Cost, 1))
 	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, peekScript, req.keys, p.severalArgs(req))
 	if err != nil {
-		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
+		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
 	}
 	d, _, err := p.parseFor(req, reply, false)
 	if err != nil {
-		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.name, err)
+		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
 	}
 	return d, nil
 }
@@ -268,12 +270,12 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 		return err
 	}
 	keys = append(keys, p.zsetKeys(t)...)
-	r := target.base()
+	r := target.Core()
 	by = boundLabel(by)
 	start := time.Now()
 	announced, err := p.fleet.Reset(ctx, p.queue, p.timeout, keys, p.staleness)
 	if err != nil {
-		return fmt.Errorf("ginlimit: Reset: rule %q: %w", r.name, err)
+		return fmt.Errorf("ginlimit: Reset: rule %q: %w", r.Name, err)
 	}
 	route := t.Route
 	if t.Key != "" {
@@ -283,13 +285,13 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 		// The count is reset; an instance that did not hear of it in time
 		// is coherent by the staleness bound now.
 		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",
-			slog.String("route", route), slog.String("rule", r.name), slog.String("by", by), errAttr(announced))
+			slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by), errAttr(announced))
 	}
 	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: reset",
-		slog.String("route", route), slog.String("rule", r.name), slog.String("by", by))
+		slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by))
 	if len(p.observers) > 0 {
-		e := Event{Route: route, Rule: r.name, Outcome: OutcomeReset, By: by,
-			Decision: Decision{Rule: r.name, Limit: r.limit, Remaining: r.limit, Time: start},
+		e := Event{Route: route, Rule: r.Name, Outcome: OutcomeReset, By: by,
+			Decision: Decision{Rule: r.Name, Limit: r.Limit, Remaining: r.Limit, Time: start},
 			Latency:  time.Since(start)}
 		for _, o := range p.observers {
 			o(ctx, e)
@@ -304,7 +306,7 @@ func boundLabel(s string) string {
 	if len(s) > 64 {
 		s = s[:64]
 	}
-	if printableASCII(s) {
+	if rule.PrintableASCII(s) {
 		return s
 	}
 	b := []byte(s)
@@ -314,4 +316,9 @@ func boundLabel(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// forRule is the identity t names, as the rule package reads it.
+func (t Target) forRule() rule.Target {
+	return rule.Target{User: t.User, IP: t.IP, Values: t.Values, Sealed: t.sealed}
 }

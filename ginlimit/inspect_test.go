@@ -396,16 +396,16 @@ func TestResetClearsTheFallbackBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if _, _, ok := r.local.Take(keys[0], now, 3); !ok {
+	if _, _, ok := r.Local.Take(keys[0], now, 3); !ok {
 		t.Fatal("the fallback bucket does not hold 3")
 	}
-	if _, _, ok := r.local.Take(keys[0], now, 1); ok {
+	if _, _, ok := r.Local.Take(keys[0], now, 1); ok {
 		t.Fatal("the fallback bucket holds more than 3")
 	}
 	if err := in.policy.Reset(context.Background(), Target{Route: claimRoute, User: "alice"}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := r.local.Take(keys[0], now, 3); !ok {
+	if _, _, ok := r.Local.Take(keys[0], now, 3); !ok {
 		t.Fatal("after Reset the fallback bucket is still used up")
 	}
 }
@@ -599,7 +599,7 @@ func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
 	const bound, limit, flooders, phases = time.Second, 10, 8, 10
 	p := mustPolicy(t, Redis(srv.Client()), Key(prefix(t)), Window(time.Hour), Limit(limit), maxStaleness(bound))
 	var clock atomic.Int64
-	p.rules[0].deny.SetClock(clock.Load)
+	p.rules[0].Deny.SetClock(clock.Load)
 	ctx := context.Background()
 	var admitted int64
 	flood := func(n int) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -64,7 +65,7 @@ func newKeyRoute(p *Policy) keyRoute {
 		c.Params = gin.Params{{Key: "id", Value: in.param}}
 		c.Set("uid", in.uid)
 		c.Set("fv", in.fv)
-		req := p.newRequest(requestScope(c))
+		req := p.newRequest(rule.RequestScope(c))
 		if p.prepare(c, req) {
 			out.keys = slices.Clone(req.keys)
 		}
@@ -177,7 +178,7 @@ func keyCases(f *testing.F) []keyCase {
 				if !allValid(in) {
 					return nil
 				}
-				return []string{p.rules[0].prefix + "{GET /r/:id user:" + refEscape(in.uid) + " p.id:" + refEscape(in.param) +
+				return []string{p.rules[0].Prefix + "{GET /r/:id user:" + refEscape(in.uid) + " p.id:" + refEscape(in.param) +
 					" h.x-k:" + refEscape(in.hdr) + " f.f:" + refEscape(in.fv) + "}"}
 			},
 			identity: all,
@@ -203,7 +204,7 @@ func keyCases(f *testing.F) []keyCase {
 				if in.param == "" {
 					return nil
 				}
-				return []string{p.rules[0].prefix + "{GET /r/:id ip:" + bucketText(in.ip, identity.DefaultIPv6Prefix) + " p.id:" + refEscape(in.param) + "}"}
+				return []string{p.rules[0].Prefix + "{GET /r/:id ip:" + bucketText(in.ip, identity.DefaultIPv6Prefix) + " p.id:" + refEscape(in.param) + "}"}
 			},
 			identity: func(in keyInput) string {
 				return bucketText(in.ip, identity.DefaultIPv6Prefix) + " " + strconv.Quote(in.param)
@@ -227,9 +228,9 @@ func keyCases(f *testing.F) []keyCase {
 				}
 				a, b := p.rules[0], p.rules[1]
 				return []string{
-					a.ban.prefix + "{GET /r/:id} rule:a%20b" + who + " h.x-k:" + refEscape(in.hdr),
-					a.prefix + "{GET /r/:id} rule:a%20b" + who + " h.x-k:" + refEscape(in.hdr),
-					b.prefix + "{GET /r/:id} rule:b ip:" + bucketText(in.ip, 128),
+					a.Ban.Prefix + "{GET /r/:id} rule:a%20b" + who + " h.x-k:" + refEscape(in.hdr),
+					a.Prefix + "{GET /r/:id} rule:a%20b" + who + " h.x-k:" + refEscape(in.hdr),
+					b.Prefix + "{GET /r/:id} rule:b ip:" + bucketText(in.ip, 128),
 				}
 			},
 			identity: func(in keyInput) string {
@@ -250,8 +251,8 @@ func keyCases(f *testing.F) []keyCase {
 					return nil
 				}
 				return []string{
-					p.rules[0].prefix + "{* shared} rule:g user:" + refEscape(in.uid) + " h.x-k:" + refEscape(in.hdr),
-					p.rules[1].prefix + "{* shared} rule:h",
+					p.rules[0].Prefix + "{* shared} rule:g user:" + refEscape(in.uid) + " h.x-k:" + refEscape(in.hdr),
+					p.rules[1].Prefix + "{* shared} rule:h",
 				}
 			},
 			identity: func(in keyInput) string { return strconv.Quote(in.uid) + " " + strconv.Quote(in.hdr) },
@@ -263,10 +264,10 @@ func keyCases(f *testing.F) []keyCase {
 // without identity, and per dimension a space, the longest label ("anon"
 // for a user), a colon and a value escaped at 3 bytes per byte of at most
 // maxKeyText bytes (a longer one is hashed to 34).
-func keyBound(r *ruleBase, named bool, s scope) int {
-	n := len(buildKey(r, named, s, nil))
-	for _, d := range r.dims {
-		n += 2 + max(len(d.label), len("anon")) + 3*maxKeyText
+func keyBound(r *rule.Base, named bool, s rule.Scope) int {
+	n := len(rule.BuildKey(r, named, s, nil))
+	for _, d := range r.Dims {
+		n += 2 + max(len(d.Label), len("anon")) + 3*rule.MaxKeyText
 	}
 	return n
 }
@@ -277,15 +278,15 @@ func checkKeyShape(t *testing.T, p *Policy, key string) {
 	t.Helper()
 	bound := 0
 	for _, r := range p.rules {
-		bound = max(bound, keyBound(&r.ruleBase, p.named, scope{method: http.MethodGet, route: "/r/:id"}))
-		if r.ban != nil {
-			bound = max(bound, keyBound(&r.ban.ruleBase, p.named, scope{method: http.MethodGet, route: "/r/:id"}))
+		bound = max(bound, keyBound(&r.Base, p.named, rule.Scope{Method: http.MethodGet, Route: "/r/:id"}))
+		if r.Ban != nil {
+			bound = max(bound, keyBound(&r.Ban.Base, p.named, rule.Scope{Method: http.MethodGet, Route: "/r/:id"}))
 		}
 	}
 	if len(key) > bound {
 		t.Fatalf("key of %d bytes, longer than the configuration allows (%d): %.120q", len(key), bound, key)
 	}
-	if !printableASCII(key) || strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || strings.Index(key, "{") > strings.Index(key, "}") {
+	if !rule.PrintableASCII(key) || strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || strings.Index(key, "{") > strings.Index(key, "}") {
 		t.Fatalf("key %.200q is not printable ASCII with one hash tag", key)
 	}
 }
@@ -312,7 +313,7 @@ func FuzzKeys(f *testing.F) {
 	v6 := netip.MustParseAddr("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff").AsSlice()
 	v6b := netip.MustParseAddr("2001:db8:ffff:ffff::").AsSlice()
 	mapped := netip.MustParseAddr("::ffff:198.51.100.7").AsSlice()
-	long := strings.Repeat("k", maxKeyText+1)
+	long := strings.Repeat("k", rule.MaxKeyText+1)
 	sum := sha256.Sum256([]byte(long))
 	for _, s := range []struct {
 		uidA, paramA, hdrA, fvA string
@@ -415,10 +416,10 @@ func checkAllowKeys(t *testing.T, p *Policy, a, b string) {
 	t.Helper()
 	ka, kb := ruleKey(p, 0, a), ruleKey(p, 0, b)
 	for _, c := range []struct{ key, k string }{{a, ka}, {b, kb}} {
-		if want := p.rules[0].prefix + "{" + refAllowKey(c.key) + "}"; c.k != want {
+		if want := p.rules[0].Prefix + "{" + refAllowKey(c.key) + "}"; c.k != want {
 			t.Fatalf("Allow(%.80q): key %.200q, want %.200q", c.key, c.k, want)
 		}
-		if len(c.k) > len(p.rules[0].prefix)+2+3*maxKeyText || !printableASCII(c.k) || strings.Count(c.k, "{") != 1 || strings.Count(c.k, "}") != 1 {
+		if len(c.k) > len(p.rules[0].Prefix)+2+3*rule.MaxKeyText || !rule.PrintableASCII(c.k) || strings.Count(c.k, "{") != 1 || strings.Count(c.k, "}") != 1 {
 			t.Fatalf("Allow(%.80q): key %.200q is not one bounded hash tag", c.key, c.k)
 		}
 	}

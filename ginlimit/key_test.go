@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
@@ -226,17 +227,17 @@ func TestCharsets(t *testing.T) {
 		wantRoute := b > ' ' && b < 0x7f && b != '%' && b != '{' && b != '}'
 		wantID := 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' ||
 			b != 0 && strings.IndexByte("-._~@:+=", b) >= 0
-		if got := routeSafe.safe(b); got != wantRoute {
-			t.Errorf("routeSafe.safe(%#x) = %v, want %v", b, got, wantRoute)
+		if got := rule.RouteSafe.Safe(b); got != wantRoute {
+			t.Errorf("routeSafe.Safe(%#x) = %v, want %v", b, got, wantRoute)
 		}
-		if got := idSafe.safe(b); got != wantID {
-			t.Errorf("idSafe.safe(%#x) = %v, want %v", b, got, wantID)
+		if got := rule.IDSafe.Safe(b); got != wantID {
+			t.Errorf("idSafe.Safe(%#x) = %v, want %v", b, got, wantID)
 		}
 	}
-	if got, want := escape("a b{c}%d\x00é~", idSafe), "a%20b%7Bc%7D%25d%00%C3%A9~"; got != want {
+	if got, want := rule.Escape("a b{c}%d\x00é~", rule.IDSafe), "a%20b%7Bc%7D%25d%00%C3%A9~"; got != want {
 		t.Errorf("escape(idSafe) = %q, want %q", got, want)
 	}
-	if got, want := escape("GET /a b/{x}%", routeSafe), "GET%20/a%20b/%7Bx%7D%25"; got != want {
+	if got, want := rule.Escape("GET /a b/{x}%", rule.RouteSafe), "GET%20/a%20b/%7Bx%7D%25"; got != want {
 		t.Errorf("escape(routeSafe) = %q, want %q", got, want)
 	}
 }
@@ -292,7 +293,7 @@ func TestShortValueCannotSpellALongValuesHash(t *testing.T) {
 	_, c := newMini(t)
 	e := gin.New()
 	e.GET("/x", testLimit(Redis(c), Key(prefix(t)), Limit(1), Per(ByHeader("X-Key"))), ok)
-	long := strings.Repeat("k", maxKeyText+1)
+	long := strings.Repeat("k", rule.MaxKeyText+1)
 	sum := sha256.Sum256([]byte(long))
 	short := "~" + hex.EncodeToString(sum[:16])
 	if w := do(e, http.MethodGet, "/x", map[string]string{"X-Key": long}); w.Code != http.StatusOK {

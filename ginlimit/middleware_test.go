@@ -236,7 +236,7 @@ func TestOptionValidation(t *testing.T) {
 		{"empty key", Key(""), `Key("")`},
 		{"brace key", Key("a{b}:"), `Key("a{b}:")`},
 		{"empty message", Message(""), `Message("")`},
-		{"bad type", Type(builtinDim(7)), "Type: builtinDim(7)"},
+		{"bad type", Type(Builtin(7)), "Type: Builtin(7)"},
 		{"nil type", Type(nil), "Type(nil)"},
 		{"bad name", Name("bad\nname"), "Name("},
 		{"nil redis", Redis(nil), "Redis(nil)"},

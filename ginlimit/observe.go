@@ -8,16 +8,18 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
-// The outcomes of a decision, the values of [Event.Outcome], for metrics
-// and logs. Every decision has exactly one. They are plain strings, as
-// Event.Route and Event.Rule are: an outcome is read and compared, never
-// given to ginlimit.
+// Outcome classifies a decision for metrics and logs: the value of
+// [Event.Outcome]. Every decision has exactly one.
+type Outcome string
+
+// The outcomes of a decision.
 const (
 	// OutcomeAllowed: Redis (or the deny cache) admitted the request.
-	OutcomeAllowed = "allowed"
+	OutcomeAllowed Outcome = "allowed"
 	// OutcomeLimited: the request was refused with 429.
 	OutcomeLimited = "limited"
 	// OutcomeShadowLimited: shadow mode let through a request that would
@@ -51,7 +53,7 @@ const (
 )
 
 // outcomeOf returns the outcome of d.
-func outcomeOf(d Decision) string {
+func outcomeOf(d Decision) Outcome {
 	switch {
 	case errors.Is(d.Err, ErrClientGone):
 		return OutcomeClientGone
@@ -86,7 +88,7 @@ type Event struct {
 	Rule string
 	// Outcome classifies the decision: one of the Outcome constants
 	// (OutcomeAllowed, ...).
-	Outcome string
+	Outcome Outcome
 	// Decision is the decision itself.
 	Decision Decision
 	// Latency is how long the decision took, Redis included.
@@ -135,18 +137,18 @@ func Observe(f func(ctx context.Context, e Event)) Option {
 // route, so that a wrong secret, which fails every request, shows without
 // flooding the log. The line and the Event carry the reason, never err's
 // text, which a User of the application's own may fill with the identity.
-func (p *Policy) unauthorized(c *gin.Context, r *ruleBase, err error) {
+func (p *Policy) unauthorized(c *gin.Context, r *rule.Base, err error) {
 	ctx := c.Request.Context()
 	reason := identity.Reason(err)
 	if p.debugEnabled(ctx) {
 		t, _ := p.authLogs.LoadOrStore(reason, &logThrottle{})
 		t.(*logThrottle).log(ctx, p.log(), slog.LevelDebug, "ginlimit: no valid identity for the request; answering 401",
-			slog.String("rule", r.name), slog.String("route", c.FullPath()), slog.String("reason", reason))
+			slog.String("rule", r.Name), slog.String("route", c.FullPath()), slog.String("reason", reason))
 	}
 	if len(p.observers) == 0 {
 		return
 	}
-	e := Event{Route: requestScope(c).label(), Rule: r.name, Outcome: OutcomeUnauthorized, Decision: Decision{Rule: r.name}, Reason: reason}
+	e := Event{Route: rule.RequestScope(c).Label(), Rule: r.Name, Outcome: OutcomeUnauthorized, Decision: Decision{Rule: r.Name}, Reason: reason}
 	for _, o := range p.observers {
 		o(ctx, e)
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
-	"github.com/ginlimit/ginlimit/identity"
 )
 
 // Defaults of the route annotation, the same as the Java @RateLimiter's.
@@ -62,7 +62,7 @@ type Option interface {
 // much. See [Option] for the two kinds of options.
 type RuleOption interface {
 	Option
-	applyRule(*ruleConfig) error
+	applyRule(*rule.Config) error
 }
 
 // routeOption is an option that concerns the whole request.
@@ -72,15 +72,15 @@ func (f routeOption) apply(c *config) error { return f(&c.route) }
 
 // ruleOption is an option that concerns one rule; outside a Rule it sets
 // the default of every rule of the route.
-type ruleOption func(*ruleConfig) error
+type ruleOption func(*rule.Config) error
 
-func (f ruleOption) apply(c *config) error         { return f(&c.rule) }
-func (f ruleOption) applyRule(r *ruleConfig) error { return f(r) }
+func (f ruleOption) apply(c *config) error          { return f(&c.rule) }
+func (f ruleOption) applyRule(r *rule.Config) error { return f(r) }
 
 // config is what the options of a limiter and a route add up to.
 type config struct {
 	route routeConfig
-	rule  ruleConfig  // the default of every rule
+	rule  rule.Config // the default of every rule
 	rules []ruleGroup // the route's Rule(...) groups, in order; none for a single rule
 }
 
@@ -104,32 +104,6 @@ type routeConfig struct {
 	observers      []func(context.Context, Event)
 }
 
-// ruleConfig is what concerns one count.
-type ruleConfig struct {
-	prefix     string
-	name       string
-	window     time.Duration
-	limit      int
-	message    string
-	dims       []dim // nil: the whole route
-	alg        AlgorithmKind
-	subWindows int
-	burst      int
-	cost       int // 1: a request's cost is costFunc's
-	costFunc   func(*gin.Context) int
-	planPick   func(*gin.Context) string // LimitBy's
-	plans      map[string]int            // LimitBy's limits
-	ban        *ban                      // Ban's settings, or nil
-	ips        *identity.IP
-	users      identity.User
-	hashKey    []byte
-	anonByIP   bool
-	shared     bool          // Shared: one count for every route of the group
-	slots      int           // InFlight's n: an in-flight rule when above 0
-	lease      time.Duration // InFlight's lease
-	override   bool          // compiled for an override (overrides.go): no single-rule script
-}
-
 func defaults() config {
 	return config{
 		route: routeConfig{
@@ -143,14 +117,9 @@ func defaults() config {
 			onFail:        FailLocal,
 			headers:       HeadersBoth,
 		},
-		rule: ruleConfig{
-			prefix:     DefaultKey,
-			alg:        SlidingLog,
-			window:     DefaultWindow,
-			limit:      DefaultLimit,
-			message:    DefaultMessage,
-			subWindows: DefaultSubWindows,
-			cost:       1,
+		rule: rule.Config{
+			Common: rule.Common{Prefix: DefaultKey, Message: DefaultMessage},
+			Rate:   rule.RateSettings{Alg: slidingLog(), Window: DefaultWindow, Limit: DefaultLimit, SubWindows: DefaultSubWindows, Cost: 1},
 		},
 	}
 }
@@ -199,4 +168,9 @@ func (g ruleGroup) apply(c *config) error {
 //	<prefix>{<METHOD> <route template>} rule:<name>[ <dimension>]
 func Rule(opts ...RuleOption) Option {
 	return ruleGroup(append([]RuleOption(nil), opts...))
+}
+
+// forRules is what a rule of the route takes from it (see rule.Route).
+func (rc *routeConfig) forRules() rule.Route {
+	return rule.Route{DenySize: rc.deny, Staleness: rc.staleness, Local: rc.onFail == FailLocal, Instances: rc.instances}
 }

@@ -1,6 +1,9 @@
 package ginlimit
 
-import "github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
+import (
+	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+)
 
 // The fields of LimitsKey, and the values an operator may edit by hand:
 // the fleet of each Limiter and client parses them once per change
@@ -27,7 +30,7 @@ import "github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 
 // allowScope is the scope, in a rule's field, of every call of
 // Policy.Allow: no gin route or Allow key spells it.
-var allowScope = scope{method: unmatchedMethod, route: "allow"}
+var allowScope = rule.Scope{Method: rule.UnmatchedMethod, Route: "allow"}
 
 // allowRoute is the Target.Route that names every call of Policy.Allow
 // (Event.Route's name for them).
@@ -36,23 +39,23 @@ const allowRoute = "Policy.Allow"
 // overrideScope is the scope of an override of x, a rule or a plan, that
 // holds for calls in scope s on a policy whose keys name their rule
 // (named): a Shared rule's group, every key of Policy.Allow, or s.
-func (x *rateRule) overrideScope(named bool, s scope) fleet.RuleScope {
+func overrideScope(x *rule.Rate, named bool, s rule.Scope) fleet.RuleScope {
 	switch {
-	case s.method == "":
+	case s.Method == "":
 		s = allowScope
-	case x.shared:
-		s, named = scope{method: unmatchedMethod, route: sharedRoute}, true
+	case x.Shared:
+		s, named = rule.Scope{Method: rule.UnmatchedMethod, Route: rule.SharedRoute}, true
 	}
-	k := fleet.RuleScope{Prefix: x.cfg.prefix, Method: s.method, Route: s.route}
+	k := fleet.RuleScope{Prefix: x.Cfg.Prefix, Method: s.Method, Route: s.Route}
 	if named {
-		k.Name = x.escapedName
+		k.Name = x.EscapedName
 	}
 	return k
 }
 
 // ruleField is k's field in LimitsKey.
 func ruleField(k fleet.RuleScope) string {
-	f := k.Prefix + "{" + escape(k.Method, routeSafe) + " " + escape(k.Route, routeSafe) + "}"
+	f := k.Prefix + "{" + rule.Escape(k.Method, rule.RouteSafe) + " " + rule.Escape(k.Route, rule.RouteSafe) + "}"
 	if k.Name != "" {
 		f += " rule:" + k.Name
 	}
@@ -62,7 +65,7 @@ func ruleField(k fleet.RuleScope) string {
 // isField reports whether f is the field ruleField writes for k, its name
 // escaped as in a key (a fleet.Canonical): no key of a rule names another.
 func isField(k fleet.RuleScope, f string) bool {
-	return escape(k.Name, idSafe) == k.Name && ruleField(k) == f
+	return rule.Escape(k.Name, rule.IDSafe) == k.Name && ruleField(k) == f
 }
 
 // concerns reports whether some override of ov is under a Key prefix of
@@ -70,7 +73,7 @@ func isField(k fleet.RuleScope, f string) bool {
 func (p *Policy) concerns(ov *fleet.Overrides) bool {
 	for _, r := range p.rules {
 		for _, x := range withPlans(r) {
-			if ov.Prefixes[x.cfg.prefix] {
+			if ov.Prefixes[x.Cfg.Prefix] {
 				return true
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+
 	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 	"github.com/ginlimit/ginlimit/identity"
 )
@@ -52,7 +54,7 @@ func FuzzOverrideValue(f *testing.F) {
 		}
 		policies = append(policies, p)
 	}
-	claim := scope{method: "GET", route: "/claim"}
+	claim := rule.Scope{Method: "GET", Route: "/claim"}
 	f.Fuzz(func(t *testing.T, field, value string) {
 		if k, ok := fleet.ParseRuleField(field, isField); ok && ruleField(k) != field {
 			t.Fatalf("the field %q parses as %+v, which is written %q", field, k, ruleField(k))
@@ -63,16 +65,16 @@ func FuzzOverrideValue(f *testing.F) {
 			fleet.NewOverrides([]string{"fz:{GET /claim} *", value, "fz:{GET /claim user:alice}", value}, isField),
 		} {
 			for _, p := range policies {
-				v := &liveView{p: p, ov: ov, rules: map[overrideKey]*rateRule{}}
+				v := &liveView{p: p, ov: ov, rules: map[overrideKey]*rule.Rate{}}
 				for _, x := range withPlans(p.rules[0]) {
-					var w who
-					if err := x.targetWho(&w, Target{User: "alice"}); err != nil {
+					var w rule.Who
+					if err := x.TargetWho(&w, Target{User: "alice"}.forRule()); err != nil {
 						t.Fatal(err)
 					}
-					key := buildKey(&x.ruleBase, p.named, claim, &w)
+					key := rule.BuildKey(&x.Base, p.named, claim, &w)
 					o := v.find(x, key, p.named, claim)
-					if o != nil && (!valid || o.limit != set.Limit) {
-						t.Fatalf("%s: the override %q %q applies with limit %d", x.alg, field, value, o.limit)
+					if o != nil && (!valid || o.Limit != set.Limit) {
+						t.Fatalf("%s: the override %q %q applies with limit %d", x.Alg.Name(), field, value, o.Limit)
 					}
 				}
 			}

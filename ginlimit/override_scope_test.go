@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
@@ -205,7 +206,7 @@ func TestRuleOverrideHasRoomAmongIdentities(t *testing.T) {
 	}
 	// Stored; whether this instance loaded the full hash within the poll's
 	// bound depends on the machine, so the field is read from Redis.
-	field := ruleField(in.policy.rules[0].overrideScope(false, scope{method: "GET", route: "/claim"}))
+	field := ruleField(overrideScope(in.policy.rules[0], false, rule.Scope{Method: "GET", Route: "/claim"}))
 	if v, err := c.HGet(ctx, LimitsKey, field).Result(); err != nil || v != "1 0" {
 		t.Fatalf("the rule's override in LimitsKey: %q, %v; want \"1 0\"", v, err)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 	"weak"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+
 	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 )
 
@@ -24,7 +26,7 @@ import (
 // gives each of its policies a new view (liveView). A request reads the
 // view in process (setCall): overrides add no Redis call to a decision.
 //
-// An override compiles into a rule of its own with compileRate, the code
+// An override compiles into a rule of its own with rule.CompileRate, the code
 // that compiles a rule at start-up, so that a value the scripts would
 // refuse is refused when it is set (SetLimit), naming what is wrong. Its
 // rule goes through the several-rule script, whose settings are arguments:
@@ -101,7 +103,7 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 	value := ""
 	if limit != 0 {
 		if _, err := p.compileOverride(r, limit, window, src); err != nil {
-			return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.name, err)
+			return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.Name, err)
 		}
 		value = strconv.Itoa(limit) + " " + strconv.FormatInt(window.Microseconds(), 10)
 	}
@@ -112,17 +114,17 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 	}
 	refused, applied, err := p.fleet.SetLimit(ctx, p.queue, p.timeout, c)
 	if err != nil {
-		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.name, err)
+		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.Name, err)
 	}
 	if refused {
-		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w: %s (%d) overrides of its kind are set already; clear one first", r.name, ErrBadLimit, kind, c.Quota)
+		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w: %s (%d) overrides of its kind are set already; clear one first", r.Name, ErrBadLimit, kind, c.Quota)
 	}
 	if applied != nil {
 		// Stored: this instance applies it with its next poll.
-		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: override stored, not yet applied here", slog.String("rule", r.name), errAttr(applied))
+		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: override stored, not yet applied here", slog.String("rule", r.Name), errAttr(applied))
 	}
 	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: limit override set (a limit of 0 clears it)",
-		slog.String("rule", r.name), slog.String("of", overrideNames[src]), slog.Int("limit", limit), slog.Duration("window", window))
+		slog.String("rule", r.Name), slog.String("of", overrideNames[src]), slog.Int("limit", limit), slog.Duration("window", window))
 	return nil
 }
 
@@ -132,13 +134,13 @@ var overrideNames = [...]string{SourceOverride: "rule", SourcePlanOverride: "pla
 
 // overrideOf resolves t to the rule an override of it is compiled from
 // (the rule, or the plan's), its field in LimitsKey and its Source.
-func (p *Policy) overrideOf(t Target) (*rateRule, string, uint8, error) {
+func (p *Policy) overrideOf(t Target) (*rule.Rate, string, Source, error) {
 	if !t.namesIdentity() {
 		r, s, err := p.ruleTarget(t)
 		if err != nil {
 			return nil, "", 0, err
 		}
-		field := ruleField(r.overrideScope(p.named, s))
+		field := ruleField(overrideScope(r, p.named, s))
 		if t.Plan != "" {
 			return r, field, SourcePlanOverride, nil
 		}
@@ -151,52 +153,52 @@ func (p *Policy) overrideOf(t Target) (*rateRule, string, uint8, error) {
 	if err != nil {
 		return nil, "", 0, err
 	}
-	r, ok := a.declared.(*rateRule)
+	r, ok := a.declared.(*rule.Rate)
 	if !ok {
-		return nil, "", 0, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", a.declared.base().name)
+		return nil, "", 0, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", a.declared.Core().Name)
 	}
-	key := buildKey(&r.ruleBase, p.named, a.scope, &a.who)
-	return r, r.cfg.prefix + key[len(r.prefix):], SourceIdentityOverride, nil
+	key := rule.BuildKey(&r.Base, p.named, a.scope, &a.who)
+	return r, r.Cfg.Prefix + key[len(r.Prefix):], SourceIdentityOverride, nil
 }
 
 // targetRate is the rate rule, or plan, that t names without an identity;
 // its source is the Source of an override of it.
-func (p *Policy) targetRate(t Target) (*rateRule, error) {
+func (p *Policy) targetRate(t Target) (*rule.Rate, error) {
 	x, err := p.targetRule(t)
 	if err != nil {
 		return nil, err
 	}
-	r, ok := x.(*rateRule)
+	r, ok := x.(*rule.Rate)
 	if !ok {
-		return nil, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", x.base().name)
+		return nil, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", x.Core().Name)
 	}
 	if t.Plan == "" {
 		return r, nil
 	}
-	if pr := r.plans[t.Plan]; pr != nil {
+	if pr := r.Plans[t.Plan]; pr != nil {
 		return pr, nil
 	}
-	return nil, badTarget("rule %q has no plan %q", r.name, t.Plan)
+	return nil, badTarget("rule %q has no plan %q", r.Name, t.Plan)
 }
 
 // ruleTarget is the rate rule, or plan, that t names without an
 // identity, and the scope its override holds in (overrideScope): t.Route,
 // any route of a Shared rule's group, or Policy.Allow's calls (scope{}).
-func (p *Policy) ruleTarget(t Target) (*rateRule, scope, error) {
+func (p *Policy) ruleTarget(t Target) (*rule.Rate, rule.Scope, error) {
 	r, err := p.targetRate(t)
 	switch {
 	case err != nil:
-		return nil, scope{}, err
+		return nil, rule.Scope{}, err
 	case t.Route == allowRoute:
-		return r, scope{}, nil
-	case t.Route == "" && r.shared:
-		return r, scope{method: unmatchedMethod, route: sharedRoute}, nil
+		return r, rule.Scope{}, nil
+	case t.Route == "" && r.Shared:
+		return r, rule.Scope{Method: rule.UnmatchedMethod, Route: rule.SharedRoute}, nil
 	case t.Route == "":
-		return nil, scope{}, badTarget("rule %q counts per route: give Target.Route, the route whose limit to change (%q for every key of Policy.Allow)", r.name, allowRoute)
+		return nil, rule.Scope{}, badTarget("rule %q counts per route: give Target.Route, the route whose limit to change (%q for every key of Policy.Allow)", r.Name, allowRoute)
 	}
 	s, err := targetScope(t)
 	if err != nil {
-		return nil, scope{}, err
+		return nil, rule.Scope{}, err
 	}
 	return r, s, nil
 }
@@ -204,21 +206,21 @@ func (p *Policy) ruleTarget(t Target) (*rateRule, scope, error) {
 // compileOverride compiles r with limit and window (0: r's) instead of its
 // own, as start-up compiles a rule, into the rule an override of source
 // src applies. It keeps r's Ban, so that strikes and bans go on.
-func (p *Policy) compileOverride(r *rateRule, limit int, window time.Duration, src uint8) (*rateRule, error) {
-	rc := r.cfg
-	rc.planPick, rc.plans, rc.override = nil, nil, true
-	err := Limit(limit).applyRule(&rc)
+func (p *Policy) compileOverride(r *rule.Rate, limit int, window time.Duration, src Source) (*rule.Rate, error) {
+	rc := r.Cfg
+	rc.PlanPick, rc.Plans, rc.Limit = nil, nil, limit
+	err := rule.CheckLimit(limit)
 	if err == nil && window != 0 {
-		err = overrideWindow(&rc, window)
+		err = rule.OverrideWindow(&rc, window)
 	}
-	var o *rateRule
+	var o *rule.Rate
 	if err == nil {
-		o, err = compileRate(rc, &p.route, p.named)
+		o, err = rule.CompileRate(rc, p.route.forRules(), p.named, true)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadLimit, err)
 	}
-	o.ban, o.source = r.ban, src
+	o.Ban, o.Source = r.Ban, uint8(src)
 	return o, nil
 }
 
@@ -240,26 +242,26 @@ type liveView struct {
 	ov *fleet.Overrides
 
 	mu    sync.RWMutex
-	rules map[overrideKey]*rateRule // compiled, or nil: does not compile
-	prev  *liveView                 // the view before, whose rules this one takes while they match
+	rules map[overrideKey]*rule.Rate // compiled, or nil: does not compile
+	prev  *liveView                  // the view before, whose rules this one takes while they match
 }
 
 // overrideKey is what an override's rule was compiled from: the next view
 // keeps a rule whose settings did not change, with what its deny cache and
 // fallback learned.
 type overrideKey struct {
-	from   *rateRule
+	from   *rule.Rate
 	limit  int
 	window time.Duration
-	source uint8
+	source Source
 }
 
 // resolve returns the rule that decides a call of r on key, in scope s:
 // the identity's override, or r's, or r itself. Every one counts on key,
 // r's (the one of the plan the identity is in), so that a change keeps
-// what was spent there: an override changes no key tag (keyTag; a
-// SlidingCounter's override keeps the sub-window length, overrideWindow).
-func (v *liveView) resolve(r *rateRule, key string, named bool, s scope) *rateRule {
+// what was spent there: an override changes no key tag (Algorithm.Tag; a
+// SlidingCounter's override keeps the sub-window length, rule.OverrideWindow).
+func (v *liveView) resolve(r *rule.Rate, key string, named bool, s rule.Scope) *rule.Rate {
 	if o := v.find(r, key, named, s); o != nil {
 		return o
 	}
@@ -270,12 +272,12 @@ func (v *liveView) resolve(r *rateRule, key string, named bool, s scope) *rateRu
 // plan, for the call on key in scope s: the identity's (stored under the
 // declared rule's prefix, whatever the plan), or else r's for s; nil for
 // none, or one that does not compile.
-func (v *liveView) find(r *rateRule, key string, named bool, s scope) *rateRule {
+func (v *liveView) find(r *rule.Rate, key string, named bool, s rule.Scope) *rule.Rate {
 	declared := r
-	if r.of != nil {
-		declared = r.of
+	if r.Parent != nil {
+		declared = r.Parent
 	}
-	if set, ok := v.ov.Who[fleet.WhoKey{Prefix: declared.cfg.prefix, Rest: key[len(r.prefix):]}]; ok {
+	if set, ok := v.ov.Who[fleet.WhoKey{Prefix: declared.Cfg.Prefix, Rest: key[len(r.Prefix):]}]; ok {
 		if o := v.compiled(declared, set, SourceIdentityOverride); o != nil {
 			return o
 		}
@@ -285,13 +287,13 @@ func (v *liveView) find(r *rateRule, key string, named bool, s scope) *rateRule 
 
 // ruleOverride returns the rule of x's own override (a rule's or a
 // plan's) for scope s, or nil.
-func (v *liveView) ruleOverride(x *rateRule, named bool, s scope) *rateRule {
-	set, ok := v.ov.Rules[x.overrideScope(named, s)]
+func (v *liveView) ruleOverride(x *rule.Rate, named bool, s rule.Scope) *rule.Rate {
+	set, ok := v.ov.Rules[overrideScope(x, named, s)]
 	if !ok {
 		return nil
 	}
 	src := SourceOverride
-	if x.of != nil {
+	if x.Parent != nil {
 		src = SourcePlanOverride
 	}
 	return v.compiled(x, set, src)
@@ -301,7 +303,7 @@ func (v *liveView) ruleOverride(x *rateRule, named bool, s scope) *rateRule {
 // this view's, the view's before while its settings match, or compiled
 // now (once: a concurrent call takes the first one's); nil when it does
 // not compile (a value written by hand), so that from keeps its settings.
-func (v *liveView) compiled(from *rateRule, set fleet.Setting, src uint8) *rateRule {
+func (v *liveView) compiled(from *rule.Rate, set fleet.Setting, src Source) *rule.Rate {
 	k := overrideKey{from: from, limit: set.Limit, window: set.Window, source: src}
 	v.mu.RLock()
 	o, ok := v.rules[k]
@@ -324,13 +326,13 @@ func (v *liveView) compiled(from *rateRule, set fleet.Setting, src uint8) *rateR
 	v.rules[k] = o
 	if fresh && o != nil {
 		v.p.live.compiles.Add(1)
-		v.p.hub.Track(o.deny, o.local)
+		v.p.hub.Track(o.Deny, o.Local)
 	}
 	return o
 }
 
 // rule is v's rule compiled from k, and whether v has one (v may be nil).
-func (v *liveView) rule(k overrideKey) (*rateRule, bool) {
+func (v *liveView) rule(k overrideKey) (*rule.Rate, bool) {
 	if v == nil {
 		return nil, false
 	}
@@ -347,7 +349,7 @@ func (p *Policy) apply(ov *fleet.Overrides) {
 	old := p.view.Load()
 	var v *liveView
 	if p.concerns(ov) {
-		v = &liveView{p: p, ov: ov, rules: map[overrideKey]*rateRule{}, prev: old}
+		v = &liveView{p: p, ov: ov, rules: map[overrideKey]*rule.Rate{}, prev: old}
 	}
 	if v == nil && old == nil {
 		return
@@ -360,16 +362,16 @@ func (p *Policy) apply(ov *fleet.Overrides) {
 	p.view.Store(v)
 	for _, r := range p.rules {
 		for _, x := range withPlans(r) {
-			if x.deny != nil {
-				x.deny.Clear()
+			if x.Deny != nil {
+				x.Deny.Clear()
 			}
 		}
 	}
 }
 
 // withPlans is r and its plans' rules.
-func withPlans(r *rateRule) []*rateRule {
-	return append([]*rateRule{r}, slices.Collect(maps.Values(r.plans))...)
+func withPlans(r *rule.Rate) []*rule.Rate {
+	return append([]*rule.Rate{r}, slices.Collect(maps.Values(r.Plans))...)
 }
 
 // settings is the Decision of Peek for a Target that names a rule (and
@@ -379,9 +381,9 @@ func (p *Policy) settings(t Target) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	if _, ok := x.(*slotRule); ok {
-		b := x.base()
-		return Decision{Rule: b.name, Limit: b.limit}, nil
+	if _, ok := x.(*rule.InFlight); ok {
+		b := x.Core()
+		return Decision{Rule: b.Name, Limit: b.Limit}, nil
 	}
 	r, s, err := p.ruleTarget(t)
 	if err != nil {
@@ -392,7 +394,7 @@ func (p *Policy) settings(t Target) (Decision, error) {
 			r = o
 		}
 	}
-	return Decision{Rule: r.name, Limit: r.limit, Window: r.window, Source: r.source}, nil
+	return Decision{Rule: r.Name, Limit: r.Limit, Window: r.Window, Source: Source(r.Source)}, nil
 }
 
 // liveLimits is the overrides as the policies of one Limiter on one Redis

@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
@@ -58,7 +59,7 @@ func TestSetLimitPrecedence(t *testing.T) {
 		user, plan string
 		limit      int
 		window     time.Duration
-		source     uint8
+		source     Source
 	}{
 		{"bob", "", 5, time.Minute, SourceOverride},
 		{"carol", "vip", 7, 2 * time.Minute, SourcePlanOverride},
@@ -75,7 +76,7 @@ func TestSetLimitPrecedence(t *testing.T) {
 	for _, tc := range []struct {
 		target Target
 		limit  int
-		source uint8
+		source Source
 	}{{Target{Route: claimRoute}, 5, SourceOverride}, {Target{Route: claimRoute, Plan: "vip"}, 7, SourcePlanOverride}} {
 		d, err := in.policy.Peek(ctx, tc.target)
 		if err != nil || d.Limit != tc.limit || d.Source != tc.source {
@@ -269,12 +270,12 @@ func TestOverrideKeysAreBuiltAsCounts(t *testing.T) {
 		}
 	}
 	r := in.policy.rules[0]
-	var w who
-	if err := r.targetWho(&w, Target{User: user}); err != nil {
+	var w rule.Who
+	if err := r.TargetWho(&w, Target{User: user}.forRule()); err != nil {
 		t.Fatal(err)
 	}
-	key := buildKey(&r.ruleBase, false, scope{method: "GET", route: "/claim"}, &w)
-	want := pre + key[len(r.prefix):]
+	key := rule.BuildKey(&r.Base, false, rule.Scope{Method: "GET", Route: "/claim"}, &w)
+	want := pre + key[len(r.Prefix):]
 	if len(mine) != 1 || mine[0] != want {
 		t.Fatalf("the override's fields: %q, want [%q]", mine, want)
 	}
@@ -407,7 +408,7 @@ func TestOverrideHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := do(in.e, http.MethodGet, "/claim", map[string]string{"X-User": "alice"})
-	name := in.policy.rules[0].quotedName
+	name := in.policy.rules[0].QuotedName
 	if got := w.Header().Get("RateLimit-Policy"); got != name+";q=5;w=120" {
 		t.Errorf("RateLimit-Policy %q, want %s;q=5;w=120", got, name)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/lua"
 )
@@ -36,7 +37,7 @@ type share struct {
 
 // call is one rate rule's share of a decision, and its Ban's.
 type call struct {
-	rule *rateRule
+	rule *rule.Rate
 	share
 	// ban is the share of rule's Ban (rule.ban): its strikes and bans; nil
 	// for a rule without one. It is held apart so that the calls, and the
@@ -52,7 +53,7 @@ type call struct {
 // the in-flight step has no calls (newSlotRequest).
 type request struct {
 	d     Decision
-	scope scope
+	scope rule.Scope
 	calls []call
 	keys  []string // by record (see rec)
 	one   [1]call
@@ -64,7 +65,7 @@ type request struct {
 }
 
 // newRequest returns the memory of a decision on every rate rule of p.
-func (p *Policy) newRequest(s scope) *request {
+func (p *Policy) newRequest(s rule.Scope) *request {
 	req := &request{scope: s}
 	req.alloc(p.rules, p.records)
 	return req
@@ -75,7 +76,7 @@ func (p *Policy) newRequest(s scope) *request {
 // the calls and the keys are allocated, and the Bans' shares take the
 // places past the calls' end in the calls' allocation, so that a Ban costs
 // no allocation of its own.
-func (req *request) alloc(rules []*rateRule, records int) {
+func (req *request) alloc(rules []*rule.Rate, records int) {
 	if records == 1 {
 		// The key slice of one record is the call's own key (place writes
 		// it there again), so the request holds no second copy of it.
@@ -87,7 +88,7 @@ func (req *request) alloc(rules []*rateRule, records int) {
 	req.calls, req.keys = all[:n:n], make([]string, records)
 	bans := all[n:]
 	for i, r := range rules {
-		if r.ban != nil {
+		if r.Ban != nil {
 			req.calls[i].ban, bans = &bans[0].share, bans[1:]
 		}
 	}
@@ -99,15 +100,15 @@ func (req *request) alloc(rules []*rateRule, records int) {
 // view of them: no Redis call. A rule of the
 // request's plan has a Ban when the rule it stands for has one (see
 // compilePlans), so alloc gave it its share.
-func (p *Policy) setCall(req *request, i int, r *rateRule, w *who, cost int) {
+func (p *Policy) setCall(req *request, i int, r *rule.Rate, w *rule.Who, cost int) {
 	cl := &req.calls[i]
 	*cl = call{rule: r, ban: cl.ban}
-	cl.key, cl.cost = buildKey(&r.ruleBase, p.named, req.scope, w), cost
+	cl.key, cl.cost = rule.BuildKey(&r.Base, p.named, req.scope, w), cost
 	if v := p.view.Load(); v != nil {
 		cl.rule = v.resolve(r, cl.key, p.named, req.scope)
 	}
-	if r.ban != nil {
-		*cl.ban = share{key: buildKey(&r.ban.ruleBase, p.named, req.scope, w), cost: 1}
+	if r.Ban != nil {
+		*cl.ban = share{key: rule.BuildKey(&r.Ban.Base, p.named, req.scope, w), cost: 1}
 	}
 	req.place(i)
 }
@@ -140,15 +141,6 @@ func (req *request) rec(i int) int {
 	return at
 }
 
-// records is how many records a call on r takes in a script call: its
-// own, and its Ban's (see rec).
-func (r *rateRule) records() int {
-	if r.ban != nil {
-		return 2
-	}
-	return 1
-}
-
 // serve is the gin handler of a compiled policy. The rate rules are
 // decided first; a request they admit then takes its slots of the
 // in-flight rules (inflight.go), holds them while the rest of the chain
@@ -156,7 +148,7 @@ func (r *rateRule) records() int {
 func (p *Policy) serve(c *gin.Context) {
 	p.fleet.Touch()
 	p.seen.note(c)
-	req := p.newRequest(requestScope(c))
+	req := p.newRequest(rule.RequestScope(c))
 	if !p.prepare(c, req) {
 		return
 	}
@@ -204,7 +196,7 @@ func (p *Policy) serve(c *gin.Context) {
 		}
 	}
 	if len(p.observers) > 0 {
-		p.observe(ctx, req.scope.label(), final, time.Since(start))
+		p.observe(ctx, req.scope.Label(), final, time.Since(start))
 	}
 	if held != nil {
 		c.Next() // the rest of the chain runs while the slots are held
@@ -218,19 +210,19 @@ func (p *Policy) serve(c *gin.Context) {
 // the headers are written): only the keys leave it. (A debug line about a
 // refusal finds the identity again: see debug.)
 func (p *Policy) prepare(c *gin.Context, req *request) bool {
-	w := who{text: req.buf[:0]}
+	w := rule.Who{Text: req.buf[:0]}
 	for i := range req.calls {
 		r := p.rules[i]
-		if r.plans != nil {
-			r = r.planFor(c)
+		if r.Plans != nil {
+			r = r.PlanFor(c)
 		}
-		if err := r.identify(c, &w); err != nil {
-			p.identityFailed(c, &r.ruleBase, err)
+		if err := r.Identify(c, &w); err != nil {
+			p.identityFailed(c, &r.Base, err)
 			return false
 		}
-		p.setCall(req, i, r, &w, r.cost)
-		if r.costFunc != nil {
-			req.calls[i].cost = r.costFunc(c)
+		p.setCall(req, i, r, &w, r.Cost)
+		if r.CostFunc != nil {
+			req.calls[i].cost = r.CostFunc(c)
 		}
 	}
 	return true
@@ -261,7 +253,7 @@ func (p *Policy) Allow(ctx context.Context, key string, n int) (Decision, error)
 		start = time.Now()
 	}
 	p.fleet.Touch()
-	req := p.newRequest(scope{route: key})
+	req := p.newRequest(rule.Scope{Route: key})
 	for i, r := range p.rules {
 		p.setCall(req, i, r, nil, n)
 	}
@@ -282,8 +274,8 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 	for i := range req.calls {
 		cl := &req.calls[i]
 		cl.cost = max(cl.cost, 1)
-		if cl.cost > cl.rule.maxCost {
-			return cl.rule.tooCostly(cl.cost, p.named), nil
+		if cl.cost > cl.rule.MaxCost {
+			return tooCostly(cl.rule, cl.cost, p.named), nil
 		}
 	}
 	var wctx context.Context // the bound on waiting in the deny cache, made when needed
@@ -293,9 +285,9 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 			p.strikeAll(req, i, byBan)
 			cl := &req.calls[i]
 			if byBan {
-				return cl.rule.ban.cached(turn.Answer(), true), nil // the cheap path
+				return cached(&cl.rule.Ban.Base, turn.Answer(), true), nil // the cheap path
 			}
-			return cl.rule.cached(turn.Answer(), false), nil
+			return cached(&cl.rule.Base, turn.Answer(), false), nil
 		}
 		if turn.Verdict == state.Send {
 			break
@@ -361,7 +353,7 @@ func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
 func (p *Policy) gone(req *request, err error) (Decision, error) {
 	first := req.calls[0].rule
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
-	return Decision{Rule: first.name, Limit: first.limit, Window: first.window, Source: first.source, Err: err, decider: &first.ruleBase}, err
+	return Decision{Rule: first.Name, Limit: first.Limit, Window: first.Window, Source: Source(first.Source), Err: err, decider: &first.Base}, err
 }
 
 // enter asks each call's deny caches, its Ban's then its rule's, whether
@@ -371,12 +363,12 @@ func (p *Policy) enter(req *request) (state.Turn, int, bool) {
 	for i := range req.calls {
 		cl := &req.calls[i]
 		if cl.ban != nil {
-			if turn := enterShare(cl.rule.ban.deny, cl.ban); turn.Verdict != state.Send {
+			if turn := enterShare(cl.rule.Ban.Deny, cl.ban); turn.Verdict != state.Send {
 				p.release(req.calls[:i])
 				return turn, i, true
 			}
 		}
-		if turn := enterShare(cl.rule.deny, &cl.share); turn.Verdict != state.Send {
+		if turn := enterShare(cl.rule.Deny, &cl.share); turn.Verdict != state.Send {
 			p.release(req.calls[:i])
 			releaseShare(cl.banDeny(), cl.ban)
 			return turn, i, false
@@ -403,7 +395,7 @@ func (cl *call) banDeny() *state.DenyCache {
 	if cl.ban == nil {
 		return nil
 	}
-	return cl.rule.ban.deny
+	return cl.rule.Ban.Deny
 }
 
 // release lets go of the calls the deny caches counted and that were not
@@ -412,7 +404,7 @@ func (p *Policy) release(calls []call) {
 	for i := range calls {
 		cl := &calls[i]
 		releaseShare(cl.banDeny(), cl.ban)
-		releaseShare(cl.rule.deny, &cl.share)
+		releaseShare(cl.rule.Deny, &cl.share)
 	}
 }
 
@@ -431,9 +423,9 @@ func (p *Policy) leave(req *request, d *Decision, each []Decision, ok bool) {
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
 		if cl.ban != nil {
-			leaveShare(cl.rule.ban.deny, cl.ban, answerOf(d, each, at-1), ok)
+			leaveShare(cl.rule.Ban.Deny, cl.ban, answerOf(d, each, at-1), ok)
 		}
-		leaveShare(cl.rule.deny, &cl.share, answerOf(d, each, at), ok)
+		leaveShare(cl.rule.Deny, &cl.share, answerOf(d, each, at), ok)
 	}
 }
 
@@ -469,17 +461,17 @@ func (p *Policy) call(req *request) (*redis.Script, []any) {
 		return severalScript, p.severalArgs(req)
 	}
 	cl := req.calls[0]
-	if cl.rule.script == nil { // an override (see compileRate)
+	if cl.rule.Script == nil { // an override (see rule.CompileRate)
 		return severalScript, p.severalArgs(req)
 	}
-	if p.clock == nil && cl.cost == cl.rule.cost {
-		return cl.rule.script, cl.rule.args
+	if p.clock == nil && cl.cost == cl.rule.Cost {
+		return cl.rule.Script, cl.rule.Args
 	}
 	clock := any("")
 	if p.clock != nil {
 		clock = p.clock()
 	}
-	return cl.rule.script, singleArgs(clock, cl.cost)
+	return cl.rule.Script, rule.SingleArgs(clock, cl.cost)
 }
 
 // severalArgs returns the several-rule script's arguments for req: each
@@ -489,9 +481,9 @@ func (p *Policy) severalArgs(req *request) []any {
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
 		if cl.ban != nil {
-			putRecord(args, at-1, cl.rule.ban.settings, cl.ban.cost)
+			putRecord(args, at-1, cl.rule.Ban.Settings, cl.ban.cost)
 		}
-		putRecord(args, at, cl.rule.settings, cl.cost)
+		putRecord(args, at, cl.rule.Settings, cl.cost)
 	}
 	return args
 }
@@ -508,7 +500,7 @@ func (p *Policy) newArgs(n int) []any {
 }
 
 // putRecord writes the arguments of record rec: its rule's settings (see
-// ruleArgs) and its cost.
+// rule.Args) and its cost.
 func putRecord(args []any, rec int, settings []any, cost int) {
 	at := lua.ArgRules + lua.ArgsPerRule*rec
 	copy(args[at:at+lua.ArgsPerRule], settings)
@@ -535,7 +527,7 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 		return Decision{}, nil, err
 	}
 	if n == 1 && !every {
-		return callDecision(&req.calls[0].rule.ruleBase, reply, 0, fired, now, false), nil, nil
+		return callDecision(&req.calls[0].rule.Base, reply, 0, fired, now, false), nil, nil
 	}
 	each := make([]Decision, n)
 	rules := make([]Decision, len(req.calls))
@@ -566,10 +558,10 @@ func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []
 // reply, its Ban's folded in, and whether one of its records fired; each
 // gets its records' own decisions.
 func (cl *call) decision(rec int, reply []int64, each []Decision, fired int, now time.Time) (Decision, bool) {
-	each[rec] = callDecision(&cl.rule.ruleBase, reply, rec, fired, now, false)
+	each[rec] = callDecision(&cl.rule.Base, reply, rec, fired, now, false)
 	d, firedHere := each[rec], fired == rec+1
 	if cl.ban != nil {
-		each[rec-1] = callDecision(&cl.rule.ban.ruleBase, reply, rec-1, fired, now, true)
+		each[rec-1] = callDecision(&cl.rule.Ban.Base, reply, rec-1, fired, now, true)
 		if each[rec-1].Banned {
 			d = each[rec-1]
 		}
@@ -581,14 +573,14 @@ func (cl *call) decision(rec int, reply []int64, each []Decision, fired int, now
 // callDecision is the decision of record rec, of rule r (a Ban's when ban
 // is true), alone, from the script's reply (see parseFor), fired and now
 // being the reply's header.
-func callDecision(r *ruleBase, reply []int64, rec, fired int, now time.Time, ban bool) Decision {
+func callDecision(r *rule.Base, reply []int64, rec, fired int, now time.Time, ban bool) Decision {
 	a := answerAt(reply, rec, now)
 	d := Decision{
-		Rule:      r.name,
+		Rule:      r.Name,
 		Allowed:   fired == 0,
-		Limit:     r.limit,
-		Window:    r.window,
-		Source:    r.source,
+		Limit:     r.Limit,
+		Window:    r.Window,
+		Source:    Source(r.Source),
 		Remaining: a.Remaining,
 		Reset:     a.Reset,
 		Time:      a.At,
@@ -633,12 +625,12 @@ func replyHead(reply []int64, n, per int) (time.Time, int, error) {
 
 // cached is the decision for a rejection the deny cache is certain of, a,
 // the answer Redis would give; banned says r is a Ban's.
-func (r *ruleBase) cached(a state.Answer, banned bool) Decision {
+func cached(r *rule.Base, a state.Answer, banned bool) Decision {
 	return Decision{
-		Rule:       r.name,
-		Limit:      r.limit,
-		Window:     r.window,
-		Source:     r.source,
+		Rule:       r.Name,
+		Limit:      r.Limit,
+		Window:     r.Window,
+		Source:     Source(r.Source),
 		Remaining:  a.Remaining,
 		Reset:      a.Reset,
 		RetryAfter: a.Reset,
@@ -657,14 +649,14 @@ func (d *Decision) answer() state.Answer {
 
 // tooCostly is the decision for a request that costs more than r can ever
 // admit.
-func (r *rateRule) tooCostly(cost int, named bool) Decision {
+func tooCostly(r *rule.Rate, cost int, named bool) Decision {
 	what := "the rule"
 	if named {
-		what = "rule " + r.name
+		what = "rule " + r.Name
 	}
 	return Decision{
-		Rule: r.name, Limit: r.limit, Window: r.window, Source: r.source, decider: &r.ruleBase,
-		Reason: "the request costs " + strconv.Itoa(cost) + ", more than " + what + " can ever admit (" + strconv.Itoa(r.maxCost) + ")",
+		Rule: r.Name, Limit: r.Limit, Window: r.Window, Source: Source(r.Source), decider: &r.Base,
+		Reason: "the request costs " + strconv.Itoa(cost) + ", more than " + what + " can ever admit (" + strconv.Itoa(r.MaxCost) + ")",
 	}
 }
 
@@ -675,11 +667,11 @@ func (r *rateRule) tooCostly(cost int, named bool) Decision {
 func (p *Policy) learn(req *request, d *Decision, each []Decision, sent time.Time) {
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
-		if b := cl.rule.ban; b != nil && b.local != nil {
-			b.local.Learn(cl.ban.key, answerOf(d, each, at-1), sent)
+		if b := cl.rule.Ban; b != nil && b.Local != nil {
+			b.Local.Learn(cl.ban.key, answerOf(d, each, at-1), sent)
 		}
-		if cl.rule.local != nil {
-			cl.rule.local.Learn(cl.key, answerOf(d, each, at), sent)
+		if cl.rule.Local != nil {
+			cl.rule.Local.Learn(cl.key, answerOf(d, each, at), sent)
 		}
 	}
 }

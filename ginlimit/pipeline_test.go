@@ -175,7 +175,7 @@ func TestDenyCacheOnSeveralRules(t *testing.T) {
 		p.clock = func() int64 { return now }
 	}
 	for _, r := range withCache.rules {
-		r.deny.SetClock(func() int64 { return (now - t0.UnixMicro()) * 1000 })
+		r.Deny.SetClock(func() int64 { return (now - t0.UnixMicro()) * 1000 })
 	}
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 3))

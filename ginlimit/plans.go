@@ -2,21 +2,15 @@ package ginlimit
 
 import (
 	"errors"
-	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/ginlimit/ginlimit/lua"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
 // Limits chosen per request: a rule declares, at start-up, the plans it can
 // apply, and each request picks one with [LimitBy]. Each plan compiles into
 // a rule of its own (planFor returns the request's).
-
-// maxPlans bounds how many plans one rule declares.
-const maxPlans = 64
 
 // LimitBy lets each request choose the rule's limit among plans declared
 // here (per subscription, per tenant): pick names the request's plan, and
@@ -33,57 +27,14 @@ const maxPlans = 64
 //	}, map[string]int{"pro": 100, "enterprise": 1000})
 func LimitBy(pick func(c *gin.Context) string, limits map[string]int) RuleOption {
 	limits = maps.Clone(limits)
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		if pick == nil {
 			return errors.New("LimitBy(nil, ...): the pick function must not be nil")
 		}
-		if err := checkPlans(limits); err != nil {
+		if err := rule.CheckPlans(limits); err != nil {
 			return err
 		}
-		r.planPick, r.plans = pick, limits
+		r.Rate.PlanPick, r.Rate.Plans = pick, limits
 		return nil
 	})
-}
-
-// checkPlans checks the limits given to LimitBy.
-func checkPlans(limits map[string]int) error {
-	if len(limits) == 0 || len(limits) > maxPlans {
-		return fmt.Errorf("LimitBy: %d plans, want 1 to %d", len(limits), maxPlans)
-	}
-	for _, name := range slices.Sorted(maps.Keys(limits)) {
-		switch n := limits[name]; {
-		case name == "" || len(name) > 64:
-			return fmt.Errorf("LimitBy: plan %q: want a name of 1 to 64 bytes", name)
-		case n < 1 || n > lua.MaxLimit:
-			return fmt.Errorf("LimitBy: plan %q has limit %d, want 1 to 1e9", name, n)
-		}
-	}
-	return nil
-}
-
-// compilePlans compiles one rule per plan beside r, the default plan's. A
-// plan's rule keeps r's name; its key prefix carries the plan, so two plans
-// never share counts.
-func (r *rateRule) compilePlans(rc ruleConfig, route *routeConfig, named bool) error {
-	r.pick, r.plans = rc.planPick, map[string]*rateRule{}
-	for name, limit := range rc.plans {
-		pc := rc
-		pc.planPick, pc.plans, pc.limit, pc.name = nil, nil, limit, r.name
-		pc.prefix = rc.prefix + planTag(name)
-		pr, err := compileRate(pc, route, named)
-		if err != nil {
-			return fmt.Errorf("plan %q: %w", name, err)
-		}
-		pr.of = r
-		r.plans[name] = pr
-	}
-	return nil
-}
-
-// planFor returns the rule of the request's plan, or r.
-func (r *rateRule) planFor(c *gin.Context) *rateRule {
-	if p := r.plans[r.pick(c)]; p != nil {
-		return p
-	}
-	return r
 }

@@ -233,7 +233,7 @@ func TestSurvivesScriptFlush(t *testing.T) {
 			t.Fatalf("request %d: %+v, %v; want allowed with %d remaining", i, d, err, want)
 		}
 	}
-	if n, _ := c.ScriptExists(ctx, p.rules[0].script.Hash()).Result(); len(n) != 1 || !n[0] {
+	if n, _ := c.ScriptExists(ctx, p.rules[0].Script.Hash()).Result(); len(n) != 1 || !n[0] {
 		t.Fatalf("script not reloaded after SCRIPT FLUSH")
 	}
 }

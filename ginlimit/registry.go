@@ -1,8 +1,6 @@
 package ginlimit
 
 import (
-	"encoding/hex"
-	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
 // RuleInfo is one rule of one route as a [Limiter] compiled it, read-only:
@@ -42,7 +41,7 @@ type RuleInfo struct {
 	// rule, whose Limit is its n.
 	Limit  int
 	Window time.Duration
-	Source uint8
+	Source Source
 	// ConfigLimit and ConfigWindow are the rule's own [Limit] and [Window].
 	ConfigLimit  int
 	ConfigWindow time.Duration
@@ -116,7 +115,7 @@ func (ri RuleInfo) Identity(t Target) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return keyIdentity(buildKey(a.rule.base(), ri.Policy.named, a.scope, &a.who)), nil
+	return keyIdentity(rule.BuildKey(a.rule.Core(), ri.Policy.named, a.scope, &a.who)), nil
 }
 
 // Refused returns the identity of e's request, as Identity names it, when
@@ -157,23 +156,23 @@ func keyIdentity(key string) string {
 }
 
 // ruleInfo describes r on route.
-func (p *Policy) ruleInfo(r anyRule, route string) RuleInfo {
-	b := r.base()
-	ri := RuleInfo{Policy: p, Route: route, Rule: b.name, Limit: b.limit, ConfigLimit: b.limit,
-		Shared: b.shared, OnFailure: p.onFail, Hashed: b.hashKey != nil}
-	for _, d := range b.dims {
-		ri.Per = append(ri.Per, d.label)
+func (p *Policy) ruleInfo(r rule.Any, route string) RuleInfo {
+	b := r.Core()
+	ri := RuleInfo{Policy: p, Route: route, Rule: b.Name, Limit: b.Limit, ConfigLimit: b.Limit,
+		Shared: b.Shared, OnFailure: p.onFail, Hashed: b.HashKey != nil}
+	for _, d := range b.Dims {
+		ri.Per = append(ri.Per, d.Label)
 	}
 	switch x := r.(type) {
-	case *slotRule:
-		ri.Lease = x.lease
-	case *rateRule:
-		ri.Algorithm, ri.Window, ri.ConfigWindow = x.alg, x.window, x.window
-		ri.Plans, ri.Source = x.cfg.plans, SourceConfig
-		if bn := x.cfg.ban; bn != nil {
-			ri.BanAfter, ri.BanWithin, ri.BanFor = bn.after, bn.within, bn.duration
+	case *rule.InFlight:
+		ri.Lease = x.Lease
+	case *rule.Rate:
+		ri.Algorithm, ri.Window, ri.ConfigWindow = AlgorithmKind(x.Alg.Name()), x.Window, x.Window
+		ri.Plans, ri.Source = x.Cfg.Plans, SourceConfig
+		if bn := x.Cfg.Ban; bn != nil {
+			ri.BanAfter, ri.BanWithin, ri.BanFor = bn.After, bn.Within, bn.Duration
 		}
-		if d, err := p.settings(Target{Route: route, Rule: b.name}); err == nil {
+		if d, err := p.settings(Target{Route: route, Rule: b.Name}); err == nil {
 			ri.Limit, ri.Window, ri.Source = d.Limit, d.Window, d.Source
 		}
 	}
@@ -249,10 +248,10 @@ func hasRoute(routes []string, method, path string) bool {
 
 // keyOf returns the key of req's call whose rule (or its Ban) is r; "" when
 // none is (an in-flight step's request, which holds no calls).
-func (req *request) keyOf(r *ruleBase) string {
+func (req *request) keyOf(r *rule.Base) string {
 	for i := range req.calls {
 		c := &req.calls[i]
-		if c.rule != nil && (&c.rule.ruleBase == r || c.rule.ban != nil && &c.rule.ban.ruleBase == r) {
+		if c.rule != nil && (&c.rule.Base == r || c.rule.Ban != nil && &c.rule.Ban.Base == r) {
 			return c.key
 		}
 	}
@@ -296,28 +295,6 @@ func (ri RuleInfo) Target(identity string) (Target, error) {
 		}
 	}
 	return t, nil
-}
-
-// sealedWho sets w to the hashed identity t names (see RuleInfo.Target),
-// once it is checked to be one of r's: its labels, then 32 hex digits.
-func (r *ruleBase) sealedWho(w *who, t Target) error {
-	if r.hashKey == nil || len(r.dims) == 0 {
-		return errors.New("it keeps no hashed identities")
-	}
-	if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
-		return errors.New("a hashed identity names the whole identity")
-	}
-	labels := make([]string, len(r.dims))
-	for i, d := range r.dims {
-		labels[i] = d.label
-	}
-	label, sum, _ := strings.Cut(t.sealed, ":")
-	anon := r.anonByIP && len(r.dims) == 1 && label == "anon"
-	if _, err := hex.DecodeString(sum); err != nil || len(sum) != hashHex || (label != strings.Join(labels, "+") && !anon) {
-		return errors.New("not a hashed identity of the rule")
-	}
-	w.add(label, sum, routeSafe)
-	return nil
 }
 
 // namesIdentity reports whether t names an identity's count (or a

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -56,9 +57,9 @@ func ratePolicies(f *testing.F) []*Policy {
 // rateRequest is a request on every rule of p for Policy.Allow's key k, its
 // calls filled as allow fills them.
 func rateRequest(p *Policy) *request {
-	req := p.newRequest(scope{route: "k"})
+	req := p.newRequest(rule.Scope{Route: "k"})
 	for i, r := range p.rules {
-		p.setCall(req, i, r, nil, r.cost)
+		p.setCall(req, i, r, nil, r.Cost)
 	}
 	return req
 }
@@ -141,21 +142,21 @@ func checkDecision(t *testing.T, p *Policy, req *request, reply []int64, d Decis
 	if d.Allowed != (fired == 0) || !d.Time.Equal(time.UnixMicro(reply[0])) || d.Remaining < 0 {
 		t.Fatalf("reply %v: decision %+v (fired %d)", reply, d, fired)
 	}
-	if d.decider == nil || d.Rule != d.decider.name || d.Limit != d.decider.limit {
+	if d.decider == nil || d.Rule != d.decider.Name || d.Limit != d.decider.Limit {
 		t.Fatalf("reply %v: decision %+v names no rule of its own", reply, d)
 	}
 	// Each record's rule, and the call it belongs to: a Ban's record
 	// belongs to its rule's call.
-	owner, recRule := make([]*call, n), make([]*ruleBase, n)
+	owner, recRule := make([]*call, n), make([]*rule.Base, n)
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
-		owner[at], recRule[at] = cl, &cl.rule.ruleBase
+		owner[at], recRule[at] = cl, &cl.rule.Base
 		if cl.ban != nil {
-			owner[at-1], recRule[at-1] = cl, &cl.rule.ban.ruleBase
+			owner[at-1], recRule[at-1] = cl, &cl.rule.Ban.Base
 		}
 	}
 	if fired > 0 {
-		if want := owner[fired-1].rule.name; d.Rule != want {
+		if want := owner[fired-1].rule.Name; d.Rule != want {
 			t.Fatalf("reply %v: the decision is rule %q's, want the firing rule %q's", reply, d.Rule, want)
 		}
 	}
@@ -165,7 +166,7 @@ func checkDecision(t *testing.T, p *Policy, req *request, reply []int64, d Decis
 		}
 		var retry time.Duration
 		for i, e := range each {
-			if e.Rule != recRule[i].name || e.decider != recRule[i] || e.Remaining != int(max(reply[3+4*i], 0)) {
+			if e.Rule != recRule[i].Name || e.decider != recRule[i] || e.Remaining != int(max(reply[3+4*i], 0)) {
 				t.Fatalf("reply %v: call %d's decision %+v", reply, i, e)
 			}
 			retry = max(retry, e.RetryAfter)
@@ -179,8 +180,8 @@ func checkDecision(t *testing.T, p *Policy, req *request, reply []int64, d Decis
 			t.Fatalf("reply %v: Rules %+v, want one per rule (%d)", reply, d.Rules, len(p.rules))
 		}
 		for i, r := range p.rules {
-			if d.Rules[i].Rule != r.name {
-				t.Fatalf("reply %v: Rules[%d] is %q's, want %q's", reply, i, d.Rules[i].Rule, r.name)
+			if d.Rules[i].Rule != r.Name {
+				t.Fatalf("reply %v: Rules[%d] is %q's, want %q's", reply, i, d.Rules[i].Rule, r.Name)
 			}
 		}
 	} else if d.Rules != nil {
@@ -276,13 +277,13 @@ func FuzzSlotReply(f *testing.F) {
 
 // checkSlotDecision checks the decision parseSlots made of a well-formed
 // reply.
-func checkSlotDecision(t *testing.T, rules []*slotRule, reply []int64, d Decision) {
+func checkSlotDecision(t *testing.T, rules []*rule.InFlight, reply []int64, d Decision) {
 	t.Helper()
 	n, fired := len(rules), int(reply[1])
 	if d.Allowed != (fired == 0) || !d.Time.Equal(time.UnixMicro(reply[0])) {
 		t.Fatalf("reply %v: decision %+v", reply, d)
 	}
-	if d.Remaining < 0 || d.decider == nil || d.Limit != d.decider.limit || d.Rule != d.decider.name {
+	if d.Remaining < 0 || d.decider == nil || d.Limit != d.decider.Limit || d.Rule != d.decider.Name {
 		t.Fatalf("reply %v: decision %+v: Remaining must be free slots of its rule, never negative", reply, d)
 	}
 	// in_use is a count of leases, which the script never replies
@@ -294,11 +295,11 @@ func checkSlotDecision(t *testing.T, rules []*slotRule, reply []int64, d Decisio
 	if counts && d.Remaining > d.Limit {
 		t.Fatalf("reply %v: %d slots free of %d", reply, d.Remaining, d.Limit)
 	}
-	free := func(i int) int { return max(rules[i].limit-int(reply[2+i]), 0) }
+	free := func(i int) int { return max(rules[i].Limit-int(reply[2+i]), 0) }
 	if fired > 0 {
 		r := rules[fired-1]
-		if d.Rule != r.name || d.Remaining != free(fired-1) || d.RetryAfter != InFlightRetryAfter || d.Reset != InFlightRetryAfter {
-			t.Fatalf("reply %v: refusal %+v, want rule %q's with %d free and Retry-After %v", reply, d, r.name, free(fired-1), InFlightRetryAfter)
+		if d.Rule != r.Name || d.Remaining != free(fired-1) || d.RetryAfter != InFlightRetryAfter || d.Reset != InFlightRetryAfter {
+			t.Fatalf("reply %v: refusal %+v, want rule %q's with %d free and Retry-After %v", reply, d, r.Name, free(fired-1), InFlightRetryAfter)
 		}
 	} else {
 		least := free(0)

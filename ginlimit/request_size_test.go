@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/gin-gonic/gin"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,13 +42,13 @@ func TestRequestAllocations(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := mustPolicy(t, append([]Option{Redis(c)}, tc.opts...)...)
 			var req *request
-			if n := leastAllocs(100, func() { req = p.newRequest(scope{route: "k"}) }); n != tc.want {
+			if n := leastAllocs(100, func() { req = p.newRequest(rule.Scope{Route: "k"}) }); n != tc.want {
 				t.Errorf("newRequest makes %v allocations, want %v", n, tc.want)
 			}
 			for i, r := range p.rules {
 				p.setCall(req, i, r, nil, 1)
-				if (req.calls[i].ban != nil) != (r.ban != nil) || req.keys[req.rec(i)] != req.calls[i].key {
-					t.Errorf("call %d: Ban's share %v for a rule with Ban %v; keys %q", i, req.calls[i].ban, r.ban, req.keys)
+				if (req.calls[i].ban != nil) != (r.Ban != nil) || req.keys[req.rec(i)] != req.calls[i].key {
+					t.Errorf("call %d: Ban's share %v for a rule with Ban %v; keys %q", i, req.calls[i].ban, r.Ban, req.keys)
 				}
 			}
 		})

@@ -9,11 +9,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -86,7 +86,7 @@ const (
 func (p *Policy) answer(c *gin.Context, req *request, err error) {
 	d := &req.d
 	if d.decider != nil {
-		d.Message = d.decider.message
+		d.Message = d.decider.Message
 	}
 	if d.Reason != "" {
 		d.Message = d.Reason
@@ -135,7 +135,7 @@ func (p *Policy) answer(c *gin.Context, req *request, err error) {
 	}
 	p.writeHeaders(c.Writer.Header(), req)
 	if !d.Allowed {
-		p.refuse(c, req, http.StatusTooManyRequests, d.decider.body429)
+		p.refuse(c, req, http.StatusTooManyRequests, d.decider.Body429)
 	}
 }
 
@@ -153,7 +153,7 @@ func outage(brk *engine.Breaker) bool {
 // meets Redis again as soon as it answers, and no sooner; a saturated
 // process has had that long to drain.
 func (p *Policy) retryUnavailable() int64 {
-	return max(1, ceilSeconds(p.route.breakOpen))
+	return max(1, rule.CeilSeconds(p.route.breakOpen))
 }
 
 // refuse answers a refused request: in shadow mode it lets the request
@@ -199,9 +199,9 @@ func (p *Policy) clientGone(c *gin.Context, req *request) {
 
 // identityFailed answers a request whose identity rule r could not find:
 // 401 when it is unauthenticated, 500 (and a log line) otherwise.
-func (p *Policy) identityFailed(c *gin.Context, r *ruleBase, err error) {
+func (p *Policy) identityFailed(c *gin.Context, r *rule.Base, err error) {
 	if errors.Is(err, identity.ErrUnauthenticated) {
-		if ch, ok := r.users.(interface{ Challenge() string }); ok {
+		if ch, ok := r.Users.(interface{ Challenge() string }); ok {
 			challenge := ch.Challenge()
 			if c.GetHeader("Authorization") != "" {
 				// RFC 6750 section 3: a token was sent but is not valid.
@@ -213,15 +213,15 @@ func (p *Policy) identityFailed(c *gin.Context, r *ruleBase, err error) {
 		p.unauthorized(c, r, err)
 		return
 	}
-	var missing errMissing
-	if errors.As(err, &missing) && missing.d.kind != dimParam {
+	var missing rule.Missing
+	if errors.As(err, &missing) && missing.D.Kind != rule.KindParam {
 		// The request lacks what the rule counts per: it is never put in a
 		// shared bucket.
-		abortJSON(c, http.StatusBadRequest, missing.d.body400())
+		abortJSON(c, http.StatusBadRequest, missing.D.Body400())
 		return
 	}
 	p.logs.log(c.Request.Context(), p.logger, slog.LevelError, "ginlimit: no identity for the request; answering 500",
-		slog.String("rule", r.name), slog.String("route", c.FullPath()), errAttr(err))
+		slog.String("rule", r.Name), slog.String("route", c.FullPath()), errAttr(err))
 	abortJSON(c, http.StatusInternalServerError, bodyInternal)
 }
 
@@ -236,33 +236,33 @@ func abortJSON(c *gin.Context, code int, body string) {
 // with plans or overrides it lists the rules of the request's step: its
 // rate rules, or its in-flight rules.
 func (p *Policy) policyFor(req *request) string {
-	perRequest := p.tiered || p.view.Load() != nil // a plan's or an override's limits
+	perRequest := p.planned || p.view.Load() != nil // a plan's or an override's limits
 	switch {
 	case !perRequest && !p.partitioned:
 		return p.policyHeader
 	case perRequest && !p.partitioned && len(req.calls) == 1:
-		return req.calls[0].rule.policyHeader
+		return req.calls[0].rule.PolicyHeader
 	}
 	b := make([]byte, 0, len(p.policyHeader)+48)
-	add := func(r *ruleBase) {
+	add := func(r *rule.Base) {
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = append(b, r.policyHeader...)
+		b = append(b, r.PolicyHeader...)
 		b = p.appendPK(b, req, r)
 	}
 	switch {
 	case !perRequest:
 		for _, r := range p.all {
-			add(r.base())
+			add(r.Core())
 		}
 	case req.inFlight():
 		for _, r := range p.slots {
-			add(&r.ruleBase)
+			add(&r.Base)
 		}
 	default:
 		for _, cl := range req.calls {
-			add(&cl.rule.ruleBase)
+			add(&cl.rule.Base)
 		}
 	}
 	return string(b)
@@ -278,12 +278,12 @@ func (p *Policy) policyFor(req *request) string {
 // of an IP address or a user id is undone by trying every value. A rule
 // whose count req does not hold (an in-flight rule on the rate rules'
 // answer) sends none either.
-func (p *Policy) appendPK(b []byte, req *request, r *ruleBase) []byte {
-	if r.hashKey == nil || len(r.dims) == 0 {
+func (p *Policy) appendPK(b []byte, req *request, r *rule.Base) []byte {
+	if r.HashKey == nil || len(r.Dims) == 0 {
 		return b
 	}
-	part := r.partition(p.keyOf(req, r))
-	var raw [hashHex / 2]byte
+	part := r.Partition(p.keyOf(req, r))
+	var raw [rule.HashHex / 2]byte
 	if part == "" {
 		return b
 	}
@@ -298,10 +298,10 @@ func (p *Policy) appendPK(b []byte, req *request, r *ruleBase) []byte {
 // keyOf is rule r's key in req: a rate rule's, its Ban's or its plan's in
 // a request of the rate rules, an in-flight rule's in the in-flight
 // step's; "" when req holds none.
-func (p *Policy) keyOf(req *request, r *ruleBase) string {
+func (p *Policy) keyOf(req *request, r *rule.Base) string {
 	if req.inFlight() {
 		for i, s := range p.slots {
-			if &s.ruleBase == r && i < len(req.keys) {
+			if &s.Base == r && i < len(req.keys) {
 				return req.keys[i]
 			}
 		}
@@ -309,7 +309,7 @@ func (p *Policy) keyOf(req *request, r *ruleBase) string {
 	}
 	for i := range req.calls {
 		cl := &req.calls[i]
-		if &cl.rule.ruleBase == r || cl.rule.ban != nil && &cl.rule.ban.ruleBase == r {
+		if &cl.rule.Base == r || cl.rule.Ban != nil && &cl.rule.Ban.Base == r {
 			return cl.key
 		}
 	}
@@ -342,11 +342,11 @@ func (p *Policy) writeHeaders(h http.Header, req *request) {
 	b = strconv.AppendInt(b, unixCeil(d), 10)
 	reset := len(b)
 	if !d.Allowed {
-		b = strconv.AppendInt(b, max(1, ceilSeconds(d.RetryAfter)), 10)
+		b = strconv.AppendInt(b, max(1, rule.CeilSeconds(d.RetryAfter)), 10)
 	}
-	str := unsafeString(b) // b is never written again
+	str := rule.UnsafeString(b) // b is never written again
 	v := &req.vals
-	v[0], v[1], v[2], v[3], v[4], v[5] = str[:rl], p.policyFor(req), d.decider.limitText, str[rl:remaining], str[remaining:reset], str[reset:]
+	v[0], v[1], v[2], v[3], v[4], v[5] = str[:rl], p.policyFor(req), d.decider.LimitText, str[rl:remaining], str[remaining:reset], str[reset:]
 	if p.headers.ietf() {
 		h[hdrRateLimit] = v[0:1:1]
 		h[hdrRateLimitPolicy] = v[1:2:2]
@@ -362,12 +362,12 @@ func (p *Policy) writeHeaders(h http.Header, req *request) {
 }
 
 // appendRateLimit appends rule r's item of the RateLimit field for d.
-func appendRateLimit(b []byte, r *ruleBase, d *Decision) []byte {
-	b = append(b, r.quotedName...)
+func appendRateLimit(b []byte, r *rule.Base, d *Decision) []byte {
+	b = append(b, r.QuotedName...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, int64(d.Remaining), 10)
 	b = append(b, ";t="...)
-	return strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
+	return strconv.AppendInt(b, rule.CeilSeconds(d.Reset), 10)
 }
 
 // unixCeil is the Unix time, in seconds rounded up, when more quota becomes
@@ -392,9 +392,9 @@ func (p *Policy) debug(c *gin.Context, req *request, msg string) {
 		// The request's identity is found again, for this line only:
 		// keeping it, or its tag, for every request would cost each one
 		// for the few that a debug line is written about.
-		var w who
-		if r.identify(c, &w) == nil {
-			if tag := w.logTag(r, p.secret); tag != "" {
+		var w rule.Who
+		if r.Identify(c, &w) == nil {
+			if tag := w.LogTag(r, p.secret); tag != "" {
 				attrs = append(attrs, slog.String("identity", tag))
 			}
 		}
@@ -413,9 +413,4 @@ func (p *Policy) log() *slog.Logger {
 // debugEnabled reports whether the policy's logger writes debug lines now.
 func (p *Policy) debugEnabled(ctx context.Context) bool {
 	return p.log().Enabled(ctx, slog.LevelDebug)
-}
-
-// ceilSeconds rounds d up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }

@@ -38,7 +38,7 @@ func TestRingShardBreakerIsItsOwn(t *testing.T) {
 	var hung, fast string
 	for i := 0; hung == "" || fast == ""; i++ {
 		k := "k" + strconv.Itoa(i)
-		c, err := ring.GetShardClientForKey(p.rules[0].prefix + "{" + k + "}")
+		c, err := ring.GetShardClientForKey(p.rules[0].Prefix + "{" + k + "}")
 		if err != nil {
 			t.Fatal(err)
 		}

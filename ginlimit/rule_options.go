@@ -8,29 +8,25 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/ginlimit/ginlimit/lua"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
 // The rule options of the annotation's own fields and of cost. The
 // algorithm's options are in algorithm.go, the dimension's in dimension.go,
 // LimitBy in plans.go.
 
-// maxWindow is the longest window the scripts accept (1e15 µs, about 31
-// years).
-const maxWindow = lua.MaxWindow * time.Microsecond
-
 // Key sets the Redis key prefix, the Java annotation's key. The default is
 // [DefaultKey]. It must not be empty and must not contain '{' or '}', which
 // would move the key's Redis Cluster hash tag.
 func Key(prefix string) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		switch {
 		case prefix == "":
 			return fmt.Errorf("Key(%q): the key prefix must not be empty", prefix)
 		case strings.ContainsAny(prefix, "{}"):
 			return fmt.Errorf("Key(%q): the key prefix must not contain '{' or '}' (they make the Redis Cluster hash tag)", prefix)
 		}
-		r.prefix = prefix
+		r.Prefix = prefix
 		return nil
 	})
 }
@@ -40,11 +36,11 @@ func Key(prefix string) RuleOption {
 // default it is the key prefix without its trailing colons; each [Rule] of a
 // route needs its own.
 func Name(name string) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
-		if name == "" || !printableASCII(name) {
+	return ruleOption(func(r *rule.Config) error {
+		if name == "" || !rule.PrintableASCII(name) {
 			return fmt.Errorf("Name(%q): the name must be non-empty printable ASCII", name)
 		}
-		r.name = name
+		r.Name = name
 		return nil
 	})
 }
@@ -53,12 +49,12 @@ func Name(name string) RuleOption {
 // must be from 1 ms to about 31 years and is kept at microsecond precision;
 // 250*time.Millisecond works as written.
 func Window(d time.Duration) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
-		if d < time.Millisecond || d > maxWindow {
-			return fmt.Errorf("Window(%v): the window must be from 1ms to %v", d, maxWindow)
+	return ruleOption(func(r *rule.Config) error {
+		w, err := rule.CheckWindow(d)
+		if err == nil {
+			r.Rate.Window = w
 		}
-		r.window = d.Truncate(time.Microsecond)
-		return nil
+		return err
 	})
 }
 
@@ -66,23 +62,23 @@ func Window(d time.Duration) RuleOption {
 // [DefaultLimit]. It must be between 1 and 1e9, and at most 100,000 for a
 // [SlidingLog], which New checks.
 func Limit(n int) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
-		if n < 1 || n > lua.MaxLimit {
-			return fmt.Errorf("Limit(%d): the limit must be between 1 and 1e9", n)
+	return ruleOption(func(r *rule.Config) error {
+		err := rule.CheckLimit(n)
+		if err == nil {
+			r.Rate.Limit = n
 		}
-		r.limit = n
-		return nil
+		return err
 	})
 }
 
 // Message sets the message of the rule's 429 body. The default is
 // [DefaultMessage].
 func Message(msg string) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		if msg == "" {
 			return fmt.Errorf("Message(%q): the message must not be empty", msg)
 		}
-		r.message = msg
+		r.Message = msg
 		return nil
 	})
 }
@@ -95,11 +91,11 @@ func Message(msg string) RuleOption {
 // must be safe for concurrent use; it must not read the request body unless
 // it restores it. [Policy.Allow] takes its cost as an argument instead.
 func Cost(f func(c *gin.Context) int) RuleOption {
-	return ruleOption(func(r *ruleConfig) error {
+	return ruleOption(func(r *rule.Config) error {
 		if f == nil {
 			return errors.New("Cost(nil): the function must not be nil")
 		}
-		r.costFunc = f
+		r.Rate.CostFunc = f
 		return nil
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -14,9 +15,9 @@ import (
 // package lua's offsets say.
 func TestScriptArgs(t *testing.T) {
 	t.Parallel()
-	kinds := []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket, banAlg}
+	kinds := []string{string(SlidingLog), string(SlidingCounter), string(FixedWindow), string(TokenBucket), "penalty"}
 	for _, a := range kinds {
-		args := ruleArgs(a, 3*time.Second, 7, 9)
+		args := rule.Args(a, 3*time.Second, 7, 9)
 		if n, ok := args[lua.ArgAlgorithm].(int); !ok || n < 0 || lua.Numbered()[n] != string(a) {
 			t.Errorf("%v: algorithm number %v, want %q's in %v", a, args[lua.ArgAlgorithm], a, lua.Numbered())
 		}
@@ -27,7 +28,7 @@ func TestScriptArgs(t *testing.T) {
 	if got := len(slices.Compact(slices.Clone(lua.Numbered()))); got != len(kinds) {
 		t.Errorf("lua numbers %d algorithms, ginlimit %d", got, len(kinds))
 	}
-	r := &rateRule{settings: ruleArgs(FixedWindow, time.Second, 5, 0)}
+	r := &rule.Rate{Settings: rule.Args(string(FixedWindow), time.Second, 5, 0)}
 	p := &Policy{clock: func() int64 { return 42 }}
 	req := &request{calls: make([]call, 2), keys: make([]string, 2)}
 	for i, cost := range []int{2, 3} {
@@ -42,9 +43,9 @@ func TestScriptArgs(t *testing.T) {
 	}
 	// A rule's Ban takes the record before the rule's own, with its own
 	// settings and its cost (the strikes it reports).
-	rb := &rateRule{settings: r.settings, ban: &banRule{settings: ruleArgs(banAlg, time.Minute, 3, 60000)}}
+	rb := &rule.Rate{Settings: r.Settings, Ban: &rule.Ban{Settings: rule.Args("penalty", time.Minute, 3, 60000)}}
 	req = &request{}
-	req.alloc([]*rateRule{r, rb}, r.records()+rb.records())
+	req.alloc([]*rule.Rate{r, rb}, r.Records()+rb.Records())
 	req.calls[0] = call{rule: r}
 	req.calls[0].cost = 2
 	req.place(0)
@@ -61,7 +62,7 @@ func TestScriptArgs(t *testing.T) {
 	if req.rec(0) != 0 || req.rec(1) != 2 || !slices.Equal(req.keys, []string{"", "", ""}) {
 		t.Errorf("records %d and %d (its ban's the one before), keys %q", req.rec(0), req.rec(1), req.keys)
 	}
-	if s := singleArgs("", 4); s[lua.ArgClock] != "" || s[lua.SingleArgCost] != 4 || len(s) != lua.SingleArgs {
+	if s := rule.SingleArgs("", 4); s[lua.ArgClock] != "" || s[lua.SingleArgCost] != 4 || len(s) != lua.SingleArgs {
 		t.Errorf("singleArgs = %v", s)
 	}
 }

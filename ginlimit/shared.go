@@ -2,88 +2,41 @@ package ginlimit
 
 import (
 	"fmt"
-	"maps"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
-// A [Shared] rule's key leaves the route out (buildKey); what else a
+// A [Shared] rule's key leaves the route out (rule.BuildKey); what else a
 // group needs lives here: a route with Rules keeps its rate rules (and
 // its in-flight rules) all Shared or none, so that one script call's keys
 // share a hash tag, and within one Limiter the routes of a group agree on
 // the rule's settings, so that a typo never splits a group silently (a
-// different algorithm or shape is a different key, see keyTag) or makes
+// different algorithm or shape is a different key, see Algorithm.Tag) or makes
 // the routes judge one count by different limits.
-
-// groupOf is, for a Shared rule of these settings, of kind "rate" or
-// "in-flight", the group it counts in (its kind, Key and Name) and the
-// settings every route of the group must give it; "" for another rule.
-func (rc *ruleConfig) groupOf(kind string) (group, terms string) {
-	if !rc.shared {
-		return "", ""
-	}
-	dims := make([]string, len(rc.dims))
-	for i, d := range rc.dims {
-		dims[i] = d.describe()
-	}
-	var b strings.Builder
-	b.WriteString("Per(Shared")
-	for _, d := range dims {
-		b.WriteString(", " + d)
-	}
-	b.WriteString(")")
-	if kind == "rate" {
-		fmt.Fprintf(&b, ", %s, Window(%v), Limit(%d)", rc.alg, rc.window, rc.limit)
-		if rc.alg == SlidingCounter {
-			b.WriteString(", sub-windows " + strconv.Itoa(rc.subWindows))
-		}
-		if rc.alg == TokenBucket {
-			b.WriteString(", burst " + strconv.Itoa(rc.burst))
-		}
-	} else {
-		fmt.Fprintf(&b, ", InFlight(%d, %v)", rc.slots, rc.lease)
-	}
-	if rc.ban != nil {
-		fmt.Fprintf(&b, ", Ban(%d, %v, %v)", rc.ban.after, rc.ban.within, rc.ban.duration)
-	}
-	if rc.plans != nil {
-		plans := slices.Sorted(maps.Keys(rc.plans))
-		for i, name := range plans {
-			plans[i] = strconv.Quote(name) + ": " + strconv.Itoa(rc.plans[name])
-		}
-		b.WriteString(", LimitBy(" + strings.Join(plans, ", ") + ")")
-	}
-	if rc.hashKey != nil {
-		b.WriteString(", HashIdentities")
-	}
-	return kind + " " + strconv.Quote(rc.prefix) + " " + strconv.Quote(rc.ruleName()), b.String()
-}
 
 // checkShared refuses a route whose rate rules, or whose in-flight rules,
 // are some Shared and some not: each kind is decided in one script call,
 // whose keys must share a Redis Cluster hash tag.
 func (p *Policy) checkShared() error {
-	mixed := func(rules []anyRule) error {
+	mixed := func(rules []rule.Any) error {
 		for _, r := range rules[1:] {
-			if r.base().shared != rules[0].base().shared {
+			if r.Core().Shared != rules[0].Core().Shared {
 				return fmt.Errorf("rules %q and %q: one is Shared and the other is not; a route's rules are decided in one Redis call, so give the group's rules Per(Shared) in an annotation of their own (api.Use(limiter.RateLimit(...)))",
-					rules[0].base().name, r.base().name)
+					rules[0].Core().Name, r.Core().Name)
 			}
 		}
 		return nil
 	}
-	var rates, slots []anyRule
+	var rates, slots []rule.Any
 	for _, r := range p.all {
-		if _, ok := r.(*slotRule); ok {
+		if _, ok := r.(*rule.InFlight); ok {
 			slots = append(slots, r)
 		} else {
 			rates = append(rates, r)
 		}
 	}
-	for _, rules := range [][]anyRule{rates, slots} {
+	for _, rules := range [][]rule.Any{rates, slots} {
 		if len(rules) > 1 {
 			if err := mixed(rules); err != nil {
 				return err
@@ -101,7 +54,7 @@ func (p *Policy) checkShared() error {
 // what Redis last said for the key on any other.
 type group struct {
 	terms  string
-	rule   anyRule
+	rule   rule.Any
 	engine *engine.Engine
 }
 
@@ -112,20 +65,20 @@ func (l *Limiter) claimGroups(p *Policy) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range p.all {
-		b := r.base()
-		if b.group == "" {
+		b := r.Core()
+		if b.Group == "" {
 			continue
 		}
 		if l.groups == nil {
 			l.groups = map[string]group{}
 		}
-		g, ok := l.groups[b.group]
+		g, ok := l.groups[b.Group]
 		switch {
 		case !ok:
-			l.groups[b.group] = group{terms: b.groupTerms, rule: r, engine: p.engine}
-		case g.terms != b.groupTerms:
+			l.groups[b.Group] = group{terms: b.GroupTerms, rule: r, engine: p.engine}
+		case g.terms != b.GroupTerms:
 			return fmt.Errorf("rule %q: another route shares its count (the same Key and Name) with %s; this one gives %s: the routes of a group must agree, or take a Key or Name of their own",
-				b.name, g.terms, b.groupTerms)
+				b.Name, g.terms, b.GroupTerms)
 		case g.engine == p.engine:
 			takeState(r, g.rule)
 		}
@@ -136,30 +89,30 @@ func (l *Limiter) claimGroups(p *Policy) error {
 // takeState makes r, a rule of a group, use the in-process state of from,
 // the group's first: the deny caches and fallbacks of the rule, its Ban
 // and its plans, each where both have one.
-func takeState(r, from anyRule) {
-	if s, ok := r.(*slotRule); ok {
-		if f := from.(*slotRule); s.local != nil && f.local != nil {
-			s.local = f.local
+func takeState(r, from rule.Any) {
+	if s, ok := r.(*rule.InFlight); ok {
+		if f := from.(*rule.InFlight); s.Local != nil && f.Local != nil {
+			s.Local = f.Local
 		}
 		return
 	}
-	rr, f := r.(*rateRule), from.(*rateRule)
-	if rr.deny != nil && f.deny != nil {
-		rr.deny = f.deny
+	rr, f := r.(*rule.Rate), from.(*rule.Rate)
+	if rr.Deny != nil && f.Deny != nil {
+		rr.Deny = f.Deny
 	}
-	if rr.local != nil && f.local != nil {
-		rr.local = f.local
+	if rr.Local != nil && f.Local != nil {
+		rr.Local = f.Local
 	}
-	if rr.ban != nil && f.ban != nil {
-		if rr.ban.deny != nil && f.ban.deny != nil {
-			rr.ban.deny = f.ban.deny
+	if rr.Ban != nil && f.Ban != nil {
+		if rr.Ban.Deny != nil && f.Ban.Deny != nil {
+			rr.Ban.Deny = f.Ban.Deny
 		}
-		if rr.ban.local != nil && f.ban.local != nil {
-			rr.ban.local = f.ban.local
+		if rr.Ban.Local != nil && f.Ban.Local != nil {
+			rr.Ban.Local = f.Ban.Local
 		}
 	}
-	for name, pr := range rr.plans {
-		if fp := f.plans[name]; fp != nil {
+	for name, pr := range rr.Plans {
+		if fp := f.Plans[name]; fp != nil {
 			takeState(pr, fp)
 		}
 	}

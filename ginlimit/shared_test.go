@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
@@ -104,9 +105,9 @@ func TestSharedInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ka := buildKey(&pa.slots[0].ruleBase, pa.named, scope{method: http.MethodGet, route: "/a"}, nil)
-	kb := buildKey(&pa.slots[0].ruleBase, pa.named, scope{method: http.MethodPost, route: "/b"}, nil)
-	if ka != kb || !strings.HasSuffix(ka, "if:{* shared} rule:"+pa.slots[0].name) {
+	ka := rule.BuildKey(&pa.slots[0].Base, pa.named, rule.Scope{Method: http.MethodGet, Route: "/a"}, nil)
+	kb := rule.BuildKey(&pa.slots[0].Base, pa.named, rule.Scope{Method: http.MethodPost, Route: "/b"}, nil)
+	if ka != kb || !strings.HasSuffix(ka, "if:{* shared} rule:"+pa.slots[0].Name) {
 		t.Fatalf("keys %q and %q: want one, under {* shared}", ka, kb)
 	}
 }
@@ -132,11 +133,11 @@ func TestSharedKeysAndTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := alone.rules[0].prefix + "{* shared} rule:grp"
+	want := alone.rules[0].Prefix + "{* shared} rule:grp"
 	for _, k := range []string{
-		buildKey(&alone.rules[0].ruleBase, alone.named, scope{method: http.MethodGet, route: "/a"}, nil),
-		buildKey(&alone.rules[0].ruleBase, alone.named, scope{method: unmatchedMethod, route: unmatchedRoute}, nil),
-		buildKey(&ruled.rules[0].ruleBase, ruled.named, scope{method: http.MethodPost, route: "/b"}, nil),
+		rule.BuildKey(&alone.rules[0].Base, alone.named, rule.Scope{Method: http.MethodGet, Route: "/a"}, nil),
+		rule.BuildKey(&alone.rules[0].Base, alone.named, rule.Scope{Method: rule.UnmatchedMethod, Route: rule.UnmatchedRoute}, nil),
+		rule.BuildKey(&ruled.rules[0].Base, ruled.named, rule.Scope{Method: http.MethodPost, Route: "/b"}, nil),
 	} {
 		if k != want {
 			t.Fatalf("key %q, want the group's %q", k, want)
@@ -231,20 +232,20 @@ func TestSharedInProcessState(t *testing.T) {
 	}
 	ra, rb := a.rules[0], b.rules[0]
 	switch {
-	case ra.local == nil || ra.deny == nil:
+	case ra.Local == nil || ra.Deny == nil:
 		t.Fatal("the rule has no fallback or deny cache: the test needs both")
-	case rb.local != ra.local || rb.deny != ra.deny:
+	case rb.Local != ra.Local || rb.Deny != ra.Deny:
 		t.Error("the second route keeps a fallback or deny cache of its own")
-	case rb.ban.local != ra.ban.local || rb.ban.deny != ra.ban.deny:
+	case rb.Ban.Local != ra.Ban.Local || rb.Ban.Deny != ra.Ban.Deny:
 		t.Error("the second route's Ban keeps state of its own")
-	case rb.plans["pro"].local != ra.plans["pro"].local:
+	case rb.Plans["pro"].Local != ra.Plans["pro"].Local:
 		t.Error("the second route's plan keeps state of its own")
 	}
 	other, err := l.Policy(Key(prefix(t)), Per(Shared))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other.rules[0].local == ra.local {
+	if other.rules[0].Local == ra.Local {
 		t.Error("another group shares the first group's state")
 	}
 }

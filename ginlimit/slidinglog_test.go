@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
 // step is one request in a timeline: at offset from t0, expect allowed or not
@@ -30,8 +32,8 @@ func runTimelineWith(t *testing.T, window time.Duration, limit, cache int, steps
 	m, c := newMini(t)
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(window), Limit(limit), DenyCache(cache))
 	var offset time.Duration
-	if p.rules[0].deny != nil {
-		p.rules[0].deny.SetClock(func() int64 { return int64(offset) })
+	if p.rules[0].Deny != nil {
+		p.rules[0].Deny.SetClock(func() int64 { return int64(offset) })
 	}
 	ctx := context.Background()
 	cached := 0
@@ -111,7 +113,7 @@ func TestSlidingLog250msWindow(t *testing.T) {
 	const window = 250 * time.Millisecond
 	p := mustPolicy(t, Redis(c), Key(pre), Window(window), Limit(1), DenyCache(0))
 	ctx := context.Background()
-	key := pre + slidingLogTag + "{k}"
+	key := pre + rule.SlidingLogTag + "{k}"
 	// expiry is the TTL at now of a key whose newest entry is at now (both
 	// on a millisecond): quarter is the window's quarter in ms, rounded up.
 	expiry := func(now time.Time) time.Duration {
@@ -204,7 +206,7 @@ func TestSlidingLogRejectsBadArguments(t *testing.T) {
 func TestSlidingLogResetAlwaysExact(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
-	const limit = exactBelow + 2
+	const limit = rule.ExactBelow + 2
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Second), Limit(limit), DenyCache(0))
 	ctx := context.Background()
 	// The first at 1µs is recorded at 1ms: it leaves the window at t0+1.001s.

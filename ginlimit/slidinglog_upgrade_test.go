@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
@@ -40,7 +41,7 @@ func TestSlidingLogUpgradedFullKeyRefusedUnderTheFailurePolicies(t *testing.T) {
 		pre := prefix(t)
 		p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(limit), DenyCache(0), OnFailure(policy), Timeout(DefaultTimeout))
 		newKey := ruleKey(p, 0, "k")
-		oldKey := zsetKey(&p.rules[0].ruleBase, newKey)
+		oldKey := rule.ZsetKey(&p.rules[0].Base, newKey)
 		if redistest.KeySlot(oldKey) != redistest.KeySlot(newKey) {
 			t.Fatalf("the older key %q is in slot %d, the new key %q in %d", oldKey, redistest.KeySlot(oldKey), newKey, redistest.KeySlot(newKey))
 		}

@@ -120,7 +120,7 @@ func TestUnauthorizedUserOrIP(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
 	var mu sync.Mutex
-	var outcomes []string
+	var outcomes []Outcome
 	e := unauthorizedRoute(t, UserOrIP, &logs, func(_ context.Context, ev Event) {
 		mu.Lock()
 		defer mu.Unlock()

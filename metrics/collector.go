@@ -24,7 +24,7 @@ const (
 
 // outcomes are the values of the decision label, in the order of
 // [series.decisions]; the HELP text of ginlimit_decisions_total lists them.
-var outcomes = [...]string{
+var outcomes = [...]ginlimit.Outcome{
 	ginlimit.OutcomeAllowed,
 	ginlimit.OutcomeLimited,
 	ginlimit.OutcomeShadowLimited,
@@ -49,7 +49,7 @@ func outcomeIndex(e *ginlimit.Event) int {
 // classify returns the outcome ginlimit gives d, for an Event that came
 // without a known one. The order of the cases is ginlimit's: a decision
 // can be both an error and a fallback, and the first case wins.
-func classify(d ginlimit.Decision) string {
+func classify(d ginlimit.Decision) ginlimit.Outcome {
 	switch {
 	case errors.Is(d.Err, ginlimit.ErrClientGone):
 		return ginlimit.OutcomeClientGone
@@ -70,7 +70,7 @@ func classify(d ginlimit.Decision) string {
 }
 
 // indexOf returns the index of o in outcomes, or -1.
-func indexOf(o string) int {
+func indexOf(o ginlimit.Outcome) int {
 	for i, known := range outcomes {
 		if o == known {
 			return i
@@ -142,7 +142,7 @@ func New(opts ...Option) *Collector {
 		nearLimit: cfg.nearLimit,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ginlimit_decisions_total",
-			Help: "Rate limit decisions, by route template, rule and outcome (" + strings.Join(outcomes[:], ", ") + ").",
+			Help: "Rate limit decisions, by route template, rule and outcome (" + outcomeList() + ").",
 		}, []string{"route", "rule", "decision"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ginlimit_decision_seconds",
@@ -287,4 +287,13 @@ func (c *Collector) newSeries(route, rule string) *series {
 		s.decisions[i] = c.decisions.WithLabelValues(route, rule, string(o))
 	}
 	return s
+}
+
+// outcomeList is outcomes, joined by commas, for the HELP text.
+func outcomeList() string {
+	names := make([]string, len(outcomes))
+	for i, o := range outcomes {
+		names[i] = string(o)
+	}
+	return strings.Join(names, ", ")
 }

@@ -31,7 +31,7 @@ const (
 
 // outcomes are the values of the decision attribute, and otherOutcome the
 // one of an outcome ginlimit does not make.
-var outcomes = [...]string{
+var outcomes = [...]ginlimit.Outcome{
 	ginlimit.OutcomeAllowed,
 	ginlimit.OutcomeLimited,
 	ginlimit.OutcomeShadowLimited,
@@ -137,7 +137,7 @@ func (m *Metrics) newSeries(route, rule string) *series {
 	}
 	for i, o := range outcomes {
 		s.decisions[i] = metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("route", route), attribute.String("rule", rule), attribute.String("decision", o)))
+			attribute.String("route", route), attribute.String("rule", rule), attribute.String("decision", string(o))))
 	}
 	return s
 }

@@ -40,7 +40,7 @@ var promName = map[string]string{
 func mirrorEvents() []ginlimit.Event {
 	down := fmt.Errorf("redis down")
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	ev := func(route, rule, outcome string, d ginlimit.Decision) ginlimit.Event {
+	ev := func(route, rule string, outcome ginlimit.Outcome, d ginlimit.Decision) ginlimit.Event {
 		d.Rule = rule
 		return ginlimit.Event{Route: route, Rule: rule, Outcome: outcome, Decision: d, Latency: 3 * time.Millisecond, Breaker: "closed"}
 	}

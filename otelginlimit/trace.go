@@ -38,7 +38,7 @@ func Trace(ctx context.Context, e ginlimit.Event) {
 		return
 	}
 	attrs := make([]attribute.KeyValue, 0, 5)
-	attrs = append(attrs, keyRule.String(e.Rule), keyOutcome.String(e.Outcome))
+	attrs = append(attrs, keyRule.String(e.Rule), keyOutcome.String(string(e.Outcome)))
 	switch e.Outcome {
 	case ginlimit.OutcomeUnauthorized:
 		attrs = append(attrs, keyReason.String(e.Reason))

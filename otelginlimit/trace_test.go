@@ -104,11 +104,11 @@ func TestTraceAddsTheDecisionToTheSpan(t *testing.T) {
 		e.ServeHTTP(httptest.NewRecorder(), req)
 	}
 	want := []map[attribute.Key]attribute.Value{
-		{"ginlimit.rule": attribute.StringValue("per-user"), "ginlimit.outcome": attribute.StringValue(ginlimit.OutcomeAllowed),
+		{"ginlimit.rule": attribute.StringValue("per-user"), "ginlimit.outcome": attribute.StringValue(string(ginlimit.OutcomeAllowed)),
 			"ginlimit.limit": attribute.IntValue(1), "ginlimit.remaining": attribute.IntValue(0)},
-		{"ginlimit.rule": attribute.StringValue("per-user"), "ginlimit.outcome": attribute.StringValue(ginlimit.OutcomeLimited),
+		{"ginlimit.rule": attribute.StringValue("per-user"), "ginlimit.outcome": attribute.StringValue(string(ginlimit.OutcomeLimited)),
 			"ginlimit.limit": attribute.IntValue(1), "ginlimit.remaining": attribute.IntValue(0)},
-		{"ginlimit.rule": attribute.StringValue("per-user"), "ginlimit.outcome": attribute.StringValue(ginlimit.OutcomeUnauthorized),
+		{"ginlimit.rule": attribute.StringValue("per-user"), "ginlimit.outcome": attribute.StringValue(string(ginlimit.OutcomeUnauthorized)),
 			"ginlimit.reason": attribute.StringValue(identity.ReasonMissing)},
 	}
 	for i, w := range want {
