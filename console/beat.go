@@ -62,6 +62,8 @@ const reread = 3
 // the fleet's, in one Redis call. The console beats every 5 s on its own;
 // tests call Beat to drive it.
 func (c *Console) Beat(ctx context.Context) error {
+	c.beating.Lock()
+	defer c.beating.Unlock()
 	now := time.Now()
 	b := now.Unix() / int64(beatPeriod/time.Second)
 	traffic, refused, bans := c.tap.take()
@@ -80,12 +82,13 @@ func (c *Console) Beat(ctx context.Context) error {
 		c.tap.giveBack(traffic, refused, bans)
 		return fmt.Errorf("console beat: %w", err)
 	}
+	c.fleet.mu.Lock()
+	defer c.fleet.mu.Unlock()
+	c.tap.shared() // in Redis now: in the fleet's copy below, or, if the reply is bad, at the next beat
 	read, banned, err := parseBeat(reply, from)
 	if err != nil {
 		return fmt.Errorf("console beat: %w", err)
 	}
-	c.fleet.mu.Lock()
-	defer c.fleet.mu.Unlock()
 	if c.fleet.buckets == nil {
 		c.fleet.buckets = map[int64]*bucket{}
 	}
@@ -218,9 +221,9 @@ type rate struct {
 // with what this instance saw since its last beat in the latest bucket.
 func (c *Console) trafficOf(k ruleKey, now time.Time) []rate {
 	b := now.Unix() / int64(beatPeriod/time.Second)
-	pending := c.tap.peekTraffic(k)
-	c.fleet.mu.Lock()
+	c.fleet.mu.Lock() // before the tap's: see Observer.shared
 	defer c.fleet.mu.Unlock()
+	pending := c.tap.peekTraffic(k)
 	byOutcome := map[string]*rate{}
 	at := func(outcome string) *rate {
 		r := byOutcome[outcome]
@@ -259,8 +262,8 @@ func (c *Console) trafficOf(k ruleKey, now time.Time) []rate {
 // refusedOf returns k's most refused identities over the span, at most n,
 // most refused first.
 func (c *Console) refusedOf(k ruleKey, n int) []counted {
+	c.fleet.mu.Lock() // before the tap's: see Observer.shared
 	sum := c.tap.peekRefused(k)
-	c.fleet.mu.Lock()
 	for _, bk := range c.fleet.buckets {
 		for m, cnt := range bk.refused {
 			if m.ruleKey == k {
@@ -287,8 +290,8 @@ type banned struct {
 
 // bansOf returns k's bans that have time left, the longest first.
 func (c *Console) bansOf(k ruleKey, now time.Time) []banned {
+	c.fleet.mu.Lock() // before the tap's: see Observer.shared
 	ends := c.tap.peekBans(k)
-	c.fleet.mu.Lock()
 	for m, end := range c.fleet.bans {
 		if m.ruleKey == k {
 			ends[m.id] = max(ends[m.id], end)
