@@ -56,7 +56,7 @@ func (c *Console) find(ctx *gin.Context) (ginlimit.RuleInfo, error) {
 	if !ok1 || !ok2 {
 		return ginlimit.RuleInfo{}, errTooLong
 	}
-	for _, ri := range c.cfg.Limiter.Rules() {
+	for _, ri := range c.rules() {
 		if ri.Route == route && ri.Rule == rule {
 			return ri, nil
 		}
