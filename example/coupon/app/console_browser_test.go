@@ -49,6 +49,7 @@ const hostile = `<img src=x onerror=alert(1)>`
 type fleet struct {
 	engineA    *gin.Engine
 	a, b       http.Handler
+	appA, appB *app.App
 	urlA, urlB string
 	// posted is when A last received a POST to the console.
 	posted stamp
@@ -69,7 +70,8 @@ func startFleet(t *testing.T) *fleet {
 	srv := redistest.Start(t)
 	cfg := app.Config{RedisURL: "redis://" + srv.Addr + "/0", JWTSecret: testSecret, IdentitySecret: testIdentitySecret,
 		Logger: slog.New(slog.DiscardHandler)}
-	f := &fleet{a: newApp(t, cfg), b: newApp(t, cfg)}
+	f := &fleet{appA: newAppOf(t, cfg), appB: newAppOf(t, cfg)}
+	f.a, f.b = f.appA.Handler, f.appB.Handler
 	f.engineA = f.a.(*gin.Engine)
 	sa := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, app.ConsolePath) {
@@ -329,6 +331,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	t.Run("refused before sign-in", func(t *testing.T) { refusedBeforeSignIn(t, f, br.Tab(t)) })
 	t.Run("overview lists every route", func(t *testing.T) { overviewListsEveryRoute(t, f, tab(t)) })
+	t.Run("the second instance lists the routes the first served", func(t *testing.T) { routesServedOnAListedOnB(t, f, tab(t)) })
 	t.Run("override is applied by the second instance", func(t *testing.T) { overrideReachesB(t, f, tab(t)) })
 	t.Run("a refused override shows the reason", func(t *testing.T) { refusedOverride(t, f, tab(t)) })
 	t.Run("lookup shows the remaining count and reset restores it", func(t *testing.T) { lookupAndReset(t, f, tab(t)) })
@@ -407,6 +410,35 @@ func overviewListsEveryRoute(t *testing.T, f *fleet, tab *browsertest.Browser) {
 	window := browsertest.Run(t, tab, chromedp.Evaluate[string](textOf(claimRule+` [data-field="window"]`)))
 	if limit != strconv.Itoa(app.ClaimLimit) || window != strconv.Itoa(int(app.ClaimWindow/time.Second)) {
 		t.Errorf("the claim rule shows limit %q and window %q, want %d and %d", limit, window, app.ClaimLimit, int(app.ClaimWindow/time.Second))
+	}
+}
+
+// routesServedOnAListedOnB: B, which has served none of the limited
+// routes (the warm-up went to A), lists each one's rule with its route
+// once A's beat and then B's have shared them (the test drives both), and
+// its override form for the claim rule sets the limit A applies.
+func routesServedOnAListedOnB(t *testing.T, f *fleet, tab *browsertest.Browser) {
+	t.Cleanup(func() { clearClaimOverride(t, f.a) })
+	for _, a := range []*app.App{f.appA, f.appB} {
+		if err := a.BeatConsole(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signIn(t, tab, f.urlB)
+	for route, rule := range limitedRoutes {
+		if sel := `[data-rule=` + strconv.Quote(rule) + `][data-route=` + strconv.Quote(route) + `]`; !hasNode(t, tab, sel) {
+			t.Errorf("B's overview has no %s", sel)
+		}
+	}
+	form := openRule(t, tab, f.urlB, claimRule) + ` [data-form="override"]`
+	fill(t, tab, form, map[string]string{"limit": "6", "window_seconds": "60"})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if s := claimLimitOn(t, f.a, "route-check"); s.Limit == 6 && s.Source == "rule" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A does not have the claim limit B's form set, 30 s after")
+		}
 	}
 }
 
