@@ -33,7 +33,13 @@ const (
 	keyTraffic = "{ginlimit:console}:traffic:" // + bucket
 	keyRefused = "{ginlimit:console}:refused:" // + bucket
 	keyBans    = "{ginlimit:console}:bans"
+	keyRoutes  = "{ginlimit:console}:routes"
 )
+
+// maxRoutes bounds the (rule, route) pairs an instance shares and the
+// fleet keeps: they come from the compiled rules and the application's
+// routes, never from a request's text, so only a bug could reach it.
+const maxRoutes = 4096
 
 // beatScript is console_beat.lua.
 var beatScript = redis.NewScript(lua.ConsoleBeat())
@@ -43,6 +49,7 @@ type fleet struct {
 	mu      sync.Mutex
 	buckets map[int64]*bucket // by Unix time / beatPeriod
 	bans    map[member]int64  // the ban's end, Unix ms
+	routes  []served          // the rules' routes that some instance served
 	loaded  bool              // the whole span has been read once
 	last    int64             // the bucket of the last beat Redis answered
 	beats   int64             // beats Redis answered, for tests
@@ -62,6 +69,8 @@ const reread = 3
 // the fleet's, in one Redis call. The console beats every 5 s on its own;
 // tests call Beat to drive it.
 func (c *Console) Beat(ctx context.Context) error {
+	c.beating.Lock()
+	defer c.beating.Unlock()
 	now := time.Now()
 	b := now.Unix() / int64(beatPeriod/time.Second)
 	traffic, refused, bans := c.tap.take()
@@ -74,18 +83,19 @@ func (c *Console) Beat(ctx context.Context) error {
 		from = max(from, min(b, c.fleet.last)-reread+1)
 	}
 	c.fleet.mu.Unlock()
-	keys, args := beatCall(b, from, now, traffic, refused, bans)
+	keys, args := beatCall(b, from, now, traffic, refused, bans, c.served())
 	reply, err := beatScript.Run(ctx, c.cfg.Redis, keys, args...).Slice()
 	if err != nil {
 		c.tap.giveBack(traffic, refused, bans)
 		return fmt.Errorf("console beat: %w", err)
 	}
-	read, banned, err := parseBeat(reply, from)
+	c.fleet.mu.Lock()
+	defer c.fleet.mu.Unlock()
+	c.tap.shared() // in Redis now: in the fleet's copy below, or, if the reply is bad, at the next beat
+	read, banned, routes, err := parseBeat(reply, from)
 	if err != nil {
 		return fmt.Errorf("console beat: %w", err)
 	}
-	c.fleet.mu.Lock()
-	defer c.fleet.mu.Unlock()
 	if c.fleet.buckets == nil {
 		c.fleet.buckets = map[int64]*bucket{}
 	}
@@ -97,15 +107,15 @@ func (c *Console) Beat(ctx context.Context) error {
 			delete(c.fleet.buckets, i)
 		}
 	}
-	c.fleet.bans, c.fleet.loaded, c.fleet.last = banned, true, b
+	c.fleet.bans, c.fleet.routes, c.fleet.loaded, c.fleet.last = banned, routes, true, b
 	c.fleet.beats++
 	return nil
 }
 
 // beatCall is the keys and arguments of one beat in bucket b that reads
 // the buckets from from to b.
-func beatCall(b, from int64, now time.Time, traffic map[series]int64, refused map[ruleKey]*topK, bans map[member]int64) ([]string, []any) {
-	keys := []string{keyTraffic + strconv.FormatInt(b, 10), keyRefused + strconv.FormatInt(b, 10), keyBans}
+func beatCall(b, from int64, now time.Time, traffic map[series]int64, refused map[ruleKey]*topK, bans map[member]int64, routes []served) ([]string, []any) {
+	keys := []string{keyTraffic + strconv.FormatInt(b, 10), keyRefused + strconv.FormatInt(b, 10), keyBans, keyRoutes}
 	for i := from; i <= b; i++ {
 		keys = append(keys, keyTraffic+strconv.FormatInt(i, 10), keyRefused+strconv.FormatInt(i, 10))
 	}
@@ -123,18 +133,22 @@ func beatCall(b, from int64, now time.Time, traffic map[series]int64, refused ma
 	for m, end := range bans {
 		pairs = append(pairs, m.route+"\n"+m.rule+"\n"+m.id, end)
 	}
+	routes = routes[:min(len(routes), maxRoutes)]
+	for _, r := range routes {
+		pairs = append(pairs, r.String())
+	}
 	ttl := int64((span + 2*beatPeriod) / time.Second)
-	args := append([]any{ttl, topKShared, now.UnixMilli(), len(traffic), nr, len(bans)}, pairs...)
+	args := append([]any{ttl, topKShared, now.UnixMilli(), len(traffic), nr, len(bans), len(routes), maxRoutes}, pairs...)
 	return keys, args
 }
 
 var errReply = errors.New("unexpected reply")
 
-// parseBeat reads the script's reply: the bans, then the buckets from
-// from on.
-func parseBeat(reply []any, from int64) (map[int64]*bucket, map[member]int64, error) {
-	if len(reply) < 1 || len(reply)%2 != 1 {
-		return nil, nil, errReply
+// parseBeat reads the script's reply: the bans, the routes served, then
+// the buckets from from on.
+func parseBeat(reply []any, from int64) (map[int64]*bucket, map[member]int64, []served, error) {
+	if len(reply) < 2 || len(reply)%2 != 0 {
+		return nil, nil, nil, errReply
 	}
 	bans := map[member]int64{}
 	if err := pairsOf(reply[0], func(m string, n int64) {
@@ -142,28 +156,32 @@ func parseBeat(reply []any, from int64) (map[int64]*bucket, map[member]int64, er
 			bans[k] = n
 		}
 	}); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	routes, err := parseServed(reply[1])
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	out := map[int64]*bucket{}
-	for i := 1; i < len(reply); i += 2 {
+	for i := 2; i < len(reply); i += 2 {
 		bk := &bucket{traffic: map[series]int64{}, refused: map[member]int64{}}
 		if err := pairsOf(reply[i], func(f string, n int64) {
 			if k, ok := parseMember(f); ok {
 				bk.traffic[series{k.route, k.rule, k.id}] = n
 			}
 		}); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if err := pairsOf(reply[i+1], func(m string, n int64) {
 			if k, ok := parseMember(m); ok {
 				bk.refused[k] = n
 			}
 		}); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		out[from+int64(i-1)/2] = bk
+		out[from+int64(i-2)/2] = bk
 	}
-	return out, bans, nil
+	return out, bans, routes, nil
 }
 
 // pairsOf calls f with each name and number of a flat reply
@@ -218,9 +236,9 @@ type rate struct {
 // with what this instance saw since its last beat in the latest bucket.
 func (c *Console) trafficOf(k ruleKey, now time.Time) []rate {
 	b := now.Unix() / int64(beatPeriod/time.Second)
-	pending := c.tap.peekTraffic(k)
-	c.fleet.mu.Lock()
+	c.fleet.mu.Lock() // before the tap's: see Observer.shared
 	defer c.fleet.mu.Unlock()
+	pending := c.tap.peekTraffic(k)
 	byOutcome := map[string]*rate{}
 	at := func(outcome string) *rate {
 		r := byOutcome[outcome]
@@ -259,8 +277,8 @@ func (c *Console) trafficOf(k ruleKey, now time.Time) []rate {
 // refusedOf returns k's most refused identities over the span, at most n,
 // most refused first.
 func (c *Console) refusedOf(k ruleKey, n int) []counted {
+	c.fleet.mu.Lock() // before the tap's: see Observer.shared
 	sum := c.tap.peekRefused(k)
-	c.fleet.mu.Lock()
 	for _, bk := range c.fleet.buckets {
 		for m, cnt := range bk.refused {
 			if m.ruleKey == k {
@@ -287,8 +305,8 @@ type banned struct {
 
 // bansOf returns k's bans that have time left, the longest first.
 func (c *Console) bansOf(k ruleKey, now time.Time) []banned {
+	c.fleet.mu.Lock() // before the tap's: see Observer.shared
 	ends := c.tap.peekBans(k)
-	c.fleet.mu.Lock()
 	for m, end := range c.fleet.bans {
 		if m.ruleKey == k {
 			ends[m.id] = max(ends[m.id], end)

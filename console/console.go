@@ -57,16 +57,17 @@ type Config struct {
 // routes (or to ginlimit.New, through Observer) so that it sees their
 // decisions; call Beat or let it beat every 5 s; Close stops it.
 type Console struct {
-	cfg    Config
-	log    *slog.Logger
-	tap    *Observer
-	fleet  fleet
-	secret atomic.Pointer[[]byte] // keys the forms' tokens; nil until Redis first gave it
-	keying sync.Mutex             // held by the one request that asks Redis for it
-	stop   context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
-	period time.Duration // beatPeriod, or Config.beatEvery
+	cfg     Config
+	log     *slog.Logger
+	tap     *Observer
+	fleet   fleet
+	beating sync.Mutex             // held by the one Beat under way
+	secret  atomic.Pointer[[]byte] // keys the forms' tokens; nil until Redis first gave it
+	keying  sync.Mutex             // held by the one request that asks Redis for it
+	stop    context.CancelFunc
+	done    chan struct{}
+	once    sync.Once
+	period  time.Duration // beatPeriod, or Config.beatEvery
 }
 
 // Mount mounts the console's pages and API on r (such as

@@ -62,10 +62,14 @@ func FuzzParseLimit(f *testing.F) {
 func FuzzParseBeat(f *testing.F) {
 	f.Add("GET /x\nclaim\nuser:a", int64(3))
 	f.Add("no newline", int64(-1))
+	f.Add("3\nclaim\nGET /x", int64(0))
 	f.Fuzz(func(t *testing.T, m string, n int64) {
-		reply := []any{[]any{m, n}, []any{m, "1.5"}, []any{m, n}}
-		_, _, _ = parseBeat(reply, 0)
-		_, _, _ = parseBeat([]any{m}, 0)
+		reply := []any{[]any{m, n}, []any{m}, []any{m, "1.5"}, []any{m, n}}
+		_, _, _, _ = parseBeat(reply, 0)
+		_, _, _, _ = parseBeat([]any{m}, 0)
+		if got, err := parseServed([]any{m}); err != nil || len(got) == 1 && (got[0].policy < 0 || !strings.HasSuffix(m, "\n"+got[0].rule+"\n"+got[0].route)) {
+			t.Fatalf("parseServed(%q) = %+v, %v", m, got, err)
+		}
 		if k, ok := parseMember(m); ok && utf8.ValidString(m) && k.route+"\n"+k.rule+"\n"+k.id != m {
 			t.Fatalf("parseMember(%q) = %+v", m, k)
 		}

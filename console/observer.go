@@ -21,6 +21,15 @@ type Observer struct {
 	traffic map[series]int64
 	refused map[ruleKey]*topK
 	bans    map[member]int64 // the ban's end, Unix ms
+	sharing *gathered        // what a beat took and has not yet read back from Redis
+}
+
+// gathered is what an Observer took for a beat: the pages still show it
+// from the Observer until the beat has it in the fleet's copy.
+type gathered struct {
+	traffic map[series]int64
+	refused map[ruleKey]*topK
+	bans    map[member]int64
 }
 
 // series is one route's and rule's decisions of one outcome.
@@ -103,13 +112,26 @@ func (o *Observer) identity(e ginlimit.Event) (string, bool) {
 	return ri.Refused(e)
 }
 
-// take returns what o gathered since the last take, and forgets it.
+// take returns what o gathered since the last take, for a beat to share,
+// and starts anew; the peeks still count what it took until shared or
+// giveBack. One beat at a time takes.
 func (o *Observer) take() (map[series]int64, map[ruleKey]*topK, map[member]int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t, r, b := o.traffic, o.refused, o.bans
+	o.sharing = &gathered{t, r, b}
 	o.traffic, o.refused, o.bans = map[series]int64{}, map[ruleKey]*topK{}, map[member]int64{}
 	return t, r, b
+}
+
+// shared forgets what the last take took: the fleet's copy holds it now.
+// The beat calls it holding the fleet's lock, so that a page, which takes
+// that lock before o's, sees it in one place or the other, never neither
+// nor both.
+func (o *Observer) shared() {
+	o.mu.Lock()
+	o.sharing = nil
+	o.mu.Unlock()
 }
 
 // giveBack puts back what a failed beat could not share, so the next one
@@ -117,6 +139,7 @@ func (o *Observer) take() (map[series]int64, map[ruleKey]*topK, map[member]int64
 func (o *Observer) giveBack(t map[series]int64, r map[ruleKey]*topK, b map[member]int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.sharing = nil
 	for s, n := range t {
 		if _, ok := o.traffic[s]; ok || len(o.traffic) < maxSeries {
 			o.traffic[s] += n
@@ -142,9 +165,11 @@ func (o *Observer) peekTraffic(k ruleKey) map[string]int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[string]int64{}
-	for s, n := range o.traffic {
-		if s.route == k.route && s.rule == k.rule {
-			out[s.outcome] += n
+	for _, g := range o.all() {
+		for s, n := range g.traffic {
+			if s.route == k.route && s.rule == k.rule {
+				out[s.outcome] += n
+			}
 		}
 	}
 	return out
@@ -155,9 +180,11 @@ func (o *Observer) peekRefused(k ruleKey) map[string]int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[string]int64{}
-	if t := o.refused[k]; t != nil {
-		for _, it := range t.list {
-			out[it.id] += it.count
+	for _, g := range o.all() {
+		if t := g.refused[k]; t != nil {
+			for _, it := range t.list {
+				out[it.id] += it.count
+			}
 		}
 	}
 	return out
@@ -168,10 +195,22 @@ func (o *Observer) peekBans(k ruleKey) map[string]int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[string]int64{}
-	for m, end := range o.bans {
-		if m.ruleKey == k {
-			out[m.id] = end
+	for _, g := range o.all() {
+		for m, end := range g.bans {
+			if m.ruleKey == k {
+				out[m.id] = max(out[m.id], end)
+			}
 		}
+	}
+	return out
+}
+
+// all is what o gathered since the last take, and what that take took
+// while its beat is under way; o.mu is held.
+func (o *Observer) all() []gathered {
+	out := []gathered{{o.traffic, o.refused, o.bans}}
+	if o.sharing != nil {
+		out = append(out, *o.sharing)
 	}
 	return out
 }

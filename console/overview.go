@@ -48,7 +48,7 @@ func (c *Console) overviewOf(ctx context.Context) overview {
 	seenRoute := map[string]bool{}
 	failures := map[string]bool{}
 	breakers := map[string]string{}
-	for _, ri := range c.cfg.Limiter.Rules() {
+	for _, ri := range c.rules() {
 		ov.Rules = append(ov.Rules, rowOf(ri))
 		seenRoute[ri.Route] = true
 		failures[string(ri.OnFailure)] = true

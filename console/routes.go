@@ -27,19 +27,26 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"seconds": func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) },
 	"source":  sourceName,
 	"chart":   chart,
+	"page":    func(title, root string) pageHead { return pageHead{title, root} },
 }).ParseFS(templateFS, "templates/*.html"))
+
+// pageHead is what the layout's head needs: the page's title, and the
+// way from the page's address to the console's root ("", or "../" for a
+// page that answers a form posted to api/), which every link starts with.
+type pageHead struct{ Title, Root string }
 
 // routes mounts the console's handlers on r, each behind guard.
 func (c *Console) routes(r gin.IRouter) {
 	g := r.Group("", c.guard)
 	g.GET("/", c.overviewPage)
 	g.GET("/rule", c.rulePage)
+	g.POST("/rule", c.rulePage) // the lookup: a POST, so the identity stays out of URLs and logs
 	g.GET("/audit", c.auditPage)
 	g.GET("/console.css", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "text/css; charset=utf-8", stylesheet) })
 	g.GET("/favicon.svg", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "image/svg+xml", favicon) })
 	g.GET("/api/rules", c.rulesAPI)
 	g.GET("/api/rule", c.ruleAPI)
-	g.GET("/api/lookup", c.lookupAPI)
+	g.POST("/api/lookup", c.lookupAPI)
 	g.GET("/api/audit", c.auditAPI)
 	g.POST("/api/override", c.overrideAPI)
 	g.POST("/api/reset", c.resetAPI)

@@ -21,6 +21,7 @@ type rulePageData struct {
 	Lookup  *lookupResult `json:",omitempty"`
 	Message string        `json:",omitempty"` // the last action's error, safe to show
 	Token   string        `json:"-"`
+	Root    string        `json:"-"` // see pageHead
 }
 
 // refusedRow is one of the most refused identities.
@@ -55,7 +56,7 @@ func (c *Console) find(ctx *gin.Context) (ginlimit.RuleInfo, error) {
 	if !ok1 || !ok2 {
 		return ginlimit.RuleInfo{}, errTooLong
 	}
-	for _, ri := range c.cfg.Limiter.Rules() {
+	for _, ri := range c.rules() {
 		if ri.Route == route && ri.Rule == rule {
 			return ri, nil
 		}
@@ -107,7 +108,11 @@ func (c *Console) rulePage(ctx *gin.Context) {
 		c.render(ctx, http.StatusNotFound, "notfound.html", nil)
 		return
 	}
-	lookup, _ := input(ctx, "identity")
+	// Only a POST looks up: an identity never comes in a URL.
+	lookup, _ := ctx.GetPostForm("identity")
+	if len(lookup) > maxInput {
+		lookup = ""
+	}
 	d := c.ruleData(ctx.Request.Context(), ri, lookup)
 	d.Token = c.token(whoOf(ctx))
 	c.render(ctx, http.StatusOK, "rule.html", d)
@@ -128,8 +133,8 @@ func (c *Console) lookupAPI(ctx *gin.Context) {
 		fail(ctx, http.StatusNotFound, err.Error())
 		return
 	}
-	typed, ok := input(ctx, "identity")
-	if !ok {
+	typed, ok := ctx.GetPostForm("identity")
+	if !ok || len(typed) > maxInput {
 		fail(ctx, http.StatusBadRequest, errTooLong.Error())
 		return
 	}

@@ -202,19 +202,24 @@ func (c *Console) answer(ctx *gin.Context, ri ginlimit.RuleInfo, err error) {
 	form := strings.HasPrefix(ctx.ContentType(), "application/x-www-form-urlencoded") && !strings.Contains(ctx.GetHeader("Accept"), "application/json")
 	switch {
 	case err == nil && form:
-		back := "../" + ruleLink(ri.Route, ri.Rule)
-		if typed, ok := ctx.GetPostForm("identity"); ok && len(typed) <= maxInput {
-			back += "&" + urlValues("identity", typed) // the lookup again, showing the reset count
-		}
-		ctx.Redirect(http.StatusSeeOther, back)
+		// Back to the rule's page, without the identity, which stays out
+		// of URLs.
+		ctx.Redirect(http.StatusSeeOther, "../"+ruleLink(ri.Route, ri.Rule))
 	case err == nil:
 		ctx.JSON(http.StatusOK, gin.H{"ok": true})
 	case ri.Policy == nil:
 		fail(ctx, http.StatusNotFound, safeError(err))
 	case form:
+		// The rule's page again, at api/<action>: its links start at
+		// the root. A browser's page is its answer, so it is a 200 (a
+		// 400 the browser would report as an error); a script's is a 400.
 		d := c.ruleData(ctx.Request.Context(), ri, "")
-		d.Message, d.Token = safeError(err), c.token(whoOf(ctx))
-		c.render(ctx, http.StatusBadRequest, "rule.html", d)
+		d.Message, d.Token, d.Root = safeError(err), c.token(whoOf(ctx)), "../"
+		status := http.StatusBadRequest
+		if ctx.GetHeader("Sec-Fetch-Mode") == "navigate" {
+			status = http.StatusOK
+		}
+		c.render(ctx, status, "rule.html", d)
 	default:
 		fail(ctx, http.StatusBadRequest, safeError(err))
 	}

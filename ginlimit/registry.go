@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"strings"
@@ -94,6 +95,29 @@ func (l *Limiter) Rules() []RuleInfo {
 		}
 	}
 	return out
+}
+
+// On returns the rule described on route, a route of its Policy that this
+// instance has not served (Limiter.Rules lists only those it has: gin
+// tells a Policy its route at a request) but a tool learned it serves,
+// from another instance. Limit, Window and Source are those in force on
+// route. A route that is not "<METHOD> <template>" wraps [ErrBadTarget].
+// It calls no Redis.
+func (ri RuleInfo) On(route string) (RuleInfo, error) {
+	if ri.Policy == nil {
+		return ri, badTarget("no policy")
+	}
+	if _, err := targetScope(Target{Route: route}); err != nil || route == rule.UnmatchedRoute {
+		return ri, cmp.Or(err, badTarget("Target.Route %q: want a gin route", route))
+	}
+	for _, r := range ri.Policy.all {
+		if r.Core().Name == ri.Rule {
+			out := ri.Policy.ruleInfo(r, route)
+			out.Breakers = ri.Breakers
+			return out, nil
+		}
+	}
+	return ri, badTarget("rule %q is not one of its policy's", ri.Rule)
 }
 
 // Identity returns the identity of t's count as the rule's keys hold it:

@@ -46,6 +46,32 @@ func TestRulesListsBeforeTraffic(t *testing.T) {
 	}
 }
 
+// TestRuleOnAnotherRoute: RuleInfo.On describes a rule on a route this
+// instance has not served, with the override in force there; a text that
+// is not a route is refused.
+func TestRuleOnAnotherRoute(t *testing.T) {
+	_, c := newMini(t)
+	l, err := New(Redis(c), Timeout(testTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	gin.New().GET("/b/:id", l.RateLimit(Key(prefix(t)), Name("b"), Limit(5), Window(time.Minute)), ok)
+	ri := l.Rules()[0]
+	if err := ri.Policy.SetLimit(context.Background(), Target{Route: "GET /b/:id", Rule: "b"}, 9, 0); err != nil {
+		t.Fatal(err)
+	}
+	on, err := ri.On("GET /b/:id")
+	if err != nil || on.Route != "GET /b/:id" || on.Rule != "b" || on.Limit != 9 || on.Source != SourceOverride || on.ConfigLimit != 5 {
+		t.Errorf("On: %+v, %v", on, err)
+	}
+	for _, bad := range []string{"", "unmatched", "GET b", "GET /b\n"} {
+		if _, err := ri.On(bad); !errors.Is(err, ErrBadTarget) {
+			t.Errorf("On(%q): %v, want ErrBadTarget", bad, err)
+		}
+	}
+}
+
 // TestRefusedIdentityMatchesTarget: the identity an observer reads from a
 // refusal (RuleInfo.Refused) is the one RuleInfo.Identity gives for the
 // same user, hashed with HashIdentities; an admission carries none.

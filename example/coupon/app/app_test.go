@@ -39,6 +39,12 @@ var testIdentitySecret = []byte("coupon-test-identity-secret-0123456789")
 // closed when the test ends.
 func newApp(t *testing.T, cfg app.Config) http.Handler {
 	t.Helper()
+	return newAppOf(t, cfg).Handler
+}
+
+// newAppOf is newApp's App.
+func newAppOf(t *testing.T, cfg app.Config) *app.App {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -52,7 +58,7 @@ func newApp(t *testing.T, cfg app.Config) http.Handler {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return a.Handler
+	return a
 }
 
 // req is one request of a test sequence.
