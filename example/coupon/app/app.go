@@ -170,20 +170,9 @@ type App struct {
 // used only during start-up: the JWKS is refreshed in the background until
 // [App.Close].
 func New(ctx context.Context, cfg Config) (*App, error) {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	// Checked first, before anything is logged or started, rather than left
-	// to ginlimit.New, so that the error names the environment variable.
-	if cfg.Algorithm == "" {
-		cfg.Algorithm = ginlimit.SlidingLog
-	}
-	if cfg.FailPolicy == "" {
-		cfg.FailPolicy = ginlimit.FailLocal
-	}
-	if err := checkAlgorithm(cfg.Algorithm); err != nil {
-		return nil, fmt.Errorf("coupon: Algorithm (LIMIT_ALGORITHM): %w", err)
+	logger, err := cfg.defaults()
+	if err != nil {
+		return nil, err
 	}
 
 	secret := cfg.JWTSecret
@@ -236,6 +225,26 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.Handler = engine
 	return a, nil
+}
+
+// defaults fills cfg's defaults and returns its logger. The algorithm is
+// checked here, before anything is logged or started, rather than left to
+// ginlimit.New, so that the error names the environment variable.
+func (cfg *Config) defaults() (*slog.Logger, error) {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if cfg.Algorithm == "" {
+		cfg.Algorithm = ginlimit.SlidingLog
+	}
+	if cfg.FailPolicy == "" {
+		cfg.FailPolicy = ginlimit.FailLocal
+	}
+	if err := checkAlgorithm(cfg.Algorithm); err != nil {
+		return nil, fmt.Errorf("coupon: Algorithm (LIMIT_ALGORITHM): %w", err)
+	}
+	return logger, nil
 }
 
 // newLimiter makes a's limiter from cfg, on a's Redis and verifier, and
