@@ -372,20 +372,8 @@ func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 			slowKeys = append(slowKeys, k)
 		}
 	}
-	// Warm up (the cluster's slots, the scripts, the pool): each key once
-	// decided by Redis. A loaded machine can make a warm-up call miss the
-	// short Timeout, so it is tried again (the breaker closes on the first
-	// success); the test needs the warm state, not a fast call.
-	for _, k := range slowKeys {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(open) {
-			d, err := p.Allow(context.Background(), k, 1)
-			if err == nil && !d.Local {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("warm-up on %s: %+v, %v; Redis did not decide within 30 s", k, d, err)
-			}
-		}
+	for _, k := range slowKeys { // the cluster's slots, the scripts, the pool
+		warmUp(t, p, k)
 	}
 	admin := cl.NodeClient(0)
 	if err := admin.Do(context.Background(), "client", "pause", "3000", "all").Err(); err != nil {
