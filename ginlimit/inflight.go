@@ -141,7 +141,7 @@ func (p *Policy) takeSlots(ctx context.Context, req *request) (*holding, error) 
 			}
 			h.redis = true
 			h.holdLocal(req)
-			h.renewLater()
+			h.renewLater(0)
 			return h, nil
 		}
 	}
@@ -268,18 +268,23 @@ func (h *holding) renewEvery() time.Duration {
 	return max(lease/3, time.Millisecond)
 }
 
-// renewLater schedules the next renewal, unless the holding was released.
-func (h *holding) renewLater() {
+// renewLater schedules the next renewal renewEvery after the last began,
+// spent ago, unless the holding was released. Counting from its start,
+// not its end, keeps the renewals lease/3 apart at Redis however long each
+// call took (a loaded machine, a slow reply): a call's time is not added
+// to the gap the lease must cover.
+func (h *holding) renewLater(spent time.Duration) {
+	next := max(h.renewEvery()-spent, 0)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped {
 		return
 	}
 	if h.timer == nil {
-		h.timer = time.AfterFunc(h.renewEvery(), h.renew)
+		h.timer = time.AfterFunc(next, h.renew)
 		return
 	}
-	h.timer.Reset(h.renewEvery())
+	h.timer.Reset(next)
 }
 
 // renew extends the leases to now + lease. A lease that had already
@@ -287,6 +292,7 @@ func (h *holding) renewLater() {
 // a failed renewal, is logged. The renewal after a release does nothing
 // (the script renews only a lease that is there).
 func (h *holding) renew() {
+	start := time.Now()
 	p := h.p
 	reply, _, err := p.engine.Aside(h.ctx, p.timeout, slotScript, h.req.keys, p.slotArgs(p.slots, "renew", h.holder))
 	if err == nil {
@@ -300,7 +306,7 @@ func (h *holding) renew() {
 		p.logs.log(h.ctx, p.logger, slog.LevelWarn, "ginlimit: could not renew an in-flight slot",
 			slog.String("route", h.req.scope.Label()), slog.String("rule", h.p.slots[0].Name), errAttr(err))
 	}
-	h.renewLater()
+	h.renewLater(time.Since(start))
 }
 
 // one returns the one integer of a reply {n}.

@@ -172,6 +172,7 @@ func TestOverridesCompileOnFirstUse(t *testing.T) {
 	if n := lv.compiles.Load(); n != 0 {
 		t.Errorf("%d overrides compiled by %d policies that decided nothing, want 0", n, policies)
 	}
+	waitOverridesLoaded(t, lv)
 	e := gin.New()
 	e.GET("/claim", func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) }, ps[0].serve, ok)
 	for range 3 {
@@ -181,6 +182,24 @@ func TestOverridesCompileOnFirstUse(t *testing.T) {
 	}
 	if n := lv.compiles.Load(); n != 1 {
 		t.Errorf("%d compiles after u7's requests, want 1", n)
+	}
+}
+
+// waitOverridesLoaded waits, up to 30 s, until lv has the overrides'
+// first load: New does it only when Redis answered the script load in
+// time, which a loaded machine can outlast; the upkeep does it then.
+func waitOverridesLoaded(t *testing.T, lv *liveLimits) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		lv.mu.Lock()
+		loaded := lv.ov != nil
+		lv.mu.Unlock()
+		if loaded {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the overrides were not loaded within 30 s")
+		}
 	}
 }
 

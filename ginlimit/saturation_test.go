@@ -372,10 +372,8 @@ func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 			slowKeys = append(slowKeys, k)
 		}
 	}
-	for _, k := range slowKeys {
-		if _, err := p.Allow(context.Background(), k, 1); err != nil {
-			t.Fatal(err)
-		}
+	for _, k := range slowKeys { // the cluster's slots, the scripts, the pool
+		warmUp(t, p, k)
 	}
 	admin := cl.NodeClient(0)
 	if err := admin.Do(context.Background(), "client", "pause", "3000", "all").Err(); err != nil {

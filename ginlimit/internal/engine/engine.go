@@ -49,9 +49,11 @@ type Engine struct {
 	nodes     *nodes               // the breaker and the slots of each node
 	bounds    sync.Map             // Timeout -> *deadlines
 	scripts   sync.Map             // *redis.Script -> *script
-	mu        sync.Mutex           // guards loaded and prepared
+	mu        sync.Mutex           // guards loaded, loading, prepared and deferred
 	loaded    bool                 // the scripts loaded: Redis answered
+	loading   bool                 // the start-up load runs on past New (see preload)
 	prepared  map[string]bool      // SHA1s of the scripts seen by Prepare
+	deferred  []*redis.Script      // prepared while loading: it loads them next
 }
 
 // New returns the engine of cfg's client and loads the scripts of preload
@@ -95,9 +97,7 @@ func New(cfg Config, preload ...*redis.Script) (*Engine, error) {
 	if e.bound != nil {
 		e.nodes.one.pool = e.bound // the same pool, and the engine's options
 	}
-	err := e.load(preload...)
-	e.loaded = err == nil
-	if !e.loaded && connFailure(err) {
+	if err := e.preload(preload); connFailure(err) {
 		// A Redis that is down from the start fails the first call as
 		// fast as the next ones (see node.call).
 		e.nodes.one.down.Store(true)
@@ -126,12 +126,56 @@ func (e *Engine) Loaded() bool {
 	return e.loaded
 }
 
-// load loads scripts now, best effort, so that the first burst of calls
-// does not meet NOSCRIPT and send each script twice. Run handles NOSCRIPT
-// anyway, so a failure here costs nothing, and a dead Redis delays
-// start-up by LoadTimeout at most. It returns nil once every script loaded.
-func (e *Engine) load(scripts ...*redis.Script) error {
-	ctx, cancel := context.WithTimeout(context.Background(), LoadTimeout)
+// preload loads scripts on a goroutine of its own and waits LoadTimeout at
+// most for it: nil once every script loaded, the load's error when Redis
+// refused it by then, errLoadGoesOn when it was still under way. A load
+// that misses LoadTimeout (a slow start, a loaded machine) goes on to
+// loadOnBound and then loads the scripts Prepare saw meanwhile, so a
+// healthy Redis ends up with every script loaded however slowly it
+// answered at first.
+func (e *Engine) preload(scripts []*redis.Script) error {
+	e.loading = true // e is not shared yet
+	done := make(chan error, 1)
+	go func() {
+		for {
+			err := e.load(loadOnBound, scripts...)
+			e.mu.Lock()
+			scripts, e.deferred = e.deferred, nil
+			if err != nil || len(scripts) == 0 {
+				e.loading, e.loaded = false, err == nil
+				e.mu.Unlock()
+				done <- err
+				return
+			}
+			e.mu.Unlock()
+		}
+	}()
+	wait := time.NewTimer(LoadTimeout)
+	defer wait.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-wait.C:
+		return errLoadGoesOn
+	}
+}
+
+// errLoadGoesOn is preload's error when the load missed LoadTimeout. It is
+// a deadline's, as it was when New cut the load off there, so that New
+// still marks the server down (the first call dials it first, see call).
+var errLoadGoesOn = fmt.Errorf("the scripts' load goes on past LoadTimeout: %w", context.DeadlineExceeded)
+
+// loadOnBound bounds the start-up load once New has stopped waiting for it:
+// nobody waits for it then, so it only keeps the goroutine from staying on
+// a Redis that hung.
+const loadOnBound = 5 * time.Second
+
+// load loads scripts now, within bound, best effort, so that the first
+// burst of calls does not meet NOSCRIPT and send each script twice. Run
+// handles NOSCRIPT anyway, so a failure here costs nothing. It returns nil
+// once every script loaded.
+func (e *Engine) load(bound time.Duration, scripts ...*redis.Script) error {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	_, err := bounded(ctx, func() (struct{}, error) {
 		for _, s := range scripts {
@@ -145,7 +189,8 @@ func (e *Engine) load(scripts ...*redis.Script) error {
 }
 
 // Prepare loads s on the engine's Redis once: at once when Redis answered
-// so far (see Loaded), otherwise on its first call. A caller prepares the
+// so far (see Loaded), after the start-up load when that goes on past New
+// (see preload), otherwise on its first call. A caller prepares the
 // scripts it makes after New (one per distinct rule, say).
 func (e *Engine) Prepare(s *redis.Script) {
 	e.mu.Lock()
@@ -157,15 +202,19 @@ func (e *Engine) Prepare(s *redis.Script) {
 		e.prepared = map[string]bool{}
 	}
 	e.prepared[s.Hash()] = true
-	if e.loaded {
+	switch {
+	case e.loading:
+		e.deferred = append(e.deferred, s)
+	case e.loaded:
 		// After one failure, later scripts load on their first call, so a
 		// Redis that hung since start-up delays each caller by no timeout.
-		e.loaded = e.load(s) == nil
+		e.loaded = e.load(LoadTimeout, s) == nil
 	}
 }
 
-// LoadTimeout bounds loading the scripts, at New and by Prepare. It is
-// short because an engine may be made on a route's first request.
+// LoadTimeout bounds how long New and Prepare wait for loading the
+// scripts. It is short because an engine may be made on a route's first
+// request.
 const LoadTimeout = 100 * time.Millisecond
 
 // ownClone returns a clone of c (the same pools) for the engine's calls.

@@ -64,7 +64,9 @@ type Config struct {
 	Count *state.Instances
 	// Loaded says whether Redis answered the engine's script load: then
 	// Start beats, loads the overrides and waits for the subscription
-	// before it returns, so that a new Limiter starts in step.
+	// before it returns, so that a new Limiter starts in step; else the
+	// loop does the beat and the load at once (a driven fleet on its
+	// first Touch), and Start waits for nothing.
 	Loaded bool
 	// Driven says that nothing will close the fleet: it runs no loop, and
 	// a tick runs when Touch finds one due.
@@ -105,7 +107,11 @@ func Start(cfg Config) *Fleet {
 	f := &Fleet{cfg: cfg, id: hex.EncodeToString(id), kick: make(chan struct{}, 1)}
 	f.echo = ResetChannel + ":" + f.id
 	f.version.Store(-1)
-	f.last.Store(time.Now().UnixNano())
+	if cfg.Loaded {
+		// Start does the first tick's work; a driven fleet whose Redis
+		// has not answered yet ticks on its first Touch instead.
+		f.last.Store(time.Now().UnixNano())
+	}
 	if cfg.Count != nil {
 		cfg.Engine.Prepare(beatScript)
 	}
@@ -150,6 +156,14 @@ func (f *Fleet) run(ctx context.Context) {
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	if !f.cfg.Loaded {
+		// Start did not beat nor load the overrides (Redis had not
+		// answered the script load): do it now, not a Tick later.
+		if f.cfg.Count != nil {
+			_ = f.beat(ctx)
+		}
+		_ = f.load(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
