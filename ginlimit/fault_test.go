@@ -25,7 +25,6 @@ package ginlimit
 import (
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1014,24 +1013,6 @@ func faultRecover(t *testing.T, try func() error) {
 		}
 	}
 	t.Fatalf("decisions did not work again within 30 s of the repair: %v", err)
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes, for logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestFaultErrorReplyLeavesTheBreakerClosed: a Redis that answers an

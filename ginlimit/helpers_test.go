@@ -1,6 +1,7 @@
 package ginlimit
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -226,3 +227,29 @@ func logUnits(ctx context.Context, c redis.Cmdable, key string) (int64, error) {
 
 // costOf is the fixed cost n: a Cost function that returns it.
 func costOf(n int) RuleOption { return Cost(func(*gin.Context) int { return n }) }
+
+// syncBuffer is a bytes.Buffer safe for concurrent use, for logs: a
+// Limiter's background calls (the fleet's upkeep) log from their own
+// goroutines while a test reads what was written.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func (b *syncBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b.Reset()
+}

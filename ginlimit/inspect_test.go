@@ -1,7 +1,6 @@
 package ginlimit
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -463,7 +462,7 @@ func TestResetWaitsNoLongerThanTheBound(t *testing.T) {
 	if _, err := mute.Receive(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
+	var logs syncBuffer
 	l, err := New(Timeout(testTimeout), Redis(c), UserIdentity(identity.FromContext("uid")), maxStaleness(100*time.Millisecond),
 		withLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {

@@ -1,7 +1,6 @@
 package ginlimit
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -250,7 +249,7 @@ func TestLogsCarryNoIdentity(t *testing.T) {
 	t.Parallel()
 	m, c := newMini(t)
 	secret := []byte(strings.Repeat("s", 32))
-	var logs bytes.Buffer
+	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	pre := prefix(t)
 	e := gin.New()
