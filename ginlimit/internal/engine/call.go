@@ -125,6 +125,66 @@ func (e *Engine) admit(ctx context.Context, l lane, queue, timeout time.Duration
 	return n, probe, nil
 }
 
+// forKey returns the node that serves key. On a cluster, finding it can
+// block until go-redis has loaded the cluster's slots, whatever the context
+// says, so that runs within timeout, behind the breaker of the cluster as a
+// whole (ns.one): a cluster whose slots cannot be loaded fails like a dead
+// Redis, and fails fast once that breaker opens.
+func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) (*node, error) {
+	if ns.ring != nil {
+		return ns.shardFor(key)
+	}
+	if ns.cluster == nil {
+		return ns.one, nil
+	}
+	ok, probe := ns.one.brk.allow()
+	if !ok {
+		return ns.one, ErrCircuitOpen
+	}
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	defer cancel()
+	master, err := bounded(cctx, func() (*redis.Client, error) { return ns.cluster.MasterForKey(cctx, key) })
+	if err != nil {
+		if ctx.Err() != nil {
+			ns.one.brk.abandon()
+			return ns.one, fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))
+		}
+		ns.one.brk.done(probe, true)
+		return ns.one, fmt.Errorf("no master for the key: %w", err)
+	}
+	ns.one.brk.done(probe, false)
+	ns.one.health.note(ns.watch, false, nil)
+	addr := master.Options().Addr
+	if n, ok := ns.byAddr.Load(addr); ok {
+		return n.(*node), nil
+	}
+	n, _ := ns.byAddr.LoadOrStore(addr, ns.newNode(master))
+	return n.(*node), nil
+}
+
+// shardFor returns the node of the Ring shard that serves key. The Ring
+// finds it in memory; when it has no shard up, that is a Redis failure of
+// the Ring as a whole (ns.one), and a shard found is its success.
+func (ns *nodes) shardFor(key string) (*node, error) {
+	shard, err := ns.ring.GetShardClientForKey(key)
+	if err != nil {
+		ok, probe := ns.one.brk.allow()
+		if !ok {
+			return ns.one, ErrCircuitOpen
+		}
+		ns.one.brk.done(probe, true)
+		return ns.one, fmt.Errorf("no Ring shard for the key: %w", err)
+	}
+	// The Ring has a shard up again: its breaker, reported for decisions
+	// that reach no node, closes (done is two loads when it is closed).
+	ns.one.brk.done(false, false)
+	ns.one.health.note(ns.watch, false, nil)
+	if n, ok := ns.byShard.Load(shard); ok {
+		return n.(*node), nil
+	}
+	return ns.addShard(shard), nil
+}
+
 // settle judges how a call of n ended (see judge), tells the breaker, and
 // returns whether it was a Redis failure and the error to answer with.
 func (e *Engine) settle(ctx context.Context, n *node, probe bool, answered uint64, err error) (bool, error) {
@@ -198,66 +258,6 @@ func MayHaveRun(err error) bool {
 type mayHaveRun struct{ error }
 
 func (e mayHaveRun) Unwrap() error { return e.error }
-
-// forKey returns the node that serves key. On a cluster, finding it can
-// block until go-redis has loaded the cluster's slots, whatever the context
-// says, so that runs within timeout, behind the breaker of the cluster as a
-// whole (ns.one): a cluster whose slots cannot be loaded fails like a dead
-// Redis, and fails fast once that breaker opens.
-func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) (*node, error) {
-	if ns.ring != nil {
-		return ns.shardFor(key)
-	}
-	if ns.cluster == nil {
-		return ns.one, nil
-	}
-	ok, probe := ns.one.brk.allow()
-	if !ok {
-		return ns.one, ErrCircuitOpen
-	}
-	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
-	defer cancel()
-	master, err := bounded(cctx, func() (*redis.Client, error) { return ns.cluster.MasterForKey(cctx, key) })
-	if err != nil {
-		if ctx.Err() != nil {
-			ns.one.brk.abandon()
-			return ns.one, fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))
-		}
-		ns.one.brk.done(probe, true)
-		return ns.one, fmt.Errorf("no master for the key: %w", err)
-	}
-	ns.one.brk.done(probe, false)
-	ns.one.health.note(ns.watch, false, nil)
-	addr := master.Options().Addr
-	if n, ok := ns.byAddr.Load(addr); ok {
-		return n.(*node), nil
-	}
-	n, _ := ns.byAddr.LoadOrStore(addr, ns.newNode(master))
-	return n.(*node), nil
-}
-
-// shardFor returns the node of the Ring shard that serves key. The Ring
-// finds it in memory; when it has no shard up, that is a Redis failure of
-// the Ring as a whole (ns.one), and a shard found is its success.
-func (ns *nodes) shardFor(key string) (*node, error) {
-	shard, err := ns.ring.GetShardClientForKey(key)
-	if err != nil {
-		ok, probe := ns.one.brk.allow()
-		if !ok {
-			return ns.one, ErrCircuitOpen
-		}
-		ns.one.brk.done(probe, true)
-		return ns.one, fmt.Errorf("no Ring shard for the key: %w", err)
-	}
-	// The Ring has a shard up again: its breaker, reported for decisions
-	// that reach no node, closes (done is two loads when it is closed).
-	ns.one.brk.done(false, false)
-	ns.one.health.note(ns.watch, false, nil)
-	if n, ok := ns.byShard.Load(shard); ok {
-		return n.(*node), nil
-	}
-	return ns.addShard(shard), nil
-}
 
 // Breaker is a node's consecutive-failure circuit breaker: after a
 // threshold of Redis failures in a row it stops calling the node for a

@@ -109,6 +109,63 @@ func (t *transport) pipelined(ctx context.Context, w *wire, s *redis.Script, key
 	return nil, err
 }
 
+// call runs f, a call to the node's server, and fails fast when the server
+// is gone. go-redis does not: a connection it cannot make is dialed
+// DialerRetries times (5, 100 ms apart, by default), and its pool belongs
+// to the application, so the engine cannot change that. So once a call has
+// failed (down), the next one first dials the server itself (reach), once,
+// as go-redis's pool does (the Options' Dialer, Network and Addr; a
+// DialHook is not followed): a refused connection then fails the call at
+// once, a connection that opens lets it go on to go-redis. A call whose
+// connection broke (reset, or closed by the server) is made once more,
+// when a dial shows the server takes connections: a healthy Redis that
+// reset one connection (a restarted proxy, an idle timeout) fails no
+// request, and a Redis that went away costs one refused dial. The script
+// may have run before the connection broke, so this may count a request
+// twice, as go-redis's own retry of a broken connection does. A call that
+// ran out of its Timeout is a Redis failure only if Redis does not answer
+// a PING either (see answers); otherwise it is ErrSaturated. start is when
+// the call began (its Timeout counts from then). T is the reply's type.
+func call[T any](ctx context.Context, n *node, start time.Time, f func() (T, error)) (T, error) {
+	var none T
+	if n.down.Load() {
+		if err := n.reach(ctx); err != nil {
+			return none, err
+		}
+		start = time.Now() // the call on the wire starts after the dial
+	}
+	answered := n.answered.Load()
+	reply, err := f()
+	if err == nil || !connFailure(err) {
+		return reply, err
+	}
+	n.down.Store(true)
+	if broken(err) && n.reach(ctx) == nil {
+		if reply, err = f(); err == nil || !connFailure(err) {
+			return reply, err
+		}
+		n.down.Store(true)
+	}
+	err = deadlineOf(ctx, err)
+	// A call that ran out of its Timeout (go-redis may report it as the
+	// context's bare error) while no other call was answered, and not for
+	// want of a pooled connection (judge tells that apart).
+	timedOut := errors.Is(err, context.DeadlineExceeded) && errors.Is(cause(ctx), errTimedOut)
+	if timedOut && n.answered.Load() == answered && !poolBusy(n.pool) {
+		why := n.answers(ctx, start)
+		if why == nil {
+			return none, mayHaveRun{fmt.Errorf("%w: the call ran out of its Timeout, yet Redis answered a PING: this process read the reply late", ErrSaturated)}
+		}
+		if why != errNoPing && !errors.Is(why, context.DeadlineExceeded) {
+			// go-redis reports a dial it was still retrying as the bare
+			// deadline: say why Redis did not answer (refused, say). The
+			// error is judged as before: why adds no timeout and no reply.
+			err = fmt.Errorf("%w; a new connection: %w", err, why)
+		}
+	}
+	return none, err
+}
+
 // texts runs s on n's lease pool, or the client's when n has none, bounded
 // by ctx, and reads its reply as strings.
 func (t *transport) texts(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]string, error) {
@@ -206,10 +263,8 @@ type callCtx struct {
 }
 
 func (c *callCtx) Deadline() (time.Time, bool) { return c.bound.Deadline() }
-
-func (c *callCtx) Done() <-chan struct{} { return c.bound.Done() }
-
-func (c *callCtx) Err() error { return c.bound.Err() }
+func (c *callCtx) Done() <-chan struct{}       { return c.bound.Done() }
+func (c *callCtx) Err() error                  { return c.bound.Err() }
 
 // cause returns why a call's context (from callContext) ended:
 // errTimedOut when its Timeout ran out.
@@ -283,63 +338,6 @@ func boundedCounting[T any](ctx context.Context, stranded *atomic.Int64, f func(
 	}
 	var zero T
 	return zero, cause(ctx)
-}
-
-// call runs f, a call to the node's server, and fails fast when the server
-// is gone. go-redis does not: a connection it cannot make is dialed
-// DialerRetries times (5, 100 ms apart, by default), and its pool belongs
-// to the application, so the engine cannot change that. So once a call has
-// failed (down), the next one first dials the server itself (reach), once,
-// as go-redis's pool does (the Options' Dialer, Network and Addr; a
-// DialHook is not followed): a refused connection then fails the call at
-// once, a connection that opens lets it go on to go-redis. A call whose
-// connection broke (reset, or closed by the server) is made once more,
-// when a dial shows the server takes connections: a healthy Redis that
-// reset one connection (a restarted proxy, an idle timeout) fails no
-// request, and a Redis that went away costs one refused dial. The script
-// may have run before the connection broke, so this may count a request
-// twice, as go-redis's own retry of a broken connection does. A call that
-// ran out of its Timeout is a Redis failure only if Redis does not answer
-// a PING either (see answers); otherwise it is ErrSaturated. start is when
-// the call began (its Timeout counts from then). T is the reply's type.
-func call[T any](ctx context.Context, n *node, start time.Time, f func() (T, error)) (T, error) {
-	var none T
-	if n.down.Load() {
-		if err := n.reach(ctx); err != nil {
-			return none, err
-		}
-		start = time.Now() // the call on the wire starts after the dial
-	}
-	answered := n.answered.Load()
-	reply, err := f()
-	if err == nil || !connFailure(err) {
-		return reply, err
-	}
-	n.down.Store(true)
-	if broken(err) && n.reach(ctx) == nil {
-		if reply, err = f(); err == nil || !connFailure(err) {
-			return reply, err
-		}
-		n.down.Store(true)
-	}
-	err = deadlineOf(ctx, err)
-	// A call that ran out of its Timeout (go-redis may report it as the
-	// context's bare error) while no other call was answered, and not for
-	// want of a pooled connection (judge tells that apart).
-	timedOut := errors.Is(err, context.DeadlineExceeded) && errors.Is(cause(ctx), errTimedOut)
-	if timedOut && n.answered.Load() == answered && !poolBusy(n.pool) {
-		why := n.answers(ctx, start)
-		if why == nil {
-			return none, mayHaveRun{fmt.Errorf("%w: the call ran out of its Timeout, yet Redis answered a PING: this process read the reply late", ErrSaturated)}
-		}
-		if why != errNoPing && !errors.Is(why, context.DeadlineExceeded) {
-			// go-redis reports a dial it was still retrying as the bare
-			// deadline: say why Redis did not answer (refused, say). The
-			// error is judged as before: why adds no timeout and no reply.
-			err = fmt.Errorf("%w; a new connection: %w", err, why)
-		}
-	}
-	return none, err
 }
 
 // wire is the memory of one call to Redis, in one allocation: the context
