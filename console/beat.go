@@ -57,7 +57,7 @@ type fleet struct {
 	tap       *Observer
 	beating   sync.Mutex // held by the one beat under way
 
-	mu      sync.Mutex
+	mu      sync.Mutex        // guards what follows
 	buckets map[int64]*bucket // by Unix time / beatPeriod
 	bans    map[member]int64  // the ban's end, Unix ms
 	routes  []served          // the rules' routes that some instance served

@@ -79,6 +79,12 @@ func MountWith(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 	return mount(r, cfg, obs)
 }
 
+// mount checks cfg and builds the console from its parts, one job each:
+// the fleet (beat.go, served.go) shares what this instance saw and keeps
+// what all shared; the gate (guard.go) lets only the authorized in and
+// checks the forms; views gathers what is shown (overview.go, rule.go);
+// pages renders it as HTML (pages.go) and api as JSON (api.go); steer
+// makes and audits the changes (steer.go).
 func mount(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 	switch {
 	case cfg.Limiter == nil:

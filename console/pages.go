@@ -11,6 +11,22 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
+//go:embed templates/*.html
+var templateFS embed.FS
+
+// templates is every page's template, parsed once.
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	"seconds": func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) },
+	"source":  sourceName,
+	"chart":   chart,
+	"page":    func(title, root string) pageHead { return pageHead{title, root} },
+}).ParseFS(templateFS, "templates/*.html"))
+
+// pageHead is what the layout's head needs: the page's title, and the
+// way from the page's address to the console's root ("", or "../" for a
+// page that answers a form posted to api/), which every link starts with.
+type pageHead struct{ Title, Root string }
+
 // pages answers the console's HTML pages, rendered on the server from
 // templates (html/template escapes by context), each with its form token.
 type pages struct {
@@ -52,28 +68,6 @@ func (p *pages) audit(ctx *gin.Context) {
 	}
 	p.render(ctx, http.StatusOK, "audit.html", gin.H{"Entries": entries, "Message": msg})
 }
-
-var (
-	//go:embed templates/*.html
-	templateFS embed.FS
-	//go:embed assets/console.css
-	stylesheet []byte
-	//go:embed assets/favicon.svg
-	favicon []byte
-)
-
-// templates is every page's template, parsed once.
-var templates = template.Must(template.New("").Funcs(template.FuncMap{
-	"seconds": func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) },
-	"source":  sourceName,
-	"chart":   chart,
-	"page":    func(title, root string) pageHead { return pageHead{title, root} },
-}).ParseFS(templateFS, "templates/*.html"))
-
-// pageHead is what the layout's head needs: the page's title, and the
-// way from the page's address to the console's root ("", or "../" for a
-// page that answers a form posted to api/), which every link starts with.
-type pageHead struct{ Title, Root string }
 
 // render writes page name with data, or a plain 500 that says nothing of
 // the error.

@@ -1,11 +1,20 @@
 package console
 
 import (
+	_ "embed"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
+)
+
+// The console's two assets, served as they are.
+var (
+	//go:embed assets/console.css
+	stylesheet []byte
+	//go:embed assets/favicon.svg
+	favicon []byte
 )
 
 // mountRoutes mounts the console's handlers on r, each behind the gate.
