@@ -82,9 +82,10 @@ func MountWith(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 // mount checks cfg and builds the console from its parts, one job each:
 // the fleet (beat.go, served.go) shares what this instance saw and keeps
 // what all shared; the gate (guard.go) lets only the authorized in and
-// checks the forms; views gathers what is shown (overview.go, rule.go);
-// pages renders it as HTML (pages.go) and api as JSON (api.go); steer
-// makes and audits the changes (steer.go).
+// checks the forms; views gathers what is shown (overview.go, rule.go;
+// the audit in steer.go, beside what writes it); pages renders it as HTML
+// (pages.go) and api as JSON (api.go); steer makes and audits the changes
+// (steer.go).
 func mount(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 	switch {
 	case cfg.Limiter == nil:
