@@ -57,7 +57,7 @@ type benchCase struct {
 	CostOnly bool
 	// Aligned marks a fixed window aligned on the Redis clock (multiples of
 	// the window since the Unix epoch): a flood that crosses a boundary may
-	// admit the limit once more, so runFlood starts it clear of one.
+	// admit the limit once more, so flood.run starts it clear of one.
 	Aligned bool
 	// RedisKey maps a decision key to a KEYS pattern that matches the Redis
 	// key the case writes for it, and no key of another case.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The flood: many callers hammer one key far past its limit. It shows
@@ -29,14 +31,23 @@ type floodResult struct {
 // Rejected returns the number of decisions that were answered "no".
 func (f floodResult) Rejected() int64 { return f.Run.Denied() }
 
-// runFlood sends total decisions for one fresh key with a limit of
+// flood runs the floods on the benchmark's server: the admin client reads
+// the Redis clock and its command counts, and the workers send the
+// decisions.
+type flood struct {
+	admin   *redis.Client
+	addr    string // the server's
+	workers *workers
+}
+
+// run sends total decisions for one fresh key with a limit of
 // floodLimit per floodWindow from floodCallers goroutines on one client (of
 // the case's kind).
-func (e *env) runFlood(ctx context.Context, c *benchCase, total int64) (floodResult, error) {
-	if err := e.admin.FlushDB(ctx).Err(); err != nil {
+func (fl flood) run(ctx context.Context, c *benchCase, total int64) (floodResult, error) {
+	if err := fl.admin.FlushDB(ctx).Err(); err != nil {
 		return floodResult{}, fmt.Errorf("FLUSHDB: %w", err)
 	}
-	rdb := c.Client.newClient(e.srv.Addr)
+	rdb := c.Client.newClient(fl.addr)
 	defer rdb.Close()
 	d, err := c.New(rdb, floodLimit, floodWindow)
 	if err != nil {
@@ -44,24 +55,24 @@ func (e *env) runFlood(ctx context.Context, c *benchCase, total int64) (floodRes
 	}
 	// Dial the pool and load the scripts on a key of its own, so the flood
 	// starts on a fresh key with everything warm.
-	e.workers.run(ctx, d, runSpec{callers: floodCallers, keys: []string{"flood-warmup"}, total: floodCallers * 4})
+	fl.workers.run(ctx, d, runSpec{callers: floodCallers, keys: []string{"flood-warmup"}, total: floodCallers * 4})
 	var window int64
 	if c.Aligned {
-		if window, err = e.clearOfBoundary(ctx, floodMargin(total)); err != nil {
+		if window, err = fl.clearOfBoundary(ctx, floodMargin(total)); err != nil {
 			return floodResult{}, err
 		}
 	}
-	if err := e.admin.ConfigResetStat(ctx).Err(); err != nil {
+	if err := fl.admin.ConfigResetStat(ctx).Err(); err != nil {
 		return floodResult{}, fmt.Errorf("CONFIG RESETSTAT: %w", err)
 	}
-	r := e.workers.run(ctx, d, runSpec{callers: floodCallers, keys: []string{floodKey}, total: total, rejectedOnly: true})
-	stats, err := readCmdStats(ctx, e.admin)
+	r := fl.workers.run(ctx, d, runSpec{callers: floodCallers, keys: []string{floodKey}, total: total, rejectedOnly: true})
+	stats, err := readCmdStats(ctx, fl.admin)
 	if err != nil {
 		return floodResult{}, err
 	}
 	f := floodResult{Case: c, Run: r, ScriptCalls: stats.scriptCalls()}
 	if c.Aligned {
-		end, err := e.redisWindow(ctx)
+		end, err := fl.redisWindow(ctx)
 		if err != nil {
 			return floodResult{}, err
 		}
@@ -80,8 +91,8 @@ func floodMargin(total int64) time.Duration {
 
 // redisWindow returns the index of the floodWindow-aligned window that the
 // Redis clock is in, as a fixed window on the Redis clock counts it.
-func (e *env) redisWindow(ctx context.Context) (int64, error) {
-	now, err := e.admin.Time(ctx).Result()
+func (fl flood) redisWindow(ctx context.Context) (int64, error) {
+	now, err := fl.admin.Time(ctx).Result()
 	if err != nil {
 		return 0, fmt.Errorf("TIME: %w", err)
 	}
@@ -91,8 +102,8 @@ func (e *env) redisWindow(ctx context.Context) (int64, error) {
 // clearOfBoundary waits, when the Redis clock is less than margin before the
 // end of a floodWindow-aligned window, until the next window has begun, and
 // returns the window the clock is then in. The wait is at most margin.
-func (e *env) clearOfBoundary(ctx context.Context, margin time.Duration) (int64, error) {
-	now, err := e.admin.Time(ctx).Result()
+func (fl flood) clearOfBoundary(ctx context.Context, margin time.Duration) (int64, error) {
+	now, err := fl.admin.Time(ctx).Result()
 	if err != nil {
 		return 0, fmt.Errorf("TIME: %w", err)
 	}
@@ -103,7 +114,7 @@ func (e *env) clearOfBoundary(ctx context.Context, margin time.Duration) (int64,
 	}
 	progress("flood: %v left in the aligned window, waiting for the next one", left.Round(time.Millisecond))
 	time.Sleep(left + 10*time.Millisecond)
-	return e.redisWindow(ctx)
+	return fl.redisWindow(ctx)
 }
 
 // expectedAdmitted says what the flood should admit: exactly floodLimit for

@@ -285,7 +285,7 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 			continue
 		}
 		for _, limit := range []int{100, 1_000, 10_000} {
-			m, err := e.measureMemory(ctx, c, limit)
+			m, err := measureMemory(ctx, e.admin, e.srv.Addr, c, limit)
 			if err != nil {
 				return nil, fail(c, fmt.Sprintf("memory at limit %d", limit), err)
 			}
@@ -297,7 +297,7 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 		if !c.Flood {
 			continue
 		}
-		f, err := e.runFlood(ctx, c, e.cfg.floodN)
+		f, err := flood{admin: e.admin, addr: e.srv.Addr, workers: e.workers}.run(ctx, c, e.cfg.floodN)
 		if err != nil {
 			return nil, fail(c, "flood", err)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // memoryWindow is the window of the memory cases: long enough that nothing
@@ -29,12 +31,12 @@ func (m memoryResult) PerEntry() float64 { return float64(m.Bytes) / float64(max
 // measureMemory sends exactly limit requests, one after another, to one
 // fresh key of case c with a limit of limit per memoryWindow, so the key is
 // full, and reads MEMORY USAGE of the key with SAMPLES 0 (every element
-// counted, not sampled).
-func (e *env) measureMemory(ctx context.Context, c *benchCase, limit int) (memoryResult, error) {
-	if err := e.admin.FlushDB(ctx).Err(); err != nil {
+// counted, not sampled), through admin, on the server at addr.
+func measureMemory(ctx context.Context, admin *redis.Client, addr string, c *benchCase, limit int) (memoryResult, error) {
+	if err := admin.FlushDB(ctx).Err(); err != nil {
 		return memoryResult{}, fmt.Errorf("FLUSHDB: %w", err)
 	}
-	rdb := c.Client.newClient(e.srv.Addr)
+	rdb := c.Client.newClient(addr)
 	defer rdb.Close()
 	d, err := c.New(rdb, limit, memoryWindow)
 	if err != nil {
@@ -53,7 +55,7 @@ func (e *env) measureMemory(ctx context.Context, c *benchCase, limit int) (memor
 	}
 	// The database was emptied, so the case's pattern matches its one key.
 	pattern := c.RedisKey(key)
-	found, err := e.admin.Keys(ctx, pattern).Result()
+	found, err := admin.Keys(ctx, pattern).Result()
 	if err != nil {
 		return memoryResult{}, fmt.Errorf("KEYS %s: %w", pattern, err)
 	}
@@ -62,17 +64,17 @@ func (e *env) measureMemory(ctx context.Context, c *benchCase, limit int) (memor
 	}
 	rkey := found[0]
 	res.Key = rkey
-	if res.Bytes, err = e.admin.MemoryUsage(ctx, rkey, 0).Result(); err != nil {
+	if res.Bytes, err = admin.MemoryUsage(ctx, rkey, 0).Result(); err != nil {
 		return memoryResult{}, fmt.Errorf("MEMORY USAGE %s SAMPLES 0: %w", rkey, err)
 	}
-	if res.Encoding, err = e.admin.ObjectEncoding(ctx, rkey).Result(); err != nil {
+	if res.Encoding, err = admin.ObjectEncoding(ctx, rkey).Result(); err != nil {
 		return memoryResult{}, fmt.Errorf("OBJECT ENCODING %s: %w", rkey, err)
 	}
-	if res.Type, err = e.admin.Type(ctx, rkey).Result(); err != nil {
+	if res.Type, err = admin.Type(ctx, rkey).Result(); err != nil {
 		return memoryResult{}, fmt.Errorf("TYPE %s: %w", rkey, err)
 	}
 	if res.Type == "hash" {
-		if res.Fields, err = e.admin.HLen(ctx, rkey).Result(); err != nil {
+		if res.Fields, err = admin.HLen(ctx, rkey).Result(); err != nil {
 			return memoryResult{}, fmt.Errorf("HLEN %s: %w", rkey, err)
 		}
 	}

@@ -11,8 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit"
 	"github.com/ginlimit/ginlimit/lua"
 )
 
@@ -44,9 +46,18 @@ const maxRoutes = 4096
 // beatScript is console_beat.lua.
 var beatScript = redis.NewScript(lua.ConsoleBeat())
 
-// fleet is what the instances shared, as this one last read it.
+// fleet shares what this instance saw with the other instances, on one
+// Redis call a beat, and keeps what they all shared, as this one last read
+// it: each rule's traffic, refused identities, bans, and the routes the
+// rules served. It is safe for concurrent use.
 type fleet struct {
-	mu      sync.Mutex
+	rdb       redis.UniversalClient
+	limiter   *ginlimit.Limiter
+	appRoutes func() gin.RoutesInfo // Config.Routes; nil for none
+	tap       *Observer
+	beating   sync.Mutex // held by the one beat under way
+
+	mu      sync.Mutex        // guards what follows
 	buckets map[int64]*bucket // by Unix time / beatPeriod
 	bans    map[member]int64  // the ban's end, Unix ms
 	routes  []served          // the rules' routes that some instance served
@@ -65,50 +76,49 @@ type bucket struct {
 // other instances add to a bucket until their own beat in it.
 const reread = 3
 
-// Beat shares what this instance saw since its last beat and reads back
-// the fleet's, in one Redis call. The console beats every 5 s on its own;
-// tests call Beat to drive it.
-func (c *Console) Beat(ctx context.Context) error {
-	c.beating.Lock()
-	defer c.beating.Unlock()
+// beat shares what this instance saw since its last beat and reads back
+// the fleet's, in one Redis call.
+func (f *fleet) beat(ctx context.Context) error {
+	f.beating.Lock()
+	defer f.beating.Unlock()
 	now := time.Now()
 	b := now.Unix() / int64(beatPeriod/time.Second)
-	traffic, refused, bans := c.tap.take()
+	traffic, refused, bans := f.tap.take()
 	// Read again the buckets since a little before the last beat Redis
 	// answered, so that a beat or several that failed leave no gap; the
 	// whole span the first time.
 	from := b - buckets + 1
-	c.fleet.mu.Lock()
-	if c.fleet.loaded {
-		from = max(from, min(b, c.fleet.last)-reread+1)
+	f.mu.Lock()
+	if f.loaded {
+		from = max(from, min(b, f.last)-reread+1)
 	}
-	c.fleet.mu.Unlock()
-	keys, args := beatCall(b, from, now, traffic, refused, bans, c.served())
-	reply, err := beatScript.Run(ctx, c.cfg.Redis, keys, args...).Slice()
+	f.mu.Unlock()
+	keys, args := beatCall(b, from, now, traffic, refused, bans, f.served())
+	reply, err := beatScript.Run(ctx, f.rdb, keys, args...).Slice()
 	if err != nil {
-		c.tap.giveBack(traffic, refused, bans)
+		f.tap.giveBack(traffic, refused, bans)
 		return fmt.Errorf("console beat: %w", err)
 	}
-	c.fleet.mu.Lock()
-	defer c.fleet.mu.Unlock()
-	c.tap.shared() // in Redis now: in the fleet's copy below, or, if the reply is bad, at the next beat
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tap.shared() // in Redis now: in the fleet's copy below, or, if the reply is bad, at the next beat
 	read, banned, routes, err := parseBeat(reply, from)
 	if err != nil {
 		return fmt.Errorf("console beat: %w", err)
 	}
-	if c.fleet.buckets == nil {
-		c.fleet.buckets = map[int64]*bucket{}
+	if f.buckets == nil {
+		f.buckets = map[int64]*bucket{}
 	}
 	for i, bk := range read {
-		c.fleet.buckets[i] = bk
+		f.buckets[i] = bk
 	}
-	for i := range c.fleet.buckets {
+	for i := range f.buckets {
 		if i <= b-buckets {
-			delete(c.fleet.buckets, i)
+			delete(f.buckets, i)
 		}
 	}
-	c.fleet.bans, c.fleet.routes, c.fleet.loaded, c.fleet.last = banned, routes, true, b
-	c.fleet.beats++
+	f.bans, f.routes, f.loaded, f.last = banned, routes, true, b
+	f.beats++
 	return nil
 }
 
@@ -234,11 +244,11 @@ type rate struct {
 
 // trafficOf returns k's decisions per second by outcome over the span,
 // with what this instance saw since its last beat in the latest bucket.
-func (c *Console) trafficOf(k ruleKey, now time.Time) []rate {
+func (f *fleet) trafficOf(k ruleKey, now time.Time) []rate {
 	b := now.Unix() / int64(beatPeriod/time.Second)
-	c.fleet.mu.Lock() // before the tap's: see Observer.shared
-	defer c.fleet.mu.Unlock()
-	pending := c.tap.peekTraffic(k)
+	f.mu.Lock() // before the tap's: see Observer.shared
+	defer f.mu.Unlock()
+	pending := f.tap.peekTraffic(k)
 	byOutcome := map[string]*rate{}
 	at := func(outcome string) *rate {
 		r := byOutcome[outcome]
@@ -248,7 +258,7 @@ func (c *Console) trafficOf(k ruleKey, now time.Time) []rate {
 		}
 		return r
 	}
-	for i, bk := range c.fleet.buckets {
+	for i, bk := range f.buckets {
 		pos := buckets - 1 - (b - i)
 		if pos < 0 || pos >= buckets {
 			continue
@@ -276,17 +286,17 @@ func (c *Console) trafficOf(k ruleKey, now time.Time) []rate {
 
 // refusedOf returns k's most refused identities over the span, at most n,
 // most refused first.
-func (c *Console) refusedOf(k ruleKey, n int) []counted {
-	c.fleet.mu.Lock() // before the tap's: see Observer.shared
-	sum := c.tap.peekRefused(k)
-	for _, bk := range c.fleet.buckets {
+func (f *fleet) refusedOf(k ruleKey, n int) []counted {
+	f.mu.Lock() // before the tap's: see Observer.shared
+	sum := f.tap.peekRefused(k)
+	for _, bk := range f.buckets {
 		for m, cnt := range bk.refused {
 			if m.ruleKey == k {
 				sum[m.id] += cnt
 			}
 		}
 	}
-	c.fleet.mu.Unlock()
+	f.mu.Unlock()
 	out := make([]counted, 0, len(sum))
 	for id, cnt := range sum {
 		out = append(out, counted{id, cnt})
@@ -304,15 +314,15 @@ type banned struct {
 }
 
 // bansOf returns k's bans that have time left, the longest first.
-func (c *Console) bansOf(k ruleKey, now time.Time) []banned {
-	c.fleet.mu.Lock() // before the tap's: see Observer.shared
-	ends := c.tap.peekBans(k)
-	for m, end := range c.fleet.bans {
+func (f *fleet) bansOf(k ruleKey, now time.Time) []banned {
+	f.mu.Lock() // before the tap's: see Observer.shared
+	ends := f.tap.peekBans(k)
+	for m, end := range f.bans {
 		if m.ruleKey == k {
 			ends[m.id] = max(ends[m.id], end)
 		}
 	}
-	c.fleet.mu.Unlock()
+	f.mu.Unlock()
 	var out []banned
 	for id, end := range ends {
 		if left := time.UnixMilli(end).Sub(now); left > 0 {
@@ -325,11 +335,11 @@ func (c *Console) bansOf(k ruleKey, now time.Time) []banned {
 
 // forgetBan drops a lifted ban from what this instance shows; the lift
 // takes it out of Redis's list itself.
-func (c *Console) forgetBan(m member) {
-	c.fleet.mu.Lock()
-	delete(c.fleet.bans, m)
-	c.fleet.mu.Unlock()
-	c.tap.mu.Lock()
-	delete(c.tap.bans, m)
-	c.tap.mu.Unlock()
+func (f *fleet) forgetBan(m member) {
+	f.mu.Lock()
+	delete(f.bans, m)
+	f.mu.Unlock()
+	f.tap.mu.Lock()
+	delete(f.tap.bans, m)
+	f.tap.mu.Unlock()
 }

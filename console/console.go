@@ -17,12 +17,9 @@ package console
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -57,17 +54,13 @@ type Config struct {
 // routes (or to ginlimit.New, through Observer) so that it sees their
 // decisions; call Beat or let it beat every 5 s; Close stops it.
 type Console struct {
-	cfg     Config
-	log     *slog.Logger
-	tap     *Observer
-	fleet   fleet
-	beating sync.Mutex             // held by the one Beat under way
-	secret  atomic.Pointer[[]byte] // keys the forms' tokens; nil until Redis first gave it
-	keying  sync.Mutex             // held by the one request that asks Redis for it
-	stop    context.CancelFunc
-	done    chan struct{}
-	once    sync.Once
-	period  time.Duration // beatPeriod, or Config.beatEvery
+	log    *slog.Logger
+	fleet  *fleet
+	gate   *gate
+	stop   context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+	period time.Duration // beatPeriod, or Config.beatEvery
 }
 
 // Mount mounts the console's pages and API on r (such as
@@ -86,6 +79,13 @@ func MountWith(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 	return mount(r, cfg, obs)
 }
 
+// mount checks cfg and builds the console from its parts, one job each:
+// the fleet (beat.go, served.go) shares what this instance saw and keeps
+// what all shared; the gate (guard.go) lets only the authorized in and
+// checks the forms; views gathers what is shown (overview.go, rule.go;
+// the audit in steer.go, beside what writes it); pages renders it as HTML
+// (pages.go) and api as JSON (api.go); steer makes and audits the changes
+// (steer.go).
 func mount(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 	switch {
 	case cfg.Limiter == nil:
@@ -95,14 +95,16 @@ func mount(r gin.IRouter, cfg Config, obs *Observer) (*Console, error) {
 	case cfg.Authorize == nil:
 		return nil, errors.New("console.Mount: Config.Authorize is required: the console is an admin surface")
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, tap: obs, done: make(chan struct{}), period: cmp.Or(cfg.beatEvery, beatPeriod)}
-	if c.log == nil {
-		c.log = slog.Default()
-	}
+	log := cmp.Or(cfg.Logger, slog.Default())
+	f := &fleet{rdb: cfg.Redis, limiter: cfg.Limiter, appRoutes: cfg.Routes, tap: obs}
+	g := &gate{authorizer: cfg.Authorize, rdb: cfg.Redis, log: log}
+	v := &views{fleet: f, rdb: cfg.Redis, appRoutes: cfg.Routes}
+	p := &pages{views: v, gate: g, log: log}
+	c := &Console{log: log, fleet: f, gate: g, done: make(chan struct{}), period: cmp.Or(cfg.beatEvery, beatPeriod)}
 	obs.mu.Lock()
 	obs.rules = cfg.Limiter.Rules
 	obs.mu.Unlock()
-	c.routes(r)
+	mountRoutes(r, g, p, &api{views: v}, &steer{views: v, pages: p, rdb: cfg.Redis, log: log})
 	bg, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	go c.run(bg)
@@ -118,7 +120,7 @@ func withPeriod(r gin.IRouter, cfg Config, obs *Observer, period time.Duration) 
 // Observe returns the option that lets the console see a route's
 // decisions: give it to limiter.RateLimit of each route compiled after
 // Mount, or use Observer and MountWith to give it to ginlimit.New.
-func (c *Console) Observe() ginlimit.Option { return c.tap.Option() }
+func (c *Console) Observe() ginlimit.Option { return c.fleet.tap.Option() }
 
 // Close stops the beat. It is safe to call more than once and returns nil.
 func (c *Console) Close() error {
@@ -128,6 +130,15 @@ func (c *Console) Close() error {
 	})
 	return nil
 }
+
+// Beat shares what this instance saw since its last beat and reads back
+// the fleet's, in one Redis call. The console beats every 5 s on its own;
+// tests call Beat to drive it.
+func (c *Console) Beat(ctx context.Context) error { return c.fleet.beat(ctx) }
+
+// token is the form token of who (see gate.token), as a console page
+// carries it.
+func (c *Console) token(who string) string { return c.gate.token(who) }
 
 // run beats every beatPeriod until ctx ends.
 func (c *Console) run(ctx context.Context) {
@@ -146,49 +157,4 @@ func (c *Console) run(ctx context.Context) {
 			cancel()
 		}
 	}
-}
-
-// secretKey holds the random key of the forms' tokens, shared by the
-// instances so that a form one of them rendered posts to any other.
-const secretKey = "{ginlimit:console}:secret"
-
-// formKey returns the fleet's form key, read from Redis (or made there)
-// on first use rather than by Mount, so that an application mounts its
-// console and starts while Redis is down; nil until Redis has answered.
-// One request asks at a time, for at most a second; the others meanwhile
-// get nil rather than wait in line.
-func (c *Console) formKey() []byte {
-	if k := c.secret.Load(); k != nil {
-		return *k
-	}
-	if !c.keying.TryLock() {
-		return nil
-	}
-	defer c.keying.Unlock()
-	if k := c.secret.Load(); k != nil {
-		return *k
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	k, err := sharedSecret(ctx, c.cfg.Redis)
-	if err != nil {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "ginlimit/console: no form key yet; posts from a signed-in browser are refused until Redis answers", errAttr(err))
-		return nil
-	}
-	c.secret.Store(&k)
-	return k
-}
-
-// sharedSecret returns the fleet's form key, making it if there is none.
-func sharedSecret(ctx context.Context, rdb redis.UniversalClient) ([]byte, error) {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	old, err := rdb.SetArgs(ctx, secretKey, b, redis.SetArgs{Mode: "NX", Get: true}).Bytes()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return b, nil // ours is the key
-	case err != nil:
-		return nil, fmt.Errorf("form key: %w", err)
-	}
-	return old, nil
 }

@@ -1,12 +1,21 @@
 package console
 
 import (
+	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 )
 
 // whoKey is where guard leaves who Authorize said asks.
@@ -16,17 +25,29 @@ const whoKey = "ginlimit/console:who"
 // all (the pages need none), no frames, no form posted elsewhere.
 const csp = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
+// gate decides who may use the console and proves that a form was posted
+// from one of its pages: Config.Authorize, the same-origin check, and the
+// forms' token, keyed by a secret the instances share in Redis. It is
+// safe for concurrent use.
+type gate struct {
+	authorizer func(c *gin.Context) (who string, ok bool) // Config.Authorize
+	rdb        redis.UniversalClient
+	log        *slog.Logger
+	secret     atomic.Pointer[[]byte] // keys the forms' tokens; nil until Redis first gave it
+	keying     sync.Mutex             // held by the one request that asks Redis for it
+}
+
 // guard is the first handler of every console route: the security headers,
 // then Authorize, then, for anything but GET and HEAD, the same-origin
 // check and the form token.
-func (c *Console) guard(ctx *gin.Context) {
+func (g *gate) guard(ctx *gin.Context) {
 	h := ctx.Writer.Header()
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-	who, ok := c.authorize(ctx)
+	who, ok := g.authorize(ctx)
 	if !ok {
 		ctx.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "unauthorized"})
 		return
@@ -45,7 +66,7 @@ func (c *Console) guard(ctx *gin.Context) {
 	if len(ctx.Request.Cookies()) == 0 {
 		return
 	}
-	tok := c.token(who)
+	tok := g.token(who)
 	switch {
 	case tok == "":
 		ctx.AbortWithStatusJSON(http.StatusServiceUnavailable, gin.H{"error": "Redis could not answer; try again"})
@@ -56,20 +77,20 @@ func (c *Console) guard(ctx *gin.Context) {
 }
 
 // authorize runs Config.Authorize, refusing when it panics.
-func (c *Console) authorize(ctx *gin.Context) (who string, ok bool) {
+func (g *gate) authorize(ctx *gin.Context) (who string, ok bool) {
 	defer func() {
 		if recover() != nil {
 			who, ok = "", false
 		}
 	}()
-	return c.cfg.Authorize(ctx)
+	return g.authorizer(ctx)
 }
 
 // token is the form token of who: the same on every instance (the key is
 // the fleet's) and for every form, and no other site can read it; "" while
 // there is no form key (see formKey).
-func (c *Console) token(who string) string {
-	key := c.formKey()
+func (g *gate) token(who string) string {
+	key := g.formKey()
 	if key == nil {
 		return ""
 	}
@@ -89,3 +110,48 @@ func sameOrigin(r *http.Request) bool {
 
 // whoOf returns who guard found asks.
 func whoOf(ctx *gin.Context) string { return ctx.GetString(whoKey) }
+
+// secretKey holds the random key of the forms' tokens, shared by the
+// instances so that a form one of them rendered posts to any other.
+const secretKey = "{ginlimit:console}:secret"
+
+// formKey returns the fleet's form key, read from Redis (or made there)
+// on first use rather than by Mount, so that an application mounts its
+// console and starts while Redis is down; nil until Redis has answered.
+// One request asks at a time, for at most a second; the others meanwhile
+// get nil rather than wait in line.
+func (g *gate) formKey() []byte {
+	if k := g.secret.Load(); k != nil {
+		return *k
+	}
+	if !g.keying.TryLock() {
+		return nil
+	}
+	defer g.keying.Unlock()
+	if k := g.secret.Load(); k != nil {
+		return *k
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	k, err := sharedSecret(ctx, g.rdb)
+	if err != nil {
+		g.log.LogAttrs(ctx, slog.LevelWarn, "ginlimit/console: no form key yet; posts from a signed-in browser are refused until Redis answers", errAttr(err))
+		return nil
+	}
+	g.secret.Store(&k)
+	return k
+}
+
+// sharedSecret returns the fleet's form key, making it if there is none.
+func sharedSecret(ctx context.Context, rdb redis.UniversalClient) ([]byte, error) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	old, err := rdb.SetArgs(ctx, secretKey, b, redis.SetArgs{Mode: "NX", Get: true}).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return b, nil // ours is the key
+	case err != nil:
+		return nil, fmt.Errorf("form key: %w", err)
+	}
+	return old, nil
+}

@@ -2,15 +2,24 @@ package console
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
 )
+
+// views gathers what the pages and the JSON API show: the overview, a
+// rule's page, an identity's count, the audit. It reads the fleet's shared
+// view, and asks Redis only where a method says so.
+type views struct {
+	fleet     *fleet
+	rdb       redis.UniversalClient
+	appRoutes func() gin.RoutesInfo // Config.Routes; nil for none
+}
 
 // overview is what the overview page and /api/rules show.
 type overview struct {
@@ -43,12 +52,12 @@ type breakerRow struct{ Addr, State string }
 
 // overviewOf gathers the overview: in process but for one call that
 // counts the live instances.
-func (c *Console) overviewOf(ctx context.Context) overview {
+func (v *views) overviewOf(ctx context.Context) overview {
 	var ov overview
 	seenRoute := map[string]bool{}
 	failures := map[string]bool{}
 	breakers := map[string]string{}
-	for _, ri := range c.rules() {
+	for _, ri := range v.fleet.rules() {
 		ov.Rules = append(ov.Rules, rowOf(ri))
 		seenRoute[ri.Route] = true
 		failures[string(ri.OnFailure)] = true
@@ -56,8 +65,8 @@ func (c *Console) overviewOf(ctx context.Context) overview {
 			breakers[addr] = st
 		}
 	}
-	if c.cfg.Routes != nil {
-		for _, r := range c.cfg.Routes() {
+	if v.appRoutes != nil {
+		for _, r := range v.appRoutes() {
 			ov.Routes = append(ov.Routes, r.Method+" "+r.Path)
 		}
 		slices.Sort(ov.Routes)
@@ -70,7 +79,7 @@ func (c *Console) overviewOf(ctx context.Context) overview {
 		ov.Breakers = append(ov.Breakers, breakerRow{addr, st})
 	}
 	slices.SortFunc(ov.Breakers, func(a, b breakerRow) int { return compareStrings(a.Addr, b.Addr) })
-	ov.Instances = c.instances(ctx)
+	ov.Instances = v.instances(ctx)
 	return ov
 }
 
@@ -85,8 +94,8 @@ func compareStrings(a, b string) int {
 }
 
 // instances counts the live instances in ginlimit.InstancesKey.
-func (c *Console) instances(ctx context.Context) int64 {
-	n, err := c.cfg.Redis.ZCount(ctx, ginlimit.InstancesKey, strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
+func (v *views) instances(ctx context.Context) int64 {
+	n, err := v.rdb.ZCount(ctx, ginlimit.InstancesKey, strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
 	if err != nil {
 		return -1
 	}
@@ -107,15 +116,4 @@ func rowOf(ri ginlimit.RuleInfo) ruleRow {
 // ruleLink is the rule page's address, relative to the console's root.
 func ruleLink(route, rule string) string {
 	return "rule?" + urlValues("route", route, "rule", rule)
-}
-
-func (c *Console) overviewPage(ctx *gin.Context) {
-	ov := c.overviewOf(ctx.Request.Context())
-	ov.Token = c.token(whoOf(ctx))
-	c.render(ctx, http.StatusOK, "overview.html", ov)
-}
-
-func (c *Console) rulesAPI(ctx *gin.Context) {
-	ov := c.overviewOf(ctx.Request.Context())
-	ctx.JSON(http.StatusOK, ov)
 }

@@ -1,56 +1,38 @@
 package console
 
 import (
-	"embed"
-	"html/template"
-	"log/slog"
+	_ "embed"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginlimit/ginlimit/ginlimit"
 )
 
+// The console's two assets, served as they are.
 var (
-	//go:embed templates/*.html
-	templateFS embed.FS
 	//go:embed assets/console.css
 	stylesheet []byte
 	//go:embed assets/favicon.svg
 	favicon []byte
 )
 
-// pages is every page's template, parsed once.
-var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"seconds": func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) },
-	"source":  sourceName,
-	"chart":   chart,
-	"page":    func(title, root string) pageHead { return pageHead{title, root} },
-}).ParseFS(templateFS, "templates/*.html"))
-
-// pageHead is what the layout's head needs: the page's title, and the
-// way from the page's address to the console's root ("", or "../" for a
-// page that answers a form posted to api/), which every link starts with.
-type pageHead struct{ Title, Root string }
-
-// routes mounts the console's handlers on r, each behind guard.
-func (c *Console) routes(r gin.IRouter) {
-	g := r.Group("", c.guard)
-	g.GET("/", c.overviewPage)
-	g.GET("/rule", c.rulePage)
-	g.POST("/rule", c.rulePage) // the lookup: a POST, so the identity stays out of URLs and logs
-	g.GET("/audit", c.auditPage)
-	g.GET("/console.css", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "text/css; charset=utf-8", stylesheet) })
-	g.GET("/favicon.svg", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "image/svg+xml", favicon) })
-	g.GET("/api/rules", c.rulesAPI)
-	g.GET("/api/rule", c.ruleAPI)
-	g.POST("/api/lookup", c.lookupAPI)
-	g.GET("/api/audit", c.auditAPI)
-	g.POST("/api/override", c.overrideAPI)
-	g.POST("/api/reset", c.resetAPI)
-	g.POST("/api/lift", c.liftAPI)
+// mountRoutes mounts the console's handlers on r, each behind the gate.
+func mountRoutes(r gin.IRouter, g *gate, p *pages, a *api, s *steer) {
+	h := r.Group("", g.guard)
+	h.GET("/", p.overview)
+	h.GET("/rule", p.rule)
+	h.POST("/rule", p.rule) // the lookup: a POST, so the identity stays out of URLs and logs
+	h.GET("/audit", p.audit)
+	h.GET("/console.css", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "text/css; charset=utf-8", stylesheet) })
+	h.GET("/favicon.svg", func(ctx *gin.Context) { ctx.Data(http.StatusOK, "image/svg+xml", favicon) })
+	h.GET("/api/rules", a.rules)
+	h.GET("/api/rule", a.rule)
+	h.POST("/api/lookup", a.lookup)
+	h.GET("/api/audit", a.audit)
+	h.POST("/api/override", s.override)
+	h.POST("/api/reset", s.reset)
+	h.POST("/api/lift", s.lift)
 }
 
 // sourceName names a Decision.Source.
@@ -64,16 +46,6 @@ func sourceName(s ginlimit.Source) string {
 		return "identity override"
 	}
 	return "configuration"
-}
-
-// render writes page name with data, or a plain 500 that says nothing of
-// the error.
-func (c *Console) render(ctx *gin.Context, status int, name string, data any) {
-	ctx.Status(status)
-	ctx.Header("Content-Type", "text/html; charset=utf-8")
-	if err := pages.ExecuteTemplate(ctx.Writer, name, data); err != nil {
-		c.log.LogAttrs(ctx.Request.Context(), slog.LevelError, "ginlimit/console: page failed", errAttr(err))
-	}
 }
 
 // fail answers a request the console could not serve: the message, which

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"errors"
-	"net/http"
 	"net/url"
 	"time"
 
@@ -50,13 +49,13 @@ type lookupResult struct {
 var errNoRule = errors.New("no such rule on that route")
 
 // find returns the rule named in the request's route and rule fields.
-func (c *Console) find(ctx *gin.Context) (ginlimit.RuleInfo, error) {
+func (v *views) find(ctx *gin.Context) (ginlimit.RuleInfo, error) {
 	route, ok1 := input(ctx, "route")
 	rule, ok2 := input(ctx, "rule")
 	if !ok1 || !ok2 {
 		return ginlimit.RuleInfo{}, errTooLong
 	}
-	for _, ri := range c.rules() {
+	for _, ri := range v.fleet.rules() {
 		if ri.Route == route && ri.Rule == rule {
 			return ri, nil
 		}
@@ -66,24 +65,24 @@ func (c *Console) find(ctx *gin.Context) (ginlimit.RuleInfo, error) {
 
 // ruleData gathers a rule's page; lookup, when not empty, is an identity
 // the operator typed.
-func (c *Console) ruleData(ctx context.Context, ri ginlimit.RuleInfo, lookup string) rulePageData {
+func (v *views) ruleData(ctx context.Context, ri ginlimit.RuleInfo, lookup string) rulePageData {
 	now := time.Now()
 	k := ruleKey{ri.Route, ri.Rule}
-	d := rulePageData{Row: rowOf(ri), Traffic: c.trafficOf(k, now)}
-	for _, it := range c.refusedOf(k, 20) {
+	d := rulePageData{Row: rowOf(ri), Traffic: v.fleet.trafficOf(k, now)}
+	for _, it := range v.fleet.refusedOf(k, 20) {
 		d.Refused = append(d.Refused, refusedRow{it.id, it.count})
 	}
-	for _, b := range c.bansOf(k, now) {
+	for _, b := range v.fleet.bansOf(k, now) {
 		d.Bans = append(d.Bans, banRow{b.ID, int64(b.Left.Seconds() + 0.999)})
 	}
 	if lookup != "" {
-		d.Lookup = c.lookup(ctx, ri, lookup)
+		d.Lookup = v.lookup(ctx, ri, lookup)
 	}
 	return d
 }
 
 // lookup peeks the count of the identity typed.
-func (c *Console) lookup(ctx context.Context, ri ginlimit.RuleInfo, typed string) *lookupResult {
+func (v *views) lookup(ctx context.Context, ri ginlimit.RuleInfo, typed string) *lookupResult {
 	res := &lookupResult{Typed: typed}
 	t, err := parseIdentity(ri, typed)
 	if err == nil {
@@ -100,50 +99,6 @@ func (c *Console) lookup(ctx context.Context, ri ginlimit.RuleInfo, typed string
 	}
 	res.Remaining, res.Limit, res.Banned, res.RetryIn = d.Remaining, d.Limit, d.Banned, d.RetryAfter.Seconds()
 	return res
-}
-
-func (c *Console) rulePage(ctx *gin.Context) {
-	ri, err := c.find(ctx)
-	if err != nil {
-		c.render(ctx, http.StatusNotFound, "notfound.html", nil)
-		return
-	}
-	// Only a POST looks up: an identity never comes in a URL.
-	lookup, _ := ctx.GetPostForm("identity")
-	if len(lookup) > maxInput {
-		lookup = ""
-	}
-	d := c.ruleData(ctx.Request.Context(), ri, lookup)
-	d.Token = c.token(whoOf(ctx))
-	c.render(ctx, http.StatusOK, "rule.html", d)
-}
-
-func (c *Console) ruleAPI(ctx *gin.Context) {
-	ri, err := c.find(ctx)
-	if err != nil {
-		fail(ctx, http.StatusNotFound, err.Error())
-		return
-	}
-	ctx.JSON(http.StatusOK, c.ruleData(ctx.Request.Context(), ri, ""))
-}
-
-func (c *Console) lookupAPI(ctx *gin.Context) {
-	ri, err := c.find(ctx)
-	if err != nil {
-		fail(ctx, http.StatusNotFound, err.Error())
-		return
-	}
-	typed, ok := ctx.GetPostForm("identity")
-	if !ok || len(typed) > maxInput {
-		fail(ctx, http.StatusBadRequest, errTooLong.Error())
-		return
-	}
-	res := c.lookup(ctx.Request.Context(), ri, typed)
-	if res.Error != "" {
-		fail(ctx, http.StatusBadRequest, res.Error)
-		return
-	}
-	ctx.JSON(http.StatusOK, res)
 }
 
 // safeError is the text of err that a response may carry: ginlimit's

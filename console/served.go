@@ -56,8 +56,8 @@ func policies(rules []ginlimit.RuleInfo) map[*ginlimit.Policy]int {
 }
 
 // served returns the routes this instance's rules have served, to share.
-func (c *Console) served() []served {
-	rules := c.cfg.Limiter.Rules()
+func (f *fleet) served() []served {
+	rules := f.limiter.Rules()
 	ord := policies(rules)
 	var out []served
 	for _, ri := range rules {
@@ -72,18 +72,18 @@ func (c *Console) served() []served {
 // instances served and this one has not, as the last beat read them
 // (and, with Config.Routes, only routes of the application); a rule
 // listed without a route until then is listed on those instead.
-func (c *Console) rules() []ginlimit.RuleInfo {
-	local := c.cfg.Limiter.Rules()
-	c.fleet.mu.Lock()
-	known := c.fleet.routes
-	c.fleet.mu.Unlock()
+func (f *fleet) rules() []ginlimit.RuleInfo {
+	local := f.limiter.Rules()
+	f.mu.Lock()
+	known := f.routes
+	f.mu.Unlock()
 	if len(known) == 0 {
 		return local
 	}
 	var app map[string]bool
-	if c.cfg.Routes != nil {
+	if f.appRoutes != nil {
 		app = map[string]bool{}
-		for _, r := range c.cfg.Routes() {
+		for _, r := range f.appRoutes() {
 			app[r.Method+" "+r.Path] = true
 		}
 	}

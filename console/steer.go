@@ -24,6 +24,16 @@ const (
 	maxAudit = 1000
 )
 
+// steer makes the changes an operator asks for (an override, a reset, a
+// ban lifted), audits each in Redis and in the log, and answers the form
+// with the rule's page, or the API call with JSON.
+type steer struct {
+	views *views
+	pages *pages
+	rdb   redis.UniversalClient
+	log   *slog.Logger
+}
+
 // auditEntry is one change made through the console.
 type auditEntry struct {
 	Who    string    `json:"who"`
@@ -79,27 +89,28 @@ func parseLimit(limitText, windowText string) (int, time.Duration, error) {
 	return limit, window, nil
 }
 
-func (c *Console) overrideAPI(ctx *gin.Context) {
-	ri, err := c.find(ctx)
+// override is /api/override: sets or clears an override.
+func (s *steer) override(ctx *gin.Context) {
+	ri, err := s.views.find(ctx)
 	if err != nil {
-		c.answer(ctx, ri, err)
+		s.answer(ctx, ri, err)
 		return
 	}
 	t, limit, window, err := overrideInput(ctx, ri)
 	if err != nil {
-		c.answer(ctx, ri, err)
+		s.answer(ctx, ri, err)
 		return
 	}
 	rctx := ctx.Request.Context()
 	before, _ := ri.Policy.Peek(rctx, t)
 	if err := ri.Policy.SetLimit(rctx, t, limit, window); err != nil {
-		c.answer(ctx, ri, err)
+		s.answer(ctx, ri, err)
 		return
 	}
 	after, _ := ri.Policy.Peek(rctx, t)
-	c.audit(rctx, auditEntry{Who: whoOf(ctx), What: "override", Route: ri.Route, Rule: ri.Rule, Target: c.targetText(ri, t),
+	s.audit(rctx, auditEntry{Who: whoOf(ctx), What: "override", Route: ri.Route, Rule: ri.Rule, Target: s.targetText(ri, t),
 		Before: settingsText(before), After: settingsText(after)}, nil)
-	c.answer(ctx, ri, nil)
+	s.answer(ctx, ri, nil)
 }
 
 // settingsText describes d's settings for the audit.
@@ -112,7 +123,7 @@ func settingsText(d ginlimit.Decision) string {
 
 // targetText names t's identity or plan as the audit records it: as the
 // rule's keys hold the identity, a keyed hash with HashIdentities.
-func (c *Console) targetText(ri ginlimit.RuleInfo, t ginlimit.Target) string {
+func (s *steer) targetText(ri ginlimit.RuleInfo, t ginlimit.Target) string {
 	var parts []string
 	if id, err := ri.Identity(t); err == nil && id != "" {
 		parts = append(parts, id)
@@ -123,42 +134,44 @@ func (c *Console) targetText(ri ginlimit.RuleInfo, t ginlimit.Target) string {
 	return strings.Join(parts, " ")
 }
 
-func (c *Console) resetAPI(ctx *gin.Context) { c.resetOrLift(ctx, "reset", "identity") }
+// reset is /api/reset: clears an identity's count.
+func (s *steer) reset(ctx *gin.Context) { s.resetOrLift(ctx, "reset", "identity") }
 
-func (c *Console) liftAPI(ctx *gin.Context) { c.resetOrLift(ctx, "lift", "ban") }
+// lift is /api/lift: lifts an identity's ban.
+func (s *steer) lift(ctx *gin.Context) { s.resetOrLift(ctx, "lift", "ban") }
 
 // resetOrLift resets the count of the identity in field: a reset, or the
 // lift of its ban (Reset lifts a ban and forgets its strikes).
-func (c *Console) resetOrLift(ctx *gin.Context, what, field string) {
-	ri, err := c.find(ctx)
+func (s *steer) resetOrLift(ctx *gin.Context, what, field string) {
+	ri, err := s.views.find(ctx)
 	if err != nil {
-		c.answer(ctx, ri, err)
+		s.answer(ctx, ri, err)
 		return
 	}
 	typed, ok := input(ctx, field)
 	if !ok {
-		c.answer(ctx, ri, errTooLong)
+		s.answer(ctx, ri, errTooLong)
 		return
 	}
 	t, err := parseIdentity(ri, typed)
 	if err != nil && !errors.Is(err, errNoDims) {
-		c.answer(ctx, ri, err)
+		s.answer(ctx, ri, err)
 		return
 	}
 	rctx := ctx.Request.Context()
 	before, _ := ri.Policy.Peek(rctx, t)
 	if err := ri.Policy.Reset(rctx, t, "console"); err != nil {
-		c.answer(ctx, ri, err)
+		s.answer(ctx, ri, err)
 		return
 	}
-	id := c.targetText(ri, t)
+	id := s.targetText(ri, t)
 	m := member{ruleKey{ri.Route, ri.Rule}, id}
-	c.forgetBan(m)
-	c.audit(rctx, auditEntry{Who: whoOf(ctx), What: what, Route: ri.Route, Rule: ri.Rule, Target: id,
+	s.views.fleet.forgetBan(m)
+	s.audit(rctx, auditEntry{Who: whoOf(ctx), What: what, Route: ri.Route, Rule: ri.Rule, Target: id,
 		Before: countText(before), After: "count cleared"}, func(p redis.Pipeliner) {
 		p.ZRem(rctx, keyBans, m.route+"\n"+m.rule+"\n"+m.id)
 	})
-	c.answer(ctx, ri, nil)
+	s.answer(ctx, ri, nil)
 }
 
 // countText describes a Peek's count for the audit.
@@ -173,10 +186,10 @@ func countText(d ginlimit.Decision) string {
 // audit records e in Redis (with more, in the same round trip) and in the
 // log. The log line names the operator, the action and the rule, never the
 // identity, which the audit page alone shows.
-func (c *Console) audit(ctx context.Context, e auditEntry, more func(redis.Pipeliner)) {
+func (s *steer) audit(ctx context.Context, e auditEntry, more func(redis.Pipeliner)) {
 	e.When = time.Now().UTC()
 	b, _ := json.Marshal(e) // a struct of strings and a time: never fails
-	_, err := c.cfg.Redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.LPush(ctx, keyAudit, b)
 		p.LTrim(ctx, keyAudit, 0, maxAudit-1)
 		if more != nil {
@@ -189,7 +202,7 @@ func (c *Console) audit(ctx context.Context, e auditEntry, more func(redis.Pipel
 	if err != nil {
 		attrs = append(attrs, errAttr(err))
 	}
-	c.log.LogAttrs(ctx, slog.LevelInfo, "ginlimit/console: change", attrs...)
+	s.log.LogAttrs(ctx, slog.LevelInfo, "ginlimit/console: change", attrs...)
 }
 
 // errAttr is err as a log attribute.
@@ -198,7 +211,7 @@ func errAttr(err error) slog.Attr { return slog.String("error", err.Error()) }
 // answer ends an action: JSON for an API call, or, for a console form,
 // the rule's page again (303 after a change, so a reload does not repeat
 // it; the page with the error otherwise).
-func (c *Console) answer(ctx *gin.Context, ri ginlimit.RuleInfo, err error) {
+func (s *steer) answer(ctx *gin.Context, ri ginlimit.RuleInfo, err error) {
 	form := strings.HasPrefix(ctx.ContentType(), "application/x-www-form-urlencoded") && !strings.Contains(ctx.GetHeader("Accept"), "application/json")
 	switch {
 	case err == nil && form:
@@ -213,20 +226,21 @@ func (c *Console) answer(ctx *gin.Context, ri ginlimit.RuleInfo, err error) {
 		// The rule's page again, at api/<action>: its links start at
 		// the root. A browser's page is its answer, so it is a 200 (a
 		// 400 the browser would report as an error); a script's is a 400.
-		d := c.ruleData(ctx.Request.Context(), ri, "")
-		d.Message, d.Token, d.Root = safeError(err), c.token(whoOf(ctx)), "../"
+		d := s.views.ruleData(ctx.Request.Context(), ri, "")
+		d.Message, d.Token, d.Root = safeError(err), s.pages.gate.token(whoOf(ctx)), "../"
 		status := http.StatusBadRequest
 		if ctx.GetHeader("Sec-Fetch-Mode") == "navigate" {
 			status = http.StatusOK
 		}
-		c.render(ctx, status, "rule.html", d)
+		s.pages.render(ctx, status, "rule.html", d)
 	default:
 		fail(ctx, http.StatusBadRequest, safeError(err))
 	}
 }
 
-func (c *Console) auditEntries(ctx context.Context) ([]auditEntry, error) {
-	raw, err := c.cfg.Redis.LRange(ctx, keyAudit, 0, maxAudit-1).Result()
+// auditEntries reads the audit from Redis, newest first.
+func (v *views) auditEntries(ctx context.Context) ([]auditEntry, error) {
+	raw, err := v.rdb.LRange(ctx, keyAudit, 0, maxAudit-1).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -238,22 +252,4 @@ func (c *Console) auditEntries(ctx context.Context) ([]auditEntry, error) {
 		}
 	}
 	return out, nil
-}
-
-func (c *Console) auditPage(ctx *gin.Context) {
-	entries, err := c.auditEntries(ctx.Request.Context())
-	msg := ""
-	if err != nil {
-		msg = "Redis could not answer; try again"
-	}
-	c.render(ctx, http.StatusOK, "audit.html", gin.H{"Entries": entries, "Message": msg})
-}
-
-func (c *Console) auditAPI(ctx *gin.Context) {
-	entries, err := c.auditEntries(ctx.Request.Context())
-	if err != nil {
-		fail(ctx, http.StatusServiceUnavailable, "Redis could not answer; try again")
-		return
-	}
-	ctx.JSON(http.StatusOK, entries)
 }

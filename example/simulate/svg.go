@@ -47,19 +47,7 @@ func RenderSVG(tl Timeline, results []Result) []byte {
 	footerY := zoomTop + zoomHeight(len(results)) + 22
 	height := footerY + 16
 
-	// The bars share one scale: the busiest bin, rounded up to tens.
-	binMax := 10
-	for _, r := range results {
-		for _, b := range bins(r.Outcomes, binWidth, tl.Length) {
-			binMax = max(binMax, (b.Admitted+b.Rejected+9)/10*10)
-		}
-	}
-	// So do the trailing counts: up to twice the limit, or more if needed.
-	lineMax := 2 * Limit
-	for _, r := range results {
-		lineMax = max(lineMax, r.MaxInWindow)
-	}
-
+	binMax, lineMax := scales(tl, results)
 	c.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, 'DejaVu Sans', sans-serif" fill="%s">`+"\n",
 		chartWidth, height, chartWidth, height, colText)
 	c.f(`<title>ginlimit algorithms: one bursty timeline, limit %d per %v</title>`+"\n", Limit, Window)
@@ -72,7 +60,37 @@ func RenderSVG(tl Timeline, results []Result) []byte {
 			Limit, seconds(Window), len(tl.Requests), seconds(tl.Length)))
 	c.legend(labelLeft, 74)
 
-	// Phase bands and labels, behind everything else.
+	c.phases(tl, axisY)
+	c.axis(tl, axisY, footerY)
+
+	for i, r := range results {
+		c.lane(i, lanesTop+i*(laneHeight+laneGap), r, tl, binMax, lineMax)
+	}
+	c.zoom(zoomTop, tl, results)
+	c.f("</svg>\n")
+	return []byte(c.b.String())
+}
+
+// scales returns the bars' scale, shared by every lane (the busiest bin,
+// rounded up to tens), and the trailing counts' (up to twice the limit, or
+// more if needed).
+func scales(tl Timeline, results []Result) (binMax, lineMax int) {
+	binMax = 10
+	for _, r := range results {
+		for _, b := range bins(r.Outcomes, binWidth, tl.Length) {
+			binMax = max(binMax, (b.Admitted+b.Rejected+9)/10*10)
+		}
+	}
+	lineMax = 2 * Limit
+	for _, r := range results {
+		lineMax = max(lineMax, r.MaxInWindow)
+	}
+	return binMax, lineMax
+}
+
+// phases draws the phase bands and labels, behind everything else, down
+// to axisY.
+func (c *canvas) phases(tl Timeline, axisY int) {
 	for i, p := range tl.Phases {
 		x0, x1 := c.x(p.Start), c.x(p.End)
 		if i%2 == 0 {
@@ -82,8 +100,11 @@ func RenderSVG(tl Timeline, results []Result) []byte {
 		c.text(mid, phaseTop+15, "middle", `font-size="12" font-weight="bold"`, p.Name)
 		c.text(mid, phaseTop+29, "middle", `font-size="10.5" fill="`+colMuted+`"`, p.Detail)
 	}
+}
 
-	// Window boundaries and the time axis.
+// axis draws the window boundaries, the time axis at axisY and the
+// footnote at footerY.
+func (c *canvas) axis(tl Timeline, axisY, footerY int) {
 	c.f(`<g stroke="%s" stroke-width="1">`+"\n", colGrid)
 	for t := time.Duration(0); t <= tl.Length; t += Window {
 		c.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>`+"\n", c.x(t), lanesTop-6, c.x(t), axisY+4)
@@ -96,13 +117,6 @@ func RenderSVG(tl Timeline, results []Result) []byte {
 	c.text(labelLeft, float64(axisY+16), "start", `font-size="11" fill="`+colMuted+`"`, "time")
 	c.text(labelLeft, float64(footerY), "start", `font-size="11" fill="`+colMuted+`"`,
 		"Gray lines: window boundaries, where each fixed window starts. Dots: the first moment of each algorithm's most admitted in 1 s.")
-
-	for i, r := range results {
-		c.lane(i, lanesTop+i*(laneHeight+laneGap), r, tl, binMax, lineMax)
-	}
-	c.zoom(zoomTop, tl, results)
-	c.f("</svg>\n")
-	return []byte(c.b.String())
 }
 
 // canvas accumulates an SVG document.
@@ -142,10 +156,15 @@ func (c *canvas) legend(x, y float64) {
 
 // lane draws result r as lane i, whose top is at y.
 func (c *canvas) lane(i, y int, r Result, tl Timeline, binMax, lineMax int) {
-	bs := bins(r.Outcomes, binWidth, tl.Length)
 	fy := float64(y)
+	c.laneLabel(fy, r)
+	base := c.bars(fy, bins(r.Outcomes, binWidth, tl.Length), binMax)
+	c.trailingCount(i, base+lineGap, r, tl, lineMax)
+}
 
-	// The label column: name, setting, totals.
+// laneLabel draws the label column of r's lane, whose top is at fy: name,
+// setting, totals.
+func (c *canvas) laneLabel(fy float64, r Result) {
 	c.text(labelLeft, fy+13, "start", `font-size="14" font-weight="bold"`, r.Title)
 	c.text(labelLeft, fy+28, "start", `font-size="11" fill="`+colMuted+`"`, r.Note)
 	maxCol := colAdmitted
@@ -163,8 +182,11 @@ func (c *canvas) lane(i, y int, r Result, tl Timeline, binMax, lineMax int) {
 		c.f(`<text x="%d" y="%.1f" font-size="12" fill="%s"><tspan font-weight="bold" fill="%s">%d</tspan>%s</text>`+"\n",
 			labelLeft, fy+50+float64(j)*16, colMuted, row.col, row.n, esc(row.label))
 	}
+}
 
-	// Bars: admitted at the bottom, rejected stacked on top.
+// bars draws the bins bs of a lane whose top is at fy, admitted at the
+// bottom and rejected stacked on top, and returns the bars' base line.
+func (c *canvas) bars(fy float64, bs []bin, binMax int) float64 {
 	scale := float64(barsHeight) / float64(binMax)
 	base := fy + barsHeight
 	w := c.x(binWidth) - c.x(0)
@@ -182,9 +204,13 @@ func (c *canvas) lane(i, y int, r Result, tl Timeline, binMax, lineMax int) {
 	c.f(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", plotLeft, base, plotRight, base, colMuted)
 	c.f("</g>\n")
 	c.text(plotLeft-5, fy+8, "end", `font-size="10" fill="`+colMuted+`"`, fmt.Sprintf("%d", binMax))
+	return base
+}
 
-	// The trailing count, green up to the limit and red above it.
-	top := base + lineGap
+// trailingCount draws r's admitted in the last window, in lane i from top
+// down: green up to the limit and red above it, with a dot at the first
+// moment the count peaked.
+func (c *canvas) trailingCount(i int, top float64, r Result, tl Timeline, lineMax int) {
 	bottom := top + lineHeight
 	ly := func(v int) float64 { return bottom - float64(v)/float64(lineMax)*lineHeight }
 	limitY := ly(Limit)
@@ -199,8 +225,6 @@ func (c *canvas) lane(i, y int, r Result, tl Timeline, binMax, lineMax int) {
 	c.f(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", plotLeft, bottom, plotRight, bottom, colMuted)
 	c.text(plotLeft-5, limitY+3.5, "end", `font-size="10" fill="`+colMuted+`"`, fmt.Sprintf("%d", Limit))
 	c.text(plotLeft-5, top+7, "end", `font-size="10" fill="`+colMuted+`"`, fmt.Sprintf("%d", lineMax))
-
-	// Mark the first moment the count peaked.
 	for _, s := range trailing(r.Admissions(), Window) {
 		if s.Value == r.MaxInWindow {
 			col := colAdmitted
@@ -270,34 +294,47 @@ func (c *canvas) zoom(y int, tl Timeline, results []Result) {
 	c.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`+"\n", x(mid), rowsTop-2, x(mid), bottom+4, colMuted)
 
 	for i, r := range results {
-		ry := rowsTop + float64(i*zoomRow)
-		admitted, total := 0, 0
-		c.f(`<g stroke-width="2.2">` + "\n")
-		for _, o := range r.Outcomes {
-			if o.At < from || o.At >= to {
-				continue
-			}
-			col := colRejected
-			if o.Allowed {
-				col = colAdmitted
-			}
-			if o.At >= tl.Burst.Start && o.At < tl.Burst.End {
-				total++
-				if o.Allowed {
-					admitted++
-				}
-			}
-			c.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x(o.At), ry+4, x(o.At), ry+zoomRow-3, col)
-		}
-		c.f("</g>\n")
-		c.text(labelLeft, ry+15, "start", `font-size="12"`, r.Title)
-		col := colAdmitted
-		if admitted > Limit {
-			col = colRejected
-		}
-		c.f(`<text x="%d" y="%.1f" font-size="12" fill="%s" text-anchor="end"><tspan font-weight="bold" fill="%s">%d</tspan> of %d</text>`+"\n",
-			plotLeft-8, ry+15, colMuted, col, admitted, total)
+		c.zoomRow(rowsTop+float64(i*zoomRow), r, tl, from, to, x)
 	}
+	c.zoomAxis(bottom, from, to, x)
+}
+
+// zoomRow draws r's row of the zoom, whose top is at ry: a tick per
+// request from from to to, placed by x, and how many of the burst's it
+// admitted.
+func (c *canvas) zoomRow(ry float64, r Result, tl Timeline, from, to time.Duration, x func(time.Duration) float64) {
+	admitted, total := 0, 0
+	c.f(`<g stroke-width="2.2">` + "\n")
+	for _, o := range r.Outcomes {
+		if o.At < from || o.At >= to {
+			continue
+		}
+		col := colRejected
+		if o.Allowed {
+			col = colAdmitted
+		}
+		if o.At >= tl.Burst.Start && o.At < tl.Burst.End {
+			total++
+			if o.Allowed {
+				admitted++
+			}
+		}
+		c.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x(o.At), ry+4, x(o.At), ry+zoomRow-3, col)
+	}
+	c.f("</g>\n")
+	c.text(labelLeft, ry+15, "start", `font-size="12"`, r.Title)
+	col := colAdmitted
+	if admitted > Limit {
+		col = colRejected
+	}
+	c.f(`<text x="%d" y="%.1f" font-size="12" fill="%s" text-anchor="end"><tspan font-weight="bold" fill="%s">%d</tspan> of %d</text>`+"\n",
+		plotLeft-8, ry+15, colMuted, col, admitted, total)
+}
+
+// zoomAxis draws the zoom's time axis at bottom, from from to to, placed
+// by x: a tick each 10 ms, labelled each 50 ms.
+func (c *canvas) zoomAxis(bottom float64, from, to time.Duration, x func(time.Duration) float64) {
+	muted := `font-size="11" fill="` + colMuted + `"`
 	c.f(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", plotLeft, bottom, plotRight, bottom, colMuted)
 	for t := from.Truncate(10 * time.Millisecond); t <= to; t += 10 * time.Millisecond {
 		if t < from {

@@ -70,15 +70,24 @@ type ClaimLimitState struct {
 	RetryAfterSeconds int64 `json:"retry_after_seconds"`
 }
 
+// admin serves the admin API (a user's claim count, the claim limit's
+// overrides) and the console's sign-in, to the holders of an admin token
+// only. It is immutable once made.
+type admin struct {
+	users       *identity.JWT    // verifies the admin tokens, as every other token of the demo
+	logger      *slog.Logger     // gets the audit line of each change
+	claimPolicy *ginlimit.Policy // the claim route's rule, which the API inspects, resets and overrides
+}
+
 // requireAdmin lets through only a request whose bearer token is valid,
 // verified by the same identity.JWT as every other token of the demo, and
 // whose "role" claim is [AdminRole]: without a valid token it answers 401,
 // with one that lacks the role 403. It calls no Redis.
-func (h *handlers) requireAdmin(c *gin.Context) {
-	admin, status := h.adminOf(c)
+func (adm *admin) requireAdmin(c *gin.Context) {
+	admin, status := adm.adminOf(c)
 	switch status {
 	case http.StatusUnauthorized:
-		c.Header("WWW-Authenticate", h.users.Challenge())
+		c.Header("WWW-Authenticate", adm.users.Challenge())
 		abortWith(c, status, msgUnauthenticated)
 		return
 	case http.StatusForbidden:
@@ -90,13 +99,13 @@ func (h *handlers) requireAdmin(c *gin.Context) {
 
 // adminOf returns the admin of c's bearer token and 200, or 401 without a
 // valid token, or 403 for a token without the role. It calls no Redis.
-func (h *handlers) adminOf(c *gin.Context) (string, int) {
-	admin, err := h.users.UserID(c)
+func (adm *admin) adminOf(c *gin.Context) (string, int) {
+	admin, err := adm.users.UserID(c)
 	var role string
 	if err == nil {
 		// A second verification of the same token; it fails only if the
 		// token expired in between.
-		role, err = h.users.Claim(c, RoleClaim)
+		role, err = adm.users.Claim(c, RoleClaim)
 	}
 	switch {
 	case err != nil:
@@ -109,7 +118,7 @@ func (h *handlers) adminOf(c *gin.Context) (string, int) {
 
 // requireUserParam refuses, with 400, a :user that no claim count can have
 // (see checkAdminUser). gin has decoded it from the path already.
-func (h *handlers) requireUserParam(c *gin.Context) {
+func (adm *admin) requireUserParam(c *gin.Context) {
 	if err := checkAdminUser(c.Param("user")); err != nil {
 		abortWith(c, http.StatusBadRequest, err.Error())
 	}
@@ -138,7 +147,7 @@ func claimTarget(c *gin.Context) ginlimit.Target {
 // requirePlanQuery refuses, with 400, a query of the admin GET of one
 // user's count that parsePlanQuery refuses. It calls no Redis, and runs
 // before the admin limit, as requireUserParam.
-func (h *handlers) requirePlanQuery(c *gin.Context) {
+func (adm *admin) requirePlanQuery(c *gin.Context) {
 	if _, err := parsePlanQuery(c.Request.URL.RawQuery); err != nil {
 		abortWith(c, http.StatusBadRequest, err.Error())
 	}
@@ -181,12 +190,12 @@ func msgBadPlan() string {
 // ?plan=), read from Redis without counting anything. The admin API cannot
 // know which plan the user's tokens carry, so it is told; requirePlanQuery
 // has checked the plan.
-func (h *handlers) peekClaim(c *gin.Context) {
+func (adm *admin) peekClaim(c *gin.Context) {
 	t := claimTarget(c)
 	t.Plan = c.Query("plan")
-	d, err := h.claimPolicy.Peek(c.Request.Context(), t)
+	d, err := adm.claimPolicy.Peek(c.Request.Context(), t)
 	if err != nil {
-		h.storeFailed(c, "peek", err)
+		adm.storeFailed(c, "peek", err)
 		return
 	}
 	c.Header("Cache-Control", "no-store")
@@ -207,15 +216,15 @@ func (h *handlers) peekClaim(c *gin.Context) {
 // answers 204 once every instance has dropped what it held in process about
 // it (see ginlimit.Policy.Reset), so that the user's next claim, on any
 // instance, is admitted.
-func (h *handlers) resetClaim(c *gin.Context) {
+func (adm *admin) resetClaim(c *gin.Context) {
 	ctx := c.Request.Context()
-	if err := h.claimPolicy.Reset(ctx, claimTarget(c), ResetBy); err != nil {
-		h.storeFailed(c, "reset", err)
+	if err := adm.claimPolicy.Reset(ctx, claimTarget(c), ResetBy); err != nil {
+		adm.storeFailed(c, "reset", err)
 		return
 	}
 	// Who reset, for the audit trail; whose count is left out, as
 	// ginlimit leaves identities out of its own logs.
-	h.logger.LogAttrs(ctx, slog.LevelInfo, "coupon: admin reset a user's claim count",
+	adm.logger.LogAttrs(ctx, slog.LevelInfo, "coupon: admin reset a user's claim count",
 		slog.String("admin", c.GetString(adminKey)))
 	c.Status(http.StatusNoContent)
 }
@@ -223,12 +232,12 @@ func (h *handlers) resetClaim(c *gin.Context) {
 // storeFailed answers a failed Peek or Reset: 503 with a fixed message when
 // Redis failed, whose error goes to the log only, and 400 for a target that
 // names no count (requireUserParam should have refused it already).
-func (h *handlers) storeFailed(c *gin.Context, op string, err error) {
+func (adm *admin) storeFailed(c *gin.Context, op string, err error) {
 	if errors.Is(err, ginlimit.ErrBadTarget) {
 		abortWith(c, http.StatusBadRequest, "The user id names no claim count")
 		return
 	}
-	h.logger.LogAttrs(c.Request.Context(), slog.LevelError, "coupon: admin "+op+" of a claim count failed",
+	adm.logger.LogAttrs(c.Request.Context(), slog.LevelError, "coupon: admin "+op+" of a claim count failed",
 		slog.String("error", err.Error()))
 	abortWith(c, http.StatusServiceUnavailable, msgStoreDown)
 }

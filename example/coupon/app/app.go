@@ -213,13 +213,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		writeOrder = sleepOrder
 	}
 	h := &handlers{secret: secret, users: a.users, logger: logger, limiter: a.limiter,
-		claimPolicy: claimPolicy, remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())}
-	engine, err := newEngine(logger, registry, h)
+		remoteJWKS: cfg.JWKSURL != "", writeOrder: writeOrder, vouchers: newCatalog(Vouchers())}
+	adm := &admin{users: a.users, logger: logger, claimPolicy: claimPolicy}
+	engine, err := newEngine(logger, registry, h, adm)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
 	if a.console, err = console.MountWith(engine.Group(strings.TrimSuffix(ConsolePath, "/")), console.Config{
-		Limiter: a.limiter, Redis: a.rdb, Authorize: h.consoleAdmin, Logger: logger, Routes: engine.Routes,
+		Limiter: a.limiter, Redis: a.rdb, Authorize: adm.consoleAdmin, Logger: logger, Routes: engine.Routes,
 	}, seen); err != nil {
 		return nil, errors.Join(fmt.Errorf("coupon: console: %w", err), a.Close())
 	}
@@ -291,9 +292,9 @@ func (a *App) openStore(cfg Config, logger *slog.Logger) error {
 	return nil
 }
 
-// newEngine returns the demo's gin engine: h's routes, /metrics from
-// registry, the request log and the JSON 404.
-func newEngine(logger *slog.Logger, registry *prometheus.Registry, h *handlers) (*gin.Engine, error) {
+// newEngine returns the demo's gin engine: h's and adm's routes, /metrics
+// from registry, the request log and the JSON 404.
+func newEngine(logger *slog.Logger, registry *prometheus.Registry, h *handlers, adm *admin) (*gin.Engine, error) {
 	engine := gin.New()
 	// Nobody is trusted to set the client IP through gin: c.ClientIP() is
 	// not used, and the IP limit resolves the client with identity.IP.
@@ -306,7 +307,7 @@ func newEngine(logger *slog.Logger, registry *prometheus.Registry, h *handlers) 
 	engine.RedirectTrailingSlash = false
 	engine.Use(requestLog(logger), recovery(logger))
 	engine.NoRoute(notFound)
-	routes(engine, h)
+	routes(engine, h, adm)
 	engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	// Browsers ask every site for its icon; an empty answer, rather than
 	// the JSON 404, keeps an error out of the console's browser console.

@@ -37,24 +37,24 @@ const maxSignInBody = 16 << 10
 // consoleAdmin is the console's authorization: the admin of the request's
 // token, as requireAdmin finds it, taken from the Authorization header or,
 // when there is none, from the ConsoleCookie.
-func (h *handlers) consoleAdmin(c *gin.Context) (string, bool) {
+func (adm *admin) consoleAdmin(c *gin.Context) (string, bool) {
 	if c.Request.Header.Get("Authorization") != "" {
-		admin, status := h.adminOf(c)
+		admin, status := adm.adminOf(c)
 		return admin, status == http.StatusOK
 	}
 	ck, err := c.Request.Cookie(ConsoleCookie)
 	if err != nil || ck.Value == "" {
 		return "", false
 	}
-	return h.adminOfToken(c.Request, ck.Value)
+	return adm.adminOfToken(c.Request, ck.Value)
 }
 
 // adminOfToken is the admin of token, as if r had carried it as its bearer
 // token.
-func (h *handlers) adminOfToken(r *http.Request, token string) (string, bool) {
+func (adm *admin) adminOfToken(r *http.Request, token string) (string, bool) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+token)
-	admin, status := h.adminOf(&gin.Context{Request: r}) // only the request is read
+	admin, status := adm.adminOf(&gin.Context{Request: r}) // only the request is read
 	return admin, status == http.StatusOK
 }
 
@@ -103,7 +103,7 @@ func signInForm(c *gin.Context, status int, failed bool) {
 // gets the form again (401), with no cookie. A post from another origin
 // is refused (403) before its body is read, so that no other site can
 // sign a browser in under a token of its choosing.
-func (h *handlers) signIn(c *gin.Context) {
+func (adm *admin) signIn(c *gin.Context) {
 	// The standard library's check: Sec-Fetch-Site, or else Origin
 	// against Host; a request with neither is no browser's.
 	if (&http.CrossOriginProtection{}).Check(c.Request) != nil {
@@ -117,8 +117,8 @@ func (h *handlers) signIn(c *gin.Context) {
 	}
 	if ok {
 		var admin string
-		if admin, ok = h.adminOfToken(c.Request, token); ok {
-			h.logger.LogAttrs(c.Request.Context(), slog.LevelInfo, "coupon: console sign-in", slog.String("admin", admin))
+		if admin, ok = adm.adminOfToken(c.Request, token); ok {
+			adm.logger.LogAttrs(c.Request.Context(), slog.LevelInfo, "coupon: console sign-in", slog.String("admin", admin))
 		}
 	}
 	if !ok {

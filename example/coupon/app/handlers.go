@@ -26,16 +26,14 @@ const TokenTTL = time.Hour
 // dozen bytes.
 const maxLoginBody = 4 << 10
 
-// handlers holds what the route handlers share. It is immutable once made.
+// handlers holds what the public routes' handlers share (the admin API
+// is admin's). It is immutable once made.
 type handlers struct {
 	secret []byte        // signs the tokens of POST /api/login
-	users  *identity.JWT // verifies them again in the claim and admin handlers
+	users  *identity.JWT // verifies them again in the claim handlers
 	logger *slog.Logger
 	// limiter carries every route's limit.
 	limiter *ginlimit.Limiter
-	// claimPolicy is the claim route's rule, which the admin API inspects
-	// and resets.
-	claimPolicy *ginlimit.Policy
 	// remoteJWKS says whether users also verifies tokens with the keys at
 	// Config.JWKSURL; /healthz then reports whether they have arrived.
 	remoteJWKS bool

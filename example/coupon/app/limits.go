@@ -199,7 +199,7 @@ func (o ClaimOverride) target() ginlimit.Target {
 // limit of 0, clears) the override, and answers 200 with the settings now
 // in force on this instance, which every other applies within a second.
 // An override the rule cannot take gets 400 with ginlimit's reason.
-func (h *handlers) setClaimLimit(c *gin.Context) {
+func (adm *admin) setClaimLimit(c *gin.Context) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxOverrideBody))
 	if err != nil {
 		abortWith(c, http.StatusRequestEntityTooLarge, "The body must be at most "+strconv.Itoa(maxOverrideBody)+" bytes")
@@ -211,16 +211,16 @@ func (h *handlers) setClaimLimit(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	if err := h.claimPolicy.SetLimit(ctx, o.target(), o.Limit, time.Duration(o.WindowSeconds)*time.Second); err != nil {
-		h.overrideFailed(c, err)
+	if err := adm.claimPolicy.SetLimit(ctx, o.target(), o.Limit, time.Duration(o.WindowSeconds)*time.Second); err != nil {
+		adm.overrideFailed(c, err)
 		return
 	}
 	// Who changed what, for the audit trail; the user is left out, as
 	// ginlimit leaves identities out of its own logs.
-	h.logger.LogAttrs(ctx, slog.LevelInfo, "coupon: admin set a claim limit override",
+	adm.logger.LogAttrs(ctx, slog.LevelInfo, "coupon: admin set a claim limit override",
 		slog.String("admin", c.GetString(adminKey)), slog.String("plan", o.Plan), slog.Bool("per_user", o.User != ""),
 		slog.Int("limit", o.Limit), slog.Int64("window_seconds", o.WindowSeconds))
-	h.answerSettings(c, o)
+	adm.answerSettings(c, o)
 }
 
 // settingsKey is the gin context key under which requireSettingsQuery
@@ -231,7 +231,7 @@ const settingsKey = "coupon.settings"
 // /api/admin/limits/claim that parseSettingsQuery refuses, and otherwise
 // stores what it names for claimSettings. It calls no Redis, and runs
 // before the admin limit.
-func (h *handlers) requireSettingsQuery(c *gin.Context) {
+func (adm *admin) requireSettingsQuery(c *gin.Context) {
 	o, err := parseSettingsQuery(c.Request.URL.RawQuery)
 	if err != nil {
 		abortWith(c, http.StatusBadRequest, err.Error())
@@ -242,9 +242,9 @@ func (h *handlers) requireSettingsQuery(c *gin.Context) {
 
 // claimSettings answers GET /api/admin/limits/claim[?plan=vip|?user=id]
 // with the settings in force and their source.
-func (h *handlers) claimSettings(c *gin.Context) {
+func (adm *admin) claimSettings(c *gin.Context) {
 	o, _ := c.MustGet(settingsKey).(ClaimOverride) // set by requireSettingsQuery
-	h.answerSettings(c, o)
+	adm.answerSettings(c, o)
 }
 
 // parseSettingsQuery reads the query of GET /api/admin/limits/claim: no
@@ -280,10 +280,10 @@ func parseSettingsQuery(rawQuery string) (ClaimOverride, error) {
 
 // answerSettings answers 200 with the settings in force for o's target.
 // A user's are read with Peek, which reads the count too: one Redis call.
-func (h *handlers) answerSettings(c *gin.Context, o ClaimOverride) {
-	d, err := h.claimPolicy.Peek(c.Request.Context(), o.target())
+func (adm *admin) answerSettings(c *gin.Context, o ClaimOverride) {
+	d, err := adm.claimPolicy.Peek(c.Request.Context(), o.target())
 	if err != nil {
-		h.overrideFailed(c, err)
+		adm.overrideFailed(c, err)
 		return
 	}
 	source := "config"
@@ -301,7 +301,7 @@ func (h *handlers) answerSettings(c *gin.Context, o ClaimOverride) {
 // ginlimit's reason for an override the rule cannot take (its text holds
 // no identity and no Redis error), 400 for a plan the rule does not have,
 // and otherwise 503, the error going to the log only.
-func (h *handlers) overrideFailed(c *gin.Context, err error) {
+func (adm *admin) overrideFailed(c *gin.Context, err error) {
 	if errors.Is(err, ginlimit.ErrBadLimit) {
 		_, reason, _ := strings.Cut(err.Error(), ginlimit.ErrBadLimit.Error()+": ")
 		abortWith(c, http.StatusBadRequest, "Invalid override: "+reason)
@@ -311,5 +311,5 @@ func (h *handlers) overrideFailed(c *gin.Context, err error) {
 		abortWith(c, http.StatusBadRequest, msgBadPlan())
 		return
 	}
-	h.storeFailed(c, "override", err)
+	adm.storeFailed(c, "override", err)
 }

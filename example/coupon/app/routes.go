@@ -218,8 +218,8 @@ func respondBanned(c *gin.Context, d ginlimit.Decision) {
 // its rule as a limiter.RateLimit annotation, the Gin form of Java's
 // @RateLimiter(key, window, limit, message, type); the Redis backend and the
 // identity resolvers are the limiter's. The claim route's options are also
-// h.claimPolicy's, so that the admin API can inspect and reset its counts.
-func routes(r gin.IRoutes, h *handlers) {
+// adm.claimPolicy's, so that the admin API can inspect and reset its counts.
+func routes(r gin.IRoutes, h *handlers, adm *admin) {
 	limiter := h.limiter
 	r.POST("/api/login", h.readLogin, limiter.RateLimit(
 		ginlimit.Key(LoginKey), ginlimit.Window(LoginWindow), ginlimit.Limit(LoginLimit),
@@ -264,15 +264,15 @@ func routes(r gin.IRoutes, h *handlers) {
 		ginlimit.Key(AdminKey), ginlimit.Window(AdminWindow), ginlimit.Limit(AdminLimit),
 		ginlimit.Message(AdminMessage),
 		ginlimit.Type(ginlimit.User))
-	r.GET(adminClaimUserPath, h.requireAdmin, h.requireUserParam, h.requirePlanQuery, adminLimit, h.peekClaim)
-	r.DELETE(adminClaimUserPath, h.requireAdmin, h.requireUserParam, adminLimit, h.resetClaim)
-	r.GET(adminClaimLimitsPath, h.requireAdmin, h.requireSettingsQuery, adminLimit, h.claimSettings)
-	r.PUT(adminClaimLimitsPath, h.requireAdmin, adminLimit, h.setClaimLimit)
+	r.GET(adminClaimUserPath, adm.requireAdmin, adm.requireUserParam, adm.requirePlanQuery, adminLimit, adm.peekClaim)
+	r.DELETE(adminClaimUserPath, adm.requireAdmin, adm.requireUserParam, adminLimit, adm.resetClaim)
+	r.GET(adminClaimLimitsPath, adm.requireAdmin, adm.requireSettingsQuery, adminLimit, adm.claimSettings)
+	r.PUT(adminClaimLimitsPath, adm.requireAdmin, adminLimit, adm.setClaimLimit)
 
 	// The console's one page without a token; the console itself is
 	// mounted by newEngine.
 	r.GET(ConsoleSignInPath, func(c *gin.Context) { signInForm(c, http.StatusOK, false) })
-	r.POST(ConsoleSignInPath, h.signIn)
+	r.POST(ConsoleSignInPath, adm.signIn)
 
 	r.GET("/healthz", h.healthz)
 }

@@ -20,7 +20,7 @@ func TestCallContext(t *testing.T) {
 	req := context.WithValue(context.Background(), key{}, "v")
 	const timeout = time.Hour
 	start := time.Now()
-	ctx, cancel := e.callContext(req, timeout, &wire{start: time.Now()})
+	ctx, cancel := e.transport.callContext(req, timeout, &wire{start: time.Now()})
 	if cancel != nil {
 		t.Fatal("a shared deadline has nothing to cancel")
 	}
@@ -34,7 +34,7 @@ func TestCallContext(t *testing.T) {
 
 	short, cancelShort := context.WithTimeout(req, time.Minute)
 	defer cancelShort()
-	ctx, cancel = e.callContext(short, timeout, &wire{start: time.Now()})
+	ctx, cancel = e.transport.callContext(short, timeout, &wire{start: time.Now()})
 	if cancel == nil {
 		t.Fatal("a request deadline before the Timeout needs a context of its own")
 	}
@@ -45,13 +45,13 @@ func TestCallContext(t *testing.T) {
 
 	ended, end := context.WithCancel(req)
 	end()
-	ctx, cancel = e.callContext(ended, timeout, &wire{start: time.Now()})
+	ctx, cancel = e.transport.callContext(ended, timeout, &wire{start: time.Now()})
 	if cancel == nil || ctx.Err() == nil {
 		t.Fatal("an ended request's call must end at once")
 	}
 	cancel()
 
-	ctx, _ = e.callContext(req, time.Nanosecond, &wire{start: time.Now()})
+	ctx, _ = e.transport.callContext(req, time.Nanosecond, &wire{start: time.Now()})
 	<-ctx.Done()
 	if err := cause(ctx); !errors.Is(err, errTimedOut) {
 		t.Fatalf("cause %v, want errTimedOut", err)

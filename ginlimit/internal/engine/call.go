@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -55,26 +55,9 @@ func (e *Engine) AsideTexts(ctx context.Context, timeout time.Duration, s *redis
 	start := time.Now()
 	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	defer cancel()
-	reply, err := call(cctx, n, start, func() ([]string, error) { return e.texts(cctx, n, s, keys, args) })
+	reply, err := call(cctx, n, start, func() ([]string, error) { return e.transport.texts(cctx, n, s, keys, args) })
 	_, err = e.settle(ctx, n, probe, answered, err)
 	return reply, err
-}
-
-// texts runs s on n's lease pool, or the client's when n has none, bounded
-// by ctx, and reads its reply as strings.
-func (e *Engine) texts(ctx context.Context, n *node, s *redis.Script, keys []string, args []any) ([]string, error) {
-	var c redis.Scripter = e.client
-	switch {
-	case n.own:
-		reply, err := s.Run(ctx, n.pool, keys, args...).StringSlice()
-		if redirected(err) {
-			return bounded(ctx, func() ([]string, error) { return s.Run(ctx, e.client, keys, args...).StringSlice() })
-		}
-		return reply, err
-	case e.bound != nil:
-		c = e.bound
-	}
-	return bounded(ctx, func() ([]string, error) { return s.Run(ctx, c, keys, args...).StringSlice() })
 }
 
 // lane is which of a node's capacities a call waits for.
@@ -97,11 +80,11 @@ func (e *Engine) runOn(ctx context.Context, l lane, queue, timeout time.Duration
 	defer n.release(l)
 	answered := n.answered.Load()
 	w := &wire{start: time.Now()}
-	cctx, cancel := e.callContext(ctx, timeout, w)
+	cctx, cancel := e.transport.callContext(ctx, timeout, w)
 	if cancel != nil {
 		defer cancel()
 	}
-	reply, err := e.send(cctx, l, n, w, s, keys, args)
+	reply, err := e.transport.send(cctx, l, n, w, s, keys, args)
 	_, err = e.settle(ctx, n, probe, answered, err)
 	return reply, n.brk, err
 }
@@ -142,6 +125,66 @@ func (e *Engine) admit(ctx context.Context, l lane, queue, timeout time.Duration
 	return n, probe, nil
 }
 
+// forKey returns the node that serves key. On a cluster, finding it can
+// block until go-redis has loaded the cluster's slots, whatever the context
+// says, so that runs within timeout, behind the breaker of the cluster as a
+// whole (ns.one): a cluster whose slots cannot be loaded fails like a dead
+// Redis, and fails fast once that breaker opens.
+func (ns *nodes) forKey(ctx context.Context, timeout time.Duration, key string) (*node, error) {
+	if ns.ring != nil {
+		return ns.shardFor(key)
+	}
+	if ns.cluster == nil {
+		return ns.one, nil
+	}
+	ok, probe := ns.one.brk.allow()
+	if !ok {
+		return ns.one, ErrCircuitOpen
+	}
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	defer cancel()
+	master, err := bounded(cctx, func() (*redis.Client, error) { return ns.cluster.MasterForKey(cctx, key) })
+	if err != nil {
+		if ctx.Err() != nil {
+			ns.one.brk.abandon()
+			return ns.one, fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx))
+		}
+		ns.one.brk.done(probe, true)
+		return ns.one, fmt.Errorf("no master for the key: %w", err)
+	}
+	ns.one.brk.done(probe, false)
+	ns.one.health.note(ns.watch, false, nil)
+	addr := master.Options().Addr
+	if n, ok := ns.byAddr.Load(addr); ok {
+		return n.(*node), nil
+	}
+	n, _ := ns.byAddr.LoadOrStore(addr, ns.newNode(master))
+	return n.(*node), nil
+}
+
+// shardFor returns the node of the Ring shard that serves key. The Ring
+// finds it in memory; when it has no shard up, that is a Redis failure of
+// the Ring as a whole (ns.one), and a shard found is its success.
+func (ns *nodes) shardFor(key string) (*node, error) {
+	shard, err := ns.ring.GetShardClientForKey(key)
+	if err != nil {
+		ok, probe := ns.one.brk.allow()
+		if !ok {
+			return ns.one, ErrCircuitOpen
+		}
+		ns.one.brk.done(probe, true)
+		return ns.one, fmt.Errorf("no Ring shard for the key: %w", err)
+	}
+	// The Ring has a shard up again: its breaker, reported for decisions
+	// that reach no node, closes (done is two loads when it is closed).
+	ns.one.brk.done(false, false)
+	ns.one.health.note(ns.watch, false, nil)
+	if n, ok := ns.byShard.Load(shard); ok {
+		return n.(*node), nil
+	}
+	return ns.addShard(shard), nil
+}
+
 // settle judges how a call of n ended (see judge), tells the breaker, and
 // returns whether it was a Redis failure and the error to answer with.
 func (e *Engine) settle(ctx context.Context, n *node, probe bool, answered uint64, err error) (bool, error) {
@@ -157,30 +200,6 @@ func (e *Engine) settle(ctx context.Context, n *node, probe bool, answered uint6
 	n.brk.done(probe, failed)
 	n.outage().note(e.nodes.watch, failed, err)
 	return failed, err
-}
-
-// send puts one call on the wire of n, in w's memory: through the
-// auto-pipeliner when enough calls already wait on Redis, otherwise
-// directly. Lease calls never go through the pipeliner, so they never wait
-// behind its backlog, and go on their own pool when n is the lease lane's
-// (see lease.go); on a cluster, one that a master redirects (its slot
-// moved) goes through the cluster client, which follows the redirection.
-func (e *Engine) send(ctx context.Context, l lane, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	if n.own {
-		reply, err := e.runDirect(ctx, n, w, s, keys, args)
-		if redirected(err) {
-			return e.runDirect(ctx, n.main, w, s, keys, args)
-		}
-		return reply, err
-	}
-	if e.pipe == nil || l != decisionLane {
-		return e.runDirect(ctx, n, w, s, keys, args)
-	}
-	defer e.calls.Add(-1)
-	if e.calls.Add(1) > e.pipeAbove.Load() {
-		return e.runPipelined(ctx, n, w, s, keys, args)
-	}
-	return e.runDirect(ctx, n, w, s, keys, args)
 }
 
 // judge classifies how a call of n ended, for the breaker and the caller:
@@ -240,236 +259,116 @@ type mayHaveRun struct{ error }
 
 func (e mayHaveRun) Unwrap() error { return e.error }
 
-// poolBusy reports whether every connection of c's pool (the pool that
-// serves the call's key: a plain client's, a cluster master's or a Ring
-// shard's) is in use; false for a nil c. A bare deadline error can mean a
-// wait for a connection or go-redis backing off between retries on a dead
-// Redis; only the first leaves the pool full of busy connections.
-func poolBusy(c *redis.Client) bool {
-	if c == nil {
-		return false
+// Breaker is a node's consecutive-failure circuit breaker: after a
+// threshold of Redis failures in a row it stops calling the node for a
+// while, then lets a single probe through, whose success closes it. A nil
+// *Breaker is no breaker: it lets every call through. It is safe for
+// concurrent use and takes no lock.
+type Breaker struct {
+	threshold int32
+	open      int64 // ns
+	base      time.Time
+
+	failures  atomic.Int32
+	openUntil atomic.Int64 // ns since base; 0 when closed
+	probing   atomic.Bool
+}
+
+// newBreaker returns a breaker, or nil for failures <= 0 (none). The
+// caller checks that failures fits an int32.
+func newBreaker(failures int, open time.Duration) *Breaker {
+	if failures <= 0 {
+		return nil
 	}
-	st := c.PoolStats()
-	return st.TotalConns > st.IdleConns && int(st.TotalConns-st.IdleConns) >= c.Options().PoolSize
+	return &Breaker{threshold: int32(failures), open: int64(open), base: time.Now()}
 }
 
-// isNetTimeout reports whether err is a timeout of a network operation (a
-// socket deadline), as opposed to a context's deadline, which implements
-// net.Error too.
-func isNetTimeout(err error) bool {
-	var ne net.Error
-	return !errors.Is(err, context.DeadlineExceeded) && errors.As(err, &ne) && ne.Timeout()
+func (b *Breaker) now() int64 { return int64(time.Since(b.base)) }
+
+// allow reports whether a call may go to Redis, and whether it is the
+// half-open probe (which must be followed by done or abandon).
+func (b *Breaker) allow() (ok, probe bool) {
+	if b == nil {
+		return true, false
+	}
+	until := b.openUntil.Load()
+	if until == 0 {
+		return true, false
+	}
+	if b.now() < until || !b.probing.CompareAndSwap(false, true) {
+		return false, false
+	}
+	return true, true
 }
 
-// runDirect runs s on the node n and returns no later than ctx is done,
-// failing fast when n's server is gone (node.call). It is a plain call,
-// with no goroutine, on a client that bounds its socket reads by the
-// context (ContextTimeoutEnabled), and on a plain *redis.Client without
-// that, through its clone that does (e.bound, on the same pool). On other
-// clients, and on a *redis.ClusterClient (which can block on loading the
-// cluster's slots whatever the context says), the call runs in a goroutine
-// and is abandoned when ctx ends: the request is answered on time, and the
-// goroutine ends at the client's own ReadTimeout. At most the client's pool
-// size of such goroutines can wait on a hung server, because waiting for a
-// pooled connection does honour ctx.
-func (e *Engine) runDirect(ctx context.Context, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	return call(ctx, n, w.start, func() ([]int64, error) {
-		w := w.take()
-		switch {
-		case n.own:
-			return e.evalSha(ctx, n.pool, w, s, keys, args) // the lease pool: bounded by ctx
-		case e.honours && !e.nodes.isCluster():
-			return e.evalSha(ctx, e.client, w, s, keys, args)
-		case e.bound != nil:
-			return e.evalSha(ctx, e.bound, w, s, keys, args)
+// done records a call's outcome.
+func (b *Breaker) done(probe, failed bool) {
+	if b == nil {
+		return
+	}
+	if !failed {
+		if b.openUntil.Load() != 0 || b.failures.Load() != 0 {
+			b.failures.Store(0)
+			b.openUntil.Store(0)
 		}
-		return boundedCounting(ctx, &n.stranded, func() ([]int64, error) { return e.evalSha(ctx, e.client, w, s, keys, args) })
-	})
-}
-
-// runPipelined submits the script's EVALSHA to the auto-pipeliner and waits
-// for it no longer than ctx. The pipeliner runs commands on its own context,
-// so WaitContext is what bounds the wait; a command abandoned that way still
-// executes. On NOSCRIPT (after SCRIPT FLUSH or a restart) the script is run
-// once through the plain client (or its clone), whose EVAL loads it again.
-// Like runDirect, it fails fast when n's server is gone (node.call).
-func (e *Engine) runPipelined(ctx context.Context, n *node, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	return call(ctx, n, w.start, func() ([]int64, error) { return e.pipelined(ctx, w.take(), s, keys, args) })
-}
-
-// pipelined is one attempt of runPipelined, in w's memory.
-func (e *Engine) pipelined(ctx context.Context, w *wire, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	sc := e.scriptOf(s)
-	cmd := w.command(ctx, sc, keys, args)
-	err := e.pipe.Submit(ctx, cmd).WaitContext(ctx)
-	if err == nil {
-		return w.reply(sc, cmd)
-	}
-	if noScript(err) {
-		if e.bound != nil {
-			return ints(s.Run(ctx, e.bound, keys, args...))
+		if probe {
+			b.probing.Store(false)
 		}
-		return ints(s.Run(ctx, e.client, keys, args...))
+		return
 	}
-	if ctx.Err() != nil {
-		return nil, cause(ctx)
+	if n := b.failures.Add(1); n >= b.threshold || probe {
+		b.openUntil.Store(b.now() + b.open)
 	}
-	return nil, err
+	if probe {
+		b.probing.Store(false)
+	}
 }
 
-// errTimedOut is the cause of a call's context when its Timeout ran out.
-//
-//lint:ignore ST1005 Redis is a proper noun, and the text is what a user reads
-var errTimedOut = fmt.Errorf("Redis did not answer within the Timeout: %w", context.DeadlineExceeded)
-
-// callContext returns the context that bounds the call of w on the wire,
-// which starts at w.start: it ends timeout after that, or up to
-// timeout/deadlineSteps later (never earlier), or at ctx's own deadline
-// when that comes first, and carries ctx's values (a tracing hook's span,
-// say). A call on the shared deadline gets w.ctx as its context (no
-// allocation of its own: see wire). The returned cancel is nil when there
-// is nothing to release.
-//
-// A call shares its deadline with every call of the engine that starts
-// within the same step, so a call pays for no context, timer or channel of
-// its own (context.WithTimeout allocates and starts a timer on every
-// call). The price: once a call is on the wire, the request's cancellation
-// no longer ends it early, only its deadline and the Timeout do; the
-// script runs in Redis all the same, and its answer is still read. A
-// request whose context has already ended, or whose deadline comes before
-// the shared one, gets a context of its own.
-func (e *Engine) callContext(ctx context.Context, timeout time.Duration, w *wire) (context.Context, context.CancelFunc) {
-	d, ok := e.bounds.Load(timeout)
-	if !ok {
-		d, _ = e.bounds.LoadOrStore(timeout, &deadlines{timeout: timeout, step: max(timeout/deadlineSteps, time.Microsecond)})
+// abandon ends a probe that allow let through without a verdict on Redis
+// (the call never reached it), so that the next call can probe.
+func (b *Breaker) abandon() {
+	if b != nil {
+		b.probing.Store(false)
 	}
-	bound, end := d.(*deadlines).at(w.start)
-	if ctx.Err() != nil {
-		return context.WithTimeoutCause(ctx, timeout, errTimedOut)
+}
+
+// State returns "closed", "open" or "half-open", or "" for no breaker.
+func (b *Breaker) State() string {
+	if b == nil {
+		return ""
 	}
-	if own, ok := ctx.Deadline(); ok && own.Before(end) {
-		return context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	until := b.openUntil.Load()
+	switch {
+	case until == 0:
+		return "closed"
+	case b.now() < until:
+		return "open"
 	}
-	w.ctx = callCtx{Context: ctx, bound: bound}
-	return &w.ctx, nil
+	return "half-open"
 }
 
-// deadlineSteps is how many shared deadlines a Timeout is divided into: a
-// call's bound is at most Timeout/deadlineSteps longer than its Timeout.
-const deadlineSteps = 64
-
-// deadlines hands out the shared deadlines of one Timeout. It is safe for
-// concurrent use.
-type deadlines struct {
-	timeout, step time.Duration
-	cur           atomic.Pointer[deadline]
-}
-
-// deadline is a context that ends timeout after until, shared by the calls
-// that start before until and no earlier than one step before it.
-type deadline struct {
-	ctx    context.Context
-	cancel context.CancelFunc // never needed: the context ends at its deadline
-	until  time.Time
-	end    time.Time
-}
-
-// at returns the shared context of a call that starts at now, and its
-// deadline: no earlier than now + timeout.
-func (ds *deadlines) at(now time.Time) (context.Context, time.Time) {
-	if d := ds.cur.Load(); d != nil && now.Before(d.until) {
-		return d.ctx, d.end
+// Failures returns how many Redis failures in a row the breaker has
+// counted since a call last succeeded; 0 for no breaker.
+func (b *Breaker) Failures() int {
+	if b == nil {
+		return 0
 	}
-	// Two calls may both start a new step; the later Store wins and the
-	// other context serves its one call, then ends at its deadline.
-	d := &deadline{until: now.Add(ds.step)}
-	d.end = d.until.Add(ds.timeout)
-	d.ctx, d.cancel = context.WithDeadlineCause(context.Background(), d.end, errTimedOut)
-	ds.cur.Store(d)
-	return d.ctx, d.end
+	return int(b.failures.Load())
 }
 
-// callCtx is a call's context: the request's values, and the shared
-// deadline (see callContext).
-type callCtx struct {
-	context.Context                 // the request's, for its values
-	bound           context.Context // a shared deadline
-}
-
-func (c *callCtx) Deadline() (time.Time, bool) { return c.bound.Deadline() }
-func (c *callCtx) Done() <-chan struct{}       { return c.bound.Done() }
-func (c *callCtx) Err() error                  { return c.bound.Err() }
-
-// cause returns why a call's context (from callContext) ended:
-// errTimedOut when its Timeout ran out.
-func cause(ctx context.Context) error {
-	if c, ok := ctx.(*callCtx); ok {
-		return context.Cause(c.bound)
+// unavailable reports whether err means Redis could not serve, as opposed to
+// a reply error from a healthy server (WRONGTYPE on one bad key, say), which
+// must not open the breaker for every other key of the same node.
+func unavailable(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return true // network errors, timeouts, closed pools
 	}
-	return context.Cause(ctx)
-}
-
-// boundedGrace is how long bounded waits, once ctx has ended, for f to
-// return: go-redis ends a wait for a pooled connection with the context, so
-// such a call returns its own context error at once, while a call on the
-// wire of a client that ignores the context does not return. "At once" is
-// its goroutine being scheduled, which on a loaded machine takes longer
-// than a millisecond: a call that only waited for a connection the
-// application held was then taken for one Redis left unanswered (a
-// failure, and a stranded call making its siblings' pool waits failures
-// too). 20 ms is a heuristic, not a proof: go-redis does not say whether a
-// call has its connection. It applies only to a ClusterClient or Ring
-// without ContextTimeoutEnabled.
-const boundedGrace = 20 * time.Millisecond
-
-// bounded runs f in a goroutine and returns its result, or ctx's cause once
-// ctx has ended and f has not returned within boundedGrace.
-func bounded[T any](ctx context.Context, f func() (T, error)) (T, error) {
-	return boundedCounting(ctx, nil, f)
-}
-
-// boundedCounting is bounded, and while f runs on after being abandoned,
-// it counts f in stranded (when not nil).
-func boundedCounting[T any](ctx context.Context, stranded *atomic.Int64, f func() (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	// state: 0 while both wait, 1 once the caller abandoned f (and
-	// counted it), 2 once f returned first.
-	var state atomic.Int32
-	go func() {
-		v, err := f()
-		done <- result{v, err}
-		if !state.CompareAndSwap(0, 2) && stranded != nil {
-			stranded.Add(-1)
+	msg := rerr.Error()
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "TRYAGAIN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
 		}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
 	}
-	grace := time.NewTimer(boundedGrace)
-	defer grace.Stop()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-grace.C:
-	}
-	// Counted before the CAS that lets f's goroutine uncount it, so the
-	// count never dips below zero (which judge would read as stranded calls).
-	if stranded != nil {
-		stranded.Add(1)
-	}
-	if !state.CompareAndSwap(0, 1) {
-		if stranded != nil {
-			stranded.Add(-1)
-		}
-		r := <-done // f returned just now
-		return r.v, r.err
-	}
-	var zero T
-	return zero, cause(ctx)
+	return false
 }

@@ -9,6 +9,29 @@
 // piece below exists to keep one promise: a call answers within its time
 // bounds, and an error says whether Redis failed or this process did.
 //
+// # Files, by what a decision's call does
+//
+// A decision's call, followed by its keys, passes through two files in the
+// order it runs:
+//
+//   - call.go: the call's admission and verdict. [Engine.Run] and
+//     [Engine.Aside] find the node that serves keys[0] (forKey), ask its
+//     [Breaker], take one of its slots (nodes.go), and afterwards judge how
+//     the call ended (settle, judge).
+//   - wire.go: the call on its node's wire (transport). Bounded in time
+//     (callContext, bounded), directly or through the auto-pipeliner
+//     (send), failing fast when the server is gone (call), its EVALSHA and
+//     reply in one allocation (wire).
+//
+// Beside them, off a decision's path: engine.go (New, Close, loading the
+// scripts), nodes.go (the nodes of a client and their slots), reach.go
+// (dialing a server that failed, and the PING verdict), lease.go (the
+// aside lane's own pools), outage.go (telling a [Watcher]), inspect.go
+// (what tests and observers read). A request's walk (farm-studio walk
+// ginlimit/pipeline.go:Policy.serve:c) enters call.go, then wire.go, and
+// comes back to call.go once, for [Breaker.State] from package ginlimit:
+// 2 engine files, 3 stays.
+//
 // # Nodes and breakers
 //
 // A node is one Redis server: the plain client's, each cluster master, each

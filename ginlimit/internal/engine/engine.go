@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,36 +39,29 @@ func (c Config) Shareable() bool {
 // given, the circuit breakers, auto-pipelining and how a call is bounded in
 // time, and nothing about HTTP or rules. It is safe for concurrent use.
 type Engine struct {
-	client    redis.Scripter
-	honours   bool                 // the client bounds reads by the context deadline
-	bound     *redis.Client        // a plain client's clone that bounds reads by the context
-	pipe      *redis.AutoPipeliner // nil without AutoPipeline or on other clients
-	pipeAbove atomic.Int64         // pipelineAbove; tests lower it
-	calls     atomic.Int64         // calls now waiting on Redis, when pipelining
-	nodes     *nodes               // the breaker and the slots of each node
-	bounds    sync.Map             // Timeout -> *deadlines
-	scripts   sync.Map             // *redis.Script -> *script
-	mu        sync.Mutex           // guards loaded, loading, prepared and deferred
-	loaded    bool                 // the scripts loaded: Redis answered
-	loading   bool                 // the start-up load runs on past New (see preload)
-	prepared  map[string]bool      // SHA1s of the scripts seen by Prepare
-	deferred  []*redis.Script      // prepared while loading: it loads them next
+	transport transport       // how a call reaches Redis once it has its node and slot
+	nodes     *nodes          // the breaker and the slots of each node
+	mu        sync.Mutex      // guards loaded, loading, prepared and deferred
+	loaded    bool            // the scripts loaded: Redis answered
+	loading   bool            // the start-up load runs on past New (see preload)
+	prepared  map[string]bool // SHA1s of the scripts seen by Prepare
+	deferred  []*redis.Script // prepared while loading: it loads them next
 }
 
 // New returns the engine of cfg's client and loads the scripts of preload
 // on it, best effort (see Loaded). Its only error is an auto-pipeliner
 // go-redis refused to make.
 func New(cfg Config, preload ...*redis.Script) (*Engine, error) {
-	e := &Engine{
-		client:  cfg.Client,
-		honours: honoursContext(cfg.Client),
-	}
-	e.pipeAbove.Store(pipelineAbove)
-	if c, ok := cfg.Client.(*redis.Client); ok && !e.honours {
+	e := &Engine{}
+	t := &e.transport
+	t.client, t.honours = cfg.Client, honoursContext(cfg.Client)
+	_, t.cluster = cfg.Client.(*redis.ClusterClient)
+	t.pipeAbove.Store(pipelineAbove)
+	if c, ok := cfg.Client.(*redis.Client); ok && !t.honours {
 		// A clone (the same pool) of the application's client, that bounds
 		// socket reads by the call's deadline: no goroutine per call, and
 		// the application's own client is left as it is.
-		e.bound = ownClone(c)
+		t.bound = ownClone(c)
 	}
 	if cfg.AutoPipeline {
 		// Only a plain client: go-redis's cluster auto-pipeliner shares
@@ -84,18 +76,18 @@ func New(cfg Config, preload ...*redis.Script) (*Engine, error) {
 			// own auto-pipeliner is left as it is, and Close ends only the
 			// engine's.
 			var err error
-			if e.pipe, err = ownClone(c).AsyncAutoPipelineWithOptions(pipelineOptions()); err != nil {
+			if t.pipe, err = ownClone(c).AsyncAutoPipelineWithOptions(pipelineOptions()); err != nil {
 				return nil, fmt.Errorf("auto-pipeliner: %w", err)
 			}
 		}
 	}
 	slots := poolSize(cfg.Client)
-	if e.pipe != nil {
+	if t.pipe != nil {
 		slots *= PipelineDepth // calls share connections
 	}
 	e.nodes = newNodes(cfg.Client, cfg.BreakerFailures, cfg.BreakerOpen, slots)
-	if e.bound != nil {
-		e.nodes.one.pool = e.bound // the same pool, and the engine's options
+	if t.bound != nil {
+		e.nodes.one.pool = t.bound // the same pool, and the engine's options
 	}
 	if err := e.preload(preload); connFailure(err) {
 		// A Redis that is down from the start fails the first call as
@@ -111,8 +103,8 @@ func New(cfg Config, preload ...*redis.Script) (*Engine, error) {
 // calls go through the application's client after that. It does not close
 // the client, which is the application's.
 func (e *Engine) Close() {
-	if e.pipe != nil {
-		_ = e.pipe.Close()
+	if e.transport.pipe != nil {
+		_ = e.transport.pipe.Close()
 	}
 	e.nodes.closeLeases()
 }
@@ -179,7 +171,7 @@ func (e *Engine) load(bound time.Duration, scripts ...*redis.Script) error {
 	defer cancel()
 	_, err := bounded(ctx, func() (struct{}, error) {
 		for _, s := range scripts {
-			if err := s.Load(ctx, e.client).Err(); err != nil {
+			if err := s.Load(ctx, e.transport.client).Err(); err != nil {
 				return struct{}{}, err
 			}
 		}

@@ -26,16 +26,16 @@ func (e *Engine) NodeBreakers() []*Breaker {
 }
 
 // Pipeliner returns the engine's own auto-pipeliner, nil when it has none.
-func (e *Engine) Pipeliner() *redis.AutoPipeliner { return e.pipe }
+func (e *Engine) Pipeliner() *redis.AutoPipeliner { return e.transport.pipe }
 
 // HonoursContext reports whether the application's client bounds its
 // socket reads by a call's context (ContextTimeoutEnabled).
-func (e *Engine) HonoursContext() bool { return e.honours }
+func (e *Engine) HonoursContext() bool { return e.transport.honours }
 
 // SetPipelineAbove sets how many calls must already wait on Redis before
 // the next one is auto-pipelined; 0 pipelines every call. Tests lower it
 // to drive the pipelined path with a lone call.
-func (e *Engine) SetPipelineAbove(n int64) { e.pipeAbove.Store(n) }
+func (e *Engine) SetPipelineAbove(n int64) { e.transport.pipeAbove.Store(n) }
 
 // HoldSlots takes every slot of the client's node (a plain client's only
 // one) and returns the function that gives them back: until then every

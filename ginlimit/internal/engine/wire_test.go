@@ -92,8 +92,8 @@ func TestReplyShapes(t *testing.T) {
 					}
 				}
 			}
-			if e.scriptOf(one).packed.Load() || !e.scriptOf(packedOne).packed.Load() {
-				t.Errorf("packed: array script %v, packed script %v; want false, true", e.scriptOf(one).packed.Load(), e.scriptOf(packedOne).packed.Load())
+			if e.transport.scriptOf(one).packed.Load() || !e.transport.scriptOf(packedOne).packed.Load() {
+				t.Errorf("packed: array script %v, packed script %v; want false, true", e.transport.scriptOf(one).packed.Load(), e.transport.scriptOf(packedOne).packed.Load())
 			}
 		})
 	}
