@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
@@ -92,7 +93,7 @@ func (p *Policy) target(t Target) (rule.Any, []string, error) {
 	}
 	rate, ok := a.rule.(*rule.Rate)
 	if !ok {
-		return a.rule, []string{rule.BuildKey(a.rule.Core(), p.named, a.scope, &a.who)}, nil
+		return a.rule, []string{rule.BuildKey(a.rule.Core(), p.route.Named, a.scope, &a.who)}, nil
 	}
 	keys := p.rateKeys(rate, a.scope, &a.who)
 	declared := a.declared.(*rule.Rate)
@@ -117,7 +118,7 @@ func (p *Policy) zsetKeys(t Target) []string {
 	var keys []string
 	for _, x := range append([]*rule.Rate{declared}, slices.Collect(maps.Values(declared.Plans))...) {
 		if x.Alg.Name() == string(SlidingLog) {
-			keys = append(keys, rule.ZsetKey(&x.Base, rule.BuildKey(&x.Base, p.named, a.scope, &a.who)))
+			keys = append(keys, rule.ZsetKey(&x.Base, rule.BuildKey(&x.Base, p.route.Named, a.scope, &a.who)))
 		}
 	}
 	return keys
@@ -125,11 +126,11 @@ func (p *Policy) zsetKeys(t Target) []string {
 
 // rateKeys is r's keys for scope s and identity w: its Ban's, then its own.
 func (p *Policy) rateKeys(r *rule.Rate, s rule.Scope, w *rule.Who) []string {
-	key := rule.BuildKey(&r.Base, p.named, s, w)
+	key := rule.BuildKey(&r.Base, p.route.Named, s, w)
 	if r.Ban == nil {
 		return []string{key}
 	}
-	return []string{rule.BuildKey(&r.Ban.Base, p.named, s, w), key}
+	return []string{rule.BuildKey(&r.Ban.Base, p.route.Named, s, w), key}
 }
 
 // aim resolves t to what it names, or to an ErrBadTarget error.
@@ -169,18 +170,18 @@ func badTarget(format string, args ...any) error {
 // none.
 func (p *Policy) targetRule(t Target) (r rule.Any, err error) {
 	switch {
-	case t.Rule == "" && len(p.all) == 1:
-		r = p.all[0]
+	case t.Rule == "" && len(p.route.All) == 1:
+		r = p.route.All[0]
 	case t.Rule == "":
-		return nil, badTarget("the route has rules %s: give Target.Rule", p.names())
+		return nil, badTarget("the route has rules %s: give Target.Rule", p.route.Names())
 	default:
-		for _, x := range p.all {
+		for _, x := range p.route.All {
 			if x.Core().Name == t.Rule {
 				r = x
 			}
 		}
 		if r == nil {
-			return nil, badTarget("no rule named %q (the route has %s)", t.Rule, p.names())
+			return nil, badTarget("no rule named %q (the route has %s)", t.Rule, p.route.Names())
 		}
 	}
 	return r, nil
@@ -224,7 +225,7 @@ func targetScope(t Target) (rule.Scope, error) {
 // counts need one, asks for those alone: Peek calls no Redis and fills
 // Rule, Limit, Window and Source only.
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
-	p.fleet.Touch()
+	p.route.Fleet.Touch()
 	a, err := p.aim(t)
 	if err != nil {
 		if !t.namesIdentity() {
@@ -233,21 +234,9 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 		return Decision{}, err
 	}
 	if r, ok := a.rule.(*rule.InFlight); ok {
-		return p.peekSlots(ctx, r, rule.BuildKey(&r.Base, p.named, a.scope, &a.who))
+		return p.route.PeekSlots(ctx, r, rule.BuildKey(&r.Base, p.route.Named, a.scope, &a.who))
 	}
-	r := a.rule.(*rule.Rate)
-	req := &request{scope: a.scope}
-	req.alloc([]*rule.Rate{r}, r.Records())
-	p.setCall(req, 0, r, &a.who, max(r.Cost, 1))
-	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, peekScript, req.keys, p.severalArgs(req))
-	if err != nil {
-		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
-	}
-	d, _, err := p.parseFor(req, reply, false)
-	if err != nil {
-		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
-	}
-	return d, nil
+	return p.route.Peek(ctx, a.rule.(*rule.Rate), a.scope, &a.who)
 }
 
 // Reset clears t's count: every algorithm's key for the rule and the
@@ -273,7 +262,7 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 	r := target.Core()
 	by = boundLabel(by)
 	start := time.Now()
-	announced, err := p.fleet.Reset(ctx, p.queue, p.timeout, keys, p.staleness)
+	announced, err := p.route.Fleet.Reset(ctx, p.route.Queue, p.route.Timeout, keys, p.route.Staleness)
 	if err != nil {
 		return fmt.Errorf("ginlimit: Reset: rule %q: %w", r.Name, err)
 	}
@@ -284,16 +273,16 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 	if announced != nil {
 		// The count is reset; an instance that did not hear of it in time
 		// is coherent by the staleness bound now.
-		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",
-			slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by), errAttr(announced))
+		p.route.Logs.Log(ctx, p.route.Logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",
+			slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by), decide.ErrAttr(announced))
 	}
-	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: reset",
+	p.route.Log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: reset",
 		slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by))
-	if len(p.observers) > 0 {
+	if len(p.route.Observers) > 0 {
 		e := Event{Route: route, Rule: r.Name, Outcome: OutcomeReset, By: by,
 			Decision: Decision{Rule: r.Name, Limit: r.Limit, Remaining: r.Limit, Time: start},
 			Latency:  time.Since(start)}
-		for _, o := range p.observers {
+		for _, o := range p.route.Observers {
 			o(ctx, e)
 		}
 	}

@@ -6,11 +6,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
@@ -81,13 +79,13 @@ func (l *Limiter) Rules() []RuleInfo {
 	l.registry.mu.Unlock()
 	var out []RuleInfo
 	for _, p := range policies {
-		routes := p.seen.routes()
+		routes := p.route.Seen.Routes()
 		if len(routes) == 0 {
 			routes = []string{""}
 		}
-		breakers := p.engine.BreakerStates()
+		breakers := p.route.Engine.BreakerStates()
 		for _, route := range routes {
-			for _, r := range p.all {
+			for _, r := range p.route.All {
 				ri := p.ruleInfo(r, route)
 				ri.Breakers = breakers
 				out = append(out, ri)
@@ -110,7 +108,7 @@ func (ri RuleInfo) On(route string) (RuleInfo, error) {
 	if _, err := targetScope(Target{Route: route}); err != nil || route == rule.UnmatchedRoute {
 		return ri, cmp.Or(err, badTarget("Target.Route %q: want a gin route", route))
 	}
-	for _, r := range ri.Policy.all {
+	for _, r := range ri.Policy.route.All {
 		if r.Core().Name == ri.Rule {
 			out := ri.Policy.ruleInfo(r, route)
 			out.Breakers = ri.Breakers
@@ -139,7 +137,7 @@ func (ri RuleInfo) Identity(t Target) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return keyIdentity(rule.BuildKey(a.rule.Core(), ri.Policy.named, a.scope, &a.who)), nil
+	return keyIdentity(rule.BuildKey(a.rule.Core(), ri.Policy.route.Named, a.scope, &a.who)), nil
 }
 
 // Refused returns the identity of e's request, as Identity names it, when
@@ -149,10 +147,11 @@ func (ri RuleInfo) Identity(t Target) (string, error) {
 // unlike the rest of an Event, an identity must never become a metric
 // label or a log attribute.
 func (ri RuleInfo) Refused(e Event) (string, bool) {
-	if e.key == "" || e.Rule != ri.Rule {
+	key := decide.RefusedKey(e)
+	if key == "" || e.Rule != ri.Rule {
 		return "", false
 	}
-	id := keyIdentity(e.key)
+	id := keyIdentity(key)
 	return id, id != ""
 }
 
@@ -183,7 +182,7 @@ func keyIdentity(key string) string {
 func (p *Policy) ruleInfo(r rule.Any, route string) RuleInfo {
 	b := r.Core()
 	ri := RuleInfo{Policy: p, Route: route, Rule: b.Name, Limit: b.Limit, ConfigLimit: b.Limit,
-		Shared: b.Shared, OnFailure: p.onFail, Hashed: b.HashKey != nil}
+		Shared: b.Shared, OnFailure: p.route.OnFail, Hashed: b.HashKey != nil}
 	for _, d := range b.Dims {
 		ri.Per = append(ri.Per, d.Label)
 	}
@@ -214,72 +213,6 @@ func (g *registry) add(p *Policy) {
 	g.mu.Lock()
 	g.policies = append(g.policies, p)
 	g.mu.Unlock()
-}
-
-// maxSeenRoutes bounds the routes a Policy notes: a group's Use can put one
-// Policy on many routes, but not on more than an application declares.
-const maxSeenRoutes = 1024
-
-// seenRoutes is the routes a Policy has served, "<METHOD> <template>",
-// swapped whole: a request reads it without a lock, and adds to it only
-// on its route's first request.
-type seenRoutes struct {
-	list atomic.Pointer[[]string]
-	mu   sync.Mutex
-}
-
-// note adds c's route, unless known (or it matched none).
-func (s *seenRoutes) note(c *gin.Context) {
-	path := c.FullPath()
-	if path == "" {
-		return
-	}
-	method := c.Request.Method
-	if l := s.list.Load(); l != nil && hasRoute(*l, method, path) {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var l []string
-	if old := s.list.Load(); old != nil {
-		l = *old
-	}
-	if hasRoute(l, method, path) || len(l) >= maxSeenRoutes {
-		return
-	}
-	l = append(slices.Clip(l), method+" "+path)
-	s.list.Store(&l)
-}
-
-// routes returns the routes noted so far.
-func (s *seenRoutes) routes() []string {
-	if l := s.list.Load(); l != nil {
-		return *l
-	}
-	return nil
-}
-
-// hasRoute reports whether routes holds "<method> <path>", without
-// building it.
-func hasRoute(routes []string, method, path string) bool {
-	for _, r := range routes {
-		if len(r) == len(method)+1+len(path) && r[:len(method)] == method && r[len(method)+1:] == path {
-			return true
-		}
-	}
-	return false
-}
-
-// keyOf returns the key of req's call whose rule (or its Ban) is r; "" when
-// none is (an in-flight step's request, which holds no calls).
-func (req *request) keyOf(r *rule.Base) string {
-	for i := range req.calls {
-		c := &req.calls[i]
-		if c.rule != nil && (&c.rule.Base == r || c.rule.Ban != nil && &c.rule.Ban.Base == r) {
-			return c.key
-		}
-	}
-	return ""
 }
 
 // Target returns the Target of the count that Identity or Refused names

@@ -18,7 +18,7 @@ import (
 // checkShared refuses a route whose rate rules, or whose in-flight rules,
 // are some Shared and some not: each kind is decided in one script call,
 // whose keys must share a Redis Cluster hash tag.
-func (p *Policy) checkShared() error {
+func checkShared(all []rule.Any) error {
 	mixed := func(rules []rule.Any) error {
 		for _, r := range rules[1:] {
 			if r.Core().Shared != rules[0].Core().Shared {
@@ -29,7 +29,7 @@ func (p *Policy) checkShared() error {
 		return nil
 	}
 	var rates, slots []rule.Any
-	for _, r := range p.all {
+	for _, r := range all {
 		if _, ok := r.(*rule.InFlight); ok {
 			slots = append(slots, r)
 		} else {
@@ -64,7 +64,7 @@ type group struct {
 func (l *Limiter) claimGroups(p *Policy) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, r := range p.all {
+	for _, r := range p.route.All {
 		b := r.Core()
 		if b.Group == "" {
 			continue
@@ -75,11 +75,11 @@ func (l *Limiter) claimGroups(p *Policy) error {
 		g, ok := l.groups[b.Group]
 		switch {
 		case !ok:
-			l.groups[b.Group] = group{terms: b.GroupTerms, rule: r, engine: p.engine}
+			l.groups[b.Group] = group{terms: b.GroupTerms, rule: r, engine: p.route.Engine}
 		case g.terms != b.GroupTerms:
 			return fmt.Errorf("rule %q: another route shares its count (the same Key and Name) with %s; this one gives %s: the routes of a group must agree, or take a Key or Name of their own",
 				b.Name, g.terms, b.GroupTerms)
-		case g.engine == p.engine:
+		case g.engine == p.route.Engine:
 			takeState(r, g.rule)
 		}
 	}

@@ -1,4 +1,4 @@
-package ginlimit
+package decide
 
 import (
 	"context"
@@ -6,276 +6,41 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unsafe"
-
-	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/lua"
+	"github.com/redis/go-redis/v9"
 )
 
-// The decision pipeline, the one path every decision takes, for one rule or
-// several, from gin (serve) or not (Allow):
-//
-//	identity → key → cost → deny cache → backend call → parse → fallback
-//
-// and then, for a request, the answer (response.go) and the observers
-// (observe.go). The pipeline decides policy and knows nothing about
-// connections; the engine (internal/engine) knows Redis and nothing about
-// policy.
+// The several-rule scripts are immutable: redis.Script holds only the
+// source and its SHA1, and Run sends EVALSHA and falls back to EVAL on
+// NOSCRIPT. They number the algorithms as lua.Numbered lists them (see
+// rule.Args). Each rule's single-rule script has its settings written
+// into it (lua.Single, in rule.CompileRate).
+var (
+	severalScript = redis.NewScript(lua.Several())
+	// peekScript is severalScript recording nothing: Policy.Peek.
+	peekScript = redis.NewScript(lua.Peek())
+)
 
-// share is one key's part in a script call: a rate rule's, or its Ban's.
-// Its record in the call is not kept: see rec.
-type share struct {
-	key    string
-	cost   int
-	ticket state.Ticket // its place in its rule's deny cache (see enter)
-}
-
-// call is one rate rule's share of a decision, and its Ban's.
-type call struct {
-	rule *rule.Rate
-	share
-	// ban is the share of rule's Ban (rule.ban): its strikes and bans; nil
-	// for a rule without one. It is held apart so that the calls, and the
-	// one call a request holds itself, stay small (see request).
-	ban *share
-}
-
-// request is the memory of one decision, in one allocation for one rule
-// without a Ban: the decision the handler reads, the calls, the key slice
-// go-redis takes, and the header values. Its size is watched
-// (TestRequestSize): past 512 bytes, Go's allocator gives each request a
-// header of its own, which the hot paths measurably pay for. The request of
-// the in-flight step has no calls (newSlotRequest).
-type request struct {
-	d     Decision
-	scope rule.Scope
-	calls []call
-	keys  []string // by record (see rec)
-	one   [1]call
-	vals  [6]string
-	// buf holds, while prepare builds the keys, an IP address's text; then
-	// the header values, which writeHeaders hands to the response as
-	// strings over buf: nothing may write buf after writeHeaders.
-	buf [80]byte
-}
-
-// newRequest returns the memory of a decision on every rate rule of p.
-func (p *Policy) newRequest(s rule.Scope) *request {
-	req := &request{scope: s}
-	req.alloc(p.rules, p.records)
-	return req
-}
-
-// alloc makes req's calls for rules, whose calls take records records in
-// all (see rec). One rule without a Ban uses req's own memory; otherwise
-// the calls and the keys are allocated, and the Bans' shares take the
-// places past the calls' end in the calls' allocation, so that a Ban costs
-// no allocation of its own.
-func (req *request) alloc(rules []*rule.Rate, records int) {
-	if records == 1 {
-		// The key slice of one record is the call's own key (place writes
-		// it there again), so the request holds no second copy of it.
-		req.calls, req.keys = req.one[:], unsafe.Slice(&req.one[0].key, 1)
-		return
-	}
-	n := len(rules)
-	all := make([]call, records) // n calls, then one share per Ban
-	req.calls, req.keys = all[:n:n], make([]string, records)
-	bans := all[n:]
-	for i, r := range rules {
-		if r.Ban != nil {
-			req.calls[i].ban, bans = &bans[0].share, bans[1:]
-		}
-	}
-}
-
-// setCall makes req.calls[i] rule r's for identity w (nil for none) at
-// cost, with its Ban's when r has one, and places it. An override that
-// applies (overrides.go) takes r's place, from the policy's in-process
-// view of them: no Redis call. A rule of the
-// request's plan has a Ban when the rule it stands for has one (see
-// compilePlans), so alloc gave it its share.
-func (p *Policy) setCall(req *request, i int, r *rule.Rate, w *rule.Who, cost int) {
-	cl := &req.calls[i]
-	*cl = call{rule: r, ban: cl.ban}
-	cl.key, cl.cost = rule.BuildKey(&r.Base, p.named, req.scope, w), cost
-	if v := p.view.Load(); v != nil {
-		cl.rule = v.resolve(r, cl.key, p.named, req.scope)
-	}
-	if r.Ban != nil {
-		*cl.ban = share{key: rule.BuildKey(&r.Ban.Base, p.named, req.scope, w), cost: 1}
-	}
-	req.place(i)
-}
-
-// place puts the keys of req.calls[i], and of its Ban, at their records
-// (see rec).
-func (req *request) place(i int) {
-	at := req.rec(i)
-	if cl := &req.calls[i]; cl.ban != nil {
-		req.keys[at-1] = cl.ban.key
-	}
-	req.keys[at] = req.calls[i].key
-}
-
-// rec is the record of req.calls[i] in req's script call; its Ban's is the
-// one before (rec-1). A record is a key, a group of arguments and a group
-// of the reply, all at the same index; the several-rule script decides
-// them in order and a ban must be decided before its rule
-// (lua/several.lua), so each call takes the records after the previous
-// call's, its Ban's first. This is the one place that knows the layout:
-// the keys (place), the arguments (putRecord) and the reply (callDecision,
-// answerAt) go by rec, and records counts them.
-func (req *request) rec(i int) int {
-	at := i
-	for j := range req.calls[:i+1] {
-		if req.calls[j].ban != nil {
-			at++
-		}
-	}
-	return at
-}
-
-// serve is the gin handler of a compiled policy. The rate rules are
-// decided first; a request they admit then takes its slots of the
-// in-flight rules (inflight.go), holds them while the rest of the chain
-// runs, and gives them back when it returns.
-func (p *Policy) serve(c *gin.Context) {
-	p.fleet.Touch()
-	p.seen.note(c)
-	req := p.newRequest(rule.RequestScope(c))
-	if !p.prepare(c, req) {
-		return
-	}
-	var slots *request
-	if len(p.slots) > 0 {
-		slots = p.newSlotRequest(req.scope)
-		if !p.prepareSlots(c, slots) {
-			return
-		}
-	}
-	ctx := c.Request.Context()
-	var start time.Time
-	if len(p.observers) > 0 {
-		start = time.Now()
-	}
-	final := req
-	if len(p.rules) > 0 {
-		var err error
-		req.d, err = p.decide(ctx, req)
-		c.Set(decisionKey{}, &req.d)
-		p.answer(c, req, err)
-	}
-	var held *holding
-	if slots != nil && !c.IsAborted() {
-		var err error
-		held, err = p.takeSlots(ctx, slots)
-		if held != nil {
-			// Released however serve ends: a panic in a hook or an
-			// observer below would otherwise leave the slot renewed for
-			// ever.
-			defer held.release()
-		}
-		if err == nil && !slots.d.Allowed && p.bans {
-			// An in-flight refusal is a strike for every Ban of the route,
-			// reported now, so that a ban it makes holds on the very next
-			// request, on any instance.
-			p.reportStrikes(ctx, req.calls, 1)
-		}
-		// An admission by every in-flight rule leaves the rate rules'
-		// decision and headers as they are; anything else is the answer.
-		if len(p.rules) == 0 || !slots.d.Allowed || err != nil {
-			final = slots
-			c.Set(decisionKey{}, &slots.d)
-			p.answer(c, slots, err)
-		}
-	}
-	if len(p.observers) > 0 {
-		p.observe(ctx, req.scope.Label(), final, time.Since(start))
-	}
-	if held != nil {
-		c.Next() // the rest of the chain runs while the slots are held
-	}
-}
-
-// prepare finds each rate rule's identity, key and cost for req, or
-// answers the request (401, 400 or 500) and returns false.
-//
-// The identity lives on prepare's stack, its IP text in req.buf (free until
-// the headers are written): only the keys leave it. (A debug line about a
-// refusal finds the identity again: see debug.)
-func (p *Policy) prepare(c *gin.Context, req *request) bool {
-	w := rule.Who{Text: req.buf[:0]}
-	for i := range req.calls {
-		r := p.rules[i]
-		if r.Plans != nil {
-			r = r.PlanFor(c)
-		}
-		if err := r.Identify(c, &w); err != nil {
-			p.identityFailed(c, &r.Base, err)
-			return false
-		}
-		p.setCall(req, i, r, &w, r.Cost)
-		if r.CostFunc != nil {
-			req.calls[i].cost = r.CostFunc(c)
-		}
-	}
-	return true
-}
-
-// inFlight reports whether req is the in-flight step's (newSlotRequest),
-// whose rules are the policy's in-flight rules: only that request has no
-// calls, as a request of the rate rules always has (alloc).
-func (req *request) inFlight() bool { return req.calls == nil }
-
-// Allow decides one request for key, an identity of the caller's choosing
-// (a user id, "ip:192.0.2.1", a tenant), costing n units on every rule (1
-// for a plain request; a cost below 1 is charged as 1). The Redis key of
-// each rule is its prefix followed by key, escaped, inside a Redis Cluster
-// hash tag (and, for a route with Rules, the rule's name). A request that
-// costs more than a rule can ever admit is refused without a Redis call,
-// with [Decision.Reason] saying why.
-//
-// Allow makes one Redis round trip, bounded by ctx and the policy's timeout.
-// When Redis fails it returns the error, wrapped, together with the decision
-// the policy's FailPolicy takes.
-func (p *Policy) Allow(ctx context.Context, key string, n int) (Decision, error) {
-	if len(p.slots) > 0 {
-		return Decision{}, errAllowInFlight
-	}
-	var start time.Time
-	if len(p.observers) > 0 {
-		start = time.Now()
-	}
-	p.fleet.Touch()
-	req := p.newRequest(rule.Scope{Route: key})
-	for i, r := range p.rules {
-		p.setCall(req, i, r, nil, n)
-	}
-	d, err := p.decide(ctx, req)
-	if len(p.observers) > 0 {
-		req.d = d
-		p.observe(ctx, "", req, time.Since(start)) // Event.Route is "" outside gin
-	}
-	return d, err
-}
+// Scripts are the scripts every engine loads at start-up, besides the
+// fleet's; each rule's single-rule script is loaded when its route is
+// ready (Route.Ready).
+func Scripts() []*redis.Script { return []*redis.Script{severalScript, peekScript, slotScript} }
 
 // decide takes the decision on the calls of req: a cost no rule can admit
 // is refused at once; a rejection the deny cache is certain of is answered
 // from it; otherwise one script call decides every rule. When Redis cannot
 // decide, the failure policy does; when this process could not get the call
-// to Redis in time (ErrSaturated), the saturation answer does (see failed).
-func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
+// to Redis in time (engine.ErrSaturated), the saturation answer does (see failed).
+func (p *Route) decide(ctx context.Context, req *request) (Decision, error) {
 	for i := range req.calls {
 		cl := &req.calls[i]
 		cl.cost = max(cl.cost, 1)
 		if cl.cost > cl.rule.MaxCost {
-			return tooCostly(cl.rule, cl.cost, p.named), nil
+			return tooCostly(cl.rule, cl.cost, p.Named), nil
 		}
 	}
 	var wctx context.Context // the bound on waiting in the deny cache, made when needed
@@ -297,14 +62,14 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 		// once they are on the wire.
 		if wctx == nil {
 			var cancel context.CancelFunc
-			wctx, cancel = context.WithTimeoutCause(ctx, p.queue, engine.ErrQueueTimedOut)
+			wctx, cancel = context.WithTimeoutCause(ctx, p.Queue, engine.ErrQueueTimedOut)
 			defer cancel()
 		}
 		if err := turn.Await(wctx); err != nil {
 			if ctx.Err() != nil {
-				return p.gone(req, fmt.Errorf("%w: %w", ErrClientGone, context.Cause(ctx)))
+				return p.gone(req, fmt.Errorf("%w: %w", engine.ErrClientGone, context.Cause(ctx)))
 			}
-			return p.failed(req, fmt.Errorf("%w: %w", ErrSaturated, err))
+			return p.failed(req, fmt.Errorf("%w: %w", engine.ErrSaturated, err))
 		}
 	}
 	return p.ask(ctx, req)
@@ -312,20 +77,20 @@ func (p *Policy) decide(ctx context.Context, req *request) (Decision, error) {
 
 // ask decides req with one script call, and with the failure policy, or
 // as a client that has gone, when Redis does not answer.
-func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
+func (p *Route) ask(ctx context.Context, req *request) (Decision, error) {
 	if p.bans {
 		p.bringStrikes(req) // only a route with a Ban carries strikes
 	}
 	script, args := p.call(req)
 	var sent time.Time
-	if p.onFail == FailLocal {
+	if p.OnFail == FailLocal {
 		sent = time.Now()
 	}
-	reply, brk, err := p.engine.Run(ctx, p.queue, p.timeout, script, req.keys, args)
+	reply, brk, err := p.Engine.Run(ctx, p.Queue, p.Timeout, script, req.keys, args)
 	var d Decision
 	var each []Decision
 	if err == nil {
-		if d, each, err = p.parse(req, reply); err == nil && p.onFail == FailLocal {
+		if d, each, err = p.parse(req, reply); err == nil && p.OnFail == FailLocal {
 			p.learn(req, &d, each, sent)
 		}
 	}
@@ -335,8 +100,8 @@ func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
 		if ctx.Err() != nil {
 			// However the call ended, the request's context ended first:
 			// no fallback decides for a client that has gone.
-			if !errors.Is(err, ErrClientGone) {
-				err = fmt.Errorf("%w: %w", ErrClientGone, err)
+			if !errors.Is(err, engine.ErrClientGone) {
+				err = fmt.Errorf("%w: %w", engine.ErrClientGone, err)
 			}
 			d, err = p.gone(req, err)
 		} else {
@@ -348,9 +113,9 @@ func (p *Policy) ask(ctx context.Context, req *request) (Decision, error) {
 }
 
 // gone is the decision, and the error, of a request whose own context
-// ended before Redis answered (ErrClientGone): refused, and decided by
+// ended before Redis answered (engine.ErrClientGone): refused, and decided by
 // nobody. The error names the route and the rules, never the identity.
-func (p *Policy) gone(req *request, err error) (Decision, error) {
+func (p *Route) gone(req *request, err error) (Decision, error) {
 	first := req.calls[0].rule
 	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
 	return Decision{Rule: first.Name, Limit: first.Limit, Window: first.Window, Source: Source(first.Source), Err: err, decider: &first.Base}, err
@@ -359,7 +124,7 @@ func (p *Policy) gone(req *request, err error) (Decision, error) {
 // enter asks each call's deny caches, its Ban's then its rule's, whether
 // it may go to Redis. On a certain rejection or a wait, it releases what
 // it counted and returns the call that decided, and whether its Ban did.
-func (p *Policy) enter(req *request) (state.Turn, int, bool) {
+func (p *Route) enter(req *request) (state.Turn, int, bool) {
 	for i := range req.calls {
 		cl := &req.calls[i]
 		if cl.ban != nil {
@@ -400,7 +165,7 @@ func (cl *call) banDeny() *state.DenyCache {
 
 // release lets go of the calls the deny caches counted and that were not
 // sent.
-func (p *Policy) release(calls []call) {
+func (p *Route) release(calls []call) {
 	for i := range calls {
 		cl := &calls[i]
 		releaseShare(cl.banDeny(), cl.ban)
@@ -419,7 +184,7 @@ func releaseShare(deny *state.DenyCache, s *share) {
 // leave tells each deny cache of req what the call proved: d, or each
 // share's own decision when there are several (ok is false when Redis
 // could not decide, which proves nothing).
-func (p *Policy) leave(req *request, d *Decision, each []Decision, ok bool) {
+func (p *Route) leave(req *request, d *Decision, each []Decision, ok bool) {
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
 		if cl.ban != nil {
@@ -456,7 +221,7 @@ func answerOf(d *Decision, each []Decision, rec int) state.Answer {
 // call, its rule's single-rule script, which has the rule's settings
 // written in, with the test clock ("" for Redis TIME) and the cost; for
 // several, the several-rule script (see package lua).
-func (p *Policy) call(req *request) (*redis.Script, []any) {
+func (p *Route) call(req *request) (*redis.Script, []any) {
 	if len(req.keys) != 1 {
 		return severalScript, p.severalArgs(req)
 	}
@@ -464,19 +229,19 @@ func (p *Policy) call(req *request) (*redis.Script, []any) {
 	if cl.rule.Script == nil { // an override (see rule.CompileRate)
 		return severalScript, p.severalArgs(req)
 	}
-	if p.clock == nil && cl.cost == cl.rule.Cost {
+	if p.Clock == nil && cl.cost == cl.rule.Cost {
 		return cl.rule.Script, cl.rule.Args
 	}
 	clock := any("")
-	if p.clock != nil {
-		clock = p.clock()
+	if p.Clock != nil {
+		clock = p.Clock()
 	}
 	return cl.rule.Script, rule.SingleArgs(clock, cl.cost)
 }
 
 // severalArgs returns the several-rule script's arguments for req: each
 // record's, its rule's settings and its cost.
-func (p *Policy) severalArgs(req *request) []any {
+func (p *Route) severalArgs(req *request) []any {
 	args := p.newArgs(len(req.keys))
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
@@ -490,11 +255,11 @@ func (p *Policy) severalArgs(req *request) []any {
 
 // newArgs returns the several-rule script's arguments for n records: the
 // test clock ("" for Redis TIME), and room for each record's (putRecord).
-func (p *Policy) newArgs(n int) []any {
+func (p *Route) newArgs(n int) []any {
 	args := make([]any, lua.ArgRules+lua.ArgsPerRule*n)
 	args[lua.ArgClock] = ""
-	if p.clock != nil {
-		args[lua.ArgClock] = p.clock()
+	if p.Clock != nil {
+		args[lua.ArgClock] = p.Clock()
 	}
 	return args
 }
@@ -515,12 +280,12 @@ func putRecord(args []any, rec int, settings []any, cost int) {
 // least remaining. A Ban is folded into its rule: a banned identity's
 // decision is the ban's, with Banned set. For a route declared with
 // Rules, Rules holds every call's decision.
-func (p *Policy) parse(req *request, reply []int64) (Decision, []Decision, error) {
-	return p.parseFor(req, reply, p.named)
+func (p *Route) parse(req *request, reply []int64) (Decision, []Decision, error) {
+	return p.parseFor(req, reply, p.Named)
 }
 
 // parseFor is parse, with Rules filled when every is true.
-func (p *Policy) parseFor(req *request, reply []int64, every bool) (Decision, []Decision, error) {
+func (p *Route) parseFor(req *request, reply []int64, every bool) (Decision, []Decision, error) {
 	n := len(req.keys)
 	now, fired, err := replyHead(reply, n, lua.ReplyPerRule)
 	if err != nil {
@@ -664,7 +429,7 @@ func tooCostly(r *rule.Rate, cost int, named bool) Decision {
 // answered for its key (d, or each share's own decision when there are
 // several), so that a fallback decision continues from it. sent is when
 // the call was sent.
-func (p *Policy) learn(req *request, d *Decision, each []Decision, sent time.Time) {
+func (p *Route) learn(req *request, d *Decision, each []Decision, sent time.Time) {
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
 		if b := cl.rule.Ban; b != nil && b.Local != nil {
@@ -672,6 +437,215 @@ func (p *Policy) learn(req *request, d *Decision, each []Decision, sent time.Tim
 		}
 		if cl.rule.Local != nil {
 			cl.rule.Local.Learn(cl.key, answerOf(d, each, at), sent)
+		}
+	}
+}
+
+// strikeAll records a refusal of req answered in process, by its call i
+// (by its Ban when byBan), as a strike for every Ban of the route, as in
+// Redis (lua/penalty.lua): each is told with the next call on its rule's
+// key. A ban's own refusal is no strike for that ban (its report counts
+// nothing while it holds).
+func (p *Route) strikeAll(req *request, i int, byBan bool) {
+	for j := range req.calls {
+		if cl := &req.calls[j]; cl.ban != nil && !(j == i && byBan) {
+			p.carry(*cl, 1)
+		}
+	}
+}
+
+// bringStrikes puts on the Ban's share of each call of req the refusals
+// its rule's deny cache answered since the key's last call: they are
+// strikes too.
+func (p *Route) bringStrikes(req *request) {
+	for i := range req.calls {
+		if cl := &req.calls[i]; cl.ban != nil {
+			cl.ban.cost = strikes(cl.rule.Deny.Drain(cl.key))
+		}
+	}
+}
+
+// restoreStrikes gives back the strikes that req's bans carried (see
+// bringStrikes) to the deny caches they were drained from, after a call
+// that Redis did not answer: they are reported with the key's next call.
+// A call that timed out may have run all the same, so a strike can be
+// counted twice; it is never lost.
+func (p *Route) restoreStrikes(req *request) {
+	for i := range req.calls {
+		if cl := &req.calls[i]; cl.ban != nil && cl.ban.cost > 1 {
+			p.carry(*cl, int64(cl.ban.cost-1))
+			cl.ban.cost = 1
+		}
+	}
+}
+
+// strikes is the cost of a ban's call that reports n strikes: one for the
+// request itself, and n, within what the script takes.
+func strikes(n int64) int { return int(min(1+n, lua.MaxCost)) }
+
+// carry adds n strikes to those carried in process for the Ban of cl, to
+// go to Redis with the key's next call. The first strike carried on a key
+// also schedules a report of them a staleness bound later, which finds
+// nothing to send if a call took them first: so carried strikes reach
+// Redis, and every instance, within MaxStaleness even when the client sends
+// nothing more here; strikes given back after a failed call schedule a new
+// report.
+func (p *Route) carry(cl call, n int64) {
+	if !cl.rule.Deny.StrikeN(cl.key, n) {
+		return
+	}
+	// The report runs later, on a timer: it keeps a copy of the Ban's
+	// share, never a pointer into the request's memory.
+	ban := *cl.ban
+	cl.ticket, ban.ticket, cl.ban = state.Ticket{}, state.Ticket{}, &ban
+	time.AfterFunc(cl.rule.Deny.Staleness(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+		defer cancel()
+		p.reportStrikes(ctx, []call{cl}, 0)
+	})
+}
+
+// reportStrikes sends Redis, in one call of the bans alone, the strikes
+// carried for the Ban of each of calls, plus add each (an in-flight refusal
+// of the request): a ban counts them and bans at once when they reach its
+// limit, so the next request is refused on every instance. What Redis
+// answers is kept as any answer is (the deny cache and the fallback learn
+// a ban). When Redis does not answer, the strikes go back to be carried.
+func (p *Route) reportStrikes(ctx context.Context, calls []call, add int64) {
+	// The calls whose Ban reports strikes, each with a copy of its Ban's
+	// share (the report writes the cost and ticket of its own), whose
+	// record is its index.
+	var report []call
+	var keys []string
+	for _, cl := range calls {
+		if cl.ban == nil {
+			continue
+		}
+		n := add + cl.rule.Deny.Drain(cl.key)
+		if n <= 0 {
+			continue
+		}
+		ban := *cl.ban
+		ban.cost, cl.ban = strikes(n), &ban
+		keys = append(keys, ban.key)
+		report = append(report, cl)
+	}
+	if len(report) == 0 {
+		return
+	}
+	sent := time.Now()
+	args := p.newArgs(len(keys))
+	for rec, cl := range report {
+		b := cl.rule.Ban
+		if b.Deny != nil {
+			cl.ban.ticket = b.Deny.Stamp()
+		}
+		putRecord(args, rec, b.Settings, cl.ban.cost)
+	}
+	reply, _, err := p.Engine.Run(ctx, p.Queue, p.Timeout, severalScript, keys, args)
+	var now time.Time
+	if err == nil {
+		now, _, err = replyHead(reply, len(keys), lua.ReplyPerRule)
+	}
+	for rec, cl := range report {
+		if err != nil {
+			p.carry(cl, int64(cl.ban.cost-1))
+			continue
+		}
+		b, a := cl.rule.Ban, answerAt(reply, rec, now)
+		if b.Deny != nil {
+			b.Deny.Leave(cl.ban.key, cl.ban.ticket, a)
+		}
+		if b.Local != nil {
+			b.Local.Learn(cl.ban.key, a, sent)
+		}
+	}
+}
+
+// failed is the decision, and the error, when Redis could not decide the
+// calls of a request: the in-process fallback's under FailLocal, and
+// otherwise the failure policy's. A saturated process (engine.ErrSaturated) is not
+// a Redis failure, and only Redis grants while Redis is healthy: it is
+// refused under every policy (see [engine.ErrSaturated]). The error names the
+// rule and the scope's route, never the key, which holds the identity.
+func (p *Route) failed(req *request, err error) (Decision, error) {
+	first := req.calls[0].rule
+	saturated := errors.Is(err, engine.ErrSaturated)
+	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
+	if p.OnFail == FailLocal && !saturated && p.RuleRoute.Instances.Heard() {
+		d := p.decideLocal(req)
+		d.Err = err
+		return d, err
+	}
+	return Decision{Rule: first.Name, Allowed: p.OnFail == FailOpen && !saturated, Limit: first.Limit, Window: first.Window, Source: Source(first.Source), Err: err, decider: &first.Base}, err
+}
+
+// describe names what a request was limited by, for error texts: the route
+// and the rules, never the identity.
+func (p *Route) describe(req *request) string {
+	where := req.scope.Label()
+	if len(p.All) == 1 {
+		switch r := p.All[0].(type) {
+		case *rule.InFlight:
+			return fmt.Sprintf("%s: rule %q (in-flight)", where, r.Name)
+		case *rule.Rate:
+			return fmt.Sprintf("%s: rule %q (%v)", where, r.Name, r.Alg)
+		}
+	}
+	var names []string
+	if req.inFlight() {
+		for _, r := range p.Slots {
+			names = append(names, r.Name)
+		}
+	}
+	for _, c := range req.calls {
+		names = append(names, c.rule.Name)
+	}
+	return fmt.Sprintf("%s: rules %q", where, names)
+}
+
+// decideLocal takes each call's cost from its rule's in-process bucket for
+// its key, all or none, and returns the decision of the first rule that
+// refused, or of the last rule. A ban Redis reported still refuses.
+func (p *Route) decideLocal(req *request) Decision {
+	now := time.Now()
+	if p.LocalClock != nil {
+		now = p.LocalClock()
+	}
+	var d Decision
+	for i := range req.calls {
+		c := &req.calls[i]
+		if b := c.rule.Ban; b != nil && b.Local != nil {
+			// The ban is Redis's: the fallback starts none, but keeps the
+			// one Redis last reported, whose decision is its rule's.
+			if left := b.Local.Banned(c.ban.key, now); left > 0 {
+				p.giveBack(req.calls[:i])
+				return Decision{Rule: b.Name, Limit: b.Limit, RetryAfter: left, Reset: left, Time: now,
+					Local: true, Banned: true, decider: &b.Base}
+			}
+		}
+		local := c.rule.Local
+		if local == nil {
+			continue
+		}
+		left, retry, ok := local.Take(c.key, now, c.cost)
+		d = Decision{Rule: c.rule.Name, Allowed: ok, Limit: c.rule.Limit, Window: c.rule.Window, Source: Source(c.rule.Source), Remaining: left, Time: now, Local: true, decider: &c.rule.Base}
+		if !ok {
+			d.RetryAfter, d.Reset = retry, retry
+			p.giveBack(req.calls[:i])
+			return d
+		}
+		d.Reset = local.UnitRefill()
+	}
+	return d
+}
+
+// giveBack returns the costs that decideLocal took for calls, which a later
+// rule refused.
+func (p *Route) giveBack(calls []call) {
+	for _, c := range calls {
+		if c.rule.Local != nil {
+			c.rule.Local.Give(c.key, c.cost)
 		}
 	}
 }

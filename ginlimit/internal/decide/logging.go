@@ -1,4 +1,4 @@
-package ginlimit
+package decide
 
 import (
 	"context"
@@ -9,26 +9,26 @@ import (
 
 // Log lines are written through log/slog and never carry an identity (an
 // IP address, a user id, or a Redis key, which holds one). A line that
-// could repeat on every request goes through a logThrottle.
+// could repeat on every request goes through a LogThrottle.
 
-// logEvery is the least time between two log lines of one logThrottle, so
+// LogEvery is the least time between two log lines of one LogThrottle, so
 // that a Redis outage under load writes one line every few seconds, not one
 // per request.
-const logEvery = 5 * time.Second
+const LogEvery = 5 * time.Second
 
-// logThrottle writes at most one record per logEvery and counts the ones it
+// LogThrottle writes at most one record per LogEvery and counts the ones it
 // drops. It is safe for concurrent use.
-type logThrottle struct {
+type LogThrottle struct {
 	next       atomic.Int64 // unix nanoseconds before which records are dropped
 	suppressed atomic.Int64
 }
 
-// log writes the record unless one was written less than logEvery ago,
+// log writes the record unless one was written less than LogEvery ago,
 // and reports whether it wrote it.
-func (t *logThrottle) log(ctx context.Context, l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) bool {
+func (t *LogThrottle) Log(ctx context.Context, l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) bool {
 	now := time.Now().UnixNano()
 	next := t.next.Load()
-	if now < next || !t.next.CompareAndSwap(next, now+int64(logEvery)) {
+	if now < next || !t.next.CompareAndSwap(next, now+int64(LogEvery)) {
 		t.suppressed.Add(1)
 		return false
 	}
@@ -42,27 +42,27 @@ func (t *logThrottle) log(ctx context.Context, l *slog.Logger, level slog.Level,
 	return true
 }
 
-// outageLog is how a backend's engine reports Redis outages
+// OutageLog is how a backend's engine reports Redis outages
 // (engine.Watcher): the first failure of a Redis server after it answered
 // is logged once, at warn, with its own error, which says why (a refused
 // connection, say); its end, the first answer after it, at info, with how
 // long Redis failed and how many calls failed meanwhile. The decisions
 // taken meanwhile under the failure policy are logged at debug only
-// (Policy.answer). Outages that start less than logEvery after a logged
+// (Policy.answer). Outages that start less than LogEvery after a logged
 // one (a flapping Redis) are counted into the next line, and their ends
 // are not logged.
-type outageLog struct {
-	logger *slog.Logger // nil: slog.Default() at the time of logging
-	starts logThrottle
+type OutageLog struct {
+	Logger *slog.Logger // nil: slog.Default() at the time of logging
+	starts LogThrottle
 }
 
-func (o *outageLog) Failing(cause error) bool {
-	return o.starts.log(context.Background(), o.logger, slog.LevelWarn,
-		"ginlimit: Redis is failing; limited routes apply their failure policy until it answers", errAttr(cause))
+func (o *OutageLog) Failing(cause error) bool {
+	return o.starts.Log(context.Background(), o.Logger, slog.LevelWarn,
+		"ginlimit: Redis is failing; limited routes apply their failure policy until it answers", ErrAttr(cause))
 }
 
-func (o *outageLog) Answering(down time.Duration, failures int64) {
-	l := o.logger
+func (o *OutageLog) Answering(down time.Duration, failures int64) {
+	l := o.Logger
 	if l == nil {
 		l = slog.Default()
 	}
@@ -70,4 +70,4 @@ func (o *outageLog) Answering(down time.Duration, failures int64) {
 		slog.Duration("down", down), slog.Int64("failed_calls", failures))
 }
 
-func errAttr(err error) slog.Attr { return slog.String("error", err.Error()) }
+func ErrAttr(err error) slog.Attr { return slog.String("error", err.Error()) }
