@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
@@ -28,7 +29,7 @@ const (
 // in-flight rule, and its [Decision.RetryAfter] and Reset: a slot frees
 // when a request being served ends, which nobody can predict, so it is the
 // shortest Retry-After there is, one second.
-const InFlightRetryAfter = time.Second
+const InFlightRetryAfter = decide.InFlightRetryAfter
 
 // InFlight makes the rule an in-flight limit: at most n requests of the
 // rule, per each combination of its dimensions ([Per]), are being served

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
@@ -59,7 +60,7 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 	if err := p.compileNamed(c, &rc); err != nil {
 		return nil, err
 	}
-	if err := checkShared(p.route.All); err != nil {
+	if err := rule.CheckShared(p.route.All); err != nil {
 		return nil, err
 	}
 	b, err := l.backendFor(rc)
@@ -131,4 +132,44 @@ func namedRuleConfig(base rule.Config, g ruleGroup, names map[string]bool) (rule
 		err = fmt.Errorf("the name %q is used twice", rcfg.Name)
 	}
 	return rcfg, err
+}
+
+// group is a Shared group as the first route of a Limiter to claim it
+// declared it: its settings, and its rule, whose in-process state (deny
+// cache, FailLocal buckets) the group's later routes on the same backend
+// take, so that a key has one such state per instance, as it has one
+// count in Redis: a fallback on any route of the group then continues from
+// what Redis last said for the key on any other.
+type group struct {
+	terms  string
+	rule   rule.Any
+	engine *engine.Engine
+}
+
+// claimGroups records the groups of p's Shared rules in l, and refuses p
+// when another route of l gave one of them other settings. p's rules of a
+// group already claimed take its state.
+func (l *Limiter) claimGroups(p *Policy) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range p.route.All {
+		b := r.Core()
+		if b.Group == "" {
+			continue
+		}
+		if l.groups == nil {
+			l.groups = map[string]group{}
+		}
+		g, ok := l.groups[b.Group]
+		switch {
+		case !ok:
+			l.groups[b.Group] = group{terms: b.GroupTerms, rule: r, engine: p.route.Engine}
+		case g.terms != b.GroupTerms:
+			return fmt.Errorf("rule %q: another route shares its count (the same Key and Name) with %s; this one gives %s: the routes of a group must agree, or take a Key or Name of their own",
+				b.Name, g.terms, b.GroupTerms)
+		case g.engine == p.route.Engine:
+			rule.TakeState(r, g.rule)
+		}
+	}
+	return nil
 }

@@ -86,7 +86,7 @@ func (l *Limiter) Rules() []RuleInfo {
 		breakers := p.route.Engine.BreakerStates()
 		for _, route := range routes {
 			for _, r := range p.route.All {
-				ri := p.ruleInfo(r, route)
+				ri := ruleInfo(p, r, route)
 				ri.Breakers = breakers
 				out = append(out, ri)
 			}
@@ -110,7 +110,7 @@ func (ri RuleInfo) On(route string) (RuleInfo, error) {
 	}
 	for _, r := range ri.Policy.route.All {
 		if r.Core().Name == ri.Rule {
-			out := ri.Policy.ruleInfo(r, route)
+			out := ruleInfo(ri.Policy, r, route)
 			out.Breakers = ri.Breakers
 			return out, nil
 		}
@@ -179,7 +179,7 @@ func keyIdentity(key string) string {
 }
 
 // ruleInfo describes r on route.
-func (p *Policy) ruleInfo(r rule.Any, route string) RuleInfo {
+func ruleInfo(p *Policy, r rule.Any, route string) RuleInfo {
 	b := r.Core()
 	ri := RuleInfo{Policy: p, Route: route, Rule: b.Name, Limit: b.Limit, ConfigLimit: b.Limit,
 		Shared: b.Shared, OnFailure: p.route.OnFail, Hashed: b.HashKey != nil}
