@@ -2,6 +2,7 @@ package decide
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -35,7 +36,8 @@ func Scripts() []*redis.Script { return []*redis.Script{severalScript, peekScrip
 // from it; otherwise one script call decides every rule. When Redis cannot
 // decide, the failure policy does; when this process could not get the call
 // to Redis in time (engine.ErrSaturated), the saturation answer does (see failed).
-func (p *Route) decide(ctx context.Context, req *request) (Decision, error) {
+func (req *request) decide(ctx context.Context) (Decision, error) {
+	p := req.p
 	for i := range req.calls {
 		cl := &req.calls[i]
 		cl.cost = max(cl.cost, 1)
@@ -45,9 +47,9 @@ func (p *Route) decide(ctx context.Context, req *request) (Decision, error) {
 	}
 	var wctx context.Context // the bound on waiting in the deny cache, made when needed
 	for {
-		turn, i, byBan := p.enter(req)
+		turn, i, byBan := req.enter()
 		if turn.Verdict == state.Reject {
-			p.strikeAll(req, i, byBan)
+			req.strikeAll(i, byBan)
 			cl := &req.calls[i]
 			if byBan {
 				return cached(&cl.rule.Ban.Base, turn.Answer(), true), nil // the cheap path
@@ -67,21 +69,22 @@ func (p *Route) decide(ctx context.Context, req *request) (Decision, error) {
 		}
 		if err := turn.Await(wctx); err != nil {
 			if ctx.Err() != nil {
-				return p.gone(req, fmt.Errorf("%w: %w", engine.ErrClientGone, context.Cause(ctx)))
+				return req.gone(fmt.Errorf("%w: %w", engine.ErrClientGone, context.Cause(ctx)))
 			}
-			return p.failed(req, fmt.Errorf("%w: %w", engine.ErrSaturated, err))
+			return req.failed(fmt.Errorf("%w: %w", engine.ErrSaturated, err))
 		}
 	}
-	return p.ask(ctx, req)
+	return req.ask(ctx)
 }
 
 // ask decides req with one script call, and with the failure policy, or
 // as a client that has gone, when Redis does not answer.
-func (p *Route) ask(ctx context.Context, req *request) (Decision, error) {
+func (req *request) ask(ctx context.Context) (Decision, error) {
+	p := req.p
 	if p.bans {
-		p.bringStrikes(req) // only a route with a Ban carries strikes
+		req.bringStrikes() // only a route with a Ban carries strikes
 	}
-	script, args := p.call(req)
+	script, args := req.script()
 	var sent time.Time
 	if p.OnFail == FailLocal {
 		sent = time.Now()
@@ -90,22 +93,22 @@ func (p *Route) ask(ctx context.Context, req *request) (Decision, error) {
 	var d Decision
 	var each []Decision
 	if err == nil {
-		if d, each, err = p.parse(req, reply); err == nil && p.OnFail == FailLocal {
-			p.learn(req, &d, each, sent)
+		if d, each, err = req.parse(reply, req.p.Named); err == nil && p.OnFail == FailLocal {
+			req.learn(&d, each, sent)
 		}
 	}
-	p.leave(req, &d, each, err == nil)
+	req.leave(&d, each, err == nil)
 	if err != nil {
-		p.restoreStrikes(req)
+		req.restoreStrikes()
 		if ctx.Err() != nil {
 			// However the call ended, the request's context ended first:
 			// no fallback decides for a client that has gone.
 			if !errors.Is(err, engine.ErrClientGone) {
 				err = fmt.Errorf("%w: %w", engine.ErrClientGone, err)
 			}
-			d, err = p.gone(req, err)
+			d, err = req.gone(err)
 		} else {
-			d, err = p.failed(req, err)
+			d, err = req.failed(err)
 		}
 	}
 	d.brk = brk
@@ -115,26 +118,26 @@ func (p *Route) ask(ctx context.Context, req *request) (Decision, error) {
 // gone is the decision, and the error, of a request whose own context
 // ended before Redis answered (engine.ErrClientGone): refused, and decided by
 // nobody. The error names the route and the rules, never the identity.
-func (p *Route) gone(req *request, err error) (Decision, error) {
+func (req *request) gone(err error) (Decision, error) {
 	first := req.calls[0].rule
-	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
+	err = fmt.Errorf("ginlimit: %s: %w", req.describe(), err)
 	return Decision{Rule: first.Name, Limit: first.Limit, Window: first.Window, Source: Source(first.Source), Err: err, decider: &first.Base}, err
 }
 
 // enter asks each call's deny caches, its Ban's then its rule's, whether
 // it may go to Redis. On a certain rejection or a wait, it releases what
 // it counted and returns the call that decided, and whether its Ban did.
-func (p *Route) enter(req *request) (state.Turn, int, bool) {
+func (req *request) enter() (state.Turn, int, bool) {
 	for i := range req.calls {
 		cl := &req.calls[i]
 		if cl.ban != nil {
 			if turn := enterShare(cl.rule.Ban.Deny, cl.ban); turn.Verdict != state.Send {
-				p.release(req.calls[:i])
+				release(req.calls[:i])
 				return turn, i, true
 			}
 		}
 		if turn := enterShare(cl.rule.Deny, &cl.share); turn.Verdict != state.Send {
-			p.release(req.calls[:i])
+			release(req.calls[:i])
 			releaseShare(cl.banDeny(), cl.ban)
 			return turn, i, false
 		}
@@ -165,7 +168,7 @@ func (cl *call) banDeny() *state.DenyCache {
 
 // release lets go of the calls the deny caches counted and that were not
 // sent.
-func (p *Route) release(calls []call) {
+func release(calls []call) {
 	for i := range calls {
 		cl := &calls[i]
 		releaseShare(cl.banDeny(), cl.ban)
@@ -184,7 +187,7 @@ func releaseShare(deny *state.DenyCache, s *share) {
 // leave tells each deny cache of req what the call proved: d, or each
 // share's own decision when there are several (ok is false when Redis
 // could not decide, which proves nothing).
-func (p *Route) leave(req *request, d *Decision, each []Decision, ok bool) {
+func (req *request) leave(d *Decision, each []Decision, ok bool) {
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
 		if cl.ban != nil {
@@ -221,13 +224,14 @@ func answerOf(d *Decision, each []Decision, rec int) state.Answer {
 // call, its rule's single-rule script, which has the rule's settings
 // written in, with the test clock ("" for Redis TIME) and the cost; for
 // several, the several-rule script (see package lua).
-func (p *Route) call(req *request) (*redis.Script, []any) {
+func (req *request) script() (*redis.Script, []any) {
+	p := req.p
 	if len(req.keys) != 1 {
-		return severalScript, p.severalArgs(req)
+		return severalScript, req.severalArgs()
 	}
 	cl := req.calls[0]
 	if cl.rule.Script == nil { // an override (see rule.CompileRate)
-		return severalScript, p.severalArgs(req)
+		return severalScript, req.severalArgs()
 	}
 	if p.Clock == nil && cl.cost == cl.rule.Cost {
 		return cl.rule.Script, cl.rule.Args
@@ -241,8 +245,9 @@ func (p *Route) call(req *request) (*redis.Script, []any) {
 
 // severalArgs returns the several-rule script's arguments for req: each
 // record's, its rule's settings and its cost.
-func (p *Route) severalArgs(req *request) []any {
-	args := p.newArgs(len(req.keys))
+func (req *request) severalArgs() []any {
+	p := req.p
+	args := newArgs(p.Clock, len(req.keys))
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
 		if cl.ban != nil {
@@ -255,11 +260,11 @@ func (p *Route) severalArgs(req *request) []any {
 
 // newArgs returns the several-rule script's arguments for n records: the
 // test clock ("" for Redis TIME), and room for each record's (putRecord).
-func (p *Route) newArgs(n int) []any {
+func newArgs(clock func() int64, n int) []any {
 	args := make([]any, lua.ArgRules+lua.ArgsPerRule*n)
 	args[lua.ArgClock] = ""
-	if p.Clock != nil {
-		args[lua.ArgClock] = p.Clock()
+	if clock != nil {
+		args[lua.ArgClock] = clock()
 	}
 	return args
 }
@@ -281,11 +286,11 @@ func putRecord(args []any, rec int, settings []any, cost int) {
 // decision is the ban's, with Banned set. For a route declared with
 // Rules, Rules holds every call's decision.
 func (p *Route) parse(req *request, reply []int64) (Decision, []Decision, error) {
-	return p.parseFor(req, reply, p.Named)
+	return req.parse(reply, p.Named)
 }
 
 // parseFor is parse, with Rules filled when every is true.
-func (p *Route) parseFor(req *request, reply []int64, every bool) (Decision, []Decision, error) {
+func (req *request) parse(reply []int64, every bool) (Decision, []Decision, error) {
 	n := len(req.keys)
 	now, fired, err := replyHead(reply, n, lua.ReplyPerRule)
 	if err != nil {
@@ -429,7 +434,7 @@ func tooCostly(r *rule.Rate, cost int, named bool) Decision {
 // answered for its key (d, or each share's own decision when there are
 // several), so that a fallback decision continues from it. sent is when
 // the call was sent.
-func (p *Route) learn(req *request, d *Decision, each []Decision, sent time.Time) {
+func (req *request) learn(d *Decision, each []Decision, sent time.Time) {
 	for i := range req.calls {
 		cl, at := &req.calls[i], req.rec(i)
 		if b := cl.rule.Ban; b != nil && b.Local != nil {
@@ -446,7 +451,8 @@ func (p *Route) learn(req *request, d *Decision, each []Decision, sent time.Time
 // Redis (lua/penalty.lua): each is told with the next call on its rule's
 // key. A ban's own refusal is no strike for that ban (its report counts
 // nothing while it holds).
-func (p *Route) strikeAll(req *request, i int, byBan bool) {
+func (req *request) strikeAll(i int, byBan bool) {
+	p := req.p
 	for j := range req.calls {
 		if cl := &req.calls[j]; cl.ban != nil && !(j == i && byBan) {
 			p.carry(*cl, 1)
@@ -457,7 +463,7 @@ func (p *Route) strikeAll(req *request, i int, byBan bool) {
 // bringStrikes puts on the Ban's share of each call of req the refusals
 // its rule's deny cache answered since the key's last call: they are
 // strikes too.
-func (p *Route) bringStrikes(req *request) {
+func (req *request) bringStrikes() {
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.ban != nil {
 			cl.ban.cost = strikes(cl.rule.Deny.Drain(cl.key))
@@ -470,7 +476,8 @@ func (p *Route) bringStrikes(req *request) {
 // that Redis did not answer: they are reported with the key's next call.
 // A call that timed out may have run all the same, so a strike can be
 // counted twice; it is never lost.
-func (p *Route) restoreStrikes(req *request) {
+func (req *request) restoreStrikes() {
+	p := req.p
 	for i := range req.calls {
 		if cl := &req.calls[i]; cl.ban != nil && cl.ban.cost > 1 {
 			p.carry(*cl, int64(cl.ban.cost-1))
@@ -534,7 +541,7 @@ func (p *Route) reportStrikes(ctx context.Context, calls []call, add int64) {
 		return
 	}
 	sent := time.Now()
-	args := p.newArgs(len(keys))
+	args := newArgs(p.Clock, len(keys))
 	for rec, cl := range report {
 		b := cl.rule.Ban
 		if b.Deny != nil {
@@ -568,12 +575,13 @@ func (p *Route) reportStrikes(ctx context.Context, calls []call, add int64) {
 // a Redis failure, and only Redis grants while Redis is healthy: it is
 // refused under every policy (see [engine.ErrSaturated]). The error names the
 // rule and the scope's route, never the key, which holds the identity.
-func (p *Route) failed(req *request, err error) (Decision, error) {
+func (req *request) failed(err error) (Decision, error) {
+	p := req.p
 	first := req.calls[0].rule
 	saturated := errors.Is(err, engine.ErrSaturated)
-	err = fmt.Errorf("ginlimit: %s: %w", p.describe(req), err)
+	err = fmt.Errorf("ginlimit: %s: %w", req.describe(), err)
 	if p.OnFail == FailLocal && !saturated && p.RuleRoute.Instances.Heard() {
-		d := p.decideLocal(req)
+		d := req.decideLocal()
 		d.Err = err
 		return d, err
 	}
@@ -582,7 +590,8 @@ func (p *Route) failed(req *request, err error) (Decision, error) {
 
 // describe names what a request was limited by, for error texts: the route
 // and the rules, never the identity.
-func (p *Route) describe(req *request) string {
+func (req *request) describe() string {
+	p := req.p
 	where := req.scope.Label()
 	if len(p.All) == 1 {
 		switch r := p.All[0].(type) {
@@ -607,7 +616,8 @@ func (p *Route) describe(req *request) string {
 // decideLocal takes each call's cost from its rule's in-process bucket for
 // its key, all or none, and returns the decision of the first rule that
 // refused, or of the last rule. A ban Redis reported still refuses.
-func (p *Route) decideLocal(req *request) Decision {
+func (req *request) decideLocal() Decision {
+	p := req.p
 	now := time.Now()
 	if p.LocalClock != nil {
 		now = p.LocalClock()
@@ -619,7 +629,7 @@ func (p *Route) decideLocal(req *request) Decision {
 			// The ban is Redis's: the fallback starts none, but keeps the
 			// one Redis last reported, whose decision is its rule's.
 			if left := b.Local.Banned(c.ban.key, now); left > 0 {
-				p.giveBack(req.calls[:i])
+				giveBack(req.calls[:i])
 				return Decision{Rule: b.Name, Limit: b.Limit, RetryAfter: left, Reset: left, Time: now,
 					Local: true, Banned: true, decider: &b.Base}
 			}
@@ -632,7 +642,7 @@ func (p *Route) decideLocal(req *request) Decision {
 		d = Decision{Rule: c.rule.Name, Allowed: ok, Limit: c.rule.Limit, Window: c.rule.Window, Source: Source(c.rule.Source), Remaining: left, Time: now, Local: true, decider: &c.rule.Base}
 		if !ok {
 			d.RetryAfter, d.Reset = retry, retry
-			p.giveBack(req.calls[:i])
+			giveBack(req.calls[:i])
 			return d
 		}
 		d.Reset = local.UnitRefill()
@@ -642,10 +652,161 @@ func (p *Route) decideLocal(req *request) Decision {
 
 // giveBack returns the costs that decideLocal took for calls, which a later
 // rule refused.
-func (p *Route) giveBack(calls []call) {
+func giveBack(calls []call) {
 	for _, c := range calls {
 		if c.rule.Local != nil {
 			c.rule.Local.Give(c.key, c.cost)
 		}
 	}
+}
+
+// slotScript is lua/inflight.lua.
+var slotScript = redis.NewScript(lua.InFlight())
+
+// slotArgs returns the script's arguments for op on the slots of rules.
+func slotArgs(clock func() int64, rules []*rule.InFlight, op, holder string) []any {
+	args := make([]any, lua.InFlightArgRules, lua.InFlightArgRules+lua.InFlightArgsPerRule*len(rules))
+	if clock != nil {
+		args[lua.ArgClock] = clock()
+	} else {
+		args[lua.ArgClock] = ""
+	}
+	args[lua.InFlightArgOp], args[lua.InFlightArgHolder] = op, holder
+	for _, r := range rules {
+		at := len(args)
+		args = args[:at+lua.InFlightArgsPerRule]
+		args[at+lua.InFlightArgLimit], args[at+lua.InFlightArgLease] = r.Limit, r.Lease.Microseconds()
+	}
+	return args
+}
+
+// newHolder returns a holder id: 16 random bytes, unique in practice.
+func newHolder() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return string(b[:])
+}
+
+// takeSlots is the in-flight step of a request: it takes a slot of every
+// in-flight rule for req's keys, all or none, and leaves the decision in
+// req.d. It returns what the request holds, to give back once the chain
+// returns, or nil when it holds nothing (refused, or let through without a
+// slot); and the error when Redis could not decide, whose answer the
+// failure policy gave.
+func (req *request) takeSlots(ctx context.Context) (*holding, error) {
+	p := req.p
+	h := &holding{p: p, req: req, holder: newHolder(), ctx: context.WithoutCancel(ctx)}
+	reply, brk, err := p.Engine.Run(ctx, p.Queue, p.Timeout, slotScript, req.keys, slotArgs(p.Clock, p.Slots, "acquire", h.holder))
+	if err == nil {
+		if req.d, err = parseSlots(p.Slots, reply); err == nil {
+			req.d.brk = brk
+			if !req.d.Allowed {
+				return nil, nil
+			}
+			h.redis = true
+			h.holdLocal(req)
+			h.renewLater(0)
+			return h, nil
+		}
+	}
+	// Redis could not decide. Unless the call never left this process,
+	// the script may have run and leased a slot: give it back as well, in
+	// the background (Redis is failing: the request need not wait for it).
+	saturated := errors.Is(err, engine.ErrSaturated)
+	gone := errors.Is(err, engine.ErrClientGone) || ctx.Err() != nil
+	h.redis = (!engine.NoVerdict(err) || engine.MayHaveRun(err)) && !errors.Is(err, engine.ErrCircuitOpen)
+	h.uncertain = true
+	if gone && !errors.Is(err, engine.ErrClientGone) {
+		err = fmt.Errorf("%w: %w", engine.ErrClientGone, err)
+	}
+	err = fmt.Errorf("ginlimit: %s: %w", req.describe(), err)
+	first := p.Slots[0]
+	switch {
+	case gone:
+		// No fallback decides for a client that has gone (engine.ErrClientGone).
+		req.d = Decision{Rule: first.Name, Limit: first.Limit, decider: &first.Base}
+	case p.OnFail == FailLocal && !saturated && p.RuleRoute.Instances.Heard():
+		req.d = req.takeLocal(h)
+	default:
+		// A saturated process is refused under every policy: only Redis
+		// grants while Redis is healthy (see engine.ErrSaturated).
+		req.d = Decision{Rule: first.Name, Allowed: p.OnFail == FailOpen && !saturated, Limit: first.Limit, decider: &first.Base}
+	}
+	req.d.Err = err
+	if !req.d.Allowed {
+		h.release()
+		return nil, err
+	}
+	return h, err
+}
+
+// parseSlots checks and converts the acquire reply {now_us, fired, in_use
+// per rule}. The decision is the firing rule's or, when admitted, the
+// rule with the fewest slots left; with several in-flight rules, Rules
+// holds each one's.
+func parseSlots(rules []*rule.InFlight, reply []int64) (Decision, error) {
+	n := len(rules)
+	now, fired, err := replyHead(reply, n, lua.InFlightPerRule)
+	if err != nil {
+		return Decision{}, err
+	}
+	each := make([]Decision, n)
+	best := 0
+	for i, r := range rules {
+		inUse := int(reply[lua.ReplyHead+lua.InFlightPerRule*i+lua.InFlightInUse])
+		each[i] = Decision{Rule: r.Name, Allowed: fired == 0, Limit: r.Limit, Remaining: max(r.Limit-inUse, 0), Time: now, decider: &r.Base}
+		if fired == 0 && each[i].Remaining < each[best].Remaining {
+			best = i
+		}
+	}
+	if fired > 0 {
+		best = fired - 1
+		each[best].RetryAfter, each[best].Reset = InFlightRetryAfter, InFlightRetryAfter
+	}
+	d := each[best]
+	if n > 1 {
+		d.Rules = each
+	}
+	return d, nil
+}
+
+// takeLocal takes a slot of every rule's in-process count, all or none:
+// the FailLocal fallback of the in-flight step.
+func (req *request) takeLocal(h *holding) Decision {
+	p := req.p
+	now := time.Now()
+	var d Decision
+	for i, r := range p.Slots {
+		cl := slotCall{rule: r, key: req.keys[i]}
+		left, ok := r.Local.Take(cl.key)
+		d = Decision{Rule: r.Name, Allowed: ok, Limit: r.Limit, Remaining: left, Time: now, Local: true, decider: &r.Base}
+		if !ok {
+			d.RetryAfter, d.Reset = InFlightRetryAfter, InFlightRetryAfter
+			h.giveLocal()
+			return d
+		}
+		h.local = append(h.local, cl)
+	}
+	return d
+}
+
+// holdLocal counts the slots req holds in Redis in each rule's in-process
+// count too (when the rule has one), until the holding is released: the
+// fallback then never admits more in flight in this process than its cap,
+// whoever granted the slots already held.
+func (h *holding) holdLocal(req *request) {
+	for i, r := range h.p.Slots {
+		if r.Local != nil {
+			r.Local.Hold(req.keys[i])
+			h.local = append(h.local, slotCall{rule: r, key: req.keys[i]})
+		}
+	}
+}
+
+// giveLocal gives back the in-process slots held.
+func (h *holding) giveLocal() {
+	for _, cl := range h.local {
+		cl.rule.Local.Give(cl.key)
+	}
+	h.local = nil
 }

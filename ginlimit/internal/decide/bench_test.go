@@ -25,7 +25,7 @@ func BenchmarkDenyCacheHit(b *testing.B) {
 			*cl = call{rule: r}
 			cl.key, cl.cost = key, 1
 			req.place(0)
-			if d, _ := p.decide(ctx, req); !d.Cached {
+			if d, _ := req.decide(ctx); !d.Cached {
 				b.Fatal("not cached")
 			}
 		}

@@ -20,7 +20,7 @@ import (
 func ProbeKeys(p *Route, c *gin.Context, slots bool) (keys []string, deciders []*rule.Base, ok bool) {
 	if slots {
 		req := p.newSlotRequest(rule.RequestScope(c))
-		if ok = p.prepareSlots(c, req); ok {
+		if ok = req.prepareSlots(c); ok {
 			for _, r := range p.Slots {
 				deciders = append(deciders, &r.Base)
 			}
@@ -28,7 +28,7 @@ func ProbeKeys(p *Route, c *gin.Context, slots bool) (keys []string, deciders []
 		return req.keys, deciders, ok
 	}
 	req := p.newRequest(rule.RequestScope(c))
-	if ok = p.prepare(c, req); ok {
+	if ok = req.prepare(c); ok {
 		for _, cl := range req.calls {
 			if cl.ban != nil {
 				deciders = append(deciders, &cl.rule.Ban.Base)
@@ -43,7 +43,7 @@ func ProbeKeys(p *Route, c *gin.Context, slots bool) (keys []string, deciders []
 // a refusal writes it, however recently the route wrote one.
 func ProbeDebug(p *Route, c *gin.Context, r *rule.Base, msg string) {
 	ProbeQuiet(p)
-	p.debug(c, &request{d: Decision{Rule: r.Name, decider: r}}, msg)
+	answers{p}.debug(c, &request{d: Decision{Rule: r.Name, decider: r}}, msg)
 }
 
 // ProbeQuiet lets p's next debug line through its throttle.
@@ -56,7 +56,7 @@ func ProbeDie(ctx context.Context, p *Route, s rule.Scope) (Decision, error) {
 	for i, r := range p.Slots {
 		req.keys[i] = rule.BuildKey(&r.Base, p.Named, s, nil)
 	}
-	h, err := p.takeSlots(ctx, req)
+	h, err := req.takeSlots(ctx)
 	if h != nil {
 		h.mu.Lock()
 		h.stopped = true

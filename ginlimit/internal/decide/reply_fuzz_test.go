@@ -54,7 +54,7 @@ func ratePolicies(f *testing.F) []*Route {
 func rateRequest(p *Route) *request {
 	req := p.newRequest(rule.Scope{Route: "k"})
 	for i, r := range p.Rules {
-		p.setCall(req, i, r, nil, r.Cost)
+		req.setCall(i, r, nil, r.Cost)
 	}
 	return req
 }
@@ -116,7 +116,7 @@ func FuzzDecisionReply(f *testing.F) {
 		n := len(req.keys) // a record per rule, and one per Ban
 		checkReplyHead(t, reply, n, 4)
 
-		d, each, err := p.parse(req, reply)
+		d, each, err := req.parse(reply, req.p.Named)
 		if len(reply) != 2+4*n || reply[1] < 0 || reply[1] > int64(n) {
 			if err == nil || !reflect.DeepEqual(d, Decision{}) || each != nil {
 				t.Fatalf("%d calls, malformed reply %v: %+v, %v, %v; want only an error", n, reply, d, each, err)
@@ -252,7 +252,7 @@ func FuzzSlotReply(f *testing.F) {
 			t.Fatalf("one(%v) = %d, %v", reply, v, ok)
 		}
 
-		d, err := p.parseSlots(p.Slots, reply)
+		d, err := parseSlots(p.Slots, reply)
 		if len(reply) != 2+n || reply[1] < 0 || reply[1] > int64(n) {
 			if err == nil || !reflect.DeepEqual(d, Decision{}) {
 				t.Fatalf("%d rules, malformed reply %v: %+v, %v; want only an error", n, reply, d, err)

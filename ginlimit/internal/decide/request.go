@@ -47,6 +47,7 @@ type call struct {
 // header of its own, which the hot paths measurably pay for. The request of
 // the in-flight step has no calls (newSlotRequest).
 type request struct {
+	p     *Route // the route it is a request of
 	d     Decision
 	scope rule.Scope
 	calls []call
@@ -61,7 +62,7 @@ type request struct {
 
 // newRequest returns the memory of a decision on every rate rule of p.
 func (p *Route) newRequest(s rule.Scope) *request {
-	req := &request{scope: s}
+	req := &request{p: p, scope: s}
 	req.alloc(p.Rules, p.records)
 	return req
 }
@@ -95,7 +96,8 @@ func (req *request) alloc(rules []*rule.Rate, records int) {
 // view of them: no Redis call. A rule of the
 // request's plan has a Ban when the rule it stands for has one (see
 // compilePlans), so alloc gave it its share.
-func (p *Route) setCall(req *request, i int, r *rule.Rate, w *rule.Who, cost int) {
+func (req *request) setCall(i int, r *rule.Rate, w *rule.Who, cost int) {
+	p := req.p
 	cl := &req.calls[i]
 	*cl = call{rule: r, ban: cl.ban}
 	cl.key, cl.cost = rule.BuildKey(&r.Base, p.Named, req.scope, w), cost
@@ -142,7 +144,8 @@ func (req *request) rec(i int) int {
 // The identity lives on prepare's stack, its IP text in req.buf (free until
 // the headers are written): only the keys leave it. (A debug line about a
 // refusal finds the identity again: see debug.)
-func (p *Route) prepare(c *gin.Context, req *request) bool {
+func (req *request) prepare(c *gin.Context) bool {
+	p := req.p
 	w := rule.Who{Text: req.buf[:0]}
 	for i := range req.calls {
 		r := p.Rules[i]
@@ -150,10 +153,11 @@ func (p *Route) prepare(c *gin.Context, req *request) bool {
 			r = r.PlanFor(c)
 		}
 		if err := r.Identify(c, &w); err != nil {
-			p.identityFailed(c, &r.Base, err)
+			out := answers{p}
+			out.identityFailed(c, &r.Base, err)
 			return false
 		}
-		p.setCall(req, i, r, &w, r.Cost)
+		req.setCall(i, r, &w, r.Cost)
 		if r.CostFunc != nil {
 			req.calls[i].cost = r.CostFunc(c)
 		}
@@ -171,17 +175,19 @@ func (req *request) inFlight() bool { return req.calls == nil }
 // policy's in-flight rules, in order. Those rules have no plans, so the
 // request keeps no rule of its own.
 func (p *Route) newSlotRequest(s rule.Scope) *request {
-	return &request{scope: s, keys: make([]string, len(p.Slots))}
+	return &request{p: p, scope: s, keys: make([]string, len(p.Slots))}
 }
 
 // prepareSlots finds each in-flight rule's identity and key for req, or
 // answers the request (401, 400 or 500) and returns false. As in prepare,
 // the identity's IP text lives in req.buf.
-func (p *Route) prepareSlots(c *gin.Context, req *request) bool {
+func (req *request) prepareSlots(c *gin.Context) bool {
+	p := req.p
 	w := rule.Who{Text: req.buf[:0]}
 	for i, r := range p.Slots {
 		if err := r.Identify(c, &w); err != nil {
-			p.identityFailed(c, &r.Base, err)
+			out := answers{p}
+			out.identityFailed(c, &r.Base, err)
 			return false
 		}
 		req.keys[i] = rule.BuildKey(&r.Base, p.Named, req.scope, &w)

@@ -41,7 +41,7 @@ func TestRequestAllocations(t *testing.T) {
 				t.Errorf("newRequest makes %v allocations, want %v", n, tc.want)
 			}
 			for i, r := range p.Rules {
-				p.setCall(req, i, r, nil, 1)
+				req.setCall(i, r, nil, 1)
 				if (req.calls[i].ban != nil) != (r.Ban != nil) || req.keys[req.rec(i)] != req.calls[i].key {
 					t.Errorf("call %d: Ban's share %v for a rule with Ban %v; keys %q", i, req.calls[i].ban, r.Ban, req.keys)
 				}

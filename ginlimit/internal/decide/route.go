@@ -275,16 +275,38 @@ func (p *Route) OverrideField(x *rule.Rate, s rule.Scope) string {
 // identity w would be told now, counting nothing: ginlimit's Policy.Peek
 // of a rate rule.
 func (p *Route) Peek(ctx context.Context, r *rule.Rate, s rule.Scope, w *rule.Who) (Decision, error) {
-	req := &request{scope: s}
+	req := &request{p: p, scope: s}
 	req.alloc([]*rule.Rate{r}, r.Records())
-	p.setCall(req, 0, r, w, max(r.Cost, 1))
-	reply, _, err := p.Engine.Run(ctx, p.Queue, p.Timeout, peekScript, req.keys, p.severalArgs(req))
+	req.setCall(0, r, w, max(r.Cost, 1))
+	reply, _, err := p.Engine.Run(ctx, p.Queue, p.Timeout, peekScript, req.keys, req.severalArgs())
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
 	}
-	d, _, err := p.parseFor(req, reply, false)
+	d, _, err := req.parse(reply, false)
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
 	}
 	return d, nil
+}
+
+// PeekSlots is [Policy.Peek] for an in-flight rule: Limit is n, Remaining
+// the slots free now, and Allowed whether a request would get one.
+func (p *Route) PeekSlots(ctx context.Context, r *rule.InFlight, key string) (Decision, error) {
+	rules := []*rule.InFlight{r}
+	reply, _, err := p.Engine.Run(ctx, p.Queue, p.Timeout, slotScript, []string{key}, slotArgs(p.Clock, rules, "peek", "peek"))
+	if err == nil {
+		var d Decision
+		if d, err = parseSlots(rules, reply); err == nil {
+			return d, nil
+		}
+	}
+	return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
+}
+
+// Log is the route's logger: its Logger option's, or slog's default.
+func (p *Route) Log() *slog.Logger {
+	if p.Logger != nil {
+		return p.Logger
+	}
+	return slog.Default()
 }

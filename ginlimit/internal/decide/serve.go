@@ -24,16 +24,17 @@ import (
 // in-flight rules (inflight.go), holds them while the rest of the chain
 // runs, and gives them back when it returns.
 func (p *Route) Serve(c *gin.Context) {
+	out := answers{p}
 	p.Fleet.Touch()
 	p.Seen.note(c)
 	req := p.newRequest(rule.RequestScope(c))
-	if !p.prepare(c, req) {
+	if !req.prepare(c) {
 		return
 	}
 	var slots *request
 	if len(p.Slots) > 0 {
 		slots = p.newSlotRequest(req.scope)
-		if !p.prepareSlots(c, slots) {
+		if !slots.prepareSlots(c) {
 			return
 		}
 	}
@@ -45,14 +46,14 @@ func (p *Route) Serve(c *gin.Context) {
 	final := req
 	if len(p.Rules) > 0 {
 		var err error
-		req.d, err = p.decide(ctx, req)
+		req.d, err = req.decide(ctx)
 		c.Set(decisionKey{}, &req.d)
-		p.answer(c, req, err)
+		out.answer(c, req, err)
 	}
 	var held *holding
 	if slots != nil && !c.IsAborted() {
 		var err error
-		held, err = p.takeSlots(ctx, slots)
+		held, err = slots.takeSlots(ctx)
 		if held != nil {
 			// Released however serve ends: a panic in a hook or an
 			// observer below would otherwise leave the slot renewed for
@@ -70,11 +71,11 @@ func (p *Route) Serve(c *gin.Context) {
 		if len(p.Rules) == 0 || !slots.d.Allowed || err != nil {
 			final = slots
 			c.Set(decisionKey{}, &slots.d)
-			p.answer(c, slots, err)
+			out.answer(c, slots, err)
 		}
 	}
 	if len(p.Observers) > 0 {
-		p.observe(ctx, req.scope.Label(), final, time.Since(start))
+		out.observe(ctx, req.scope.Label(), final, time.Since(start))
 	}
 	if held != nil {
 		c.Next() // the rest of the chain runs while the slots are held
@@ -94,15 +95,20 @@ func (p *Route) Allow(ctx context.Context, key string, n int) (Decision, error) 
 	p.Fleet.Touch()
 	req := p.newRequest(rule.Scope{Route: key})
 	for i, r := range p.Rules {
-		p.setCall(req, i, r, nil, n)
+		req.setCall(i, r, nil, n)
 	}
-	d, err := p.decide(ctx, req)
+	d, err := req.decide(ctx)
 	if len(p.Observers) > 0 {
 		req.d = d
-		p.observe(ctx, "", req, time.Since(start)) // Event.Route is "" outside gin
+		out := answers{p}
+		out.observe(ctx, "", req, time.Since(start)) // Event.Route is "" outside gin
 	}
 	return d, err
 }
+
+// answers is a route as the writer of what its requests get: the
+// bodies, the headers, the debug lines and the observers.
+type answers struct{ *Route }
 
 // Every answer of a limited route is written here: the 401, 429, 500 and
 // 503 bodies, the rate limit headers, shadow mode, and the Respond
@@ -138,7 +144,7 @@ const (
 //   - otherwise the headers, then on down the chain or a 429.
 //
 // In shadow mode nothing is refused.
-func (p *Route) answer(c *gin.Context, req *request, err error) {
+func (p answers) answer(c *gin.Context, req *request, err error) {
 	d := &req.d
 	if d.decider != nil {
 		d.Message = d.decider.Message
@@ -207,14 +213,14 @@ func outage(brk *engine.Breaker) bool {
 // lets its next probe through by then, so a client that waits that long
 // meets Redis again as soon as it answers, and no sooner; a saturated
 // process has had that long to drain.
-func (p *Route) retryUnavailable() int64 {
+func (p answers) retryUnavailable() int64 {
 	return max(1, rule.CeilSeconds(p.BreakOpen))
 }
 
 // refuse answers a refused request: in shadow mode it lets the request
 // through and says so in the decision; otherwise the Respond handler sees
 // every 429, and the chain is aborted.
-func (p *Route) refuse(c *gin.Context, req *request, code int, body []byte) {
+func (p answers) refuse(c *gin.Context, req *request, code int, body []byte) {
 	d := &req.d
 	if p.Shadow {
 		d.Shadow = true
@@ -243,7 +249,7 @@ const statusClientClosedRequest = 499
 // headers, so its handler never runs. Hooks do not see it (it is no
 // refusal, and Redis did not fail). In shadow mode, which changes nothing,
 // it goes on down the chain as it would without the limiter.
-func (p *Route) clientGone(c *gin.Context, req *request) {
+func (p answers) clientGone(c *gin.Context, req *request) {
 	if p.Shadow {
 		req.d.Shadow = true
 		return
@@ -254,7 +260,7 @@ func (p *Route) clientGone(c *gin.Context, req *request) {
 
 // identityFailed answers a request whose identity rule r could not find:
 // 401 when it is unauthenticated, 500 (and a log line) otherwise.
-func (p *Route) identityFailed(c *gin.Context, r *rule.Base, err error) {
+func (p answers) identityFailed(c *gin.Context, r *rule.Base, err error) {
 	if errors.Is(err, identity.ErrUnauthenticated) {
 		if ch, ok := r.Users.(interface{ Challenge() string }); ok {
 			challenge := ch.Challenge()
@@ -290,7 +296,7 @@ func abortJSON(c *gin.Context, code int, body string) {
 // and the partition keys of its hashed identities (appendPK). On a route
 // with plans or overrides it lists the rules of the request's step: its
 // rate rules, or its in-flight rules.
-func (p *Route) policyFor(req *request) string {
+func (p answers) policyFor(req *request) string {
 	perRequest := p.planned || p.view.Load() != nil // a plan's or an override's limits
 	switch {
 	case !perRequest && !p.partitioned:
@@ -333,7 +339,7 @@ func (p *Route) policyFor(req *request) string {
 // of an IP address or a user id is undone by trying every value. A rule
 // whose count req does not hold (an in-flight rule on the rate rules'
 // answer) sends none either.
-func (p *Route) appendPK(b []byte, req *request, r *rule.Base) []byte {
+func (p answers) appendPK(b []byte, req *request, r *rule.Base) []byte {
 	if r.HashKey == nil || len(r.Dims) == 0 {
 		return b
 	}
@@ -353,7 +359,7 @@ func (p *Route) appendPK(b []byte, req *request, r *rule.Base) []byte {
 // keyOf is rule r's key in req: a rate rule's, its Ban's or its plan's in
 // a request of the rate rules, an in-flight rule's in the in-flight
 // step's; "" when req holds none.
-func (p *Route) keyOf(req *request, r *rule.Base) string {
+func (p answers) keyOf(req *request, r *rule.Base) string {
 	if req.inFlight() {
 		for i, s := range p.Slots {
 			if &s.Base == r && i < len(req.keys) {
@@ -375,7 +381,7 @@ func (p *Route) keyOf(req *request, r *rule.Base) string {
 // on a refusal, Retry-After. RateLimit lists every rule when the decision
 // has Rules, and otherwise the rule that decided. The values live in req,
 // which is never written again once they are set.
-func (p *Route) writeHeaders(h http.Header, req *request) {
+func (p answers) writeHeaders(h http.Header, req *request) {
 	if p.Headers == HeadersNone {
 		return
 	}
@@ -436,7 +442,7 @@ func unixCeil(d *Decision) int64 {
 // one line per route every few seconds (with a count of the ones dropped),
 // so a flood does not flood the log. It names the rule and the route, and
 // the identity only by a short keyed hash (see who.logTag).
-func (p *Route) debug(c *gin.Context, req *request, msg string) {
+func (p answers) debug(c *gin.Context, req *request, msg string) {
 	ctx := c.Request.Context()
 	if !p.debugEnabled(ctx) {
 		return
@@ -457,16 +463,8 @@ func (p *Route) debug(c *gin.Context, req *request, msg string) {
 	p.debugLogs.Log(ctx, p.Log(), slog.LevelDebug, msg, attrs...)
 }
 
-// Log is the route's logger: its Logger option's, or slog's default.
-func (p *Route) Log() *slog.Logger {
-	if p.Logger != nil {
-		return p.Logger
-	}
-	return slog.Default()
-}
-
 // debugEnabled reports whether the policy's logger writes debug lines now.
-func (p *Route) debugEnabled(ctx context.Context) bool {
+func (p answers) debugEnabled(ctx context.Context) bool {
 	return p.Log().Enabled(ctx, slog.LevelDebug)
 }
 
@@ -476,7 +474,7 @@ func (p *Route) debugEnabled(ctx context.Context) bool {
 // route, so that a wrong secret, which fails every request, shows without
 // flooding the log. The line and the Event carry the reason, never err's
 // text, which a User of the application's own may fill with the identity.
-func (p *Route) unauthorized(c *gin.Context, r *rule.Base, err error) {
+func (p answers) unauthorized(c *gin.Context, r *rule.Base, err error) {
 	ctx := c.Request.Context()
 	reason := identity.Reason(err)
 	if p.debugEnabled(ctx) {
@@ -494,7 +492,7 @@ func (p *Route) unauthorized(c *gin.Context, r *rule.Base, err error) {
 }
 
 // observe tells p's observers about req's decision.
-func (p *Route) observe(ctx context.Context, route string, req *request, latency time.Duration) {
+func (p answers) observe(ctx context.Context, route string, req *request, latency time.Duration) {
 	d := &req.d
 	e := Event{Route: route, Rule: d.Rule, Outcome: outcomeOf(*d), Decision: *d, Latency: latency}
 	if !d.Allowed {

@@ -376,6 +376,15 @@ func (r *Base) Partition(key string) string {
 	return key[len(key)-HashHex:]
 }
 
+// PlanFor returns the rule of the request's plan, or r: the first thing
+// a request is counted by, before its identity and its key.
+func (r *Rate) PlanFor(c *gin.Context) *Rate {
+	if p := r.Plans[r.Pick(c)]; p != nil {
+		return p
+	}
+	return r
+}
+
 // Identify finds the request's identity for rule r. With HashIdentities
 // the text is an HMAC of the identity instead of the identity.
 func (r *Base) Identify(c *gin.Context, w *Who) error {
