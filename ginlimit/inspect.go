@@ -2,13 +2,9 @@ package ginlimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
@@ -68,149 +64,7 @@ type Target struct {
 // the policy: an unknown rule or plan, a missing or extra identity, a
 // malformed route. The error says what is wrong without repeating the
 // identity.
-var ErrBadTarget = errors.New("ginlimit: bad target")
-
-// maxRouteText bounds Target.Route.
-const maxRouteText = 1024
-
-// aim is what a Target names: a rule as the route declares it, the rule
-// that keeps the count (the plan the Target names, or the rule itself),
-// and the scope and identity of the count.
-type aim struct {
-	declared rule.Any
-	rule     rule.Any
-	scope    rule.Scope
-	who      rule.Who
-}
-
-// target resolves t to the rule that keeps its count and the keys Reset
-// clears: that rule's (its Ban's, then its own), then those of the other
-// plans of the rule declared and of that rule itself.
-func (p *Policy) target(t Target) (rule.Any, []string, error) {
-	a, err := p.aim(t)
-	if err != nil {
-		return nil, nil, err
-	}
-	rate, ok := a.rule.(*rule.Rate)
-	if !ok {
-		return a.rule, []string{rule.BuildKey(a.rule.Core(), p.route.Named, a.scope, &a.who)}, nil
-	}
-	keys := p.rateKeys(rate, a.scope, &a.who)
-	declared := a.declared.(*rule.Rate)
-	for _, x := range append([]*rule.Rate{declared}, slices.Collect(maps.Values(declared.Plans))...) {
-		if x != rate {
-			keys = append(keys, p.rateKeys(x, a.scope, &a.who)...)
-		}
-	}
-	return rate, keys, nil
-}
-
-// zsetKeys is, for each sliding-log rule of t's count (its declared rule
-// and plans), the key under which the version before kept that count
-// (zsetKey): the log's script honours a count there, so Reset deletes it
-// too. t has been checked by target.
-func (p *Policy) zsetKeys(t Target) []string {
-	a, err := p.aim(t)
-	declared, ok := a.declared.(*rule.Rate)
-	if err != nil || !ok {
-		return nil
-	}
-	var keys []string
-	for _, x := range append([]*rule.Rate{declared}, slices.Collect(maps.Values(declared.Plans))...) {
-		if x.Alg.Name() == string(SlidingLog) {
-			keys = append(keys, rule.ZsetKey(&x.Base, rule.BuildKey(&x.Base, p.route.Named, a.scope, &a.who)))
-		}
-	}
-	return keys
-}
-
-// rateKeys is r's keys for scope s and identity w: its Ban's, then its own.
-func (p *Policy) rateKeys(r *rule.Rate, s rule.Scope, w *rule.Who) []string {
-	key := rule.BuildKey(&r.Base, p.route.Named, s, w)
-	if r.Ban == nil {
-		return []string{key}
-	}
-	return []string{rule.BuildKey(&r.Ban.Base, p.route.Named, s, w), key}
-}
-
-// aim resolves t to what it names, or to an ErrBadTarget error.
-func (p *Policy) aim(t Target) (aim, error) {
-	r, err := p.targetRule(t)
-	if err != nil {
-		return aim{}, err
-	}
-	a := aim{declared: r, rule: r}
-	if r.Core().Shared && t.Route == "" && t.Key == "" {
-		// Any route names a Shared rule's count: none is needed.
-		a.scope = rule.Scope{Method: rule.UnmatchedMethod, Route: rule.SharedRoute}
-	} else if a.scope, err = targetScope(t); err != nil {
-		return aim{}, err
-	}
-	if rate, ok := r.(*rule.Rate); ok && t.Plan != "" {
-		pr := rate.Plans[t.Plan]
-		if pr == nil {
-			return aim{}, badTarget("rule %q has no plan %q", rate.Name, t.Plan)
-		}
-		a.rule = pr
-	}
-	if a.scope.Method != "" { // a gin route: the rule's identity
-		if err := a.rule.Core().TargetWho(&a.who, t.forRule()); err != nil {
-			return aim{}, fmt.Errorf("%w: rule %q: %w", ErrBadTarget, a.rule.Core().Name, err)
-		}
-	}
-	return a, nil
-}
-
-// badTarget is an ErrBadTarget error saying what is wrong.
-func badTarget(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrBadTarget, fmt.Sprintf(format, args...))
-}
-
-// targetRule is the rule of p that t names, or its only rule when t names
-// none.
-func (p *Policy) targetRule(t Target) (r rule.Any, err error) {
-	switch {
-	case t.Rule == "" && len(p.route.All) == 1:
-		r = p.route.All[0]
-	case t.Rule == "":
-		return nil, badTarget("the route has rules %s: give Target.Rule", p.route.Names())
-	default:
-		for _, x := range p.route.All {
-			if x.Core().Name == t.Rule {
-				r = x
-			}
-		}
-		if r == nil {
-			return nil, badTarget("no rule named %q (the route has %s)", t.Rule, p.route.Names())
-		}
-	}
-	return r, nil
-}
-
-// targetScope is the scope t names: a Policy.Allow key, the unmatched
-// routes or a gin route, checking that t names exactly one of them.
-func targetScope(t Target) (rule.Scope, error) {
-	var s rule.Scope
-	switch {
-	case t.Route != "" && t.Key != "":
-		return rule.Scope{}, badTarget("give Target.Route (a gin route) or Target.Key (Policy.Allow), not both")
-	case t.Key != "":
-		if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
-			return rule.Scope{}, badTarget("Target.Key is the whole identity of Policy.Allow: leave User, IP and Values empty")
-		}
-		s = rule.Scope{Route: t.Key}
-	case t.Route == rule.UnmatchedRoute:
-		s = rule.Scope{Method: rule.UnmatchedMethod, Route: rule.UnmatchedRoute}
-	default:
-		method, path, ok := strings.Cut(t.Route, " ")
-		if !ok || method == "" || !strings.HasPrefix(path, "/") || len(t.Route) > maxRouteText ||
-			!rule.PrintableASCII(t.Route) || strings.ContainsAny(method, " /") {
-			return rule.Scope{}, badTarget("Target.Route %q: want a method, a space and a route template, such as \"GET /api/coupon/claim\", or \"unmatched\"", t.Route)
-		}
-		s = rule.Scope{Method: method, Route: path}
-	}
-	return s, nil
-}
+var ErrBadTarget = rule.ErrBadTarget
 
 // Peek returns what a request on t's count would be told now, without
 // counting anything: Allowed (for a request of the rule's [Cost]), Limit,
@@ -226,17 +80,17 @@ func targetScope(t Target) (rule.Scope, error) {
 // Rule, Limit, Window and Source only.
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 	p.route.Fleet.Touch()
-	a, err := p.aim(t)
+	a, err := rule.AimAt(p.route.All, t.forRule())
 	if err != nil {
 		if !t.namesIdentity() {
 			return p.settings(t) // a rule (and plan) whose counts need more
 		}
 		return Decision{}, err
 	}
-	if r, ok := a.rule.(*rule.InFlight); ok {
-		return p.route.PeekSlots(ctx, r, rule.BuildKey(&r.Base, p.route.Named, a.scope, &a.who))
+	if r, ok := a.Rule.(*rule.InFlight); ok {
+		return p.route.PeekSlots(ctx, r, rule.BuildKey(&r.Base, p.route.Named, a.Scope, &a.Who))
 	}
-	return p.route.Peek(ctx, a.rule.(*rule.Rate), a.scope, &a.who)
+	return p.route.Peek(ctx, a.Rule.(*rule.Rate), a.Scope, &a.Who)
 }
 
 // Reset clears t's count: every algorithm's key for the rule and the
@@ -254,12 +108,12 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 // fresh count. Reset returns Redis's error, wrapped, when the keys could
 // not be deleted.
 func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
-	target, keys, err := p.target(t)
+	a, err := rule.AimAt(p.route.All, t.forRule())
 	if err != nil {
 		return err
 	}
-	keys = append(keys, p.zsetKeys(t)...)
-	r := target.Core()
+	keys := append(a.Keys(p.route.Named), a.ZsetKeys(p.route.Named)...)
+	r := a.Rule.Core()
 	by = boundLabel(by)
 	start := time.Now()
 	announced, err := p.route.Fleet.Reset(ctx, p.route.Queue, p.route.Timeout, keys, p.route.Staleness)
@@ -307,7 +161,17 @@ func boundLabel(s string) string {
 	return string(b)
 }
 
-// forRule is the identity t names, as the rule package reads it.
+// forRule is t as the rule package reads it.
 func (t Target) forRule() rule.Target {
-	return rule.Target{User: t.User, IP: t.IP, Values: t.Values, Sealed: t.sealed}
+	return rule.Target{Route: t.Route, Key: t.Key, Rule: t.Rule, Plan: t.Plan, User: t.User, IP: t.IP, Values: t.Values, Sealed: t.sealed}
+}
+
+// target resolves t to the rule that keeps its count and the keys Reset
+// clears (rule.Aim.Keys).
+func (p *Policy) target(t Target) (rule.Any, []string, error) {
+	a, err := rule.AimAt(p.route.All, t.forRule())
+	if err != nil {
+		return nil, nil, err
+	}
+	return a.Rule, a.Keys(p.route.Named), nil
 }

@@ -67,10 +67,6 @@ const (
 	OverridePoll = fleet.OverridePoll
 )
 
-// allowRoute is the Target.Route that names every call of Policy.Allow
-// (Event.Route's name for them).
-const allowRoute = "Policy.Allow"
-
 // ErrBadLimit is wrapped by the error of an override [Policy.SetLimit]
 // refuses: a limit or window the rule's algorithm cannot take (as start-up
 // would refuse it), or one override more than its quota
@@ -135,7 +131,7 @@ var overrideNames = [...]string{SourceOverride: "rule", SourcePlanOverride: "pla
 // (the rule, or the plan's), its field in LimitsKey and its Source.
 func (p *Policy) overrideOf(t Target) (*rule.Rate, string, Source, error) {
 	if !t.namesIdentity() {
-		r, s, err := p.ruleTarget(t)
+		r, s, err := rule.RateScope(p.route.All, t.forRule())
 		if err != nil {
 			return nil, "", 0, err
 		}
@@ -146,66 +142,24 @@ func (p *Policy) overrideOf(t Target) (*rule.Rate, string, Source, error) {
 		return r, field, SourceOverride, nil
 	}
 	if t.Plan != "" {
-		return nil, "", 0, badTarget("an identity's override holds whatever its plan: leave Target.Plan empty")
+		return nil, "", 0, rule.BadTarget("an identity's override holds whatever its plan: leave Target.Plan empty")
 	}
-	a, err := p.aim(t)
+	a, err := rule.AimAt(p.route.All, t.forRule())
 	if err != nil {
 		return nil, "", 0, err
 	}
-	r, ok := a.declared.(*rule.Rate)
+	r, ok := a.Declared.(*rule.Rate)
 	if !ok {
-		return nil, "", 0, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", a.declared.Core().Name)
+		return nil, "", 0, rule.BadTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", a.Declared.Core().Name)
 	}
-	key := rule.BuildKey(&r.Base, p.route.Named, a.scope, &a.who)
+	key := rule.BuildKey(&r.Base, p.route.Named, a.Scope, &a.Who)
 	return r, r.Cfg.Prefix + key[len(r.Prefix):], SourceIdentityOverride, nil
-}
-
-// targetRate is the rate rule, or plan, that t names without an identity;
-// its source is the Source of an override of it.
-func (p *Policy) targetRate(t Target) (*rule.Rate, error) {
-	x, err := p.targetRule(t)
-	if err != nil {
-		return nil, err
-	}
-	r, ok := x.(*rule.Rate)
-	if !ok {
-		return nil, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", x.Core().Name)
-	}
-	if t.Plan == "" {
-		return r, nil
-	}
-	if pr := r.Plans[t.Plan]; pr != nil {
-		return pr, nil
-	}
-	return nil, badTarget("rule %q has no plan %q", r.Name, t.Plan)
-}
-
-// ruleTarget is the rate rule, or plan, that t names without an
-// identity, and the scope its override holds in (overrideScope): t.Route,
-// any route of a Shared rule's group, or Policy.Allow's calls (scope{}).
-func (p *Policy) ruleTarget(t Target) (*rule.Rate, rule.Scope, error) {
-	r, err := p.targetRate(t)
-	switch {
-	case err != nil:
-		return nil, rule.Scope{}, err
-	case t.Route == allowRoute:
-		return r, rule.Scope{}, nil
-	case t.Route == "" && r.Shared:
-		return r, rule.Scope{Method: rule.UnmatchedMethod, Route: rule.SharedRoute}, nil
-	case t.Route == "":
-		return nil, rule.Scope{}, badTarget("rule %q counts per route: give Target.Route, the route whose limit to change (%q for every key of Policy.Allow)", r.Name, allowRoute)
-	}
-	s, err := targetScope(t)
-	if err != nil {
-		return nil, rule.Scope{}, err
-	}
-	return r, s, nil
 }
 
 // settings is the Decision of Peek for a Target that names a rule (and
 // plan) only: the limit and window in force, and their source.
 func (p *Policy) settings(t Target) (Decision, error) {
-	x, err := p.targetRule(t)
+	x, err := rule.Find(p.route.All, t.forRule())
 	if err != nil {
 		return Decision{}, err
 	}
@@ -213,7 +167,7 @@ func (p *Policy) settings(t Target) (Decision, error) {
 		b := x.Core()
 		return Decision{Rule: b.Name, Limit: b.Limit}, nil
 	}
-	r, s, err := p.ruleTarget(t)
+	r, s, err := rule.RateScope(p.route.All, t.forRule())
 	if err != nil {
 		return Decision{}, err
 	}

@@ -103,10 +103,10 @@ func (l *Limiter) Rules() []RuleInfo {
 // It calls no Redis.
 func (ri RuleInfo) On(route string) (RuleInfo, error) {
 	if ri.Policy == nil {
-		return ri, badTarget("no policy")
+		return ri, rule.BadTarget("no policy")
 	}
-	if _, err := targetScope(Target{Route: route}); err != nil || route == rule.UnmatchedRoute {
-		return ri, cmp.Or(err, badTarget("Target.Route %q: want a gin route", route))
+	if _, err := rule.ParseScope(rule.Target{Route: route}); err != nil || route == rule.UnmatchedRoute {
+		return ri, cmp.Or(err, rule.BadTarget("Target.Route %q: want a gin route", route))
 	}
 	for _, r := range ri.Policy.route.All {
 		if r.Core().Name == ri.Rule {
@@ -115,7 +115,7 @@ func (ri RuleInfo) On(route string) (RuleInfo, error) {
 			return out, nil
 		}
 	}
-	return ri, badTarget("rule %q is not one of its policy's", ri.Rule)
+	return ri, rule.BadTarget("rule %q is not one of its policy's", ri.Rule)
 }
 
 // Identity returns the identity of t's count as the rule's keys hold it:
@@ -127,17 +127,17 @@ func (ri RuleInfo) On(route string) (RuleInfo, error) {
 // Redis; a Target that names no count of the rule wraps [ErrBadTarget].
 func (ri RuleInfo) Identity(t Target) (string, error) {
 	if ri.Policy == nil {
-		return "", badTarget("no policy")
+		return "", rule.BadTarget("no policy")
 	}
 	t.Rule = ri.Rule
 	if t.Route == "" && t.Key == "" {
 		t.Route = ri.Route
 	}
-	a, err := ri.Policy.aim(t)
+	a, err := rule.AimAt(ri.Policy.route.All, t.forRule())
 	if err != nil {
 		return "", err
 	}
-	return keyIdentity(rule.BuildKey(a.rule.Core(), ri.Policy.route.Named, a.scope, &a.who)), nil
+	return keyIdentity(rule.BuildKey(a.Rule.Core(), ri.Policy.route.Named, a.Scope, &a.Who)), nil
 }
 
 // Refused returns the identity of e's request, as Identity names it, when
@@ -230,7 +230,7 @@ func (ri RuleInfo) Target(identity string) (Target, error) {
 	for _, f := range strings.Fields(identity) {
 		label, value, ok := strings.Cut(f, ":")
 		if !ok || value == "" || strings.HasPrefix(value, "%~") {
-			return t, badTarget("not an identity of the rule: <label>:<value> for each dimension")
+			return t, rule.BadTarget("not an identity of the rule: <label>:<value> for each dimension")
 		}
 		value = fleet.Unescape(value)
 		switch {
@@ -239,7 +239,7 @@ func (ri RuleInfo) Target(identity string) (Target, error) {
 		case (label == "ip" || label == "anon") && !t.IP.IsValid():
 			ip, err := netip.ParseAddr(value)
 			if err != nil {
-				return t, badTarget("not an IP address")
+				return t, rule.BadTarget("not an IP address")
 			}
 			t.IP = ip
 		case len(label) > 2 && label[1] == '.' && strings.IndexByte("phf", label[0]) >= 0:
@@ -248,7 +248,7 @@ func (ri RuleInfo) Target(identity string) (Target, error) {
 			}
 			t.Values[label[2:]] = value
 		default:
-			return t, badTarget("a label is not one of the rule's dimensions, or comes twice")
+			return t, rule.BadTarget("a label is not one of the rule's dimensions, or comes twice")
 		}
 	}
 	return t, nil

@@ -243,16 +243,6 @@ func (p *Route) joinPolicies() string {
 	return strings.Join(items, ", ")
 }
 
-// Names returns the names of the policy's rules, as in the
-// RateLimit-Policy header, joined by commas.
-func (p *Route) Names() string {
-	names := make([]string, len(p.All))
-	for i, r := range p.All {
-		names[i] = r.Core().Name
-	}
-	return strings.Join(names, ",")
-}
-
 // InForce is the rule that decides r's calls (r a rule or a plan) in
 // scope s for an identity without an override of its own: r's override,
 // or r.

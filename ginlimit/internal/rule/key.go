@@ -510,12 +510,14 @@ func (r *Base) TargetWho(w *Who, t Target) error {
 	return nil
 }
 
-// Target is an identity named from outside a request, as a Target of the
+// Target is a count named from outside a request (a rule, a scope and an
+// identity), as a Target of the
 // public package names it.
 type Target struct {
-	User   string
-	IP     netip.Addr
-	Values map[string]string
+	Route, Key, Rule, Plan string // which rule, in which scope (see ParseScope)
+	User                   string
+	IP                     netip.Addr
+	Values                 map[string]string
 	// Sealed is a hashed identity as the rule's keys hold it
 	// ("user:<32 hex digits>"), which names the whole identity.
 	Sealed string
