@@ -10,7 +10,7 @@ import (
 
 // Bans: a rate rule with [Ban] carries a rule.Ban, compiled in internal/rule and decided
 // in the same script call, before its rule, on a key in the same slot; the
-// pipeline folds its decision into the rule's (pipeline.go: parse).
+// request folds its decision into the rule's (internal/decide: parse).
 
 // banAlg is a ban's AlgorithmKind: its name, "penalty", gives its number
 // in the several-rule scripts (lua.Numbered). It is not an algorithm a

@@ -18,8 +18,8 @@ import (
 // ([LimitBy]) or for one identity. Overrides live in Redis, in one hash
 // (LimitsKey), so every instance sees them; a change is told on
 // ResetChannel, and the Limiter's fleet (package fleet) loads the hash and
-// gives each of its policies a new view (liveView). A request reads the
-// view in process (setCall): overrides add no Redis call to a decision.
+// gives each of its policies a new view (internal/decide). A request reads the
+// view in process: overrides add no Redis call to a decision.
 //
 // An override compiles into a rule of its own with rule.CompileRate, the code
 // that compiles a rule at start-up, so that a value the scripts would

@@ -283,13 +283,8 @@ func putRecord(args []any, rec int, settings []any, cost int) {
 // deny caches). The decision is the firing call's (with the longest retry
 // among the records that rejected) or, when admitted, the call with the
 // least remaining. A Ban is folded into its rule: a banned identity's
-// decision is the ban's, with Banned set. For a route declared with
-// Rules, Rules holds every call's decision.
-func (p *Route) parse(req *request, reply []int64) (Decision, []Decision, error) {
-	return req.parse(reply, p.Named)
-}
-
-// parseFor is parse, with Rules filled when every is true.
+// decision is the ban's, with Banned set. When every is true (a route
+// declared with Rules), Rules holds every call's decision.
 func (req *request) parse(reply []int64, every bool) (Decision, []Decision, error) {
 	n := len(req.keys)
 	now, fired, err := replyHead(reply, n, lua.ReplyPerRule)

@@ -10,9 +10,9 @@ import (
 )
 
 // Decision is the outcome of one rate limit decision. The middleware stores
-// it in the gin context, where handlers read it with [DecisionFrom].
+// it in the gin context, where handlers read it with DecisionFrom.
 type Decision struct {
-	// Rule is the name of the rule that decided (see [Name]).
+	// Rule is the name of the rule that decided (see Name).
 	Rule string
 	// Allowed reports whether the request was admitted.
 	Allowed bool
@@ -22,29 +22,29 @@ type Decision struct {
 	// Local reports that Redis failed and the in-process fallback of
 	// [FailLocal] decided; Err holds the Redis error.
 	Local bool
-	// Shadow reports that shadow mode (see [Shadow]) let the request
+	// Shadow reports that shadow mode (see Shadow) let the request
 	// through although the rule, or the failure policy, would have refused
 	// it. Allowed still says what the rule decided.
 	Shadow bool
 	// Cached reports that the rejection came from the in-process deny cache
-	// (see [DenyCache]) without a Redis call.
+	// (see DenyCache) without a Redis call.
 	Cached bool
 	// Banned reports that the request was refused because its identity is
-	// banned on the rule (see [Ban]); RetryAfter and Reset are the time the
+	// banned on the rule (see Ban); RetryAfter and Reset are the time the
 	// ban has left, and the 429 carries the ban's message.
 	Banned bool
 	// Source says where Limit and Window come from: [SourceConfig] (0), the
-	// rule's options, or an override set with [Policy.SetLimit]:
+	// rule's options, or an override set with Policy.SetLimit:
 	// [SourceOverride] for the rule's, [SourcePlanOverride] for its plan's
-	// ([LimitBy]), [SourceIdentityOverride] for the identity's. It is a
+	// (LimitBy), [SourceIdentityOverride] for the identity's. It is a
 	// small integer, not a string, to keep a Decision small: every request
 	// carries one.
 	Source Source
 	// Limit is the rule's limit per window; for an in-flight rule
-	// ([InFlight]), its n. An override set with [Policy.SetLimit] replaces
+	// (InFlight), its n. An override set with Policy.SetLimit replaces
 	// the configured limit: Source says which one applied.
 	Limit int
-	// Window is the rule's window as it applied, its [Window] or an
+	// Window is the rule's window as it applied, its Window or an
 	// override's; 0 for an in-flight rule.
 	Window time.Duration
 	// Remaining is how many more requests the window admits now, after this
@@ -63,10 +63,10 @@ type Decision struct {
 	// Time is the Redis server's clock when the decision was made.
 	Time time.Time
 	// Message is what the default 429 body says: the message of the rule
-	// that decided ([Message]; its [Ban]'s for a banned identity), or
-	// Reason. A [Respond] function writes it in a body of its own, as
+	// that decided (Message; its Ban's for a banned identity), or
+	// Reason. A Respond function writes it in a body of its own, as
 	// ginlimit/problem does in its detail. It is set on the decisions of
-	// requests, not on those of [Policy.Peek] and [Policy.Allow].
+	// requests, not on those of Policy.Peek and Policy.Allow.
 	Message string
 	// Reason is set when a request was rejected for a reason other than the
 	// rate: today, a cost larger than the rule can ever admit. Such a
@@ -74,7 +74,7 @@ type Decision struct {
 	// headers.
 	Reason string
 	// Rules holds the decision of every rule of a route declared with
-	// [Rule]s; the Decision itself is then the rule that fired (with the
+	// Rules; the Decision itself is then the rule that fired (with the
 	// longest RetryAfter of the rules that rejected) or, when admitted, the
 	// rule with the least remaining. It is nil for a single rule, and when
 	// only the rule that refused is known: a rejection from the deny cache
@@ -106,10 +106,10 @@ type Source uint8
 const (
 	// SourceConfig: the rule's limit and window are those of its options.
 	SourceConfig Source = iota
-	// SourceOverride: an override of the rule, set with [Policy.SetLimit]
-	// for a [Target] that names no plan and no identity.
+	// SourceOverride: an override of the rule, set with Policy.SetLimit
+	// for a Target that names no plan and no identity.
 	SourceOverride
-	// SourcePlanOverride: an override of the plan ([LimitBy]) the request
+	// SourcePlanOverride: an override of the plan (LimitBy) the request
 	// resolved to, set for a Target that names the plan.
 	SourcePlanOverride
 	// SourceIdentityOverride: an override of the identity, set for a
@@ -121,39 +121,27 @@ const (
 // [Event.Outcome]. Every decision has exactly one.
 type Outcome string
 
-// The outcomes of a decision.
+// The outcomes of a decision; ginlimit documents each.
 const (
-	// OutcomeAllowed: Redis (or the deny cache) admitted the request.
+	// OutcomeAllowed: admitted.
 	OutcomeAllowed Outcome = "allowed"
-	// OutcomeLimited: the request was refused with 429.
+	// OutcomeLimited: refused with 429.
 	OutcomeLimited = "limited"
-	// OutcomeShadowLimited: shadow mode let through a request that would
-	// have been refused.
+	// OutcomeShadowLimited: let through by shadow mode.
 	OutcomeShadowLimited = "shadow_limited"
-	// OutcomeError: Redis could not decide; FailOpen or FailClosed applied,
-	// or FailLocal on an instance that has not heard from Redis yet, which
-	// answers as FailClosed does.
+	// OutcomeError: Redis could not decide; the failure policy did.
 	OutcomeError = "error"
-	// OutcomeSaturated: this process could not get the decision to a
-	// healthy Redis in time (see [engine.ErrSaturated]); it was refused with 503.
+	// OutcomeSaturated: this process could not reach a healthy Redis in time.
 	OutcomeSaturated = "saturated"
-	// OutcomeFallback: Redis could not decide and FailLocal's in-process
-	// limiter did.
+	// OutcomeFallback: FailLocal's in-process limiter decided.
 	OutcomeFallback = "fallback"
-	// OutcomeBanned: the request was refused with 429 because its identity
-	// is banned on the rule (see [Ban]).
+	// OutcomeBanned: refused because the identity is banned.
 	OutcomeBanned = "banned"
-	// OutcomeClientGone: the request's own context ended before Redis
-	// decided it (see [engine.ErrClientGone]); it was not admitted.
+	// OutcomeClientGone: the request's own context ended first.
 	OutcomeClientGone = "client_gone"
-	// OutcomeReset is not a decision: [Policy.Reset] cleared a count of the
-	// rule. Its Event has By; its Decision has only Rule, Limit, Remaining
-	// (the limit) and Time.
+	// OutcomeReset: not a decision, a reset.
 	OutcomeReset = "reset"
-	// OutcomeUnauthorized is not a decision either: a rule that counts per
-	// [User] found no valid identity, and the request was answered 401
-	// before anything was counted. Its Event has Reason; its Decision has
-	// only Rule. Observers that count decisions should count these apart.
+	// OutcomeUnauthorized: not a decision, a 401.
 	OutcomeUnauthorized = "unauthorized"
 )
 
@@ -178,11 +166,11 @@ func outcomeOf(d Decision) Outcome {
 	return OutcomeAllowed
 }
 
-// Event is one decision, as a function given to [Observe] sees it. Its
+// Event is one decision, as a function given to Observe sees it. Its
 // fields never carry the identity (IP or user id), so metrics built on
 // them stay bounded: Route and Rule come from the route templates and rule
 // names of the application. An operator's tool that must show who is
-// refused reads it with [RuleInfo.Refused], as the keys hold it.
+// refused reads it with RuleInfo.Refused, as the keys hold it.
 type Event struct {
 	// Route is the request's method and route template, e.g.
 	// "GET /api/coupon/claim"; "unmatched" for a request that matched no
@@ -199,7 +187,7 @@ type Event struct {
 	// Latency is how long the decision took, Redis included.
 	Latency time.Duration
 	// By is, for OutcomeReset, who asked for the reset, as given to
-	// [Policy.Reset]; "" otherwise.
+	// Policy.Reset; "" otherwise.
 	By string
 	// Breaker is the state of the circuit breaker that served the
 	// decision (the backend's, per master on a cluster, per shard on a
@@ -212,57 +200,31 @@ type Event struct {
 	// identity; "" otherwise.
 	Reason string
 	// key is, for a refusal, the key of the rule that refused: what
-	// RuleInfo.Refused reads the identity from (registry.go).
+	// RuleInfo.Refused reads the identity from (RefusedKey).
 	key string
 }
 
-// FailPolicy says what a route does when Redis cannot decide (an error or a
-// timeout).
-//
-// A process that cannot get a decision to a healthy Redis in time
-// ([engine.ErrSaturated]) is not a Redis failure: it never opens the breaker, no
-// policy applies, and the request is refused with 503 (only Redis grants
-// while Redis is healthy).
+// FailPolicy says what a route does when Redis cannot decide; ginlimit
+// documents each policy.
 type FailPolicy string
 
+// The failure policies.
 const (
-	// FailLocal, the default, decides with an in-process limiter of the same
-	// rules while Redis is failing: a token bucket per key refilling its
-	// share, limit/n per window, where n is how many instances share the
-	// Redis ([InstancesKey], or [LocalInstances]). The share is never rounded
-	// up, so a share below one request admits nothing. It continues from what
-	// Redis last said, never from a full budget: from this instance's part of
-	// the remaining Redis last reported for the key, refilling only from the
-	// reset it reported; a ban Redis reported holds. Its decisions have Local
-	// set; it keeps about DefaultLocalKeys keys per rule. An instance that has
-	// never heard from Redis spends nothing: its FailLocal routes answer as
-	// FailClosed does until Redis answers it once. docs/operations.md ("The
-	// failure policies") gives the bounds it keeps.
-	FailLocal FailPolicy = "FailLocal"
-	// FailOpen allows the request and logs the error: a rate limiter outage
-	// lets every request through, which an attacker who can slow Redis
-	// down can use. Choose it only where the limit protects nothing.
-	FailOpen FailPolicy = "FailOpen"
-	// FailClosed answers 503 with a JSON body: a rate limiter outage becomes
-	// a service outage.
+	FailLocal  FailPolicy = "FailLocal"
+	FailOpen   FailPolicy = "FailOpen"
 	FailClosed FailPolicy = "FailClosed"
 )
 
-// HeaderStyle says which rate limit headers a route sends.
+// HeaderStyle says which rate limit headers a route sends; ginlimit
+// documents each style.
 type HeaderStyle string
 
+// The header styles.
 const (
-	// HeadersBoth sends the IETF RateLimit and RateLimit-Policy fields and
-	// the X-RateLimit-* fields (the default).
-	HeadersBoth HeaderStyle = "HeadersBoth"
-	// HeadersIETF sends only RateLimit and RateLimit-Policy.
-	HeadersIETF HeaderStyle = "HeadersIETF"
-	// HeadersLegacy sends only X-RateLimit-Limit, -Remaining and -Reset.
+	HeadersBoth   HeaderStyle = "HeadersBoth"
+	HeadersIETF   HeaderStyle = "HeadersIETF"
 	HeadersLegacy HeaderStyle = "HeadersLegacy"
-	// HeadersNone sends no rate limit header at all, not even Retry-After:
-	// OWASP's advice for login endpoints is not to tell an attacker how
-	// many guesses are left.
-	HeadersNone HeaderStyle = "HeadersNone"
+	HeadersNone   HeaderStyle = "HeadersNone"
 )
 
 func (h HeaderStyle) ietf() bool { return h == HeadersBoth || h == HeadersIETF }

@@ -17,8 +17,8 @@ import (
 //
 //	identity → key → cost → deny cache → backend call → parse → fallback
 //
-// and then, for a request, the answer (response.go) and the observers
-// (observe.go). The pipeline decides policy and knows nothing about
+// and then, for a request, the answer and the observers (serve.go:
+// answers). The pipeline decides policy and knows nothing about
 // connections; the engine (internal/engine) knows Redis and nothing about
 // policy.
 
@@ -92,7 +92,7 @@ func (req *request) alloc(rules []*rule.Rate, records int) {
 
 // setCall makes req.calls[i] rule r's for identity w (nil for none) at
 // cost, with its Ban's when r has one, and places it. An override that
-// applies (overrides.go) takes r's place, from the policy's in-process
+// applies (liveView, below) takes r's place, from the route's in-process
 // view of them: no Redis call. A rule of the
 // request's plan has a Ban when the rule it stands for has one (see
 // compilePlans), so alloc gave it its share.

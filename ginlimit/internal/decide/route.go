@@ -161,7 +161,7 @@ func withPlans(r *rule.Rate) []*rule.Rate {
 //
 //	<prefix>{<METHOD> <route>}[ rule:<name>] *   the rule on one gin route
 //	<prefix>{* unmatched}[ rule:<name>] *        on the requests that matched no route
-//	<prefix>{* shared} rule:<name> *             a [Shared] group, on every route of it
+//	<prefix>{* shared} rule:<name> *             a Shared group, on every route of it
 //	<prefix>{* allow}[ rule:<name>] *            every key given to Policy.Allow
 //
 // The prefix is the rule's Key (a plan's with its "tier=<plan>:"), the
@@ -279,7 +279,7 @@ func (p *Route) Peek(ctx context.Context, r *rule.Rate, s rule.Scope, w *rule.Wh
 	return d, nil
 }
 
-// PeekSlots is [Policy.Peek] for an in-flight rule: Limit is n, Remaining
+// PeekSlots is Policy.Peek for an in-flight rule: Limit is n, Remaining
 // the slots free now, and Allowed whether a request would get one.
 func (p *Route) PeekSlots(ctx context.Context, r *rule.InFlight, key string) (Decision, error) {
 	rules := []*rule.InFlight{r}

@@ -21,7 +21,7 @@ import (
 
 // Serve is the gin handler of a compiled policy. The rate rules are
 // decided first; a request they admit then takes its slots of the
-// in-flight rules (inflight.go), holds them while the rest of the chain
+// in-flight rules (takeSlots), holds them while the rest of the chain
 // runs, and gives them back when it returns.
 func (p *Route) Serve(c *gin.Context) {
 	out := answers{p}
@@ -330,7 +330,7 @@ func (p answers) policyFor(req *request) string {
 }
 
 // appendPK appends the IETF draft's partition key parameter of rule r for
-// req, when r hashes the identity it counts ([HashIdentities]): ";pk=:"
+// req, when r hashes the identity it counts (HashIdentities): ";pk=:"
 // and the base64 of the 128-bit HMAC that stands for the identity in the
 // key. It is keyed with the rule's secret, so it names the client's count
 // the same way on every instance and across restarts, and tells nothing
