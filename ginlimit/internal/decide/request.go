@@ -101,11 +101,11 @@ func (req *request) setCall(i int, r *rule.Rate, w *rule.Who, cost int) {
 	cl := &req.calls[i]
 	*cl = call{rule: r, ban: cl.ban}
 	cl.key, cl.cost = rule.BuildKey(&r.Base, p.Named, req.scope, w), cost
-	if v := p.view.Load(); v != nil {
-		cl.rule = v.resolve(r, cl.key, p.Named, req.scope)
-	}
 	if r.Ban != nil {
 		*cl.ban = share{key: rule.BuildKey(&r.Ban.Base, p.Named, req.scope, w), cost: 1}
+	}
+	if v := p.view.Load(); v != nil {
+		cl.rule = v.resolve(r, cl.key, p.Named, req.scope)
 	}
 	req.place(i)
 }
@@ -154,7 +154,7 @@ func (req *request) prepare(c *gin.Context) bool {
 		}
 		if err := r.Identify(c, &w); err != nil {
 			out := answers{p}
-			out.identityFailed(c, &r.Base, err)
+			out.identityFailed(c, req.scope, &r.Base, err)
 			return false
 		}
 		req.setCall(i, r, &w, r.Cost)
@@ -185,12 +185,13 @@ func (req *request) prepareSlots(c *gin.Context) bool {
 	p := req.p
 	w := rule.Who{Text: req.buf[:0]}
 	for i, r := range p.Slots {
-		if err := r.Identify(c, &w); err != nil {
+		key, err := r.Key(c, &w, p.Named, req.scope)
+		if err != nil {
 			out := answers{p}
-			out.identityFailed(c, &r.Base, err)
+			out.identityFailed(c, req.scope, &r.Base, err)
 			return false
 		}
-		req.keys[i] = rule.BuildKey(&r.Base, p.Named, req.scope, &w)
+		req.keys[i] = key
 	}
 	return true
 }

@@ -27,7 +27,8 @@ func (p *Route) Serve(c *gin.Context) {
 	out := answers{p}
 	p.Fleet.Touch()
 	p.Seen.note(c)
-	req := p.newRequest(rule.RequestScope(c))
+	scope := rule.RequestScope(c)
+	req := p.newRequest(scope)
 	if !req.prepare(c) {
 		return
 	}
@@ -260,7 +261,7 @@ func (p answers) clientGone(c *gin.Context, req *request) {
 
 // identityFailed answers a request whose identity rule r could not find:
 // 401 when it is unauthenticated, 500 (and a log line) otherwise.
-func (p answers) identityFailed(c *gin.Context, r *rule.Base, err error) {
+func (p answers) identityFailed(c *gin.Context, s rule.Scope, r *rule.Base, err error) {
 	if errors.Is(err, identity.ErrUnauthenticated) {
 		if ch, ok := r.Users.(interface{ Challenge() string }); ok {
 			challenge := ch.Challenge()
@@ -271,7 +272,7 @@ func (p answers) identityFailed(c *gin.Context, r *rule.Base, err error) {
 			c.Header("WWW-Authenticate", challenge)
 		}
 		abortJSON(c, http.StatusUnauthorized, bodyUnauthorized)
-		p.unauthorized(c, r, err)
+		p.unauthorized(c, s, r, err)
 		return
 	}
 	var missing rule.Missing
@@ -474,7 +475,7 @@ func (p answers) debugEnabled(ctx context.Context) bool {
 // route, so that a wrong secret, which fails every request, shows without
 // flooding the log. The line and the Event carry the reason, never err's
 // text, which a User of the application's own may fill with the identity.
-func (p answers) unauthorized(c *gin.Context, r *rule.Base, err error) {
+func (p answers) unauthorized(c *gin.Context, s rule.Scope, r *rule.Base, err error) {
 	ctx := c.Request.Context()
 	reason := identity.Reason(err)
 	if p.debugEnabled(ctx) {
@@ -485,7 +486,7 @@ func (p answers) unauthorized(c *gin.Context, r *rule.Base, err error) {
 	if len(p.Observers) == 0 {
 		return
 	}
-	e := Event{Route: rule.RequestScope(c).Label(), Rule: r.Name, Outcome: OutcomeUnauthorized, Decision: Decision{Rule: r.Name}, Reason: reason}
+	e := Event{Route: s.Label(), Rule: r.Name, Outcome: OutcomeUnauthorized, Decision: Decision{Rule: r.Name}, Reason: reason}
 	for _, o := range p.Observers {
 		o(ctx, e)
 	}

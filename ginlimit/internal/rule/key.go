@@ -385,6 +385,16 @@ func (r *Rate) PlanFor(c *gin.Context) *Rate {
 	return r
 }
 
+// Key is the key of c's request for rule r on a route whose keys name
+// their rule when named, in scope s: its identity found (Identify), w
+// holding it, and its key built (BuildKey).
+func (r *Base) Key(c *gin.Context, w *Who, named bool, s Scope) (string, error) {
+	if err := r.Identify(c, w); err != nil {
+		return "", err
+	}
+	return BuildKey(r, named, s, w), nil
+}
+
 // Identify finds the request's identity for rule r. With HashIdentities
 // the text is an HMAC of the identity instead of the identity.
 func (r *Base) Identify(c *gin.Context, w *Who) error {
