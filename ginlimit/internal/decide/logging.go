@@ -56,11 +56,15 @@ type OutageLog struct {
 	starts LogThrottle
 }
 
+// Failing logs the start of an outage, with its cause, unless one was
+// logged less than LogEvery ago, and reports whether it did.
 func (o *OutageLog) Failing(cause error) bool {
 	return o.starts.Log(context.Background(), o.Logger, slog.LevelWarn,
 		"ginlimit: Redis is failing; limited routes apply their failure policy until it answers", ErrAttr(cause))
 }
 
+// Answering logs the end of an outage: how long Redis failed and how
+// many calls failed meanwhile.
 func (o *OutageLog) Answering(down time.Duration, failures int64) {
 	l := o.Logger
 	if l == nil {
@@ -70,4 +74,5 @@ func (o *OutageLog) Answering(down time.Duration, failures int64) {
 		slog.Duration("down", down), slog.Int64("failed_calls", failures))
 }
 
+// ErrAttr is err as the attribute "error" of a log line.
 func ErrAttr(err error) slog.Attr { return slog.String("error", err.Error()) }

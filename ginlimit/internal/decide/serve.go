@@ -259,8 +259,8 @@ func (p answers) clientGone(c *gin.Context, req *request) {
 	c.AbortWithStatus(statusClientClosedRequest)
 }
 
-// identityFailed answers a request whose identity rule r could not find:
-// 401 when it is unauthenticated, 500 (and a log line) otherwise.
+// identityFailed answers a request in scope s whose identity rule r could
+// not find: 401 when it is unauthenticated, 500 (and a log line) otherwise.
 func (p answers) identityFailed(c *gin.Context, s rule.Scope, r *rule.Base, err error) {
 	if errors.Is(err, identity.ErrUnauthenticated) {
 		if ch, ok := r.Users.(interface{ Challenge() string }); ok {
