@@ -3,8 +3,6 @@ package ginlimit
 import (
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/lua"
 )
@@ -37,17 +35,6 @@ const (
 // DefaultSubWindows is the number of sub-windows of a [SlidingCounter]: its
 // window must be a whole number of microseconds times this.
 const DefaultSubWindows = 10
-
-// The several-rule scripts are immutable: redis.Script holds only the
-// source and its SHA1, and Run sends EVALSHA and falls back to EVAL on
-// NOSCRIPT. They number the algorithms as lua.Numbered lists them (see
-// rule.Args). Each rule's single-rule script has its settings written
-// into it (lua.Single, in rule.CompileRate).
-var (
-	severalScript = redis.NewScript(lua.Several())
-	// peekScript is severalScript recording nothing: Policy.Peek.
-	peekScript = redis.NewScript(lua.Peek())
-)
 
 // Algorithm sets the rule's algorithm, such as [TokenBucket] or
 // ginlimit.AlgorithmKind(os.Getenv("LIMIT_ALGORITHM")). The default is

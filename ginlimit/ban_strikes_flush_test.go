@@ -39,7 +39,7 @@ func TestCarriedStrikesFlushedAfterAFailedReport(t *testing.T) {
 		t.Skip("the deny cache answered fewer than two refusals: the machine was too slow for its bound")
 	}
 	// Every decision slot of A taken while its timer reports.
-	release := pa.engine.HoldSlots()
+	release := pa.route.Engine.HoldSlots()
 	time.Sleep(3 * staleness)
 	release()
 	// A is healthy again, and so is Redis, all along.

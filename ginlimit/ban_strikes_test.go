@@ -24,7 +24,7 @@ func banInstance(t *testing.T, srv *redistest.Server, g *gate, opts ...Option) (
 		t.Fatal(err)
 	}
 	e := gin.New()
-	e.GET("/claim", p.serve, g.handle)
+	e.GET("/claim", p.route.Serve, g.handle)
 	return e, p, seen
 }
 

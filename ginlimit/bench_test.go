@@ -1,8 +1,6 @@
 package ginlimit
 
 import (
-	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
-
 	"context"
 	"encoding/binary"
 	"io"
@@ -18,7 +16,6 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
 	"github.com/ginlimit/ginlimit/lua"
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
@@ -119,29 +116,6 @@ func BenchmarkMiddleware(b *testing.B) {
 			serveLoop(b, e, "/r/1", true)
 		})
 	}
-}
-
-// BenchmarkDenyCacheHit is a rejection answered in process.
-func BenchmarkDenyCacheHit(b *testing.B) {
-	c := (&routeConfig{deny: DefaultDenyCacheSize, staleness: time.Hour}).forRules().DenyCache(false)
-	const key = "rate_limit:{GET /api/coupon/claim user:alice}"
-	c.Leave(key, c.Stamp(), state.Answer{Remaining: 0, Reset: time.Hour, At: time.Now()})
-	r := &rule.Rate{Base: rule.Base{Name: "x", Limit: 1}, MaxCost: 1, Cost: 1, Deny: c}
-	p := &Policy{rules: []*rule.Rate{r}, records: 1}
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			req := p.newRequest(rule.Scope{})
-			cl := &req.calls[0]
-			*cl = call{rule: r}
-			cl.key, cl.cost = key, 1
-			req.place(0)
-			if d, _ := p.decide(ctx, req); !d.Cached {
-				b.Fatal("not cached")
-			}
-		}
-	})
 }
 
 // BenchmarkAllowRealRedis is one decision on a real redis-server, with and

@@ -32,7 +32,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatalf("failure %d: %+v, %v; want a Redis timeout", i, d, err)
 		}
 	}
-	if got := p.engine.Breaker().State(); got != "open" {
+	if got := p.route.Engine.Breaker().State(); got != "open" {
 		t.Fatalf("after 3 failures the breaker is %s", got)
 	}
 	// Each answered by the open breaker (ErrCircuitOpen), so none waited
@@ -54,7 +54,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatal("a stopped Redis answered")
 		}
 	}
-	if got := q.engine.Breaker().State(); got != "open" {
+	if got := q.route.Engine.Breaker().State(); got != "open" {
 		t.Fatalf("after 2 failures the breaker is %s", got)
 	}
 	srv.Restart()
@@ -71,7 +71,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("decisions came from Redis again %v after it returned", time.Since(back).Round(time.Millisecond))
-	if got := q.engine.Breaker().State(); got != "closed" {
+	if got := q.route.Engine.Breaker().State(); got != "closed" {
 		t.Fatalf("after a good probe the breaker is %s", got)
 	}
 }
@@ -85,7 +85,7 @@ func TestBreakerOption(t *testing.T) {
 		}
 	}
 	p := mustPolicy(t, Redis(c), withBreaker(0, 0))
-	if p.engine.Breaker() != nil {
+	if p.route.Engine.Breaker() != nil {
 		t.Fatal("withBreaker(0, 0) left a breaker")
 	}
 }
@@ -163,7 +163,7 @@ func TestFailLocal(t *testing.T) {
 	if d, err := p.Allow(context.Background(), "k", 1); err == nil || d.Local || d.Allowed {
 		t.Fatalf("a fresh instance: %+v, %v; want refused, not by the fallback", d, err)
 	}
-	heardOnce(p.route.instances)
+	heardOnce(p.route.RuleRoute.Instances)
 	for i, want := range []bool{true, true, false} {
 		d, err := p.Allow(context.Background(), "k", 1)
 		if err == nil || !d.Local || d.Allowed != want {
@@ -195,6 +195,6 @@ func TestBreakerFailuresOverflow(t *testing.T) {
 		t.Fatal("a call to a closed port succeeded")
 	}
 	if _, err := p.Allow(ctx, "k", 1); errors.Is(err, ErrCircuitOpen) {
-		t.Fatalf("withBreaker(%d, 1h) accepted at start-up, and the breaker opened after 1 failure (%d failures counted)", failures, p.engine.Breaker().Failures())
+		t.Fatalf("withBreaker(%d, 1h) accepted at start-up, and the breaker opened after 1 failure (%d failures counted)", failures, p.route.Engine.Breaker().Failures())
 	}
 }

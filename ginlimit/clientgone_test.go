@@ -41,7 +41,7 @@ func newGoneRoute(t *testing.T, c redis.Scripter, opts ...Option) *goneRoute {
 		t.Fatal(err)
 	}
 	g.e = gin.New()
-	g.e.GET("/order", g.policy.serve, func(c *gin.Context) {
+	g.e.GET("/order", g.policy.route.Serve, func(c *gin.Context) {
 		first := g.ran.Add(1) == 1
 		n := g.running.Add(1)
 		defer g.running.Add(-1)
@@ -100,7 +100,7 @@ func TestClientGoneIsNeverAdmitted(t *testing.T) {
 			// The cached refusal lapses, so the next request is the key's
 			// probe: a hung-up one must not be admitted by the fallback.
 			time.Sleep(3 * staleness)
-			if code := g.serve("192.0.2.1", true); code != statusClientClosedRequest {
+			if code := g.serve("192.0.2.1", true); code != 499 {
 				t.Fatalf("hung-up request %d got %d, want 499", i, code)
 			}
 			if o := g.seen.last().Outcome; o != OutcomeClientGone {
@@ -126,7 +126,7 @@ func TestClientGoneIsNeverAdmitted(t *testing.T) {
 		})
 		<-g.entered // the slot is held
 		for i := range 10 {
-			if code := g.serve("192.0.2.2", true); code != statusClientClosedRequest {
+			if code := g.serve("192.0.2.2", true); code != 499 {
 				t.Errorf("hung-up request %d got %d, want 499", i, code)
 			}
 		}
@@ -156,7 +156,7 @@ func TestClientGoneIsNeverAdmitted(t *testing.T) {
 		ran := g.ran.Load()
 		for i := range 10 {
 			time.Sleep(3 * staleness)
-			if code := g.serve("192.0.2.3", true); code != statusClientClosedRequest {
+			if code := g.serve("192.0.2.3", true); code != 499 {
 				t.Fatalf("hung-up request %d of a banned IP got %d, want 499", i, code)
 			}
 		}
@@ -182,9 +182,9 @@ func TestClientGoneKeepsStrikes(t *testing.T) {
 	// The deny cache's clock is the test's: refusals are answered from it
 	// until the test moves it past the staleness bound.
 	var now atomic.Int64
-	deny := g.policy.rules[0].Deny
+	deny := g.policy.route.Rules[0].Deny
 	deny.SetClock(now.Load)
-	g.policy.rules[0].Deny.SetStaleness(staleness)
+	g.policy.route.Rules[0].Deny.SetStaleness(staleness)
 	if code := g.serve("192.0.2.4", false); code != http.StatusOK {
 		t.Fatalf("the first request got %d", code)
 	}
@@ -202,7 +202,7 @@ func TestClientGoneKeepsStrikes(t *testing.T) {
 		t.Fatalf("%d refusals came from the deny cache; the test needs at least 4", cached)
 	}
 	now.Add(int64(2 * staleness)) // the cached refusal lapses: the next request probes
-	if code := g.serve("192.0.2.4", true); code != statusClientClosedRequest {
+	if code := g.serve("192.0.2.4", true); code != 499 {
 		t.Fatalf("the hung-up probe got %d, want 499", code)
 	}
 	g.serve("192.0.2.4", false)

@@ -113,8 +113,8 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 			for i, c := range clients {
 				opts := append([]Option{Redis(c), Key(pre), Window(time.Hour), Limit(500)}, tc.opts...)
 				policies[i] = mustPolicy(t, opts...)
-				if (policies[i].engine.Pipeliner() != nil) != tc.pipe {
-					t.Fatalf("auto-pipeliner %v, want %v", policies[i].engine.Pipeliner() != nil, tc.pipe)
+				if (policies[i].route.Engine.Pipeliner() != nil) != tc.pipe {
+					t.Fatalf("auto-pipeliner %v, want %v", policies[i].route.Engine.Pipeliner() != nil, tc.pipe)
 				}
 				pipelined -= hooks[i].n.Load()
 			}
@@ -152,7 +152,7 @@ func TestClusterExactUnderConcurrency(t *testing.T) {
 				t.Fatal("autoPipeline(true) on a ClusterClient: no decision went through a pipeline")
 			}
 			key := ruleKey(policies[0], 0, "hot")
-			if n := storedUnits(t, clients[0], AlgorithmKind(policies[0].rules[0].Alg.Name()), key); n != 500 {
+			if n := storedUnits(t, clients[0], AlgorithmKind(policies[0].route.Rules[0].Alg.Name()), key); n != 500 {
 				t.Fatalf("the key %s holds %d units, want 500", key, n)
 			}
 			// A fresh policy, without a deny cache, asks Redis: nothing left.
@@ -233,7 +233,7 @@ func TestClusterRules(t *testing.T) {
 		// sliding log's unit, so that rule a's entries leave exactly 10 s
 		// after their admission.
 		now := (time.Now().UnixMicro()/1000 + 1) * 1000
-		p.clock = func() int64 { return now }
+		p.route.Clock = func() int64 { return now }
 		// One identity per master, so the script runs on each of them.
 		ids := identityPerMaster(cl)
 		for _, id := range ids {

@@ -1,135 +1,113 @@
 package ginlimit
 
 import (
-	"time"
+	"context"
+	"errors"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
-	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 )
 
 // Decision is the outcome of one rate limit decision. The middleware stores
-// it in the gin context, where handlers read it with [DecisionFrom].
-type Decision struct {
-	// Rule is the name of the rule that decided (see [Name]).
-	Rule string
-	// Allowed reports whether the request was admitted.
-	Allowed bool
-	// The flags are kept together, so that a Decision has no padding
-	// between them.
-	//
-	// Local reports that Redis failed and the in-process fallback of
-	// [FailLocal] decided; Err holds the Redis error.
-	Local bool
-	// Shadow reports that shadow mode (see [Shadow]) let the request
-	// through although the rule, or the failure policy, would have refused
-	// it. Allowed still says what the rule decided.
-	Shadow bool
-	// Cached reports that the rejection came from the in-process deny cache
-	// (see [DenyCache]) without a Redis call.
-	Cached bool
-	// Banned reports that the request was refused because its identity is
-	// banned on the rule (see [Ban]); RetryAfter and Reset are the time the
-	// ban has left, and the 429 carries the ban's message.
-	Banned bool
-	// Source says where Limit and Window come from: [SourceConfig] (0), the
-	// rule's options, or an override set with [Policy.SetLimit]:
-	// [SourceOverride] for the rule's, [SourcePlanOverride] for its plan's
-	// ([LimitBy]), [SourceIdentityOverride] for the identity's. It is a
-	// small integer, not a string, to keep a Decision small: every request
-	// carries one.
-	Source Source
-	// Limit is the rule's limit per window; for an in-flight rule
-	// ([InFlight]), its n. An override set with [Policy.SetLimit] replaces
-	// the configured limit: Source says which one applied.
-	Limit int
-	// Window is the rule's window as it applied, its [Window] or an
-	// override's; 0 for an in-flight rule.
-	Window time.Duration
-	// Remaining is how many more requests the window admits now, after this
-	// one; for an in-flight rule, how many slots are free.
-	Remaining int
-	// Reset is the time until more quota becomes available: until the
-	// oldest request in the window leaves it (sliding log), the oldest
-	// counted sub-window leaves (sliding counter), the window ends (fixed
-	// window) or the next whole token accrues (token bucket). An in-flight
-	// rule cannot know when a slot frees: 0 when it admitted the request,
-	// [InFlightRetryAfter] when it refused it.
-	Reset time.Duration
-	// RetryAfter is how long a rejected request should wait before trying
-	// again; it is zero when the request was allowed.
-	RetryAfter time.Duration
-	// Time is the Redis server's clock when the decision was made.
-	Time time.Time
-	// Message is what the default 429 body says: the message of the rule
-	// that decided ([Message]; its [Ban]'s for a banned identity), or
-	// Reason. A [Respond] function writes it in a body of its own, as
-	// ginlimit/problem does in its detail. It is set on the decisions of
-	// requests, not on those of [Policy.Peek] and [Policy.Allow].
-	Message string
-	// Reason is set when a request was rejected for a reason other than the
-	// rate: today, a cost larger than the rule can ever admit. Such a
-	// request gets a 429 whose message is Reason, without rate limit
-	// headers.
-	Reason string
-	// Rules holds the decision of every rule of a route declared with
-	// [Rule]s; the Decision itself is then the rule that fired (with the
-	// longest RetryAfter of the rules that rejected) or, when admitted, the
-	// rule with the least remaining. It is nil for a single rule, and when
-	// only the rule that refused is known: a rejection from the deny cache
-	// or from the FailLocal fallback. On a route with rate and in-flight
-	// rules, the decision is the rate rules' when every in-flight rule
-	// gave the request a slot, and otherwise the in-flight rules' (whose
-	// Rules, when there are several, holds theirs).
-	Rules []Decision
-	// brk is the breaker that served the decision's call (per master on a
-	// cluster, per shard on a Ring), for observers; nil if none did.
-	brk *engine.Breaker
-	// decider is the rule that decided, a Ban's for a banned identity:
-	// its name, header texts and 429 body.
-	decider *rule.Base
-	// Err is non-nil when Redis could not decide. Allowed then follows the
-	// rule's FailPolicy; with FailOpen and FailClosed, Remaining, Reset,
-	// RetryAfter and Time are zero, and with FailLocal they come from the
-	// in-process fallback (Local is set).
-	Err error
-}
+// it in the gin context, where handlers read it with [DecisionFrom]. Its
+// fields are documented where it is defined, in the package that decides
+// (ginlimit/internal/decide: `go doc ./ginlimit/internal/decide Decision`):
+// Rule, Allowed, Local, Shadow, Cached, Banned, Source, Limit, Window,
+// Remaining, Reset, RetryAfter, Time, Message, Reason, Rules and Err. It is
+// that type, not a copy, so a request's decision is never converted.
+type Decision = decide.Decision
 
 // Source says where a decision's Limit and Window come from (see
 // [Decision.Source]).
-type Source uint8
+type Source = decide.Source
 
 // The values of [Decision.Source], from the least specific: an identity's
 // override comes before its plan's, which comes before the rule's, which
 // comes before the configuration.
 const (
 	// SourceConfig: the rule's limit and window are those of its options.
-	SourceConfig Source = iota
+	SourceConfig Source = decide.SourceConfig
 	// SourceOverride: an override of the rule, set with [Policy.SetLimit]
 	// for a [Target] that names no plan and no identity.
-	SourceOverride
+	SourceOverride Source = decide.SourceOverride
 	// SourcePlanOverride: an override of the plan ([LimitBy]) the request
 	// resolved to, set for a Target that names the plan.
-	SourcePlanOverride
+	SourcePlanOverride Source = decide.SourcePlanOverride
 	// SourceIdentityOverride: an override of the identity, set for a
 	// Target that names it, whatever its plan.
-	SourceIdentityOverride
+	SourceIdentityOverride Source = decide.SourceIdentityOverride
 )
 
-type decisionKey struct{}
+// Outcome classifies a decision for metrics and logs: the value of
+// [Event.Outcome]. Every decision has exactly one.
+type Outcome = decide.Outcome
+
+// The outcomes of a decision.
+const (
+	// OutcomeAllowed: Redis (or the deny cache) admitted the request.
+	OutcomeAllowed Outcome = decide.OutcomeAllowed
+	// OutcomeLimited: the request was refused with 429.
+	OutcomeLimited = decide.OutcomeLimited
+	// OutcomeShadowLimited: shadow mode let through a request that would
+	// have been refused.
+	OutcomeShadowLimited = decide.OutcomeShadowLimited
+	// OutcomeError: Redis could not decide; FailOpen or FailClosed applied,
+	// or FailLocal on an instance that has not heard from Redis yet, which
+	// answers as FailClosed does.
+	OutcomeError = decide.OutcomeError
+	// OutcomeSaturated: this process could not get the decision to a
+	// healthy Redis in time (see [ErrSaturated]); it was refused with 503.
+	OutcomeSaturated = decide.OutcomeSaturated
+	// OutcomeFallback: Redis could not decide and FailLocal's in-process
+	// limiter did.
+	OutcomeFallback = decide.OutcomeFallback
+	// OutcomeBanned: the request was refused with 429 because its identity
+	// is banned on the rule (see [Ban]).
+	OutcomeBanned = decide.OutcomeBanned
+	// OutcomeClientGone: the request's own context ended before Redis
+	// decided it (see [ErrClientGone]); it was not admitted.
+	OutcomeClientGone = decide.OutcomeClientGone
+	// OutcomeReset is not a decision: [Policy.Reset] cleared a count of the
+	// rule. Its Event has By; its Decision has only Rule, Limit, Remaining
+	// (the limit) and Time.
+	OutcomeReset = decide.OutcomeReset
+	// OutcomeUnauthorized is not a decision either: a rule that counts per
+	// [User] found no valid identity, and the request was answered 401
+	// before anything was counted. Its Event has Reason; its Decision has
+	// only Rule. Observers that count decisions should count these apart.
+	OutcomeUnauthorized = decide.OutcomeUnauthorized
+)
+
+// Event is one decision, as a function given to [Observe] sees it: Route,
+// Rule, Outcome, Decision, Latency, By, Breaker and Reason, documented
+// where it is defined (`go doc ./ginlimit/internal/decide Event`). Its
+// fields never carry the identity (IP or user id), so metrics built on
+// them stay bounded. An operator's tool that must show who is refused
+// reads it with [RuleInfo.Refused], as the keys hold it.
+type Event = decide.Event
+
+// Observe adds f as an observer of every decision: every admission and
+// refusal, every Redis error (Outcome [OutcomeError] or
+// [OutcomeFallback], with Decision.Err), and every reset. Observers given
+// to the limiter and to a route all see the route's decisions. f is called
+// on the request's goroutine once the decision is made (and, for a refused
+// request, answered), before the handler runs, so it must be fast and safe
+// for concurrent use, and must not panic: as with any handler, a panic
+// reaches gin's recovery, and the request gets a 500 instead of its
+// handler. The ginlimit/metrics package has a Prometheus collector whose Observe method
+// fits: ginlimit.Observe(collector.Observe).
+func Observe(f func(ctx context.Context, e Event)) Option {
+	return routeOption(func(r *routeConfig) error {
+		if f == nil {
+			return errors.New("Observe(nil): the function must not be nil")
+		}
+		r.observers = append(r.observers[:len(r.observers):len(r.observers)], f)
+		return nil
+	})
+}
 
 // DecisionFrom returns the decision made for the current request by the
 // rate limit annotation that ran last on its route, and whether there was
 // one. A request answered 401 by a User route has none.
-func DecisionFrom(c *gin.Context) (Decision, bool) {
-	v, ok := c.Get(decisionKey{})
-	if !ok {
-		return Decision{}, false
-	}
-	d, ok := v.(*Decision)
-	if !ok || d == nil {
-		return Decision{}, false
-	}
-	return *d, true
-}
+func DecisionFrom(c *gin.Context) (Decision, bool) { return decide.From(c) }

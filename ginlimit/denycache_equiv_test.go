@@ -36,9 +36,9 @@ func TestDenyCacheMatchesRedisForEveryAlgorithm(t *testing.T) {
 			withCache := mustPolicy(t, append(append(base, Key(prefix(t)), DenyCache(100)), tc.opts...)...)
 			without := mustPolicy(t, append(append(base, Key(prefix(t)), DenyCache(0)), tc.opts...)...)
 			for _, p := range []*Policy{withCache, without} {
-				p.clock = func() int64 { return now }
+				p.route.Clock = func() int64 { return now }
 			}
-			withCache.rules[0].Deny.SetClock(func() int64 { return (now - t0.UnixMicro()) * 1000 })
+			withCache.route.Rules[0].Deny.SetClock(func() int64 { return (now - t0.UnixMicro()) * 1000 })
 			seed := rand.Uint64()
 			rng := rand.New(rand.NewPCG(seed, 1))
 			cached := 0

@@ -87,7 +87,7 @@ func TestMissingDimensionValues(t *testing.T) {
 	}{
 		{"/h", 400, `{"code":400,"message":"Missing X-Api-Key header"}`},
 		{"/f", 400, `{"code":400,"message":"Bad request"}`},
-		{"/p", 500, bodyInternal},
+		{"/p", 500, `{"code":500,"message":"Internal server error"}`},
 	} {
 		w := do(e, http.MethodGet, tc.path, nil)
 		if w.Code != tc.code || w.Body.String() != tc.body {

@@ -26,7 +26,7 @@ func TestTokenBucketAt2Pow53(t *testing.T) {
 	window := time.Duration(1<<24) * time.Microsecond
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Algorithm(TokenBucket), Window(window), Limit(1), Burst(1<<29), DenyCache(0))
 	now := time.Now().Add(time.Minute).UnixMicro()
-	p.clock = func() int64 { return now }
+	p.route.Clock = func() int64 { return now }
 	ctx := context.Background()
 	if d, err := p.Allow(ctx, "k", 1<<29); err != nil || !d.Allowed {
 		t.Fatalf("emptying the bucket: %+v, %v", d, err)
@@ -72,7 +72,7 @@ func TestExtremeSettings(t *testing.T) {
 	} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			p := mustPolicy(t, append([]Option{Redis(c), Key(prefix(t)), DenyCache(0)}, opts...)...)
-			r := p.rules[0]
+			r := p.route.Rules[0]
 			for _, n := range []int{1, r.MaxCost - 1} {
 				if n < 1 {
 					continue

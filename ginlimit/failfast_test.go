@@ -46,7 +46,7 @@ const failFastTimeout = time.Minute
 // and that the 20 take well under the Timeout in all.
 func checkFailsFast(t *testing.T, p *Policy) {
 	t.Helper()
-	brk := p.engine.Breaker()
+	brk := p.route.Engine.Breaker()
 	start := time.Now()
 	for i := range 20 {
 		d, err := p.Allow(context.Background(), "k", 1)
@@ -90,7 +90,7 @@ func TestDeadRedisFailsFast(t *testing.T) {
 				t.Cleanup(func() { _ = c.Close() })
 				p := mustPolicy(t, Redis(c), Key(prefix(t)), OnFailure(FailLocal), autoPipeline(pipelined), Timeout(failFastTimeout))
 				if pipelined {
-					p.engine.SetPipelineAbove(0) // every call through the auto-pipeliner
+					p.route.Engine.SetPipelineAbove(0) // every call through the auto-pipeliner
 				}
 				checkFailsFast(t, p)
 			})
@@ -184,7 +184,7 @@ func TestSilentRedisCostsATimeout(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: silentServer(t), ContextTimeoutEnabled: ctxAware, ReadTimeout: time.Second})
 			t.Cleanup(func() { _ = c.Close() })
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), OnFailure(FailLocal), Timeout(timeout))
-			brk := p.engine.Breaker()
+			brk := p.route.Engine.Breaker()
 			for i := range DefaultBreakerFailures {
 				start := time.Now()
 				_, err := p.Allow(context.Background(), "k", 1)
@@ -314,7 +314,7 @@ func TestBrokenConnectionIsRetried(t *testing.T) {
 				t.Cleanup(func() { _ = c.Close() })
 				p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(100), OnFailure(FailClosed), autoPipeline(pipelined))
 				if pipelined {
-					p.engine.SetPipelineAbove(0)
+					p.route.Engine.SetPipelineAbove(0)
 				}
 				for i := range 3 {
 					proxy.breakNext.Store(i == 1)
@@ -326,7 +326,7 @@ func TestBrokenConnectionIsRetried(t *testing.T) {
 				if proxy.broken.Load() != 1 {
 					t.Fatalf("the proxy broke %d connections, want 1", proxy.broken.Load())
 				}
-				if n := p.engine.Breaker().Failures(); n != 0 {
+				if n := p.route.Engine.Breaker().Failures(); n != 0 {
 					t.Fatalf("the breaker counted %d failures", n)
 				}
 			})
@@ -357,7 +357,7 @@ func TestLateReplyIsNoFailure(t *testing.T) {
 			if !errors.Is(err, ErrSaturated) {
 				t.Fatalf("a reply held past the Timeout by a Redis that answers a PING: %v, want ErrSaturated", err)
 			}
-			if n := p.engine.Breaker().Failures(); n != 0 {
+			if n := p.route.Engine.Breaker().Failures(); n != 0 {
 				t.Fatalf("the breaker counted %d failures", n)
 			}
 		})

@@ -179,7 +179,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			// Redis's, never the deny cache's.
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(lua.MaxLogLimit),
 				OnFailure(fp), Timeout(faultStall))
-			if p.engine.Breaker() == nil {
+			if p.route.Engine.Breaker() == nil {
 				t.Fatal("the default circuit breaker is off")
 			}
 
@@ -230,7 +230,7 @@ func TestFaultRedisKilled(t *testing.T) {
 				t.Helper()
 				for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
 					if time.Now().After(deadline) {
-						t.Fatalf("%s: not within 30 s (breaker %s)", what, p.engine.Breaker().State())
+						t.Fatalf("%s: not within 30 s (breaker %s)", what, p.route.Engine.Breaker().State())
 					}
 				}
 			}
@@ -240,7 +240,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			// Redis stays down until the breaker is open and has answered.
 			sawOpen := false
 			waitFor("the breaker opening while Redis is down", func() bool {
-				if p.engine.Breaker().State() == "open" {
+				if p.route.Engine.Breaker().State() == "open" {
 					sawOpen = true
 				}
 				return sawOpen && byBreaker.Load() > 0
@@ -574,8 +574,8 @@ func TestFaultSlowRedis(t *testing.T) {
 				// No breaker: every decision meets the slow Redis.
 				p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(time.Minute), Limit(1000),
 					OnFailure(fp), Timeout(faultTimeout), withBreaker(0, 0))
-				if p.engine.HonoursContext() != ctxAware {
-					t.Fatalf("honours = %v for ContextTimeoutEnabled = %v", p.engine.HonoursContext(), ctxAware)
+				if p.route.Engine.HonoursContext() != ctxAware {
+					t.Fatalf("honours = %v for ContextTimeoutEnabled = %v", p.route.Engine.HonoursContext(), ctxAware)
 				}
 				for round := range 3 {
 					var wg sync.WaitGroup
@@ -693,7 +693,7 @@ func TestFaultPoolExhausted(t *testing.T) {
 				if queueTimedOut.Load() == 0 {
 					t.Errorf("no decision ran out of the QueueTimeout waiting for one of the 2 slots: the wait for a slot is not bounded by it")
 				}
-				if st := p.engine.Breaker().State(); st != "closed" {
+				if st := p.route.Engine.Breaker().State(); st != "closed" {
 					t.Errorf("waiting for a connection opened the breaker (%s): it is not a Redis failure", st)
 				}
 				release()
@@ -740,10 +740,10 @@ func TestFaultPipelineBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.engine.Pipeliner() == nil {
+	if p.route.Engine.Pipeliner() == nil {
 		t.Fatal("the auto-pipeliner is off")
 	}
-	if hung.engine != p.engine {
+	if hung.route.Engine != p.route.Engine {
 		t.Fatal("the two routes of one limiter and client have backends of their own")
 	}
 	const callers = 2 * engine.PipelineDepth
@@ -776,7 +776,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 	if fromRedis.Load() == 0 || timedOut.Load() == 0 {
 		t.Fatalf("%d answered by Redis, %d timed out: the test needs both (a backlog that outlasts the Timeout while Redis answers)", fromRedis.Load(), timedOut.Load())
 	}
-	if st := p.engine.Breaker().State(); st != "closed" {
+	if st := p.route.Engine.Breaker().State(); st != "closed" {
 		t.Errorf("a backlog opened the breaker (%s): it is not a Redis failure", st)
 	}
 	proxy.SetDelay(0)
@@ -795,7 +795,7 @@ func TestFaultPipelineBacklog(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if st := p.engine.Breaker().State(); st != "open" || failedOpen.Load() != 16 {
+	if st := p.route.Engine.Breaker().State(); st != "open" || failedOpen.Load() != 16 {
 		t.Errorf("Redis answering nothing: the breaker is %s and %d of 16 decisions failed open; want open and 16", st, failedOpen.Load())
 	}
 	proxy.SetDelay(0) // the held replies come: the Limiter's Close waits for its pipeliner's calls
@@ -825,13 +825,13 @@ func TestFaultSaturationIsNoVerdict(t *testing.T) {
 	if _, err := p.Allow(short, "b", 1); !errors.Is(err, ErrClientGone) {
 		t.Fatalf("the request's context ended first: error %v, want ErrClientGone", err)
 	}
-	if st := p.engine.Breaker().State(); st != "closed" {
+	if st := p.route.Engine.Breaker().State(); st != "closed" {
 		t.Fatalf("after one failure the breaker is %s, want closed", st)
 	}
 	if _, err := p.Allow(ctx, "c", 1); err == nil || errors.Is(err, ErrSaturated) {
 		t.Fatalf("a hung Redis: error %v, want a failure", err)
 	}
-	if st := p.engine.Breaker().State(); st != "open" {
+	if st := p.route.Engine.Breaker().State(); st != "open" {
 		t.Errorf("after two failures with a saturation answer between them the breaker is %s, want open: saturation counted as a success", st)
 	}
 	proxy.SetDelay(0) // the held replies come: the clients close at once
@@ -893,7 +893,7 @@ func TestFaultErrorReplies(t *testing.T) {
 				switch {
 				case errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE"):
 					wrongType++
-					if strings.Contains(err.Error(), "alice") || !strings.Contains(err.Error(), `rule "`+p.rules[0].Name+`"`) {
+					if strings.Contains(err.Error(), "alice") || !strings.Contains(err.Error(), `rule "`+p.route.Rules[0].Name+`"`) {
 						t.Errorf("error %q: want one that names the rule and not the identity", err)
 					}
 				case errors.Is(err, ErrCircuitOpen) && i >= DefaultBreakerFailures:
@@ -947,7 +947,7 @@ func TestFaultErrorReplies(t *testing.T) {
 			from := map[string]string{"RemoteAddr": poisoned + ":1234"}
 			wantCode, wantBody := http.StatusOK, `{"ok":true}`
 			if fp == FailClosed {
-				wantCode, wantBody = http.StatusServiceUnavailable, bodyUnavailable
+				wantCode, wantBody = http.StatusServiceUnavailable, `{"code":503,"message":"Service temporarily unavailable, please try again later"}`
 			}
 			for i := range 8 {
 				start := time.Now()
@@ -1041,6 +1041,6 @@ func TestFaultErrorReplyLeavesTheBreakerClosed(t *testing.T) {
 	}
 	if d, err := p.Allow(ctx, "healthy", 1); err != nil || !d.Allowed {
 		t.Fatalf("a healthy key, after %d error replies on another key: %+v, %v; want an admission from Redis (breaker %s)",
-			DefaultBreakerFailures, d, err, p.engine.Breaker().State())
+			DefaultBreakerFailures, d, err, p.route.Engine.Breaker().State())
 	}
 }

@@ -77,7 +77,7 @@ func TestHeadersStructuredFields(t *testing.T) {
 	instance := func() (*gin.Engine, *Policy) {
 		p := mustPolicy(t, opts...)
 		e := gin.New()
-		e.GET("/x", p.serve, ok)
+		e.GET("/x", p.route.Serve, ok)
 		return e, p
 	}
 	a, pa := instance()
@@ -139,7 +139,7 @@ func TestHeadersStructuredFields(t *testing.T) {
 	// client's pk with its count.
 	var w rule.Who
 	w.Add("user", users["alice"], rule.IDSafe)
-	pa.rules[0].Seal(&w)
+	pa.route.Rules[0].Seal(&w)
 	if got := hex.EncodeToString(pks["alice"]); got != w.Parts[0].Value {
 		t.Fatalf("alice's pk is %s, want the hash in her key, %s", got, w.Parts[0].Value)
 	}
@@ -156,7 +156,7 @@ func TestHeadersStructuredFieldsInFlight(t *testing.T) {
 	gate := make(chan struct{})
 	entered := make(chan struct{})
 	e := gin.New()
-	e.GET("/x", p.serve, func(c *gin.Context) {
+	e.GET("/x", p.route.Serve, func(c *gin.Context) {
 		if c.Query("hold") != "" {
 			close(entered)
 			<-gate
@@ -175,7 +175,7 @@ func TestHeadersStructuredFieldsInFlight(t *testing.T) {
 	if w.Code != http.StatusTooManyRequests {
 		t.Fatalf("second request while the slot is held: %d, want 429", w.Code)
 	}
-	name := p.slots[0].Name
+	name := p.route.Slots[0].Name
 	rl, pol := sfItems(t, w.Header(), "RateLimit"), sfItems(t, w.Header(), "RateLimit-Policy")
 	pk, ok := param[[]byte](t, rl[name], "pk")
 	ppk, pok := param[[]byte](t, pol[name], "pk")

@@ -97,7 +97,7 @@ func heardOnce(c *state.Instances) { c.Store(c.Load()) }
 
 // ruleKey is the Redis key of rule i of p for Policy.Allow(ctx, key).
 func ruleKey(p *Policy, i int, key string) string {
-	return rule.BuildKey(&p.rules[i].Base, p.named, rule.Scope{Route: key}, nil)
+	return rule.BuildKey(&p.route.Rules[i].Base, p.route.Named, rule.Scope{Route: key}, nil)
 }
 
 // allowConcurrently calls allow from goroutines goroutines at once, times

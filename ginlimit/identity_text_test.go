@@ -24,6 +24,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 )
@@ -180,7 +181,7 @@ func keysAndTagsLines(t *testing.T) []string {
 	for _, cfg := range configs {
 		h := &identityTags{}
 		p := mustPolicy(t, append([]Option{Redis(rc), Key("pre%:"), withLogger(slog.New(h))}, cfg.opts...)...)
-		p.secret = []byte("fixed secret")
+		p.route.Secret = []byte("fixed secret")
 		var cur keysAndTagsInput
 		e := gin.New()
 		e.Use(func(c *gin.Context) {
@@ -197,37 +198,18 @@ func keysAndTagsLines(t *testing.T) []string {
 			// dump reports req once prepared (okp): its keys, then a line
 			// per key, in the order of the keys (a Ban's before its rule's),
 			// whose rule deciders names.
-			dump := func(what string, req *request, okp bool, deciders func() []*rule.Base) {
-				lines = append(lines, fmt.Sprintf("%s %s ok=%v status=%d keys=%q", cfg.name, what, okp, c.Writer.Status(), req.keys))
-				if !okp {
-					return
-				}
-				for _, r := range deciders() {
+			dump := func(what string, slots bool) {
+				keys, deciders, okp := decide.ProbeKeys(p.route, c, slots)
+				lines = append(lines, fmt.Sprintf("%s %s ok=%v status=%d keys=%q", cfg.name, what, okp, c.Writer.Status(), keys))
+				for _, r := range deciders {
 					h.tags = nil
-					p.debugLogs.next.Store(0)
-					req.d = Decision{Rule: r.Name, decider: r}
-					p.debug(c, req, "x")
+					decide.ProbeDebug(p.route, c, r, "x")
 					lines = append(lines, fmt.Sprintf("  tag %q", h.tags))
 				}
 			}
-			req := p.newRequest(rule.RequestScope(c))
-			dump("rules", req, p.prepare(c, req), func() (deciders []*rule.Base) {
-				for _, cl := range req.calls {
-					if cl.ban != nil {
-						deciders = append(deciders, &cl.rule.Ban.Base)
-					}
-					deciders = append(deciders, &cl.rule.Base)
-				}
-				return deciders
-			})
-			if len(p.slots) > 0 {
-				slots := p.newSlotRequest(rule.RequestScope(c))
-				dump("slots", slots, p.prepareSlots(c, slots), func() (deciders []*rule.Base) {
-					for _, r := range p.slots {
-						deciders = append(deciders, &r.Base)
-					}
-					return deciders
-				})
+			dump("rules", false)
+			if len(p.route.Slots) > 0 {
+				dump("slots", true)
 			}
 			c.Status(299)
 		})
@@ -243,7 +225,7 @@ func keysAndTagsLines(t *testing.T) []string {
 			e.ServeHTTP(w, req)
 			lines = append(lines, fmt.Sprintf("%s resp %d", cfg.name, w.Code))
 			// Targets
-			for _, rl := range p.rules {
+			for _, rl := range p.route.Rules {
 				tg := Target{Route: "GET /r/:id", Rule: rl.Name, Values: map[string]string{}}
 				if in.hasUID {
 					tg.User = in.uid
@@ -300,13 +282,13 @@ func TestDebugSwitchedOnMidRequestNamesIdentity(t *testing.T) {
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(1), Type(IP), withLogger(slog.New(h)),
 		Cost(func(*gin.Context) int { level.Set(slog.LevelDebug); return 1 }))
 	e := gin.New()
-	e.GET("/x", p.serve, ok)
+	e.GET("/x", p.route.Serve, ok)
 	hdr := map[string]string{"RemoteAddr": "192.0.2.55:1"}
 	for i, want := range []int{200, 429, 429} {
 		if i < 2 {
 			level.Set(slog.LevelInfo) // switched on by the CostFunc, mid-request
 		}
-		p.debugLogs.next.Store(0) // one line per refusal
+		decide.ProbeQuiet(p.route) // one line per refusal
 		if w := do(e, http.MethodGet, "/x", hdr); w.Code != want {
 			t.Fatalf("request %d: %d, want %d", i+1, w.Code, want)
 		}
@@ -348,7 +330,7 @@ func TestConcurrentRulesBanInFlight(t *testing.T) {
 			c.Set("uid", u)
 		}
 	})
-	e.GET("/r/:id", p.serve, ok)
+	e.GET("/r/:id", p.route.Serve, ok)
 	const clients, times = 8, 12
 	ipOf := func(g int) string { return fmt.Sprintf("2001:db8:ffff:ffff:ffff:ffff:ffff:%04x", 0xff00+g) }
 	uidOf := func(g int) string {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ginlimit/ginlimit/internal/redistest"
 	"github.com/ginlimit/ginlimit/internal/testtier"
+	"github.com/ginlimit/ginlimit/lua"
 )
 
 // slotModel is what the in-flight script means, key by key: the leases
@@ -185,10 +186,10 @@ func runSlotCase(t *testing.T, c slotCase, client *redis.Client, setClock func(i
 		}
 		var cmd *redis.Cmd
 		if setClock != nil {
-			cmd = slotScript.Run(ctx, client, keys, args...)
+			cmd = redis.NewScript(lua.InFlight()).Run(ctx, client, keys, args...)
 		} else {
 			_, _ = client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				cmd = slotScript.Eval(ctx, p, keys, args...)
+				cmd = redis.NewScript(lua.InFlight()).Eval(ctx, p, keys, args...)
 				p.Persist(ctx, keys[0])
 				for _, k := range keys[1:] {
 					p.Persist(ctx, k)

@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
@@ -196,7 +197,7 @@ func TestInFlightReleaseOnPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGate()
-	e := slotEngine(p.serve, g)
+	e := slotEngine(p.route.Serve, g)
 	for range 3 {
 		if w := do(e, http.MethodGet, "/order?panic=1", nil); w.Code != http.StatusInternalServerError {
 			t.Fatalf("a panicking handler: %d, want gin's recovery's 500", w.Code)
@@ -206,7 +207,7 @@ func TestInFlightReleaseOnPanic(t *testing.T) {
 		}
 	}
 	bare := gin.New()
-	bare.GET("/order", p.serve, g.handle)
+	bare.GET("/order", p.route.Serve, g.handle)
 	func() {
 		defer func() {
 			if recover() == nil {
@@ -227,18 +228,10 @@ func TestInFlightReleaseOnPanic(t *testing.T) {
 // dies: no renewal, no release.
 func die(t *testing.T, p *Policy) {
 	t.Helper()
-	req := p.newSlotRequest(rule.Scope{Method: http.MethodGet, Route: "/order"})
-	for i, r := range p.slots {
-		req.keys[i] = rule.BuildKey(&r.Base, p.named, req.scope, nil)
+	d, err := decide.ProbeDie(context.Background(), p.route, rule.Scope{Method: http.MethodGet, Route: "/order"})
+	if err != nil || !d.Allowed {
+		t.Fatalf("the dying instance got no slot: %+v, %v", d, err)
 	}
-	h, err := p.takeSlots(context.Background(), req)
-	if err != nil || h == nil || !req.d.Allowed {
-		t.Fatalf("the dying instance got no slot: %+v, %v", req.d, err)
-	}
-	h.mu.Lock()
-	h.stopped = true
-	h.timer.Stop()
-	h.mu.Unlock()
 }
 
 // TestInFlightLeaseFreesDeadHolder: the slot of an instance that died
@@ -256,14 +249,14 @@ func TestInFlightLeaseFreesDeadHolder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dead.clock = clock
+		dead.route.Clock = clock
 		die(t, dead)
 		other, err := slotLimiter(t, srv.Client()).Policy(Key(pfx), InFlight(1, time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
-		other.clock = clock
-		e := slotEngine(other.serve, newGate())
+		other.route.Clock = clock
+		e := slotEngine(other.route.Serve, newGate())
 		now += time.Hour.Microseconds() - 1
 		if w := do(e, http.MethodGet, "/order?fast=1", nil); w.Code != http.StatusTooManyRequests {
 			t.Fatalf("1 µs before the dead holder's lease ends: %d, want 429", w.Code)
@@ -342,7 +335,7 @@ func TestInFlightWithRateRule(t *testing.T) {
 	}
 	g := newGate()
 	defer g.open()
-	e := slotEngine(p.serve, g)
+	e := slotEngine(p.route.Serve, g)
 	first := make(chan *httptest.ResponseRecorder, 1)
 	go func() { first <- do(e, http.MethodGet, "/order", nil) }()
 	<-g.entered
@@ -382,7 +375,7 @@ func TestInFlightRefusalIsNotCached(t *testing.T) {
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), InFlight(1, time.Minute))
 	g := newGate()
 	defer g.open()
-	e := slotEngine(p.serve, g)
+	e := slotEngine(p.route.Serve, g)
 	done := make(chan int, 1)
 	go func() { done <- do(e, http.MethodGet, "/order", nil).Code }()
 	<-g.entered
@@ -424,8 +417,8 @@ func TestInFlightFailurePolicy(t *testing.T) {
 		{"FailLocal saturated", FailLocal, srv, "saturated", 0, http.StatusServiceUnavailable},
 		{"FailOpen saturated", FailOpen, srv, "saturated", 0, http.StatusServiceUnavailable},
 		{"FailClosed saturated", FailClosed, srv, "saturated", 0, http.StatusServiceUnavailable},
-		{"FailOpen client gone", FailOpen, srv, "ended", 0, statusClientClosedRequest},
-		{"FailLocal client gone", FailLocal, srv, "ended", 0, statusClientClosedRequest},
+		{"FailOpen client gone", FailOpen, srv, "ended", 0, 499},
+		{"FailLocal client gone", FailLocal, srv, "ended", 0, 499},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -550,9 +543,9 @@ func TestInFlightOOMRefusedBeforeAnyWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().Add(time.Minute).UnixMicro()
-	p.clock = func() int64 { return now }
+	p.route.Clock = func() int64 { return now }
 	die(t, p) // a slot held by an instance that died
-	e := slotEngine(p.serve, newGate())
+	e := slotEngine(p.route.Serve, newGate())
 	before := dump(t, srv)
 	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
@@ -603,7 +596,7 @@ func TestInFlightObserverPanicReleasesTheSlot(t *testing.T) {
 	}
 	g := newGate()
 	defer g.open()
-	e := slotEngine(p.serve, g)
+	e := slotEngine(p.route.Serve, g)
 	if w := do(e, http.MethodGet, "/order?fast=1", nil); w.Code != http.StatusInternalServerError {
 		t.Fatalf("the panicking observer: %d, want gin's recovery's 500", w.Code)
 	}
@@ -631,7 +624,7 @@ func TestInFlightDeadlineReleasesTheSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := gin.New()
-	e.GET("/order", p.serve, ok)
+	e.GET("/order", p.route.Serve, ok)
 	busy := make(chan error, 1)
 	go func() {
 		c := srv.Client()

@@ -2,15 +2,12 @@ package ginlimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
 
@@ -67,149 +64,7 @@ type Target struct {
 // the policy: an unknown rule or plan, a missing or extra identity, a
 // malformed route. The error says what is wrong without repeating the
 // identity.
-var ErrBadTarget = errors.New("ginlimit: bad target")
-
-// maxRouteText bounds Target.Route.
-const maxRouteText = 1024
-
-// aim is what a Target names: a rule as the route declares it, the rule
-// that keeps the count (the plan the Target names, or the rule itself),
-// and the scope and identity of the count.
-type aim struct {
-	declared rule.Any
-	rule     rule.Any
-	scope    rule.Scope
-	who      rule.Who
-}
-
-// target resolves t to the rule that keeps its count and the keys Reset
-// clears: that rule's (its Ban's, then its own), then those of the other
-// plans of the rule declared and of that rule itself.
-func (p *Policy) target(t Target) (rule.Any, []string, error) {
-	a, err := p.aim(t)
-	if err != nil {
-		return nil, nil, err
-	}
-	rate, ok := a.rule.(*rule.Rate)
-	if !ok {
-		return a.rule, []string{rule.BuildKey(a.rule.Core(), p.named, a.scope, &a.who)}, nil
-	}
-	keys := p.rateKeys(rate, a.scope, &a.who)
-	declared := a.declared.(*rule.Rate)
-	for _, x := range append([]*rule.Rate{declared}, slices.Collect(maps.Values(declared.Plans))...) {
-		if x != rate {
-			keys = append(keys, p.rateKeys(x, a.scope, &a.who)...)
-		}
-	}
-	return rate, keys, nil
-}
-
-// zsetKeys is, for each sliding-log rule of t's count (its declared rule
-// and plans), the key under which the version before kept that count
-// (zsetKey): the log's script honours a count there, so Reset deletes it
-// too. t has been checked by target.
-func (p *Policy) zsetKeys(t Target) []string {
-	a, err := p.aim(t)
-	declared, ok := a.declared.(*rule.Rate)
-	if err != nil || !ok {
-		return nil
-	}
-	var keys []string
-	for _, x := range append([]*rule.Rate{declared}, slices.Collect(maps.Values(declared.Plans))...) {
-		if x.Alg.Name() == string(SlidingLog) {
-			keys = append(keys, rule.ZsetKey(&x.Base, rule.BuildKey(&x.Base, p.named, a.scope, &a.who)))
-		}
-	}
-	return keys
-}
-
-// rateKeys is r's keys for scope s and identity w: its Ban's, then its own.
-func (p *Policy) rateKeys(r *rule.Rate, s rule.Scope, w *rule.Who) []string {
-	key := rule.BuildKey(&r.Base, p.named, s, w)
-	if r.Ban == nil {
-		return []string{key}
-	}
-	return []string{rule.BuildKey(&r.Ban.Base, p.named, s, w), key}
-}
-
-// aim resolves t to what it names, or to an ErrBadTarget error.
-func (p *Policy) aim(t Target) (aim, error) {
-	r, err := p.targetRule(t)
-	if err != nil {
-		return aim{}, err
-	}
-	a := aim{declared: r, rule: r}
-	if r.Core().Shared && t.Route == "" && t.Key == "" {
-		// Any route names a Shared rule's count: none is needed.
-		a.scope = rule.Scope{Method: rule.UnmatchedMethod, Route: rule.SharedRoute}
-	} else if a.scope, err = targetScope(t); err != nil {
-		return aim{}, err
-	}
-	if rate, ok := r.(*rule.Rate); ok && t.Plan != "" {
-		pr := rate.Plans[t.Plan]
-		if pr == nil {
-			return aim{}, badTarget("rule %q has no plan %q", rate.Name, t.Plan)
-		}
-		a.rule = pr
-	}
-	if a.scope.Method != "" { // a gin route: the rule's identity
-		if err := a.rule.Core().TargetWho(&a.who, t.forRule()); err != nil {
-			return aim{}, fmt.Errorf("%w: rule %q: %w", ErrBadTarget, a.rule.Core().Name, err)
-		}
-	}
-	return a, nil
-}
-
-// badTarget is an ErrBadTarget error saying what is wrong.
-func badTarget(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrBadTarget, fmt.Sprintf(format, args...))
-}
-
-// targetRule is the rule of p that t names, or its only rule when t names
-// none.
-func (p *Policy) targetRule(t Target) (r rule.Any, err error) {
-	switch {
-	case t.Rule == "" && len(p.all) == 1:
-		r = p.all[0]
-	case t.Rule == "":
-		return nil, badTarget("the route has rules %s: give Target.Rule", p.names())
-	default:
-		for _, x := range p.all {
-			if x.Core().Name == t.Rule {
-				r = x
-			}
-		}
-		if r == nil {
-			return nil, badTarget("no rule named %q (the route has %s)", t.Rule, p.names())
-		}
-	}
-	return r, nil
-}
-
-// targetScope is the scope t names: a Policy.Allow key, the unmatched
-// routes or a gin route, checking that t names exactly one of them.
-func targetScope(t Target) (rule.Scope, error) {
-	var s rule.Scope
-	switch {
-	case t.Route != "" && t.Key != "":
-		return rule.Scope{}, badTarget("give Target.Route (a gin route) or Target.Key (Policy.Allow), not both")
-	case t.Key != "":
-		if t.User != "" || t.IP.IsValid() || len(t.Values) > 0 {
-			return rule.Scope{}, badTarget("Target.Key is the whole identity of Policy.Allow: leave User, IP and Values empty")
-		}
-		s = rule.Scope{Route: t.Key}
-	case t.Route == rule.UnmatchedRoute:
-		s = rule.Scope{Method: rule.UnmatchedMethod, Route: rule.UnmatchedRoute}
-	default:
-		method, path, ok := strings.Cut(t.Route, " ")
-		if !ok || method == "" || !strings.HasPrefix(path, "/") || len(t.Route) > maxRouteText ||
-			!rule.PrintableASCII(t.Route) || strings.ContainsAny(method, " /") {
-			return rule.Scope{}, badTarget("Target.Route %q: want a method, a space and a route template, such as \"GET /api/coupon/claim\", or \"unmatched\"", t.Route)
-		}
-		s = rule.Scope{Method: method, Route: path}
-	}
-	return s, nil
-}
+var ErrBadTarget = rule.ErrBadTarget
 
 // Peek returns what a request on t's count would be told now, without
 // counting anything: Allowed (for a request of the rule's [Cost]), Limit,
@@ -224,30 +79,18 @@ func targetScope(t Target) (rule.Scope, error) {
 // counts need one, asks for those alone: Peek calls no Redis and fills
 // Rule, Limit, Window and Source only.
 func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
-	p.fleet.Touch()
-	a, err := p.aim(t)
+	p.route.Fleet.Touch()
+	a, err := rule.AimAt(p.route.All, t.forRule())
 	if err != nil {
 		if !t.namesIdentity() {
 			return p.settings(t) // a rule (and plan) whose counts need more
 		}
 		return Decision{}, err
 	}
-	if r, ok := a.rule.(*rule.InFlight); ok {
-		return p.peekSlots(ctx, r, rule.BuildKey(&r.Base, p.named, a.scope, &a.who))
+	if r, ok := a.Rule.(*rule.InFlight); ok {
+		return p.route.PeekSlots(ctx, r, rule.BuildKey(&r.Base, p.route.Named, a.Scope, &a.Who))
 	}
-	r := a.rule.(*rule.Rate)
-	req := &request{scope: a.scope}
-	req.alloc([]*rule.Rate{r}, r.Records())
-	p.setCall(req, 0, r, &a.who, max(r.Cost, 1))
-	reply, _, err := p.engine.Run(ctx, p.queue, p.timeout, peekScript, req.keys, p.severalArgs(req))
-	if err != nil {
-		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
-	}
-	d, _, err := p.parseFor(req, reply, false)
-	if err != nil {
-		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
-	}
-	return d, nil
+	return p.route.Peek(ctx, a.Rule.(*rule.Rate), a.Scope, &a.Who)
 }
 
 // Reset clears t's count: every algorithm's key for the rule and the
@@ -265,15 +108,15 @@ func (p *Policy) Peek(ctx context.Context, t Target) (Decision, error) {
 // fresh count. Reset returns Redis's error, wrapped, when the keys could
 // not be deleted.
 func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
-	target, keys, err := p.target(t)
+	a, err := rule.AimAt(p.route.All, t.forRule())
 	if err != nil {
 		return err
 	}
-	keys = append(keys, p.zsetKeys(t)...)
-	r := target.Core()
+	keys := append(a.Keys(p.route.Named), a.ZsetKeys(p.route.Named)...)
+	r := a.Rule.Core()
 	by = boundLabel(by)
 	start := time.Now()
-	announced, err := p.fleet.Reset(ctx, p.queue, p.timeout, keys, p.staleness)
+	announced, err := p.route.Fleet.Reset(ctx, p.route.Queue, p.route.Timeout, keys, p.route.Staleness)
 	if err != nil {
 		return fmt.Errorf("ginlimit: Reset: rule %q: %w", r.Name, err)
 	}
@@ -284,16 +127,16 @@ func (p *Policy) Reset(ctx context.Context, t Target, by string) error {
 	if announced != nil {
 		// The count is reset; an instance that did not hear of it in time
 		// is coherent by the staleness bound now.
-		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",
-			slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by), errAttr(announced))
+		p.route.Logs.Log(ctx, p.route.Logger, slog.LevelWarn, "ginlimit: reset not acknowledged by every instance in time",
+			slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by), decide.ErrAttr(announced))
 	}
-	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: reset",
+	p.route.Log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: reset",
 		slog.String("route", route), slog.String("rule", r.Name), slog.String("by", by))
-	if len(p.observers) > 0 {
+	if len(p.route.Observers) > 0 {
 		e := Event{Route: route, Rule: r.Name, Outcome: OutcomeReset, By: by,
 			Decision: Decision{Rule: r.Name, Limit: r.Limit, Remaining: r.Limit, Time: start},
 			Latency:  time.Since(start)}
-		for _, o := range p.observers {
+		for _, o := range p.route.Observers {
 			o(ctx, e)
 		}
 	}
@@ -318,7 +161,17 @@ func boundLabel(s string) string {
 	return string(b)
 }
 
-// forRule is the identity t names, as the rule package reads it.
+// forRule is t as the rule package reads it.
 func (t Target) forRule() rule.Target {
-	return rule.Target{User: t.User, IP: t.IP, Values: t.Values, Sealed: t.sealed}
+	return rule.Target{Route: t.Route, Key: t.Key, Rule: t.Rule, Plan: t.Plan, User: t.User, IP: t.IP, Values: t.Values, Sealed: t.sealed}
+}
+
+// target resolves t to the rule that keeps its count and the keys Reset
+// clears (rule.Aim.Keys).
+func (p *Policy) target(t Target) (rule.Any, []string, error) {
+	a, err := rule.AimAt(p.route.All, t.forRule())
+	if err != nil {
+		return nil, nil, err
+	}
+	return a.Rule, a.Keys(p.route.Named), nil
 }

@@ -72,7 +72,7 @@ func newInstance(t *testing.T, c redis.Scripter, opts ...Option) *instance {
 			c.Set("uid", u)
 		}
 	}
-	e.GET("/claim", setUser, p.serve, ok)
+	e.GET("/claim", setUser, p.route.Serve, ok)
 	return &instance{e: e, policy: p, seen: seen}
 }
 
@@ -83,7 +83,7 @@ func newInstance(t *testing.T, c redis.Scripter, opts ...Option) *instance {
 // which a loaded machine can outlast.
 func waitSubscribed(t *testing.T, p *Policy) {
 	t.Helper()
-	h := p.hub
+	h := p.route.Hub
 	if h == nil {
 		t.Fatal("the policy's backend has no reset subscription")
 	}
@@ -389,7 +389,7 @@ func TestResetClearsTheFallbackBuckets(t *testing.T) {
 	t.Parallel()
 	_, c := newMini(t)
 	in := newInstance(t, c, Key(prefix(t)), Window(time.Minute), Limit(3), Type(User))
-	r := in.policy.rules[0]
+	r := in.policy.route.Rules[0]
 	_, keys, err := in.policy.target(Target{Route: claimRoute, User: "alice"})
 	if err != nil {
 		t.Fatal(err)
@@ -476,7 +476,7 @@ func TestResetWaitsNoLongerThanTheBound(t *testing.T) {
 	// Until this instance's own subscription is live, Reset cannot count
 	// acknowledgements and only waits out the bound (announce): on a
 	// loaded machine that can take a while.
-	for deadline := time.Now().Add(30 * time.Second); !p.hub.Live(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !p.route.Hub.Live(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the reset subscription never went live")
 		}
@@ -538,7 +538,7 @@ func TestALostSubscriptionDropsTheCache(t *testing.T) {
 	if _, d := in.claim("alice"); !d.Cached {
 		t.Fatal("the refusal was not cached: the test proves nothing")
 	}
-	in.policy.hub.Lose()
+	in.policy.route.Hub.Lose()
 	for i := range 2 {
 		if code, d := in.claim("alice"); code != http.StatusTooManyRequests || d.Cached {
 			t.Fatalf("claim %d after the loss: %d, cached %v: want Redis's 429", i+1, code, d.Cached)
@@ -564,7 +564,7 @@ func TestResetAfterRedisRestarts(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		subs, err := admin.PubSubNumSub(context.Background(), ResetChannel).Result()
-		if err == nil && subs[ResetChannel] == 2 && a.policy.hub.Live() && b.policy.hub.Live() {
+		if err == nil && subs[ResetChannel] == 2 && a.policy.route.Hub.Live() && b.policy.route.Hub.Live() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -606,7 +606,7 @@ func TestFloodCostsOneCallPerStalenessBound(t *testing.T) {
 	c.AddHook(calls)
 	p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(limit), maxStaleness(bound), autoPipeline(false))
 	var clock atomic.Int64
-	p.rules[0].Deny.SetClock(clock.Load)
+	p.route.Rules[0].Deny.SetClock(clock.Load)
 	ctx := context.Background()
 	var admitted int64
 	flood := func(n int) {

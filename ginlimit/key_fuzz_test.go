@@ -18,6 +18,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 )
@@ -65,9 +66,8 @@ func newKeyRoute(p *Policy) keyRoute {
 		c.Params = gin.Params{{Key: "id", Value: in.param}}
 		c.Set("uid", in.uid)
 		c.Set("fv", in.fv)
-		req := p.newRequest(rule.RequestScope(c))
-		if p.prepare(c, req) {
-			out.keys = slices.Clone(req.keys)
+		if keys, _, ok := decide.ProbeKeys(p.route, c, false); ok {
+			out.keys = slices.Clone(keys)
 		}
 	})
 	return keyRoute{p: p, e: e}
@@ -178,7 +178,7 @@ func keyCases(f *testing.F) []keyCase {
 				if !allValid(in) {
 					return nil
 				}
-				return []string{p.rules[0].Prefix + "{GET /r/:id user:" + refEscape(in.uid) + " p.id:" + refEscape(in.param) +
+				return []string{p.route.Rules[0].Prefix + "{GET /r/:id user:" + refEscape(in.uid) + " p.id:" + refEscape(in.param) +
 					" h.x-k:" + refEscape(in.hdr) + " f.f:" + refEscape(in.fv) + "}"}
 			},
 			identity: all,
@@ -204,7 +204,7 @@ func keyCases(f *testing.F) []keyCase {
 				if in.param == "" {
 					return nil
 				}
-				return []string{p.rules[0].Prefix + "{GET /r/:id ip:" + bucketText(in.ip, identity.DefaultIPv6Prefix) + " p.id:" + refEscape(in.param) + "}"}
+				return []string{p.route.Rules[0].Prefix + "{GET /r/:id ip:" + bucketText(in.ip, identity.DefaultIPv6Prefix) + " p.id:" + refEscape(in.param) + "}"}
 			},
 			identity: func(in keyInput) string {
 				return bucketText(in.ip, identity.DefaultIPv6Prefix) + " " + strconv.Quote(in.param)
@@ -226,7 +226,7 @@ func keyCases(f *testing.F) []keyCase {
 				if validUser(in.uid) {
 					who = " user:" + refEscape(in.uid)
 				}
-				a, b := p.rules[0], p.rules[1]
+				a, b := p.route.Rules[0], p.route.Rules[1]
 				return []string{
 					a.Ban.Prefix + "{GET /r/:id} rule:a%20b" + who + " h.x-k:" + refEscape(in.hdr),
 					a.Prefix + "{GET /r/:id} rule:a%20b" + who + " h.x-k:" + refEscape(in.hdr),
@@ -251,8 +251,8 @@ func keyCases(f *testing.F) []keyCase {
 					return nil
 				}
 				return []string{
-					p.rules[0].Prefix + "{* shared} rule:g user:" + refEscape(in.uid) + " h.x-k:" + refEscape(in.hdr),
-					p.rules[1].Prefix + "{* shared} rule:h",
+					p.route.Rules[0].Prefix + "{* shared} rule:g user:" + refEscape(in.uid) + " h.x-k:" + refEscape(in.hdr),
+					p.route.Rules[1].Prefix + "{* shared} rule:h",
 				}
 			},
 			identity: func(in keyInput) string { return strconv.Quote(in.uid) + " " + strconv.Quote(in.hdr) },
@@ -277,10 +277,10 @@ func keyBound(r *rule.Base, named bool, s rule.Scope) int {
 func checkKeyShape(t *testing.T, p *Policy, key string) {
 	t.Helper()
 	bound := 0
-	for _, r := range p.rules {
-		bound = max(bound, keyBound(&r.Base, p.named, rule.Scope{Method: http.MethodGet, Route: "/r/:id"}))
+	for _, r := range p.route.Rules {
+		bound = max(bound, keyBound(&r.Base, p.route.Named, rule.Scope{Method: http.MethodGet, Route: "/r/:id"}))
 		if r.Ban != nil {
-			bound = max(bound, keyBound(&r.Ban.Base, p.named, rule.Scope{Method: http.MethodGet, Route: "/r/:id"}))
+			bound = max(bound, keyBound(&r.Ban.Base, p.route.Named, rule.Scope{Method: http.MethodGet, Route: "/r/:id"}))
 		}
 	}
 	if len(key) > bound {
@@ -416,10 +416,10 @@ func checkAllowKeys(t *testing.T, p *Policy, a, b string) {
 	t.Helper()
 	ka, kb := ruleKey(p, 0, a), ruleKey(p, 0, b)
 	for _, c := range []struct{ key, k string }{{a, ka}, {b, kb}} {
-		if want := p.rules[0].Prefix + "{" + refAllowKey(c.key) + "}"; c.k != want {
+		if want := p.route.Rules[0].Prefix + "{" + refAllowKey(c.key) + "}"; c.k != want {
 			t.Fatalf("Allow(%.80q): key %.200q, want %.200q", c.key, c.k, want)
 		}
-		if len(c.k) > len(p.rules[0].Prefix)+2+3*rule.MaxKeyText || !rule.PrintableASCII(c.k) || strings.Count(c.k, "{") != 1 || strings.Count(c.k, "}") != 1 {
+		if len(c.k) > len(p.route.Rules[0].Prefix)+2+3*rule.MaxKeyText || !rule.PrintableASCII(c.k) || strings.Count(c.k, "{") != 1 || strings.Count(c.k, "}") != 1 {
 			t.Fatalf("Allow(%.80q): key %.200q is not one bounded hash tag", c.key, c.k)
 		}
 	}

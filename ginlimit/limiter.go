@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/state"
@@ -30,7 +31,7 @@ import (
 // neither does a limiter with the rest of the process.
 type Limiter struct {
 	base   config
-	logs   *logThrottle
+	logs   *decide.LogThrottle
 	secret []byte // keys the identity tags of log lines
 
 	mu       sync.Mutex
@@ -75,7 +76,7 @@ func New(opts ...Option) (*Limiter, error) {
 func newLimiter(base config, subscribe bool) *Limiter {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret) // never fails (crypto/rand)
-	return &Limiter{base: base, logs: &logThrottle{}, secret: secret, backends: map[engine.Config]*backend{}, subscribe: subscribe}
+	return &Limiter{base: base, logs: &decide.LogThrottle{}, secret: secret, backends: map[engine.Config]*backend{}, subscribe: subscribe}
 }
 
 // RateLimit returns the rate limit of one route, its options applied on top
@@ -98,7 +99,7 @@ func (l *Limiter) RateLimit(opts ...Option) gin.HandlerFunc {
 		panic(fmt.Sprintf("ginlimit: Limiter.RateLimit: %v", err))
 	}
 	l.registry.add(p)
-	return p.serve
+	return p.route.Serve
 }
 
 // Policy compiles opts on top of l's defaults into a [Policy]: the same
@@ -134,8 +135,8 @@ func (l *Limiter) apply(*config) error {
 type backend struct {
 	engine *engine.Engine
 	fleet  *fleet.Fleet
-	live   *liveLimits // the overrides its policies follow (overrides.go)
-	owner  bool        // it started fleet, and stops it
+	live   *decide.Live // the overrides its policies follow
+	owner  bool         // it started fleet, and stops it
 }
 
 // close ends what b runs in the background: its fleet's upkeep and
@@ -167,7 +168,7 @@ func (l *Limiter) backendFor(rc routeConfig) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("autoPipeline(true): %w", err)
 	}
-	e.Watch(&outageLog{logger: rc.logger})
+	e.Watch(&decide.OutageLog{Logger: rc.logger})
 	b := l.fleetFor(rc.client, shared, e)
 	if shared {
 		l.backends[k] = b
@@ -184,8 +185,8 @@ func (l *Limiter) fleetFor(client redis.Scripter, shared bool, e *engine.Engine)
 		owner := l.fleets[client]
 		return &backend{engine: e, fleet: owner.fleet, live: owner.live}
 	}
-	b := &backend{engine: e, live: &liveLimits{}, owner: true}
-	cfg := fleet.Config{Engine: e, Loaded: e.Loaded(), Driven: !l.subscribe, OnLimits: b.live.apply, Canonical: isField}
+	b := &backend{engine: e, live: &decide.Live{}, owner: true}
+	cfg := fleet.Config{Engine: e, Loaded: e.Loaded(), Driven: !l.subscribe, OnLimits: b.live.Apply, Canonical: decide.IsField}
 	if l.subscribe {
 		cfg.Count = l.countOn(client)
 		if sub, ok := client.(fleet.Subscriber); ok {
@@ -203,8 +204,8 @@ func (l *Limiter) fleetFor(client redis.Scripter, shared bool, e *engine.Engine)
 }
 
 // allScripts are the scripts every engine loads at start-up; each rule's
-// single-rule script is loaded when its route is compiled (Policy.register).
-var allScripts = append([]*redis.Script{severalScript, peekScript, slotScript}, fleet.Scripts()...)
+// single-rule script is loaded when its route is compiled (decide.Route.Ready).
+var allScripts = append(decide.Scripts(), fleet.Scripts()...)
 
 // errClosed is the error of compiling a route on a closed Limiter.
 var errClosed = errors.New("the Limiter is closed")
@@ -274,5 +275,5 @@ func RateLimit(opts ...Option) gin.HandlerFunc {
 	if err != nil {
 		panic(fmt.Sprintf("ginlimit.RateLimit: %v", err))
 	}
-	return p.serve
+	return p.route.Serve
 }

@@ -324,7 +324,7 @@ func runModelCase(t *testing.T, c modelCase, b modelBackend) {
 	steps := modelSteps(c)
 	p := mustPolicy(t, append(c.options(), Redis(b.client), Key(prefix(t)))...)
 	var now int64
-	p.clock = func() int64 { return now }
+	p.route.Clock = func() int64 { return now }
 	g := newModelTimeline(c, seed, modelEpoch())
 	m := c.model()
 	ctx := context.Background()
@@ -568,7 +568,7 @@ func TestModelTokenBucketBurstAfterQuietSpell(t *testing.T) {
 			c.alg = TokenBucket
 			p := mustPolicy(t, append(c.options(), Redis(client), Key(prefix(t)))...)
 			var now int64
-			p.clock = func() int64 { return now }
+			p.route.Clock = func() int64 { return now }
 			ctx := context.Background()
 			m := c.model()
 			now = modelEpoch() + 1 // quiet: the key is new
@@ -642,7 +642,7 @@ func TestModelSlidingCounterWorstCase(t *testing.T) {
 		c := modelCase{alg: SlidingCounter, window: 600 * milli, limit: limit, subs: n}
 		p := mustPolicy(t, append(c.options(), Redis(client), Key(prefix(t)))...)
 		var now int64
-		p.clock = func() int64 { return now }
+		p.route.Clock = func() int64 { return now }
 		sub := c.windowUS() / int64(n)
 		j := modelEpoch() / sub
 		firstAt, secondAt := (j+1)*sub-1, (j+int64(n))*sub

@@ -35,7 +35,7 @@ func TestRulesAllOrNothing(t *testing.T) {
 		if i == 1 { // the start of the next minute: ahead, and far from a boundary
 			now = time.Now().Truncate(time.Minute).Add(time.Minute).UnixMicro() + 1000
 		}
-		p.clock = func() int64 { return now }
+		p.route.Clock = func() int64 { return now }
 		ctx := context.Background()
 		for i, step := range []struct {
 			after   time.Duration
@@ -97,8 +97,8 @@ func TestRulesMatchSingleRule(t *testing.T) {
 			single := mustPolicy(t, singleOpts...)
 			multi := mustPolicy(t, Redis(c), Key(prefix(t)), DenyCache(0), Rule(append([]RuleOption{Name("only")}, opts...)...))
 			var now int64 = t0.UnixMicro()
-			single.clock = func() int64 { return now }
-			multi.clock = single.clock
+			single.route.Clock = func() int64 { return now }
+			multi.route.Clock = single.route.Clock
 			seed := rand.Uint64()
 			rng := rand.New(rand.NewPCG(seed, 2))
 			for i := range 600 {

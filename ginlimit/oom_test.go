@@ -39,7 +39,7 @@ func TestOOMRefusedBeforeAnyWrite(t *testing.T) {
 				// The test clock runs ahead of the server's wall clock, so no
 				// key expires on its own during the test.
 				now := time.Now().Add(time.Minute).UnixMicro()
-				p.clock = func() int64 { return now }
+				p.route.Clock = func() int64 { return now }
 				// Data a script would sweep or rewrite: an admission on
 				// "old" a window ago, and a full "full" now.
 				if d, err := p.Allow(ctx, "old", 1); err != nil || !d.Allowed {
@@ -126,7 +126,7 @@ func TestClockSteppingBackStaysConservative(t *testing.T) {
 				// 10 s into a minute (so the fixed window's step lands in the
 				// previous window), a little ahead of the wall clock.
 				now := time.Now().Truncate(time.Minute).Add(2*time.Minute + 10*time.Second).UnixMicro()
-				p.clock = func() int64 { return now }
+				p.route.Clock = func() int64 { return now }
 				for i := range 10 {
 					if d, err := p.Allow(ctx, "k", 1); err != nil || !d.Allowed {
 						t.Fatalf("admission %d: %+v, %v", i, d, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/internal/redistest"
 )
 
@@ -41,7 +42,7 @@ func waitLog(t *testing.T, logs *syncBuffer, want string) {
 // while a route uses it, with the default 250 ms Timeout and a client
 // that bounds reads by the context, as the coupon demo's: go-redis then
 // retries the dial for longer than the Timeout and reports only that the
-// Timeout ran out. The outage is logged once over more than logEvery of
+// Timeout ran out. The outage is logged once over more than LogEvery of
 // failing decisions, at warn, with its real cause (the refused
 // connection), and when the server is back, its end is logged at info.
 func TestFailureLogsTheOutageOnceWithItsCause(t *testing.T) {
@@ -59,7 +60,7 @@ func TestFailureLogsTheOutageOnceWithItsCause(t *testing.T) {
 	srv.Stop()
 	start := time.Now()
 	getUntil(t, e, http.StatusServiceUnavailable)
-	for time.Since(start) < logEvery+time.Second {
+	for time.Since(start) < decide.LogEvery+time.Second {
 		do(e, http.MethodGet, "/x", nil)
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -42,7 +42,7 @@ func TestOutageShareBelowOne(t *testing.T) {
 	fleet := make([]fleetMember, n)
 	for i := range fleet {
 		fleet[i] = newMember(t, srv, Key(pfx), Window(window), Limit(limit))
-		fleet[i].policy.localClock = clock
+		fleet[i].policy.route.LocalClock = clock
 	}
 	waitFleetCount(t, fleet, n)
 	srv.Stop()

@@ -65,7 +65,7 @@ func outageOvershoot(t *testing.T, n int, skewed bool) {
 	fleet := make([]fleetMember, n)
 	for i := range fleet {
 		fleet[i] = newMember(t, srv, Key(pfx), Window(window), Limit(limit))
-		fleet[i].policy.localClock = clock
+		fleet[i].policy.route.LocalClock = clock
 	}
 	waitFleetCount(t, fleet, n)
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/ginlimit/ginlimit/identity"
 	"github.com/ginlimit/ginlimit/internal/redistest"
@@ -167,20 +168,20 @@ func TestOverridesCompileOnFirstUse(t *testing.T) {
 		}
 		ps = append(ps, p)
 	}
-	lv := ps[0].live
-	t.Logf("compiles after %d policies over %d stored overrides: %d", policies, stored, lv.compiles.Load())
-	if n := lv.compiles.Load(); n != 0 {
+	lv := ps[0].route
+	t.Logf("compiles after %d policies over %d stored overrides: %d", policies, stored, compiles(lv))
+	if n := compiles(lv); n != 0 {
 		t.Errorf("%d overrides compiled by %d policies that decided nothing, want 0", n, policies)
 	}
 	waitOverridesLoaded(t, lv)
 	e := gin.New()
-	e.GET("/claim", func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) }, ps[0].serve, ok)
+	e.GET("/claim", func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) }, ps[0].route.Serve, ok)
 	for range 3 {
 		if w := do(e, http.MethodGet, "/claim", map[string]string{"X-User": "u7"}); w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Limit") != "17" {
 			t.Fatalf("u7 under its override: %d, limit %q; want 200 of 17", w.Code, w.Header().Get("X-RateLimit-Limit"))
 		}
 	}
-	if n := lv.compiles.Load(); n != 1 {
+	if n := compiles(lv); n != 1 {
 		t.Errorf("%d compiles after u7's requests, want 1", n)
 	}
 }
@@ -188,12 +189,10 @@ func TestOverridesCompileOnFirstUse(t *testing.T) {
 // waitOverridesLoaded waits, up to 30 s, until lv has the overrides'
 // first load: New does it only when Redis answered the script load in
 // time, which a loaded machine can outlast; the upkeep does it then.
-func waitOverridesLoaded(t *testing.T, lv *liveLimits) {
+func waitOverridesLoaded(t *testing.T, lv *decide.Route) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		lv.mu.Lock()
-		loaded := lv.ov != nil
-		lv.mu.Unlock()
+		_, loaded := decide.ProbeOverrides(lv)
 		if loaded {
 			return
 		}
@@ -225,7 +224,7 @@ func TestRuleOverrideHasRoomAmongIdentities(t *testing.T) {
 	}
 	// Stored; whether this instance loaded the full hash within the poll's
 	// bound depends on the machine, so the field is read from Redis.
-	field := ruleField(overrideScope(in.policy.rules[0], false, rule.Scope{Method: "GET", Route: "/claim"}))
+	field := in.policy.route.OverrideField(in.policy.route.Rules[0], rule.Scope{Method: "GET", Route: "/claim"})
 	if v, err := c.HGet(ctx, LimitsKey, field).Result(); err != nil || v != "1 0" {
 		t.Fatalf("the rule's override in LimitsKey: %q, %v; want \"1 0\"", v, err)
 	}
@@ -296,4 +295,11 @@ func TestMaxRuleOverrides(t *testing.T) {
 	if err := in.policy.SetLimit(ctx, Target{Route: claimRoute, User: "alice"}, 5, 0); err != nil {
 		t.Fatalf("an identity's override with the rules' quota full: %v", err)
 	}
+}
+
+// compiles is how many overrides' rules the policies that follow p's
+// overrides have compiled.
+func compiles(p *decide.Route) int64 {
+	n, _ := decide.ProbeOverrides(p)
+	return n
 }

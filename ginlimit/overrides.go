@@ -2,17 +2,12 @@ package ginlimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
-	"weak"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
@@ -23,8 +18,8 @@ import (
 // ([LimitBy]) or for one identity. Overrides live in Redis, in one hash
 // (LimitsKey), so every instance sees them; a change is told on
 // ResetChannel, and the Limiter's fleet (package fleet) loads the hash and
-// gives each of its policies a new view (liveView). A request reads the
-// view in process (setCall): overrides add no Redis call to a decision.
+// gives each of its policies a new view (internal/decide). A request reads the
+// view in process: overrides add no Redis call to a decision.
 //
 // An override compiles into a rule of its own with rule.CompileRate, the code
 // that compiles a rule at start-up, so that a value the scripts would
@@ -78,7 +73,7 @@ const (
 // ([MaxRuleOverrides], [MaxIdentityOverrides]). Its text says
 // what is wrong, naming the option as start-up does, and holds neither an
 // identity nor a Redis error, so an admin API may show it.
-var ErrBadLimit = errors.New("ginlimit: bad limit")
+var ErrBadLimit = decide.ErrBadLimit
 
 // SetLimit overrides the limit and window of t's rule while the service
 // runs, on every instance: the rule's own (t names no plan and no
@@ -102,7 +97,7 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 	}
 	value := ""
 	if limit != 0 {
-		if _, err := p.compileOverride(r, limit, window, src); err != nil {
+		if _, err := p.route.CompileOverride(r, limit, window, src); err != nil {
 			return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.Name, err)
 		}
 		value = strconv.Itoa(limit) + " " + strconv.FormatInt(window.Microseconds(), 10)
@@ -112,7 +107,7 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 	if src != SourceIdentityOverride {
 		c.Quota, c.Rule, kind = MaxRuleOverrides, true, "MaxRuleOverrides"
 	}
-	refused, applied, err := p.fleet.SetLimit(ctx, p.queue, p.timeout, c)
+	refused, applied, err := p.route.Fleet.SetLimit(ctx, p.route.Queue, p.route.Timeout, c)
 	if err != nil {
 		return fmt.Errorf("ginlimit: SetLimit: rule %q: %w", r.Name, err)
 	}
@@ -121,9 +116,9 @@ func (p *Policy) SetLimit(ctx context.Context, t Target, limit int, window time.
 	}
 	if applied != nil {
 		// Stored: this instance applies it with its next poll.
-		p.logs.log(ctx, p.logger, slog.LevelWarn, "ginlimit: override stored, not yet applied here", slog.String("rule", r.Name), errAttr(applied))
+		p.route.Logs.Log(ctx, p.route.Logger, slog.LevelWarn, "ginlimit: override stored, not yet applied here", slog.String("rule", r.Name), decide.ErrAttr(applied))
 	}
-	p.log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: limit override set (a limit of 0 clears it)",
+	p.route.Log().LogAttrs(ctx, slog.LevelInfo, "ginlimit: limit override set (a limit of 0 clears it)",
 		slog.String("rule", r.Name), slog.String("of", overrideNames[src]), slog.Int("limit", limit), slog.Duration("window", window))
 	return nil
 }
@@ -136,248 +131,35 @@ var overrideNames = [...]string{SourceOverride: "rule", SourcePlanOverride: "pla
 // (the rule, or the plan's), its field in LimitsKey and its Source.
 func (p *Policy) overrideOf(t Target) (*rule.Rate, string, Source, error) {
 	if !t.namesIdentity() {
-		r, s, err := p.ruleTarget(t)
+		r, s, err := rule.RateScope(p.route.All, t.forRule())
 		if err != nil {
 			return nil, "", 0, err
 		}
-		field := ruleField(overrideScope(r, p.named, s))
+		field := p.route.OverrideField(r, s)
 		if t.Plan != "" {
 			return r, field, SourcePlanOverride, nil
 		}
 		return r, field, SourceOverride, nil
 	}
 	if t.Plan != "" {
-		return nil, "", 0, badTarget("an identity's override holds whatever its plan: leave Target.Plan empty")
+		return nil, "", 0, rule.BadTarget("an identity's override holds whatever its plan: leave Target.Plan empty")
 	}
-	a, err := p.aim(t)
+	a, err := rule.AimAt(p.route.All, t.forRule())
 	if err != nil {
 		return nil, "", 0, err
 	}
-	r, ok := a.declared.(*rule.Rate)
+	r, ok := a.Declared.(*rule.Rate)
 	if !ok {
-		return nil, "", 0, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", a.declared.Core().Name)
+		return nil, "", 0, rule.BadTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", a.Declared.Core().Name)
 	}
-	key := rule.BuildKey(&r.Base, p.named, a.scope, &a.who)
+	key := rule.BuildKey(&r.Base, p.route.Named, a.Scope, &a.Who)
 	return r, r.Cfg.Prefix + key[len(r.Prefix):], SourceIdentityOverride, nil
-}
-
-// targetRate is the rate rule, or plan, that t names without an identity;
-// its source is the Source of an override of it.
-func (p *Policy) targetRate(t Target) (*rule.Rate, error) {
-	x, err := p.targetRule(t)
-	if err != nil {
-		return nil, err
-	}
-	r, ok := x.(*rule.Rate)
-	if !ok {
-		return nil, badTarget("rule %q is an in-flight rule: only a rate rule's limit can be overridden", x.Core().Name)
-	}
-	if t.Plan == "" {
-		return r, nil
-	}
-	if pr := r.Plans[t.Plan]; pr != nil {
-		return pr, nil
-	}
-	return nil, badTarget("rule %q has no plan %q", r.Name, t.Plan)
-}
-
-// ruleTarget is the rate rule, or plan, that t names without an
-// identity, and the scope its override holds in (overrideScope): t.Route,
-// any route of a Shared rule's group, or Policy.Allow's calls (scope{}).
-func (p *Policy) ruleTarget(t Target) (*rule.Rate, rule.Scope, error) {
-	r, err := p.targetRate(t)
-	switch {
-	case err != nil:
-		return nil, rule.Scope{}, err
-	case t.Route == allowRoute:
-		return r, rule.Scope{}, nil
-	case t.Route == "" && r.Shared:
-		return r, rule.Scope{Method: rule.UnmatchedMethod, Route: rule.SharedRoute}, nil
-	case t.Route == "":
-		return nil, rule.Scope{}, badTarget("rule %q counts per route: give Target.Route, the route whose limit to change (%q for every key of Policy.Allow)", r.Name, allowRoute)
-	}
-	s, err := targetScope(t)
-	if err != nil {
-		return nil, rule.Scope{}, err
-	}
-	return r, s, nil
-}
-
-// compileOverride compiles r with limit and window (0: r's) instead of its
-// own, as start-up compiles a rule, into the rule an override of source
-// src applies. It keeps r's Ban, so that strikes and bans go on.
-func (p *Policy) compileOverride(r *rule.Rate, limit int, window time.Duration, src Source) (*rule.Rate, error) {
-	rc := r.Cfg
-	rc.PlanPick, rc.Plans, rc.Limit = nil, nil, limit
-	err := rule.CheckLimit(limit)
-	if err == nil && window != 0 {
-		err = rule.OverrideWindow(&rc, window)
-	}
-	var o *rule.Rate
-	if err == nil {
-		o, err = rule.CompileRate(rc, p.route.forRules(), p.named, true)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadLimit, err)
-	}
-	o.Ban, o.Source = r.Ban, uint8(src)
-	return o, nil
-}
-
-// liveView is the overrides that apply to one policy, as its requests read
-// them (resolve): the backend's overrides, which every policy of the
-// backend shares, and the rules this policy compiled from them. It is
-// never replaced but by another view, for a change of the overrides.
-//
-// A policy compiles an override when a request first meets it, not when
-// it is loaded: with many identities' overrides stored, a Policy costs
-// nothing for those its requests never meet, so making one more (an admin
-// page's, a route's) costs no time and no memory per override, and a
-// change costs each policy O(its rules). An override's rule is the
-// policy's own, not shared with other policies: it is compiled with the
-// policy's route settings (failure policy, staleness, instances) and
-// keeps the policy rule's Ban, as the rule it takes the place of does.
-type liveView struct {
-	p  *Policy
-	ov *fleet.Overrides
-
-	mu    sync.RWMutex
-	rules map[overrideKey]*rule.Rate // compiled, or nil: does not compile
-	prev  *liveView                  // the view before, whose rules this one takes while they match
-}
-
-// overrideKey is what an override's rule was compiled from: the next view
-// keeps a rule whose settings did not change, with what its deny cache and
-// fallback learned.
-type overrideKey struct {
-	from   *rule.Rate
-	limit  int
-	window time.Duration
-	source Source
-}
-
-// resolve returns the rule that decides a call of r on key, in scope s:
-// the identity's override, or r's, or r itself. Every one counts on key,
-// r's (the one of the plan the identity is in), so that a change keeps
-// what was spent there: an override changes no key tag (Algorithm.Tag; a
-// SlidingCounter's override keeps the sub-window length, rule.OverrideWindow).
-func (v *liveView) resolve(r *rule.Rate, key string, named bool, s rule.Scope) *rule.Rate {
-	if o := v.find(r, key, named, s); o != nil {
-		return o
-	}
-	return r
-}
-
-// find returns the override's rule that takes the place of r, a rule or a
-// plan, for the call on key in scope s: the identity's (stored under the
-// declared rule's prefix, whatever the plan), or else r's for s; nil for
-// none, or one that does not compile.
-func (v *liveView) find(r *rule.Rate, key string, named bool, s rule.Scope) *rule.Rate {
-	declared := r
-	if r.Parent != nil {
-		declared = r.Parent
-	}
-	if set, ok := v.ov.Who[fleet.WhoKey{Prefix: declared.Cfg.Prefix, Rest: key[len(r.Prefix):]}]; ok {
-		if o := v.compiled(declared, set, SourceIdentityOverride); o != nil {
-			return o
-		}
-	}
-	return v.ruleOverride(r, named, s)
-}
-
-// ruleOverride returns the rule of x's own override (a rule's or a
-// plan's) for scope s, or nil.
-func (v *liveView) ruleOverride(x *rule.Rate, named bool, s rule.Scope) *rule.Rate {
-	set, ok := v.ov.Rules[overrideScope(x, named, s)]
-	if !ok {
-		return nil
-	}
-	src := SourceOverride
-	if x.Parent != nil {
-		src = SourcePlanOverride
-	}
-	return v.compiled(x, set, src)
-}
-
-// compiled returns the rule of the override set of from, of source src:
-// this view's, the view's before while its settings match, or compiled
-// now (once: a concurrent call takes the first one's); nil when it does
-// not compile (a value written by hand), so that from keeps its settings.
-func (v *liveView) compiled(from *rule.Rate, set fleet.Setting, src Source) *rule.Rate {
-	k := overrideKey{from: from, limit: set.Limit, window: set.Window, source: src}
-	v.mu.RLock()
-	o, ok := v.rules[k]
-	prev := v.prev
-	v.mu.RUnlock()
-	if ok {
-		return o
-	}
-	fresh := false
-	if o, ok = prev.rule(k); !ok {
-		var err error
-		o, err = v.p.compileOverride(from, set.Limit, set.Window, src)
-		fresh = err == nil
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if had, ok := v.rules[k]; ok {
-		return had
-	}
-	v.rules[k] = o
-	if fresh && o != nil {
-		v.p.live.compiles.Add(1)
-		v.p.hub.Track(o.Deny, o.Local)
-	}
-	return o
-}
-
-// rule is v's rule compiled from k, and whether v has one (v may be nil).
-func (v *liveView) rule(k overrideKey) (*rule.Rate, bool) {
-	if v == nil {
-		return nil, false
-	}
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	o, ok := v.rules[k]
-	return o, ok
-}
-
-// apply gives p the view of the overrides ov. The deny caches of its rules
-// forget what they learned, which may have been under other settings. It
-// costs O(p's rules): the overrides are the backend's, parsed once.
-func (p *Policy) apply(ov *fleet.Overrides) {
-	old := p.view.Load()
-	var v *liveView
-	if p.concerns(ov) {
-		v = &liveView{p: p, ov: ov, rules: map[overrideKey]*rule.Rate{}, prev: old}
-	}
-	if v == nil && old == nil {
-		return
-	}
-	if old != nil {
-		old.mu.Lock()
-		old.prev = nil // one view back at most
-		old.mu.Unlock()
-	}
-	p.view.Store(v)
-	for _, r := range p.rules {
-		for _, x := range withPlans(r) {
-			if x.Deny != nil {
-				x.Deny.Clear()
-			}
-		}
-	}
-}
-
-// withPlans is r and its plans' rules.
-func withPlans(r *rule.Rate) []*rule.Rate {
-	return append([]*rule.Rate{r}, slices.Collect(maps.Values(r.Plans))...)
 }
 
 // settings is the Decision of Peek for a Target that names a rule (and
 // plan) only: the limit and window in force, and their source.
 func (p *Policy) settings(t Target) (Decision, error) {
-	x, err := p.targetRule(t)
+	x, err := rule.Find(p.route.All, t.forRule())
 	if err != nil {
 		return Decision{}, err
 	}
@@ -385,55 +167,10 @@ func (p *Policy) settings(t Target) (Decision, error) {
 		b := x.Core()
 		return Decision{Rule: b.Name, Limit: b.Limit}, nil
 	}
-	r, s, err := p.ruleTarget(t)
+	r, s, err := rule.RateScope(p.route.All, t.forRule())
 	if err != nil {
 		return Decision{}, err
 	}
-	if v := p.view.Load(); v != nil {
-		if o := v.ruleOverride(r, p.named, s); o != nil {
-			r = o
-		}
-	}
+	r = p.route.InForce(r, s)
 	return Decision{Rule: r.Name, Limit: r.Limit, Window: r.Window, Source: Source(r.Source)}, nil
-}
-
-// liveLimits is the overrides as the policies of one Limiter on one Redis
-// client see them: its fleet loads LimitsKey when it changes (apply), and
-// each policy that follows gets a new view.
-type liveLimits struct {
-	mu       sync.Mutex
-	ov       *fleet.Overrides // LimitsKey, as loaded; nil before the first load
-	policies []weak.Pointer[Policy]
-	compiles atomic.Int64 // overrides compiled for the policies, for tests
-}
-
-// apply applies the overrides, as the fleet loaded and parsed them, to
-// every policy followed (the fleet's OnLimits).
-func (lv *liveLimits) apply(ov *fleet.Overrides) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	lv.ov = ov
-	live := lv.policies[:0]
-	for _, wp := range lv.policies {
-		if p := wp.Value(); p != nil {
-			p.apply(ov)
-			live = append(live, wp)
-		}
-	}
-	clear(lv.policies[len(live):])
-	lv.policies = live
-}
-
-// follow applies the overrides to p from now on, those loaded at once.
-func (lv *liveLimits) follow(p *Policy) {
-	p.live = lv
-	if len(p.rules) == 0 {
-		return
-	}
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	lv.policies = append(lv.policies, weak.Make(p))
-	if lv.ov != nil {
-		p.apply(lv.ov)
-	}
 }

@@ -169,7 +169,7 @@ func TestSetLimitIsSeenByAnotherInstance(t *testing.T) {
 	ctx := context.Background()
 	exhaust(t, b, "alice")
 
-	before := b.policy.fleet.Polls()
+	before := b.policy.route.Fleet.Polls()
 	set := time.Now()
 	if err := a.policy.SetLimit(ctx, Target{Route: claimRoute, User: "alice"}, 10, 0); err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestSetLimitIsSeenByAnotherInstance(t *testing.T) {
 	}
 	var polls int64
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		polls = b.policy.fleet.Polls() - before
+		polls = b.policy.route.Fleet.Polls() - before
 		if d, err := b.policy.Peek(ctx, Target{Route: claimRoute, User: "alice"}); err == nil && d.Limit == 10 {
 			break
 		}
@@ -269,7 +269,7 @@ func TestOverrideKeysAreBuiltAsCounts(t *testing.T) {
 			mine = append(mine, f)
 		}
 	}
-	r := in.policy.rules[0]
+	r := in.policy.route.Rules[0]
 	var w rule.Who
 	if err := r.TargetWho(&w, Target{User: user}.forRule()); err != nil {
 		t.Fatal(err)
@@ -408,7 +408,7 @@ func TestOverrideHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := do(in.e, http.MethodGet, "/claim", map[string]string{"X-User": "alice"})
-	name := in.policy.rules[0].QuotedName
+	name := in.policy.route.Rules[0].QuotedName
 	if got := w.Header().Get("RateLimit-Policy"); got != name+";q=5;w=120" {
 		t.Errorf("RateLimit-Policy %q, want %s;q=5;w=120", got, name)
 	}
@@ -499,7 +499,7 @@ func TestSetLimitOnASharedRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := gin.New()
-	api := e.Group("/api", p.serve)
+	api := e.Group("/api", p.route.Serve)
 	api.GET("/orders", ok)
 	api.POST("/orders", ok)
 	if err := p.SetLimit(context.Background(), Target{Route: "GET /api/orders", Values: map[string]string{"X-Api-Key": "k1"}}, 4, 0); err != nil {

@@ -161,7 +161,7 @@ func TestOneBreakerPerRedis(t *testing.T) {
 	if err := errors.Join(errA, errB, errO); err != nil {
 		t.Fatal(err)
 	}
-	if a.engine != b.engine || a.engine == own.engine {
+	if a.route.Engine != b.route.Engine || a.route.Engine == own.route.Engine {
 		t.Fatal("routes on one Redis do not share one backend, or a route with its own breaker settings shares it")
 	}
 	ctx := context.Background()
@@ -194,9 +194,9 @@ func TestDenyCacheOnSeveralRules(t *testing.T) {
 	withCache := mustPolicy(t, append([]Option{Redis(c), Key(prefix(t)), DenyCache(100)}, rules...)...)
 	without := mustPolicy(t, append([]Option{Redis(c), Key(prefix(t)), DenyCache(0)}, rules...)...)
 	for _, p := range []*Policy{withCache, without} {
-		p.clock = func() int64 { return now }
+		p.route.Clock = func() int64 { return now }
 	}
-	for _, r := range withCache.rules {
+	for _, r := range withCache.route.Rules {
 		r.Deny.SetClock(func() int64 { return (now - t0.UnixMicro()) * 1000 })
 	}
 	seed := rand.Uint64()

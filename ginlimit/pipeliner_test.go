@@ -33,10 +33,10 @@ func TestAutoPipelinerIsItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.engine.Pipeliner() == nil {
+	if p.route.Engine.Pipeliner() == nil {
 		t.Fatal("no auto-pipeliner with the defaults")
 	}
-	if p.engine.Pipeliner() == theirs {
+	if p.route.Engine.Pipeliner() == theirs {
 		t.Fatal("ginlimit uses the application's own auto-pipeliner: its options lose, and Limiter.Close would end it")
 	}
 	ctx := context.Background()

@@ -229,7 +229,7 @@ func TestConcurrentPlans(t *testing.T) {
 					t.Fatal(err)
 				}
 				e := gin.New()
-				e.GET("/x", func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) }, p.serve, ok)
+				e.GET("/x", func(c *gin.Context) { c.Set("uid", c.GetHeader("X-User")) }, p.route.Serve, ok)
 				names := []string{"gold", "silver", "tiny", ""}
 				var admitted [4]atomic.Int64
 				var calls atomic.Int64

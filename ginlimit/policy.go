@@ -4,20 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"maps"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/gin-gonic/gin"
-
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/engine"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
-
-	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 )
 
 // Policy is one compiled route: its rules (one, or several declared with
@@ -27,41 +17,25 @@ import (
 //
 // A Policy is safe for concurrent use. Its rules are fixed when it is
 // compiled; overrides ([Policy.SetLimit]) take their place through a view
-// that is swapped whole, never changed in place.
+// that is swapped whole, never changed in place. It is a façade: what
+// decides a request is ginlimit/internal/decide's Route.
 type Policy struct {
-	all          []rule.Any               // every rule, in the order declared
-	rules        []*rule.Rate             // the rate rules, decided by one script call
-	slots        []*rule.InFlight         // the in-flight rules (inflight.go)
-	records      int                      // the records of the rate rules' script call: one per rule, one per Ban (see place)
-	bans         bool                     // some rate rule has a Ban
-	named        bool                     // declared with Rule: keys and 429 bodies name the rule
-	planned      bool                     // some rule has plans (LimitBy): the policy header is per request
-	partitioned  bool                     // some rule hashes its identity: the policy header has pk, per request
-	engine       *engine.Engine           // makes the route's Redis calls
-	fleet        *fleet.Fleet             // keeps it in step with the other instances: resets, overrides
-	hub          *fleet.Hub               // keeps its caches coherent; nil without a subscription
-	live         *liveLimits              // follows the overrides in Redis (overrides.go)
-	view         atomic.Pointer[liveView] // the overrides that apply to the policy; nil for none
-	route        routeConfig              // what an override's rule is compiled with
-	policyHeader string                   // RateLimit-Policy: every rule's, joined
-	seen         seenRoutes               // the routes it has served (registry.go)
+	route *decide.Route // decides its requests (package decide)
+}
 
-	timeout   time.Duration
-	queue     time.Duration // QueueTimeout
-	staleness time.Duration // MaxStaleness
-	onFail    FailPolicy
-	shadow    bool
-	headers   HeaderStyle
-	respond   func(*gin.Context, Decision)
-	observers []func(context.Context, Event)
-	logger    *slog.Logger
-	logs      *logThrottle // warnings and errors, shared by the limiter's routes
-	debugLogs logThrottle  // refusals at debug level, per route
-	authLogs  sync.Map     // identity failures at debug level, per route: reason -> *logThrottle
-	secret    []byte       // keys the identity tags of log lines
-
-	clock      func() int64     // tests only: the scripts' clock in µs
-	localClock func() time.Time // tests only: the FailLocal fallback's clock; nil is time.Now
+// Allow decides one request for key, an identity of the caller's choosing
+// (a user id, "ip:192.0.2.1", a tenant), costing n units on every rule (1
+// for a plain request; a cost below 1 is charged as 1). The Redis key of
+// each rule is its prefix followed by key, escaped, inside a Redis Cluster
+// hash tag (and, for a route with Rules, the rule's name). A request that
+// costs more than a rule can ever admit is refused without a Redis call,
+// with [Decision.Reason] saying why.
+//
+// Allow makes one Redis round trip, bounded by ctx and the policy's timeout.
+// When Redis fails it returns the error, wrapped, together with the decision
+// the policy's FailPolicy takes.
+func (p *Policy) Allow(ctx context.Context, key string, n int) (Decision, error) {
+	return p.route.Allow(ctx, key, n)
 }
 
 // errNoBackend is the error of a route that reaches no Redis client.
@@ -75,48 +49,47 @@ func (l *Limiter) compile(c config) (*Policy, error) {
 		return nil, errNoBackend
 	}
 	rc.instances = l.instancesFor(&rc)
-	p := l.newPolicy(&rc, len(c.rules) > 0)
-	if !p.named {
+	p := &Policy{route: l.newRoute(&rc, len(c.rules) > 0)}
+	if !p.route.Named {
 		r, err := rule.Compile(c.rule, rc.forRules(), false)
 		if err != nil {
 			return nil, err
 		}
-		p.add(r)
+		p.route.Add(r)
 	}
 	if err := p.compileNamed(c, &rc); err != nil {
 		return nil, err
 	}
-	if err := p.checkShared(); err != nil {
+	if err := rule.CheckShared(p.route.All); err != nil {
 		return nil, err
 	}
 	b, err := l.backendFor(rc)
 	if err != nil {
 		return nil, err
 	}
-	p.engine, p.fleet, p.hub, p.route = b.engine, b.fleet, b.fleet.Hub(), rc
-	p.register()
-	p.policyHeader = p.joinPolicies()
-	b.live.follow(p)
+	p.route.Engine, p.route.Fleet, p.route.Hub = b.engine, b.fleet, b.fleet.Hub()
+	p.route.Ready(b.live)
 	return p, nil
 }
 
-// newPolicy is the route's policy before its rules are compiled: the
+// newRoute is the route's decider before its rules are compiled: the
 // route-wide settings copied from rc and the limiter.
-func (l *Limiter) newPolicy(rc *routeConfig, named bool) *Policy {
-	return &Policy{
-		named:     named,
-		timeout:   rc.timeout,
-		queue:     rc.queueTimeout,
-		staleness: rc.staleness,
-		onFail:    rc.onFail,
-		shadow:    rc.shadow,
-		headers:   rc.headers,
-		respond:   rc.respond,
-		observers: rc.observers,
-		logger:    rc.logger,
-		logs:      l.logs,
-		secret:    l.secret,
-	}
+func (l *Limiter) newRoute(rc *routeConfig, named bool) *decide.Route {
+	return &decide.Route{Named: named, Config: decide.Config{
+		Timeout:   rc.timeout,
+		Queue:     rc.queueTimeout,
+		Staleness: rc.staleness,
+		BreakOpen: rc.breakOpen,
+		OnFail:    rc.onFail,
+		Shadow:    rc.shadow,
+		Headers:   rc.headers,
+		Respond:   rc.respond,
+		Observers: rc.observers,
+		Logger:    rc.logger,
+		Logs:      l.logs,
+		Secret:    l.secret,
+		RuleRoute: rc.forRules(),
+	}}
 }
 
 // compileNamed compiles the rules the route declares with Rule, in order,
@@ -133,25 +106,9 @@ func (p *Policy) compileNamed(c config, rc *routeConfig) error {
 			return fmt.Errorf("Rule %d (%q): %w", i+1, rcfg.Name, err)
 		}
 		names[r.Core().Name] = true
-		p.add(r)
+		p.route.Add(r)
 	}
 	return nil
-}
-
-// add appends the compiled rule r to p's rules of its kind, and notes
-// what a request on it needs: a ban's call, a plan's policy header.
-func (p *Policy) add(r rule.Any) {
-	p.all = append(p.all, r)
-	p.partitioned = p.partitioned || r.Core().HashKey != nil && len(r.Core().Dims) > 0
-	switch r := r.(type) {
-	case *rule.InFlight:
-		p.slots = append(p.slots, r)
-	case *rule.Rate:
-		p.rules = append(p.rules, r)
-		p.records += r.Records()
-		p.bans = p.bans || r.Ban != nil
-		p.planned = p.planned || r.Plans != nil
-	}
 }
 
 // namedRuleConfig applies one Rule's options g over the route's rule
@@ -177,39 +134,42 @@ func namedRuleConfig(base rule.Config, g ruleGroup, names map[string]bool) (rule
 	return rcfg, err
 }
 
-// register prepares the scripts of p's rate rules and their plans on p's
-// engine, and has p's hub track their deny caches and local fallbacks,
-// their bans' too.
-func (p *Policy) register() {
-	for _, r := range p.rules {
-		for _, x := range append([]*rule.Rate{r}, slices.Collect(maps.Values(r.Plans))...) {
-			if x.Script != nil {
-				p.engine.Prepare(x.Script)
-			}
-			p.hub.Track(x.Deny, x.Local)
-			if x.Ban != nil {
-				p.hub.Track(x.Ban.Deny, x.Ban.Local)
-			}
+// group is a Shared group as the first route of a Limiter to claim it
+// declared it: its settings, and its rule, whose in-process state (deny
+// cache, FailLocal buckets) the group's later routes on the same backend
+// take, so that a key has one such state per instance, as it has one
+// count in Redis: a fallback on any route of the group then continues from
+// what Redis last said for the key on any other.
+type group struct {
+	terms  string
+	rule   rule.Any
+	engine *engine.Engine
+}
+
+// claimGroups records the groups of p's Shared rules in l, and refuses p
+// when another route of l gave one of them other settings. p's rules of a
+// group already claimed take its state.
+func (l *Limiter) claimGroups(p *Policy) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range p.route.All {
+		b := r.Core()
+		if b.Group == "" {
+			continue
+		}
+		if l.groups == nil {
+			l.groups = map[string]group{}
+		}
+		g, ok := l.groups[b.Group]
+		switch {
+		case !ok:
+			l.groups[b.Group] = group{terms: b.GroupTerms, rule: r, engine: p.route.Engine}
+		case g.terms != b.GroupTerms:
+			return fmt.Errorf("rule %q: another route shares its count (the same Key and Name) with %s; this one gives %s: the routes of a group must agree, or take a Key or Name of their own",
+				b.Name, g.terms, b.GroupTerms)
+		case g.engine == p.route.Engine:
+			rule.TakeState(r, g.rule)
 		}
 	}
-}
-
-// joinPolicies is the RateLimit-Policy header of every rule, in the order
-// declared.
-func (p *Policy) joinPolicies() string {
-	items := make([]string, len(p.all))
-	for i, r := range p.all {
-		items[i] = r.Core().PolicyHeader
-	}
-	return strings.Join(items, ", ")
-}
-
-// names returns the names of the policy's rules, as in the
-// RateLimit-Policy header, joined by commas.
-func (p *Policy) names() string {
-	names := make([]string, len(p.all))
-	for i, r := range p.all {
-		names[i] = r.Core().Name
-	}
-	return strings.Join(names, ",")
+	return nil
 }

@@ -87,7 +87,7 @@ func TestHeartbeatNotStarvedByDecisions(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newMember(t, srv)
 	waitCount(t, a, 1)
-	t.Cleanup(a.policy.engine.HoldSlots())
+	t.Cleanup(a.policy.route.Engine.HoldSlots())
 	newMember(t, srv)
 	waitCount(t, a, 2)
 }

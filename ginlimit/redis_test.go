@@ -164,10 +164,10 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(5), autoPipeline(true), DenyCache(0))
-	if p.engine.Pipeliner() == nil {
+	if p.route.Engine.Pipeliner() == nil {
 		t.Fatal("autoPipeline(true) on a *redis.Client did not auto-pipeline")
 	}
-	p.engine.SetPipelineAbove(0) // pipeline even a lone decision
+	p.route.Engine.SetPipelineAbove(0) // pipeline even a lone decision
 	ctx := context.Background()
 	for i, want := range []int{4, 3} {
 		if i == 1 {
@@ -184,7 +184,7 @@ func TestAutoPipelineSurvivesScriptFlushAndTimesOut(t *testing.T) {
 	hung := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = hung.Close() })
 	hp := mustPolicy(t, Redis(hung), Key(prefix(t)), autoPipeline(true), Timeout(100*time.Millisecond), OnFailure(FailClosed))
-	hp.engine.SetPipelineAbove(0)
+	hp.route.Engine.SetPipelineAbove(0)
 	start := time.Now()
 	d, err := hp.Allow(ctx, "k", 1)
 	if err == nil || d.Allowed {
@@ -204,7 +204,7 @@ func TestAutoPipelineFallsBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	p := mustPolicy(t, Redis(wrapped{srv.Client()}), Key(prefix(t)), Limit(1), autoPipeline(true))
-	if p.engine.Pipeliner() != nil {
+	if p.route.Engine.Pipeliner() != nil {
 		t.Fatal("a wrapped client was auto-pipelined")
 	}
 	for i, want := range []bool{true, false} {
@@ -232,7 +232,7 @@ func TestSurvivesScriptFlush(t *testing.T) {
 			t.Fatalf("request %d: %+v, %v; want allowed with %d remaining", i, d, err, want)
 		}
 	}
-	if n, _ := c.ScriptExists(ctx, p.rules[0].Script.Hash()).Result(); len(n) != 1 || !n[0] {
+	if n, _ := c.ScriptExists(ctx, p.route.Rules[0].Script.Hash()).Result(); len(n) != 1 || !n[0] {
 		t.Fatalf("script not reloaded after SCRIPT FLUSH")
 	}
 }

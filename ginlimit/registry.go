@@ -6,11 +6,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 )
@@ -81,14 +79,14 @@ func (l *Limiter) Rules() []RuleInfo {
 	l.registry.mu.Unlock()
 	var out []RuleInfo
 	for _, p := range policies {
-		routes := p.seen.routes()
+		routes := p.route.Seen.Routes()
 		if len(routes) == 0 {
 			routes = []string{""}
 		}
-		breakers := p.engine.BreakerStates()
+		breakers := p.route.Engine.BreakerStates()
 		for _, route := range routes {
-			for _, r := range p.all {
-				ri := p.ruleInfo(r, route)
+			for _, r := range p.route.All {
+				ri := ruleInfo(p, r, route)
 				ri.Breakers = breakers
 				out = append(out, ri)
 			}
@@ -105,19 +103,19 @@ func (l *Limiter) Rules() []RuleInfo {
 // It calls no Redis.
 func (ri RuleInfo) On(route string) (RuleInfo, error) {
 	if ri.Policy == nil {
-		return ri, badTarget("no policy")
+		return ri, rule.BadTarget("no policy")
 	}
-	if _, err := targetScope(Target{Route: route}); err != nil || route == rule.UnmatchedRoute {
-		return ri, cmp.Or(err, badTarget("Target.Route %q: want a gin route", route))
+	if _, err := rule.ParseScope(rule.Target{Route: route}); err != nil || route == rule.UnmatchedRoute {
+		return ri, cmp.Or(err, rule.BadTarget("Target.Route %q: want a gin route", route))
 	}
-	for _, r := range ri.Policy.all {
+	for _, r := range ri.Policy.route.All {
 		if r.Core().Name == ri.Rule {
-			out := ri.Policy.ruleInfo(r, route)
+			out := ruleInfo(ri.Policy, r, route)
 			out.Breakers = ri.Breakers
 			return out, nil
 		}
 	}
-	return ri, badTarget("rule %q is not one of its policy's", ri.Rule)
+	return ri, rule.BadTarget("rule %q is not one of its policy's", ri.Rule)
 }
 
 // Identity returns the identity of t's count as the rule's keys hold it:
@@ -129,17 +127,17 @@ func (ri RuleInfo) On(route string) (RuleInfo, error) {
 // Redis; a Target that names no count of the rule wraps [ErrBadTarget].
 func (ri RuleInfo) Identity(t Target) (string, error) {
 	if ri.Policy == nil {
-		return "", badTarget("no policy")
+		return "", rule.BadTarget("no policy")
 	}
 	t.Rule = ri.Rule
 	if t.Route == "" && t.Key == "" {
 		t.Route = ri.Route
 	}
-	a, err := ri.Policy.aim(t)
+	a, err := rule.AimAt(ri.Policy.route.All, t.forRule())
 	if err != nil {
 		return "", err
 	}
-	return keyIdentity(rule.BuildKey(a.rule.Core(), ri.Policy.named, a.scope, &a.who)), nil
+	return keyIdentity(rule.BuildKey(a.Rule.Core(), ri.Policy.route.Named, a.Scope, &a.Who)), nil
 }
 
 // Refused returns the identity of e's request, as Identity names it, when
@@ -149,10 +147,11 @@ func (ri RuleInfo) Identity(t Target) (string, error) {
 // unlike the rest of an Event, an identity must never become a metric
 // label or a log attribute.
 func (ri RuleInfo) Refused(e Event) (string, bool) {
-	if e.key == "" || e.Rule != ri.Rule {
+	key := decide.RefusedKey(e)
+	if key == "" || e.Rule != ri.Rule {
 		return "", false
 	}
-	id := keyIdentity(e.key)
+	id := keyIdentity(key)
 	return id, id != ""
 }
 
@@ -180,10 +179,10 @@ func keyIdentity(key string) string {
 }
 
 // ruleInfo describes r on route.
-func (p *Policy) ruleInfo(r rule.Any, route string) RuleInfo {
+func ruleInfo(p *Policy, r rule.Any, route string) RuleInfo {
 	b := r.Core()
 	ri := RuleInfo{Policy: p, Route: route, Rule: b.Name, Limit: b.Limit, ConfigLimit: b.Limit,
-		Shared: b.Shared, OnFailure: p.onFail, Hashed: b.HashKey != nil}
+		Shared: b.Shared, OnFailure: p.route.OnFail, Hashed: b.HashKey != nil}
 	for _, d := range b.Dims {
 		ri.Per = append(ri.Per, d.Label)
 	}
@@ -216,72 +215,6 @@ func (g *registry) add(p *Policy) {
 	g.mu.Unlock()
 }
 
-// maxSeenRoutes bounds the routes a Policy notes: a group's Use can put one
-// Policy on many routes, but not on more than an application declares.
-const maxSeenRoutes = 1024
-
-// seenRoutes is the routes a Policy has served, "<METHOD> <template>",
-// swapped whole: a request reads it without a lock, and adds to it only
-// on its route's first request.
-type seenRoutes struct {
-	list atomic.Pointer[[]string]
-	mu   sync.Mutex
-}
-
-// note adds c's route, unless known (or it matched none).
-func (s *seenRoutes) note(c *gin.Context) {
-	path := c.FullPath()
-	if path == "" {
-		return
-	}
-	method := c.Request.Method
-	if l := s.list.Load(); l != nil && hasRoute(*l, method, path) {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var l []string
-	if old := s.list.Load(); old != nil {
-		l = *old
-	}
-	if hasRoute(l, method, path) || len(l) >= maxSeenRoutes {
-		return
-	}
-	l = append(slices.Clip(l), method+" "+path)
-	s.list.Store(&l)
-}
-
-// routes returns the routes noted so far.
-func (s *seenRoutes) routes() []string {
-	if l := s.list.Load(); l != nil {
-		return *l
-	}
-	return nil
-}
-
-// hasRoute reports whether routes holds "<method> <path>", without
-// building it.
-func hasRoute(routes []string, method, path string) bool {
-	for _, r := range routes {
-		if len(r) == len(method)+1+len(path) && r[:len(method)] == method && r[len(method)+1:] == path {
-			return true
-		}
-	}
-	return false
-}
-
-// keyOf returns the key of req's call whose rule (or its Ban) is r; "" when
-// none is (an in-flight step's request, which holds no calls).
-func (req *request) keyOf(r *rule.Base) string {
-	for i := range req.calls {
-		c := &req.calls[i]
-		if c.rule != nil && (&c.rule.Base == r || c.rule.Ban != nil && &c.rule.Ban.Base == r) {
-			return c.key
-		}
-	}
-	return ""
-}
-
 // Target returns the Target of the count that Identity or Refused names
 // identity on this rule and route, for Policy.Peek, Reset and SetLimit.
 // With [HashIdentities] it is the one way to name an identity's count
@@ -297,7 +230,7 @@ func (ri RuleInfo) Target(identity string) (Target, error) {
 	for _, f := range strings.Fields(identity) {
 		label, value, ok := strings.Cut(f, ":")
 		if !ok || value == "" || strings.HasPrefix(value, "%~") {
-			return t, badTarget("not an identity of the rule: <label>:<value> for each dimension")
+			return t, rule.BadTarget("not an identity of the rule: <label>:<value> for each dimension")
 		}
 		value = fleet.Unescape(value)
 		switch {
@@ -306,7 +239,7 @@ func (ri RuleInfo) Target(identity string) (Target, error) {
 		case (label == "ip" || label == "anon") && !t.IP.IsValid():
 			ip, err := netip.ParseAddr(value)
 			if err != nil {
-				return t, badTarget("not an IP address")
+				return t, rule.BadTarget("not an IP address")
 			}
 			t.IP = ip
 		case len(label) > 2 && label[1] == '.' && strings.IndexByte("phf", label[0]) >= 0:
@@ -315,7 +248,7 @@ func (ri RuleInfo) Target(identity string) (Target, error) {
 			}
 			t.Values[label[2:]] = value
 		default:
-			return t, badTarget("a label is not one of the rule's dimensions, or comes twice")
+			return t, rule.BadTarget("a label is not one of the rule's dimensions, or comes twice")
 		}
 	}
 	return t, nil

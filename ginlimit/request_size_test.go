@@ -4,56 +4,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
-	"unsafe"
 
 	"github.com/gin-gonic/gin"
-	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 	"github.com/redis/go-redis/v9"
 )
-
-// TestRequestSize: a request, the memory of one decision, stays within 512
-// bytes. Past that, Go's allocator gives each object a malloc header of its
-// own, and the hot paths pay for it at the same allocation count
-// (BenchmarkDenyCacheHit, BenchmarkMiddleware): keep what only some
-// routes need (a Ban's share, the in-flight step's slots) out of it.
-func TestRequestSize(t *testing.T) {
-	if size := unsafe.Sizeof(request{}); size > 512 {
-		t.Errorf("a request is %d bytes, more than 512: each one now carries a malloc header, which the hot paths measurably pay for (BenchmarkDenyCacheHit, BenchmarkMiddleware)", size)
-	}
-}
-
-// TestRequestAllocations: the memory of a decision on one rule without a
-// Ban is one allocation; a Ban, or several rules, allocate the calls and
-// the keys besides, and a Ban's share costs no allocation of its own.
-func TestRequestAllocations(t *testing.T) {
-	_, c := newMini(t)
-	ban := Ban(3, time.Hour, time.Hour)
-	for _, tc := range []struct {
-		name string
-		opts []Option
-		want float64
-	}{
-		{"one rule", []Option{Limit(5)}, 1},
-		{"one rule with a Ban", []Option{Limit(5), ban}, 3},
-		{"several rules", []Option{Rule(Name("a"), Limit(5)), Rule(Name("b"), Limit(9))}, 3},
-		{"several rules with Bans", []Option{Rule(Name("a"), Limit(5), ban), Rule(Name("b"), Limit(9)), Rule(Name("c"), Limit(7), ban)}, 3},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := mustPolicy(t, append([]Option{Redis(c)}, tc.opts...)...)
-			var req *request
-			if n := leastAllocs(100, func() { req = p.newRequest(rule.Scope{Route: "k"}) }); n != tc.want {
-				t.Errorf("newRequest makes %v allocations, want %v", n, tc.want)
-			}
-			for i, r := range p.rules {
-				p.setCall(req, i, r, nil, 1)
-				if (req.calls[i].ban != nil) != (r.Ban != nil) || req.keys[req.rec(i)] != req.calls[i].key {
-					t.Errorf("call %d: Ban's share %v for a rule with Ban %v; keys %q", i, req.calls[i].ban, r.Ban, req.keys)
-				}
-			}
-		})
-	}
-}
 
 // TestLimitedRequestAllocations: a request that one rate rule admits,
 // through the middleware and go-redis, makes at most 8 allocations: the

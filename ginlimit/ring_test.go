@@ -38,7 +38,7 @@ func TestRingShardBreakerIsItsOwn(t *testing.T) {
 	var hung, fast string
 	for i := 0; hung == "" || fast == ""; i++ {
 		k := "k" + strconv.Itoa(i)
-		c, err := ring.GetShardClientForKey(p.rules[0].Prefix + "{" + k + "}")
+		c, err := ring.GetShardClientForKey(p.route.Rules[0].Prefix + "{" + k + "}")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func TestRingRecoveredReportsClosedBreaker(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if s := p.engine.Breaker().State(); s != "closed" {
+	if s := p.route.Engine.Breaker().State(); s != "closed" {
 		t.Errorf("the Ring answers every decision again, but its Ring-wide breaker, reported for decisions that reach no node, is %q", s)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // The route options of the backend and of the request's handling. Those of
 // a feature with a file of its own are there: DenyCache (denycache.go),
 // OnFailure and LocalInstances (failure.go), Headers (response.go), Observe
-// (observe.go).
+// (decision.go).
 
 // Redis sets the Redis backend. Any redis.Scripter works: *redis.Client,
 // *redis.ClusterClient, *redis.Ring or a redis.UniversalClient. A route must

@@ -65,7 +65,7 @@ func busyPoolDecisions(t *testing.T, client redis.Scripter, hold func(context.Co
 	}
 	<-done
 	// The client's breaker, then each master's (a cluster) or shard's (a Ring).
-	for _, brk := range append([]*engine.Breaker{p.engine.Breaker()}, p.engine.NodeBreakers()...) {
+	for _, brk := range append([]*engine.Breaker{p.route.Engine.Breaker()}, p.route.Engine.NodeBreakers()...) {
 		if brk.State() == "open" {
 			open++
 		}
@@ -224,7 +224,7 @@ func TestRingSlowShardIsAFailure(t *testing.T) {
 			t.Cleanup(func() { _ = ring.Close() })
 			p := mustPolicy(t, Redis(ring), Key(prefix(t)), Window(time.Minute), Limit(1000),
 				OnFailure(FailOpen), Timeout(faultTimeout), withBreaker(0, 0))
-			redisKey := func(k string) string { return p.rules[0].Prefix + "{" + k + "}" }
+			redisKey := func(k string) string { return p.route.Rules[0].Prefix + "{" + k + "}" }
 			var slowKeys, fastKeys []string
 			for i := 0; len(slowKeys) < 4 || len(fastKeys) < 4; i++ {
 				k := "k" + strconv.Itoa(i)
@@ -293,7 +293,7 @@ func TestClusterPausedMasterIsAFailure(t *testing.T) {
 			t.Cleanup(func() { _ = cc.Close() })
 			p := mustPolicy(t, Redis(cc), Key(prefix(t)), Window(time.Minute), Limit(1000),
 				OnFailure(FailOpen), Timeout(faultTimeout), withBreaker(0, 0))
-			redisKey := func(k string) string { return p.rules[0].Prefix + "{" + k + "}" }
+			redisKey := func(k string) string { return p.route.Rules[0].Prefix + "{" + k + "}" }
 			var slowKeys, fastKeys []string
 			for i := 0; len(slowKeys) < 4 || len(fastKeys) < 8; i++ {
 				k := "k" + strconv.Itoa(i)
@@ -365,7 +365,7 @@ func TestSaturatedProbeKeepsTheBreakerOpen(t *testing.T) {
 	const open = 100 * time.Millisecond
 	p := mustPolicy(t, Redis(cc), Key(prefix(t)), Window(time.Minute), Limit(1000),
 		OnFailure(FailOpen), Timeout(faultTimeout), withBreaker(3, open))
-	redisKey := func(k string) string { return p.rules[0].Prefix + "{" + k + "}" }
+	redisKey := func(k string) string { return p.route.Rules[0].Prefix + "{" + k + "}" }
 	var slowKeys []string
 	for i := 0; len(slowKeys) < 8; i++ {
 		if k := "k" + strconv.Itoa(i); cl.MasterForKey(redisKey(k)) == 0 {

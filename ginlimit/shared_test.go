@@ -105,9 +105,9 @@ func TestSharedInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ka := rule.BuildKey(&pa.slots[0].Base, pa.named, rule.Scope{Method: http.MethodGet, Route: "/a"}, nil)
-	kb := rule.BuildKey(&pa.slots[0].Base, pa.named, rule.Scope{Method: http.MethodPost, Route: "/b"}, nil)
-	if ka != kb || !strings.HasSuffix(ka, "if:{* shared} rule:"+pa.slots[0].Name) {
+	ka := rule.BuildKey(&pa.route.Slots[0].Base, pa.route.Named, rule.Scope{Method: http.MethodGet, Route: "/a"}, nil)
+	kb := rule.BuildKey(&pa.route.Slots[0].Base, pa.route.Named, rule.Scope{Method: http.MethodPost, Route: "/b"}, nil)
+	if ka != kb || !strings.HasSuffix(ka, "if:{* shared} rule:"+pa.route.Slots[0].Name) {
 		t.Fatalf("keys %q and %q: want one, under {* shared}", ka, kb)
 	}
 }
@@ -133,11 +133,11 @@ func TestSharedKeysAndTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := alone.rules[0].Prefix + "{* shared} rule:grp"
+	want := alone.route.Rules[0].Prefix + "{* shared} rule:grp"
 	for _, k := range []string{
-		rule.BuildKey(&alone.rules[0].Base, alone.named, rule.Scope{Method: http.MethodGet, Route: "/a"}, nil),
-		rule.BuildKey(&alone.rules[0].Base, alone.named, rule.Scope{Method: rule.UnmatchedMethod, Route: rule.UnmatchedRoute}, nil),
-		rule.BuildKey(&ruled.rules[0].Base, ruled.named, rule.Scope{Method: http.MethodPost, Route: "/b"}, nil),
+		rule.BuildKey(&alone.route.Rules[0].Base, alone.route.Named, rule.Scope{Method: http.MethodGet, Route: "/a"}, nil),
+		rule.BuildKey(&alone.route.Rules[0].Base, alone.route.Named, rule.Scope{Method: rule.UnmatchedMethod, Route: rule.UnmatchedRoute}, nil),
+		rule.BuildKey(&ruled.route.Rules[0].Base, ruled.route.Named, rule.Scope{Method: http.MethodPost, Route: "/b"}, nil),
 	} {
 		if k != want {
 			t.Fatalf("key %q, want the group's %q", k, want)
@@ -148,8 +148,8 @@ func TestSharedKeysAndTarget(t *testing.T) {
 	}
 
 	e := gin.New()
-	e.GET("/a", alone.serve, ok)
-	e.POST("/b", ruled.serve, ok)
+	e.GET("/a", alone.route.Serve, ok)
+	e.POST("/b", ruled.route.Serve, ok)
 	do(e, http.MethodGet, "/a", nil)
 	do(e, http.MethodPost, "/b", nil)
 	ctx := context.Background()
@@ -230,7 +230,7 @@ func TestSharedInProcessState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ra, rb := a.rules[0], b.rules[0]
+	ra, rb := a.route.Rules[0], b.route.Rules[0]
 	switch {
 	case ra.Local == nil || ra.Deny == nil:
 		t.Fatal("the rule has no fallback or deny cache: the test needs both")
@@ -245,7 +245,7 @@ func TestSharedInProcessState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other.rules[0].Local == ra.Local {
+	if other.route.Rules[0].Local == ra.Local {
 		t.Error("another group shares the first group's state")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
+	"github.com/ginlimit/ginlimit/lua"
+	"github.com/redis/go-redis/v9"
 )
 
 // step is one request in a timeline: at offset from t0, expect allowed or not
@@ -32,8 +34,8 @@ func runTimelineWith(t *testing.T, window time.Duration, limit, cache int, steps
 	m, c := newMini(t)
 	p := mustPolicy(t, Redis(c), Key(prefix(t)), Window(window), Limit(limit), DenyCache(cache))
 	var offset time.Duration
-	if p.rules[0].Deny != nil {
-		p.rules[0].Deny.SetClock(func() int64 { return int64(offset) })
+	if p.route.Rules[0].Deny != nil {
+		p.route.Rules[0].Deny.SetClock(func() int64 { return int64(offset) })
 	}
 	ctx := context.Background()
 	cached := 0
@@ -192,7 +194,7 @@ func TestSlidingLogRejectsBadArguments(t *testing.T) {
 		{"", 0, 1000, "y", 0, 1}, {"", 0, 1000, 1, -1, 1}, {"", 0, 1000, 1, "z", 1}, {"", 0, 1000, 1, 0},
 		{"", 0, 1000, 1, 0, 2}, {"", 0, 1000, 1, 0, 0}, {"", 1, 1000, 1, 0, 1}, {"x", 0, 1000, 1, 0, 1},
 	} {
-		err := severalScript.Run(ctx, c, []string{"k"}, args...).Err()
+		err := redis.NewScript(lua.Several()).Run(ctx, c, []string{"k"}, args...).Err()
 		if err == nil {
 			t.Errorf("script accepted ARGV %v", args)
 		}

@@ -41,7 +41,7 @@ func TestSlidingLogUpgradedFullKeyRefusedUnderTheFailurePolicies(t *testing.T) {
 		pre := prefix(t)
 		p := mustPolicy(t, Redis(c), Key(pre), Window(time.Hour), Limit(limit), DenyCache(0), OnFailure(policy), Timeout(DefaultTimeout))
 		newKey := ruleKey(p, 0, "k")
-		oldKey := rule.ZsetKey(&p.rules[0].Base, newKey)
+		oldKey := rule.ZsetKey(&p.route.Rules[0].Base, newKey)
 		if redistest.KeySlot(oldKey) != redistest.KeySlot(newKey) {
 			t.Fatalf("the older key %q is in slot %d, the new key %q in %d", oldKey, redistest.KeySlot(oldKey), newKey, redistest.KeySlot(newKey))
 		}

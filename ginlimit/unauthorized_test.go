@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/ginlimit/ginlimit/ginlimit/internal/decide"
 	"github.com/ginlimit/ginlimit/identity"
 )
 
@@ -46,7 +47,7 @@ func unauthorizedRoute(t *testing.T, dim Dimension, logs *syncBuffer, observe fu
 // TestUnauthorizedObservedAndLogged: a request a User rule finds no valid
 // identity for is answered 401, reported to observers as
 // OutcomeUnauthorized with its reason, and logged at debug level at most
-// once per reason per logEvery, without the token or the user id.
+// once per reason per decide.LogEvery, without the token or the user id.
 func TestUnauthorizedObservedAndLogged(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
@@ -98,9 +99,9 @@ func TestUnauthorizedObservedAndLogged(t *testing.T) {
 	}
 
 	text := logs.String()
-	// One line per reason per logEvery: the run may take longer than
-	// logEvery on a loaded machine, which allows one more line each time.
-	most := 1 + int(elapsed/logEvery)
+	// One line per reason per decide.LogEvery: the run may take longer than
+	// decide.LogEvery on a loaded machine, which allows one more line each time.
+	most := 1 + int(elapsed/decide.LogEvery)
 	for reason := range sent {
 		n := strings.Count(text, `msg="ginlimit: no valid identity for the request; answering 401" rule=claims route=/x reason=`+reason+"\n")
 		if n < 1 || n > most {

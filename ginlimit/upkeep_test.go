@@ -59,10 +59,10 @@ func TestOneUpkeepPerClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.engine == b.engine {
+	if a.route.Engine == b.route.Engine {
 		t.Fatal("the two policies share a backend: the test proves nothing")
 	}
-	if a.fleet != b.fleet {
+	if a.route.Fleet != b.route.Fleet {
 		t.Fatal("two backends on one client have a fleet each")
 	}
 	admin := srv.Client()

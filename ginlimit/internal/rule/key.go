@@ -376,6 +376,25 @@ func (r *Base) Partition(key string) string {
 	return key[len(key)-HashHex:]
 }
 
+// PlanFor returns the rule of the request's plan, or r: the first thing
+// a request is counted by, before its identity and its key.
+func (r *Rate) PlanFor(c *gin.Context) *Rate {
+	if p := r.Plans[r.Pick(c)]; p != nil {
+		return p
+	}
+	return r
+}
+
+// Key is the key of c's request for rule r on a route whose keys name
+// their rule when named, in scope s: its identity found (Identify), w
+// holding it, and its key built (BuildKey).
+func (r *Base) Key(c *gin.Context, w *Who, named bool, s Scope) (string, error) {
+	if err := r.Identify(c, w); err != nil {
+		return "", err
+	}
+	return BuildKey(r, named, s, w), nil
+}
+
 // Identify finds the request's identity for rule r. With HashIdentities
 // the text is an HMAC of the identity instead of the identity.
 func (r *Base) Identify(c *gin.Context, w *Who) error {
@@ -501,12 +520,14 @@ func (r *Base) TargetWho(w *Who, t Target) error {
 	return nil
 }
 
-// Target is an identity named from outside a request, as a Target of the
+// Target is a count named from outside a request (a rule, a scope and an
+// identity), as a Target of the
 // public package names it.
 type Target struct {
-	User   string
-	IP     netip.Addr
-	Values map[string]string
+	Route, Key, Rule, Plan string // which rule, in which scope (see ParseScope)
+	User                   string
+	IP                     netip.Addr
+	Values                 map[string]string
 	// Sealed is a hashed identity as the rule's keys hold it
 	// ("user:<32 hex digits>"), which names the whole identity.
 	Sealed string

@@ -316,14 +316,6 @@ func (r *Rate) compilePlans(c RateConfig, route Route, named, override bool) err
 	return nil
 }
 
-// PlanFor returns the rule of the request's plan, or r.
-func (r *Rate) PlanFor(c *gin.Context) *Rate {
-	if p := r.Plans[r.Pick(c)]; p != nil {
-		return p
-	}
-	return r
-}
-
 // base is the part of a rule of these settings that every kind has, its
 // keys under prefix and its decisions' Limit limit. Its PolicyHeader is
 // the kind's to write.

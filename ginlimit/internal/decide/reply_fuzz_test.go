@@ -1,4 +1,4 @@
-package ginlimit
+package decide
 
 import (
 	"encoding/binary"
@@ -39,27 +39,22 @@ func packReply(ints ...int64) []byte {
 // ratePolicies are the shapes of rate-rule calls a reply can answer: one
 // rule, one rule with its ban (a penalty call before it), and Rules (named,
 // so the decision lists every rule) with and without bans.
-func ratePolicies(f *testing.F) []*Policy {
-	_, c := newMini(f)
-	ban := Ban(3, time.Minute, time.Minute)
-	var ps []*Policy
-	for _, opts := range [][]Option{
-		{Limit(5)},
-		{Limit(5), ban},
-		{Rule(Name("only"), Limit(2))},
-		{Rule(Name("a"), Key("ka:"), Limit(5), ban), Rule(Name("b"), Key("kb:"), Limit(7)), Rule(Name("c"), Key("kc:"), Limit(3), ban)},
-	} {
-		ps = append(ps, mustPolicy(f, append([]Option{Redis(c), DenyCache(0)}, opts...)...))
+func ratePolicies(f *testing.F) []*Route {
+	c := newMini(f)
+	return []*Route{
+		newRoute(f, c, false, 0, rate("rate_limit:", "", 5, false)),
+		newRoute(f, c, false, 0, rate("rate_limit:", "", 5, true)),
+		newRoute(f, c, true, 0, rate("rate_limit:", "only", 2, false)),
+		newRoute(f, c, true, 0, rate("ka:", "a", 5, true), rate("kb:", "b", 7, false), rate("kc:", "c", 3, true)),
 	}
-	return ps
 }
 
 // rateRequest is a request on every rule of p for Policy.Allow's key k, its
 // calls filled as allow fills them.
-func rateRequest(p *Policy) *request {
+func rateRequest(p *Route) *request {
 	req := p.newRequest(rule.Scope{Route: "k"})
-	for i, r := range p.rules {
-		p.setCall(req, i, r, nil, r.Cost)
+	for i, r := range p.Rules {
+		req.setCall(i, r, nil, r.Cost)
 	}
 	return req
 }
@@ -121,7 +116,7 @@ func FuzzDecisionReply(f *testing.F) {
 		n := len(req.keys) // a record per rule, and one per Ban
 		checkReplyHead(t, reply, n, 4)
 
-		d, each, err := p.parse(req, reply)
+		d, each, err := req.parse(reply, req.p.Named)
 		if len(reply) != 2+4*n || reply[1] < 0 || reply[1] > int64(n) {
 			if err == nil || !reflect.DeepEqual(d, Decision{}) || each != nil {
 				t.Fatalf("%d calls, malformed reply %v: %+v, %v, %v; want only an error", n, reply, d, each, err)
@@ -136,7 +131,7 @@ func FuzzDecisionReply(f *testing.F) {
 }
 
 // checkDecision checks the decision parse made of a well-formed reply.
-func checkDecision(t *testing.T, p *Policy, req *request, reply []int64, d Decision, each []Decision) {
+func checkDecision(t *testing.T, p *Route, req *request, reply []int64, d Decision, each []Decision) {
 	t.Helper()
 	n, fired := len(req.keys), int(reply[1])
 	if d.Allowed != (fired == 0) || !d.Time.Equal(time.UnixMicro(reply[0])) || d.Remaining < 0 {
@@ -160,7 +155,7 @@ func checkDecision(t *testing.T, p *Policy, req *request, reply []int64, d Decis
 			t.Fatalf("reply %v: the decision is rule %q's, want the firing rule %q's", reply, d.Rule, want)
 		}
 	}
-	if n > 1 || p.named {
+	if n > 1 || p.Named {
 		if len(each) != n {
 			t.Fatalf("reply %v: %d decisions for %d calls", reply, len(each), n)
 		}
@@ -175,11 +170,11 @@ func checkDecision(t *testing.T, p *Policy, req *request, reply []int64, d Decis
 			t.Fatalf("reply %v: RetryAfter %v, want the longest of the calls' (%v)", reply, d.RetryAfter, retry)
 		}
 	}
-	if p.named {
-		if len(d.Rules) != len(p.rules) {
-			t.Fatalf("reply %v: Rules %+v, want one per rule (%d)", reply, d.Rules, len(p.rules))
+	if p.Named {
+		if len(d.Rules) != len(p.Rules) {
+			t.Fatalf("reply %v: Rules %+v, want one per rule (%d)", reply, d.Rules, len(p.Rules))
 		}
-		for i, r := range p.rules {
+		for i, r := range p.Rules {
 			if d.Rules[i].Rule != r.Name {
 				t.Fatalf("reply %v: Rules[%d] is %q's, want %q's", reply, i, d.Rules[i].Rule, r.Name)
 			}
@@ -215,16 +210,12 @@ func scriptCouldReply(reply []int64, n int) bool {
 
 // slotPolicies are the shapes of in-flight calls: one rule, and Rules of
 // two in-flight rules after a rate rule.
-func slotPolicies(f *testing.F) []*Policy {
-	_, c := newMini(f)
-	var ps []*Policy
-	for _, opts := range [][]Option{
-		{InFlight(3, 30*time.Second)},
-		{Rule(Name("rate"), Limit(9)), Rule(Name("s1"), Key("s1:"), InFlight(3, 30*time.Second)), Rule(Name("s2"), Key("s2:"), InFlight(5, 30*time.Second))},
-	} {
-		ps = append(ps, mustPolicy(f, append([]Option{Redis(c)}, opts...)...))
+func slotPolicies(f *testing.F) []*Route {
+	c := newMini(f)
+	return []*Route{
+		newRoute(f, c, false, 10_000, slots("rate_limit:", "", 3)),
+		newRoute(f, c, true, 10_000, rate("rate_limit:", "rate", 9, false), slots("s1:", "s1", 3), slots("s2:", "s2", 5)),
 	}
-	return ps
 }
 
 // FuzzSlotReply: the in-flight acquire's (and peek's) reply {now_us,
@@ -254,14 +245,14 @@ func FuzzSlotReply(f *testing.F) {
 	f.Fuzz(func(t *testing.T, sel uint8, raw []byte) {
 		p := ps[int(sel)%len(ps)]
 		reply := replyInts(t, raw)
-		n := len(p.slots)
+		n := len(p.Slots)
 		checkReplyHead(t, reply, n, 1)
 
 		if v, ok := one(reply); ok != (len(reply) == 1) || ok && v != reply[0] {
 			t.Fatalf("one(%v) = %d, %v", reply, v, ok)
 		}
 
-		d, err := p.parseSlots(p.slots, reply)
+		d, err := parseSlots(p.Slots, reply)
 		if len(reply) != 2+n || reply[1] < 0 || reply[1] > int64(n) {
 			if err == nil || !reflect.DeepEqual(d, Decision{}) {
 				t.Fatalf("%d rules, malformed reply %v: %+v, %v; want only an error", n, reply, d, err)
@@ -271,7 +262,7 @@ func FuzzSlotReply(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%d rules, reply %v: %v", n, reply, err)
 		}
-		checkSlotDecision(t, p.slots, reply, d)
+		checkSlotDecision(t, p.Slots, reply, d)
 	})
 }
 

@@ -1,12 +1,10 @@
-package ginlimit
+package decide
 
 import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
+	"github.com/gin-gonic/gin"
 	"github.com/ginlimit/ginlimit/ginlimit/internal/rule"
 
 	"github.com/ginlimit/ginlimit/ginlimit/internal/fleet"
@@ -37,42 +35,39 @@ func FuzzOverrideValue(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1])
 	}
-	mr := miniredis.RunT(f)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	f.Cleanup(func() { _ = c.Close() })
-	l, err := New(Redis(c), UserIdentity(identity.FromContext("uid")))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = l.Close() })
-	var policies []*Policy
-	for _, alg := range []AlgorithmKind{SlidingLog, SlidingCounter, FixedWindow, TokenBucket} {
-		p, err := l.Policy(Key("fz:"), Algorithm(alg), Limit(3), Window(time.Minute), Type(User),
-			LimitBy(planOf, map[string]int{"pro": 4}))
-		if err != nil {
+	c := newMini(f)
+	var policies []*Route
+	for _, alg := range []string{"sliding_log", "sliding_counter", "fixed_window", "token_bucket"} {
+		cfg := rate("fz:", "", 3, false)
+		cfg.Rate.Alg, _ = rule.Lookup(alg)
+		cfg.Rate.Window = time.Minute
+		cfg.Users = identity.FromContext("uid")
+		if err := rule.SetDims(&cfg.Common, "Per", []rule.Dim{rule.Builtin(2)}); err != nil {
 			f.Fatal(err)
 		}
-		policies = append(policies, p)
+		cfg.Rate.PlanPick = func(c *gin.Context) string { return c.GetHeader("X-Plan") }
+		cfg.Rate.Plans = map[string]int{"pro": 4}
+		policies = append(policies, newRoute(f, c, false, 10_000, cfg))
 	}
 	claim := rule.Scope{Method: "GET", Route: "/claim"}
 	f.Fuzz(func(t *testing.T, field, value string) {
-		if k, ok := fleet.ParseRuleField(field, isField); ok && ruleField(k) != field {
-			t.Fatalf("the field %q parses as %+v, which is written %q", field, k, ruleField(k))
+		if k, ok := fleet.ParseRuleField(field, IsField); ok && RuleField(k) != field {
+			t.Fatalf("the field %q parses as %+v, which is written %q", field, k, RuleField(k))
 		}
 		set, valid := fleet.ParseSetting(value)
 		for _, ov := range []*fleet.Overrides{
-			fleet.NewOverrides([]string{field, value}, isField),
-			fleet.NewOverrides([]string{"fz:{GET /claim} *", value, "fz:{GET /claim user:alice}", value}, isField),
+			fleet.NewOverrides([]string{field, value}, IsField),
+			fleet.NewOverrides([]string{"fz:{GET /claim} *", value, "fz:{GET /claim user:alice}", value}, IsField),
 		} {
 			for _, p := range policies {
 				v := &liveView{p: p, ov: ov, rules: map[overrideKey]*rule.Rate{}}
-				for _, x := range withPlans(p.rules[0]) {
+				for _, x := range withPlans(p.Rules[0]) {
 					var w rule.Who
-					if err := x.TargetWho(&w, Target{User: "alice"}.forRule()); err != nil {
+					if err := x.TargetWho(&w, rule.Target{User: "alice"}); err != nil {
 						t.Fatal(err)
 					}
-					key := rule.BuildKey(&x.Base, p.named, claim, &w)
-					o := v.find(x, key, p.named, claim)
+					key := rule.BuildKey(&x.Base, p.Named, claim, &w)
+					o := v.find(x, key, p.Named, claim)
 					if o != nil && (!valid || o.Limit != set.Limit) {
 						t.Fatalf("%s: the override %q %q applies with limit %d", x.Alg.Name(), field, value, o.Limit)
 					}
