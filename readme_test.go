@@ -15,8 +15,9 @@ import (
 // pages in docs/ compiles as written. A snippet that is a whole program is
 // built as it is; a fragment is built inside a function that gives it the
 // names the README's Usage section defines (r, limiter, and the handlers
-// claim and search). The programs are built through a go build overlay, so
-// nothing is written into the module.
+// claim and search). The programs are compiled through an overlay, so
+// nothing is written into the module, and not linked: a whole program must
+// declare its func main, the one error a link would find.
 func TestREADMESnippetsCompile(t *testing.T) {
 	pages, err := filepath.Glob("docs/*.md")
 	if err != nil {
@@ -38,8 +39,11 @@ func TestREADMESnippetsCompile(t *testing.T) {
 	progs := make([]string, len(blocks))
 	for i, b := range blocks {
 		progs[i] = dedent(b[1])
-		if !strings.HasPrefix(progs[i], "package ") {
+		switch {
+		case !strings.HasPrefix(progs[i], "package "):
 			progs[i] = fmt.Sprintf(fragmentScaffold, progs[i])
+		case strings.HasPrefix(progs[i], "package main\n") && !strings.Contains(progs[i], "\nfunc main() {"):
+			t.Errorf("snippet %d (README, then docs/) is a package main without func main:\n%s", i+1, b[1])
 		}
 	}
 	outs, errs := gobuild.Build(t, "zz_readme", progs...)

@@ -7,6 +7,7 @@ package ginlimit
 // short deadline.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -211,12 +212,14 @@ func TestSilentRedisCostsATimeout(t *testing.T) {
 // breakingProxy forwards connections to a Redis. Told to (breakNext), it
 // closes the connection of the next command it reads without forwarding
 // it: one connection reset while Redis is fine. Told to (holdNext), it
-// holds the reply to the next command it reads for that long: a reply
-// that this process reads late.
+// holds the reply to the next command it reads for that long (the next
+// that names holdOnly, when it is set, so that the Limiter's upkeep calls
+// do not take the hold): a reply that this process reads late.
 type breakingProxy struct {
 	ln        net.Listener
 	breakNext atomic.Bool
 	holdNext  atomic.Int64 // a time.Duration
+	holdOnly  atomic.Value // a string
 	broken    atomic.Int64
 	wg        sync.WaitGroup
 	mu        sync.Mutex
@@ -271,7 +274,7 @@ func startBreakingProxy(t *testing.T, upstream string) *breakingProxy {
 						p.broken.Add(1)
 						return
 					}
-					if n > 0 {
+					if only, _ := p.holdOnly.Load().(string); n > 0 && (only == "" || bytes.Contains(buf[:n], []byte(only))) {
 						hold.Store(p.holdNext.Swap(0))
 					}
 					if n > 0 {
@@ -352,6 +355,7 @@ func TestLateReplyIsNoFailure(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			p := mustPolicy(t, Redis(c), Key(prefix(t)), Limit(100), OnFailure(FailLocal), Timeout(timeout))
 			warmUp(t, p, "k")
+			proxy.holdOnly.Store("{k}") // the decision's key
 			proxy.holdNext.Store(int64(3 * timeout))
 			_, err := p.Allow(context.Background(), "k", 1)
 			if !errors.Is(err, ErrSaturated) {

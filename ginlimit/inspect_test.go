@@ -152,13 +152,16 @@ func exhaust(t *testing.T, in *instance, user string) {
 // before the claims (B's deny cache learns only then, and A's Reset counts
 // acknowledgements only then), and MaxStaleness is a minute, so neither
 // B's cached refusal nor A's wait for B's acknowledgement can lapse on a
-// loaded machine.
+// loaded machine. Each case has a redis-server of its own: a hub that sees
+// a reset, of any key, keeps nothing its calls then in flight proved, so
+// another case's Reset on a shared server could keep B's refusal out of
+// its cache.
 func TestResetIsSeenAtOnceByEveryInstance(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
 	for _, tc := range inspectCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			srv := redistest.Start(t)
 			opts := append(tc.opts(prefix(t)), maxStaleness(time.Minute))
 			a, b := newInstance(t, srv.Client(), opts...), newInstance(t, srv.Client(), opts...)
 			waitSubscribed(t, a.policy)

@@ -347,7 +347,7 @@ func TestFailurePolicies(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var logs syncBuffer
+			var logs syncBuffer // the upkeep's call, on a goroutine of its own, may log the outage
 			e := gin.New()
 			var seen Decision
 			e.GET("/x", testLimit(Redis(tc.client), Key(prefix(t)), OnFailure(tc.policy), Timeout(timeout),

@@ -186,6 +186,18 @@ func slowestCalls(ctx context.Context, t *testing.T, c *redis.Client, f func()) 
 	return out
 }
 
+// upgradeStart is how each upgrade test begins: a client of a
+// redis-server of its own, a test clock (µs) on a whole millisecond, and a
+// key prefix with its length (the scripts' param). The older version's key
+// is p+"log", this version's p+"sl2:log".
+func upgradeStart(t *testing.T) (ctx context.Context, c *redis.Client, clock int64, p string, param int64) {
+	t.Helper()
+	c = redistest.Start(t).Client()
+	clock = startClock() // after the start, which a loaded machine slows
+	p = prefix(t)
+	return context.Background(), c, clock - clock%1000, p, int64(len(p))
+}
+
 // TestSlidingLogUpgradeOfALargeZSET: an older key of 100,000 members, the
 // whole limit and the largest a sliding log takes, is upgraded by the
 // first decision on it, refused or not, without importing its members: it
@@ -201,13 +213,8 @@ func slowestCalls(ctx context.Context, t *testing.T, c *redis.Client, f func()) 
 func TestSlidingLogUpgradeOfALargeZSET(t *testing.T) {
 	testtier.Long(t)
 	t.Parallel()
-	c := redistest.Start(t).Client()
-	ctx := context.Background()
 	const window, limit, members = 3600e6, 100_000, 100_000
-	clock := startClock()
-	clock -= clock % 1000
-	p := prefix(t)
-	param := int64(len(p))
+	ctx, c, clock, p, param := upgradeStart(t)
 	floorScript := redis.NewScript(`redis.call('DEL', KEYS[1]) redis.call('SETRANGE', KEYS[1], tonumber(ARGV[1]) - 1, 'x') return 1`)
 	for _, s := range []*redis.Script{logScript(window, limit, param), floorScript} {
 		if err := s.Load(ctx, c).Err(); err != nil {
@@ -309,13 +316,8 @@ func TestSlidingLogUpgradeOfALargeZSET(t *testing.T) {
 // one by one, exactly.
 func TestSlidingLogUpgradeWhileTheOlderVersionAdmitsMany(t *testing.T) {
 	t.Parallel()
-	c := redistest.Start(t).Client()
-	ctx := context.Background()
 	const window, limit = 3600e6, 100_000
-	clock := startClock()
-	clock -= clock % 1000
-	p := prefix(t)
-	param := int64(len(p))
+	ctx, c, clock, p, param := upgradeStart(t)
 	oldKey, newKey := p+"log", p+"sl2:log"
 	old := zsetLogScript(t, window, limit)
 	if err := old.Load(ctx, c).Err(); err != nil {
@@ -402,13 +404,8 @@ func TestSlidingLogUpgradeWhileTheOlderVersionAdmitsMany(t *testing.T) {
 // writes it.
 func TestSlidingLogUpgradeRefusedAtMaxmemory(t *testing.T) {
 	t.Parallel()
-	c := redistest.Start(t).Client()
-	ctx := context.Background()
 	const window, limit = 60e6, 3
-	clock := startClock()
-	clock -= clock % 1000
-	p := prefix(t)
-	param := int64(len(p))
+	ctx, c, clock, p, param := upgradeStart(t)
 	oldKey, newKey := p+"log", p+"sl2:log"
 	fillZSET(ctx, t, c, oldKey, []int64{clock - 3e6, clock - 2e6, clock - 1e6}, []int64{1})
 	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1mb"}} {
@@ -460,13 +457,8 @@ func TestSlidingLogUpgradeRefusedAtMaxmemory(t *testing.T) {
 // same.
 func TestSlidingLogUpgradeOfAWeightedZSET(t *testing.T) {
 	t.Parallel()
-	c := redistest.Start(t).Client()
-	ctx := context.Background()
 	const window, limit, members = 3600e6, 100_000, 60_000
-	clock := startClock()
-	clock -= clock % 1000
-	p := prefix(t)
-	param := int64(len(p))
+	ctx, c, clock, p, param := upgradeStart(t)
 	ats := make([]int64, members)
 	for i := range ats {
 		ats[i] = clock - 1000e6 + int64(i)*10e3
@@ -516,13 +508,8 @@ func TestSlidingLogUpgradeOfAWeightedZSET(t *testing.T) {
 // the window.
 func TestSlidingLogUpgradeOfAnOldestFormatZSET(t *testing.T) {
 	t.Parallel()
-	c := redistest.Start(t).Client()
-	ctx := context.Background()
 	const window, limit, members = 60e6, 300, 300
-	clock := startClock()
-	clock -= clock % 1000
-	p := prefix(t)
-	param := int64(len(p))
+	ctx, c, clock, p, param := upgradeStart(t)
 	for i := range int64(members) {
 		at := clock - 50e6 + i*1000
 		if err := c.ZAdd(ctx, p+"log", redis.Z{Score: float64(at), Member: strconv.FormatInt(at, 10) + "-x"}).Err(); err != nil {
@@ -552,13 +539,8 @@ func TestSlidingLogUpgradeOfAnOldestFormatZSET(t *testing.T) {
 // copied after this key's newer entries later.
 func TestSlidingLogUpgradeWhileTheOlderVersionAdmitsInBulk(t *testing.T) {
 	t.Parallel()
-	c := redistest.Start(t).Client()
-	ctx := context.Background()
 	const window, limit = 3600e6, 30_000
-	clock := startClock()
-	clock -= clock % 1000
-	p := prefix(t)
-	param := int64(len(p))
+	ctx, c, clock, p, param := upgradeStart(t)
 	oldKey, newKey := p+"log", p+"sl2:log"
 	old := zsetLogScript(t, window, limit)
 	fillZSET(ctx, t, c, oldKey, []int64{clock - 2e6, clock - 1e6}, []int64{1})

@@ -140,11 +140,19 @@ func call[T any](ctx context.Context, n *node, start time.Time, f func() (T, err
 		return reply, err
 	}
 	n.down.Store(true)
-	if broken(err) && n.reach(ctx) == nil {
-		if reply, err = f(); err == nil || !connFailure(err) {
-			return reply, err
+	if broken(err) {
+		switch why := n.reach(ctx); {
+		case why == nil:
+			if reply, err = f(); err == nil || !connFailure(err) {
+				return reply, err
+			}
+			n.down.Store(true)
+		case !errors.Is(why, ErrSaturated):
+			// Say why no new connection opens (refused, say): the broken
+			// one's EOF alone does not tell that the server is gone. The
+			// text only: the call is judged on its own error.
+			err = fmt.Errorf("%w; a new connection: %v", err, why)
 		}
-		n.down.Store(true)
 	}
 	err = deadlineOf(ctx, err)
 	// A call that ran out of its Timeout (go-redis may report it as the
