@@ -445,25 +445,25 @@ func (r *Base) Seal(w *Who) {
 	w.N = 1
 }
 
-// clientIP resolves the client's address and its bucket text into w.
+// clientIP resolves the client's bucket and its text into w.
 func (r *Base) clientIP(c *gin.Context, w *Who, label string) error {
-	addr, err := r.IPs.Resolve(c.Request)
+	bucket, err := r.IPs.ClientBucket(c.Request)
 	if err != nil {
 		return err
 	}
-	r.ipWho(w, addr, label)
+	ipWho(w, bucket, label)
 	return nil
 }
 
-// ipWho adds to w the text that stands for addr in a key, under label: an
-// IPv4 address itself, an IPv6 address its bucket (see
-// identity.IP.Bucket).
-func (r *Base) ipWho(w *Who, addr netip.Addr, label string) {
+// ipWho adds to w the text that stands for an address in a key, under
+// label, from its bucket (identity.IP.Bucket): an IPv4 address itself, an
+// IPv6 address its bucket.
+func ipWho(w *Who, bucket netip.Prefix, label string) {
 	start := len(w.Text)
-	if addr.Is4() {
-		w.Text = addr.AppendTo(w.Text)
+	if a := bucket.Addr(); a.Is4() {
+		w.Text = a.AppendTo(w.Text)
 	} else {
-		w.Text = r.IPs.Bucket(addr).AppendTo(w.Text)
+		w.Text = bucket.AppendTo(w.Text)
 	}
 	// Appending never rewrites bytes below len, and an append that moves
 	// the text leaves the earlier parts on the old array, still theirs.
@@ -484,7 +484,7 @@ func (r *Base) TargetWho(w *Who, t Target) error {
 			if !t.IP.IsValid() {
 				return errors.New("it counts per IP: give Target.IP")
 			}
-			r.ipWho(w, t.IP.Unmap(), "ip")
+			ipWho(w, r.IPs.Bucket(t.IP.Unmap()), "ip")
 			usedIP = true
 		case KindUser:
 			switch {
@@ -492,7 +492,7 @@ func (r *Base) TargetWho(w *Who, t Target) error {
 				w.Add("user", t.User, IDSafe)
 				usedUser = true
 			case r.AnonByIP && t.IP.IsValid() && !r.Counts(KindIP):
-				r.ipWho(w, t.IP.Unmap(), "anon")
+				ipWho(w, r.IPs.Bucket(t.IP.Unmap()), "anon")
 				usedIP = true
 			case r.AnonByIP:
 				return errors.New("it counts per user: give Target.User, or Target.IP for anonymous callers (UserOrIP)")
