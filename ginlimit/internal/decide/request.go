@@ -60,6 +60,16 @@ type request struct {
 	buf [80]byte
 }
 
+// requestScope returns the scope of c's request: its method and route
+// template, or the fixed scope of a request that matched no route.
+func requestScope(c *gin.Context) rule.Scope {
+	route := c.FullPath()
+	if route == "" {
+		return rule.Scope{Method: rule.UnmatchedMethod, Route: rule.UnmatchedRoute}
+	}
+	return rule.Scope{Method: c.Request.Method, Route: route}
+}
+
 // newRequest returns the memory of a decision on every rate rule of p.
 func (p *Route) newRequest(s rule.Scope) *request {
 	req := &request{p: p, scope: s}
@@ -139,12 +149,13 @@ func (req *request) rec(i int) int {
 }
 
 // prepare finds each rate rule's identity, key and cost for req, or
-// answers the request (401, 400 or 500) and returns false.
+// returns the rule whose identity it could not find, and why: the request
+// is then answered with 401, 400 or 500 (answers.identityFailed).
 //
 // The identity lives on prepare's stack, its IP text in req.buf (free until
 // the headers are written): only the keys leave it. (A debug line about a
 // refusal finds the identity again: see debug.)
-func (req *request) prepare(c *gin.Context) bool {
+func (req *request) prepare(c *gin.Context) (*rule.Base, error) {
 	p := req.p
 	w := rule.Who{Text: req.buf[:0]}
 	for i := range req.calls {
@@ -153,16 +164,14 @@ func (req *request) prepare(c *gin.Context) bool {
 			r = r.PlanFor(c)
 		}
 		if err := r.Identify(c, &w); err != nil {
-			out := answers{p}
-			out.identityFailed(c, req.scope, &r.Base, err)
-			return false
+			return &r.Base, err
 		}
 		req.setCall(i, r, &w, r.Cost)
 		if r.CostFunc != nil {
 			req.calls[i].cost = r.CostFunc(c)
 		}
 	}
-	return true
+	return nil, nil
 }
 
 // inFlight reports whether req is the in-flight step's (newSlotRequest),
@@ -179,21 +188,19 @@ func (p *Route) newSlotRequest(s rule.Scope) *request {
 }
 
 // prepareSlots finds each in-flight rule's identity and key for req, or
-// answers the request (401, 400 or 500) and returns false. As in prepare,
-// the identity's IP text lives in req.buf.
-func (req *request) prepareSlots(c *gin.Context) bool {
+// returns the rule whose identity it could not find, and why, as prepare
+// does. As in prepare, the identity's IP text lives in req.buf.
+func (req *request) prepareSlots(c *gin.Context) (*rule.Base, error) {
 	p := req.p
 	w := rule.Who{Text: req.buf[:0]}
 	for i, r := range p.Slots {
 		key, err := r.Key(c, &w, p.Named, req.scope)
 		if err != nil {
-			out := answers{p}
-			out.identityFailed(c, req.scope, &r.Base, err)
-			return false
+			return &r.Base, err
 		}
 		req.keys[i] = key
 	}
-	return true
+	return nil, nil
 }
 
 // keyOf returns the key of req's call whose rule (or its Ban) is r; "" when

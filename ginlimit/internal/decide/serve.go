@@ -27,17 +27,16 @@ func (p *Route) Serve(c *gin.Context) {
 	out := answers{p}
 	p.Fleet.Touch()
 	p.Seen.note(c)
-	scope := rule.RequestScope(c)
-	req := p.newRequest(scope)
-	if !req.prepare(c) {
-		return
-	}
+	req := p.newRequest(requestScope(c))
+	failed, err := req.prepare(c)
 	var slots *request
-	if len(p.Slots) > 0 {
+	if err == nil && len(p.Slots) > 0 {
 		slots = p.newSlotRequest(req.scope)
-		if !slots.prepareSlots(c) {
-			return
-		}
+		failed, err = slots.prepareSlots(c)
+	}
+	if err != nil {
+		out.identityFailed(c, req.scope, failed, err)
+		return
 	}
 	ctx := c.Request.Context()
 	var start time.Time

@@ -112,16 +112,6 @@ const (
 // Shared rule, whatever the route: what makes the count the group's.
 const SharedRoute = "shared"
 
-// requestScope returns the scope of a request: its method and route
-// template, or the fixed scope of an unmatched request.
-func RequestScope(c *gin.Context) Scope {
-	route := c.FullPath()
-	if route == "" {
-		return Scope{Method: UnmatchedMethod, Route: UnmatchedRoute}
-	}
-	return Scope{Method: c.Request.Method, Route: route}
-}
-
 // label is the scope as observers, logs and errors name it: "GET /x",
 // "unmatched", or "Policy.Allow".
 func (s Scope) Label() string {
