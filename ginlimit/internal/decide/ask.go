@@ -721,7 +721,7 @@ func (req *request) takeSlots(ctx context.Context) (*holding, error) {
 		// No fallback decides for a client that has gone (engine.ErrClientGone).
 		req.d = Decision{Rule: first.Name, Limit: first.Limit, decider: &first.Base}
 	case p.OnFail == FailLocal && !saturated && p.RuleRoute.Instances.Heard():
-		req.d = req.takeLocal(h)
+		req.d = h.takeLocal(req)
 	default:
 		// A saturated process is refused under every policy: only Redis
 		// grants while Redis is healthy (see engine.ErrSaturated).
@@ -765,10 +765,10 @@ func parseSlots(rules []*rule.InFlight, reply []int64) (Decision, error) {
 	return d, nil
 }
 
-// takeLocal takes a slot of every rule's in-process count, all or none:
-// the FailLocal fallback of the in-flight step.
-func (req *request) takeLocal(h *holding) Decision {
-	p := req.p
+// takeLocal takes a slot of every rule's in-process count for req's
+// keys, all or none: the FailLocal fallback of the in-flight step.
+func (h *holding) takeLocal(req *request) Decision {
+	p := h.p
 	now := time.Now()
 	var d Decision
 	for i, r := range p.Slots {

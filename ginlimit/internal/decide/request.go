@@ -101,18 +101,24 @@ func (req *request) alloc(rules []*rule.Rate, records int) {
 }
 
 // setCall makes req.calls[i] rule r's for identity w (nil for none) at
-// cost, with its Ban's when r has one, and places it. An override that
-// applies (liveView, below) takes r's place, from the route's in-process
-// view of them: no Redis call. A rule of the
-// request's plan has a Ban when the rule it stands for has one (see
-// compilePlans), so alloc gave it its share.
+// cost (putCall).
 func (req *request) setCall(i int, r *rule.Rate, w *rule.Who, cost int) {
+	key, ban := r.KeyPair(req.p.Named, req.scope, w)
+	req.putCall(i, r, key, ban, cost)
+}
+
+// putCall makes req.calls[i] rule r's on key at cost, with its Ban's on
+// ban when r has one, and places it. An override that applies (liveView,
+// below) takes r's place, from the route's in-process view of them: no
+// Redis call. A rule of the request's plan has a Ban when the rule it
+// stands for has one (see compilePlans), so alloc gave it its share.
+func (req *request) putCall(i int, r *rule.Rate, key, ban string, cost int) {
 	p := req.p
 	cl := &req.calls[i]
 	*cl = call{rule: r, ban: cl.ban}
-	cl.key, cl.cost = rule.BuildKey(&r.Base, p.Named, req.scope, w), cost
+	cl.key, cl.cost = key, cost
 	if r.Ban != nil {
-		*cl.ban = share{key: rule.BuildKey(&r.Ban.Base, p.Named, req.scope, w), cost: 1}
+		*cl.ban = share{key: ban, cost: 1}
 	}
 	if v := p.view.Load(); v != nil {
 		cl.rule = v.resolve(r, cl.key, p.Named, req.scope)
@@ -166,7 +172,8 @@ func (req *request) prepare(c *gin.Context) (*rule.Base, error) {
 		if err := r.Identify(c, &w); err != nil {
 			return &r.Base, err
 		}
-		req.setCall(i, r, &w, r.Cost)
+		key, ban := r.KeyPair(p.Named, req.scope, &w)
+		req.putCall(i, r, key, ban, r.Cost)
 		if r.CostFunc != nil {
 			req.calls[i].cost = r.CostFunc(c)
 		}

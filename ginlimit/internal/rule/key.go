@@ -366,6 +366,17 @@ func (r *Base) Partition(key string) string {
 	return key[len(key)-HashHex:]
 }
 
+// KeyPair is r's key for scope s and identity w (nil for none), on a
+// route whose keys name their rule when named (BuildKey), and its Ban's
+// ("" for a rule without one).
+func (r *Rate) KeyPair(named bool, s Scope, w *Who) (key, ban string) {
+	key = BuildKey(&r.Base, named, s, w)
+	if r.Ban != nil {
+		ban = BuildKey(&r.Ban.Base, named, s, w)
+	}
+	return key, ban
+}
+
 // PlanFor returns the rule of the request's plan, or r: the first thing
 // a request is counted by, before its identity and its key.
 func (r *Rate) PlanFor(c *gin.Context) *Rate {
