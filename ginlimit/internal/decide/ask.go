@@ -89,7 +89,7 @@ func (req *request) ask(ctx context.Context) (Decision, error) {
 	if p.OnFail == FailLocal {
 		sent = time.Now()
 	}
-	reply, brk, err := p.Engine.Run(ctx, p.Queue, p.Timeout, script, req.keys, args)
+	reply, brk, err := p.runScript(ctx, script, req.keys, args)
 	var d Decision
 	var each []Decision
 	if err == nil {
@@ -113,6 +113,13 @@ func (req *request) ask(ctx context.Context) (Decision, error) {
 	}
 	d.brk = brk
 	return d, err
+}
+
+// runScript sends one of p's script calls (Engine.Run): a decision's, an
+// in-flight step's, a report of strikes or a peek, bounded by the route's
+// QueueTimeout and Timeout.
+func (p *Route) runScript(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, *engine.Breaker, error) {
+	return p.Engine.Run(ctx, p.Queue, p.Timeout, s, keys, args)
 }
 
 // gone is the decision, and the error, of a request whose own context
@@ -544,7 +551,7 @@ func (p *Route) reportStrikes(ctx context.Context, calls []call, add int64) {
 		}
 		putRecord(args, rec, b.Settings, cl.ban.cost)
 	}
-	reply, _, err := p.Engine.Run(ctx, p.Queue, p.Timeout, severalScript, keys, args)
+	reply, _, err := p.runScript(ctx, severalScript, keys, args)
 	var now time.Time
 	if err == nil {
 		now, _, err = replyHead(reply, len(keys), lua.ReplyPerRule)
@@ -691,7 +698,7 @@ func newHolder() string {
 func (req *request) takeSlots(ctx context.Context) (*holding, error) {
 	p := req.p
 	h := &holding{p: p, req: req, holder: newHolder(), ctx: context.WithoutCancel(ctx)}
-	reply, brk, err := p.Engine.Run(ctx, p.Queue, p.Timeout, slotScript, req.keys, slotArgs(p.Clock, p.Slots, "acquire", h.holder))
+	reply, brk, err := p.runScript(ctx, slotScript, req.keys, slotArgs(p.Clock, p.Slots, "acquire", h.holder))
 	if err == nil {
 		if req.d, err = parseSlots(p.Slots, reply); err == nil {
 			req.d.brk = brk
