@@ -75,6 +75,17 @@ func (p *IP) Bucket(a netip.Addr) netip.Prefix {
 	return pre
 }
 
+// ClientBucket returns the bucket ([IP.Bucket]) of r's client address
+// ([IP.Resolve]): what a limit counting per client IP counts in. It fails
+// as Resolve does.
+func (p *IP) ClientBucket(r *http.Request) (netip.Prefix, error) {
+	a, err := p.Resolve(r)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return p.Bucket(a), nil
+}
+
 // NewIP returns an IP resolver that honours X-Forwarded-For only from peers
 // inside trustedProxies, each a CIDR ("10.0.0.0/8", "2001:db8::/32") or a
 // single address ("192.0.2.7"). With no arguments no proxy is trusted.

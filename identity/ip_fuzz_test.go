@@ -126,6 +126,7 @@ func lines(s string) []string {
 //   - The error repeats neither the remote address nor any header value,
 //     nor 4 bytes of one that its fixed wording lacks.
 //   - The address's bucket holds it: itself for IPv4, its /64 for IPv6.
+//   - ClientBucket is the bucket of Resolve's address, or Resolve's error.
 func FuzzIPResolve(f *testing.F) {
 	for _, tc := range untrustedPeerCases() {
 		f.Add("", tc.remoteAddr, strings.Join(tc.xff, "\n"), "")
@@ -201,6 +202,9 @@ func FuzzIPResolve(f *testing.F) {
 				if v, ok := leakedText(err.Error(), base, 4, append(append([]string{remote}, lines(xff)...), lines(platform)...)...); ok {
 					t.Fatalf("Resolve's error %q repeats the request's %q", err, v)
 				}
+				if b, bErr := res.ip.ClientBucket(r); b.IsValid() || bErr == nil || bErr.Error() != err.Error() {
+					t.Fatalf("ClientBucket = %v, %v; want no bucket and Resolve's error %v", b, bErr, err)
+				}
 				continue
 			}
 			if err != nil || got != want {
@@ -215,6 +219,9 @@ func FuzzIPResolve(f *testing.F) {
 			}
 			if b := res.ip.Bucket(got); !b.Contains(got) || b.Bits() != bits {
 				t.Fatalf("Bucket(%v) = %v, want the /%d holding it", got, b, bits)
+			}
+			if b, err := res.ip.ClientBucket(r); err != nil || b != res.ip.Bucket(got) {
+				t.Fatalf("ClientBucket = %v, %v; want %v, the bucket of Resolve's %v", b, err, res.ip.Bucket(got), got)
 			}
 		}
 	})

@@ -564,6 +564,46 @@ func TestIPv6Bucket(t *testing.T) {
 	}
 }
 
+// TestIPClientBucket: ClientBucket is the bucket of the client Resolve
+// finds (an IPv4 address, an IPv6 address's /64 or WithIPv6Prefix's), and
+// fails as Resolve does, wrapping ErrNoClientIP.
+func TestIPClientBucket(t *testing.T) {
+	t.Parallel()
+	proxy, err := identity.NewIP("10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p48, err := proxy.WithIPv6Prefix(48)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ip     *identity.IP
+		remote string
+		xff    string
+		want   string
+	}{
+		{nil, "192.0.2.7:1234", "", "192.0.2.7/32"},
+		{proxy, "10.0.0.1:443", "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
+		{proxy, "192.0.2.9:443", "2001:db8:1:2:3:4:5:6", "192.0.2.9/32"},
+		{p48, "[2001:db8:7:8::9]:443", "", "2001:db8:7::/48"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		if got, err := tc.ip.ClientBucket(r); err != nil || got.String() != tc.want {
+			t.Errorf("ClientBucket(%s, XFF %q) = %v, %v; want %s", tc.remote, tc.xff, got, err, tc.want)
+		}
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "@unix"
+	if got, err := proxy.ClientBucket(r); !errors.Is(err, identity.ErrNoClientIP) || got.IsValid() {
+		t.Errorf("ClientBucket(%q) = %v, %v; want an error wrapping ErrNoClientIP", r.RemoteAddr, got, err)
+	}
+}
+
 // platformCase is the Cf-Connecting-Ip values of a request from
 // 203.0.113.1, whether the resolver is configured to read that header, and
 // the client it must find.

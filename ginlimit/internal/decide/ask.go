@@ -89,7 +89,7 @@ func (req *request) ask(ctx context.Context) (Decision, error) {
 	if p.OnFail == FailLocal {
 		sent = time.Now()
 	}
-	reply, brk, err := p.Engine.Run(ctx, p.Queue, p.Timeout, script, req.keys, args)
+	reply, brk, err := p.runScript(ctx, script, req.keys, args)
 	var d Decision
 	var each []Decision
 	if err == nil {
@@ -113,6 +113,13 @@ func (req *request) ask(ctx context.Context) (Decision, error) {
 	}
 	d.brk = brk
 	return d, err
+}
+
+// runScript sends one of p's script calls (Engine.Run): a decision's, an
+// in-flight step's, a report of strikes or a peek, bounded by the route's
+// QueueTimeout and Timeout.
+func (p *Route) runScript(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, *engine.Breaker, error) {
+	return p.Engine.Run(ctx, p.Queue, p.Timeout, s, keys, args)
 }
 
 // gone is the decision, and the error, of a request whose own context
@@ -544,7 +551,7 @@ func (p *Route) reportStrikes(ctx context.Context, calls []call, add int64) {
 		}
 		putRecord(args, rec, b.Settings, cl.ban.cost)
 	}
-	reply, _, err := p.Engine.Run(ctx, p.Queue, p.Timeout, severalScript, keys, args)
+	reply, _, err := p.runScript(ctx, severalScript, keys, args)
 	var now time.Time
 	if err == nil {
 		now, _, err = replyHead(reply, len(keys), lua.ReplyPerRule)
@@ -691,7 +698,7 @@ func newHolder() string {
 func (req *request) takeSlots(ctx context.Context) (*holding, error) {
 	p := req.p
 	h := &holding{p: p, req: req, holder: newHolder(), ctx: context.WithoutCancel(ctx)}
-	reply, brk, err := p.Engine.Run(ctx, p.Queue, p.Timeout, slotScript, req.keys, slotArgs(p.Clock, p.Slots, "acquire", h.holder))
+	reply, brk, err := p.runScript(ctx, slotScript, req.keys, slotArgs(p.Clock, p.Slots, "acquire", h.holder))
 	if err == nil {
 		if req.d, err = parseSlots(p.Slots, reply); err == nil {
 			req.d.brk = brk
@@ -721,7 +728,7 @@ func (req *request) takeSlots(ctx context.Context) (*holding, error) {
 		// No fallback decides for a client that has gone (engine.ErrClientGone).
 		req.d = Decision{Rule: first.Name, Limit: first.Limit, decider: &first.Base}
 	case p.OnFail == FailLocal && !saturated && p.RuleRoute.Instances.Heard():
-		req.d = req.takeLocal(h)
+		req.d = h.takeLocal(req)
 	default:
 		// A saturated process is refused under every policy: only Redis
 		// grants while Redis is healthy (see engine.ErrSaturated).
@@ -765,10 +772,10 @@ func parseSlots(rules []*rule.InFlight, reply []int64) (Decision, error) {
 	return d, nil
 }
 
-// takeLocal takes a slot of every rule's in-process count, all or none:
-// the FailLocal fallback of the in-flight step.
-func (req *request) takeLocal(h *holding) Decision {
-	p := req.p
+// takeLocal takes a slot of every rule's in-process count for req's
+// keys, all or none: the FailLocal fallback of the in-flight step.
+func (h *holding) takeLocal(req *request) Decision {
+	p := h.p
 	now := time.Now()
 	var d Decision
 	for i, r := range p.Slots {

@@ -19,16 +19,16 @@ import (
 // when c was answered instead (401, 400 or 500).
 func ProbeKeys(p *Route, c *gin.Context, slots bool) (keys []string, deciders []*rule.Base, ok bool) {
 	if slots {
-		req := p.newSlotRequest(rule.RequestScope(c))
-		if ok = req.prepareSlots(c); ok {
+		req := p.newSlotRequest(requestScope(c))
+		if ok = probed(p, c, req, req.prepareSlots); ok {
 			for _, r := range p.Slots {
 				deciders = append(deciders, &r.Base)
 			}
 		}
 		return req.keys, deciders, ok
 	}
-	req := p.newRequest(rule.RequestScope(c))
-	if ok = req.prepare(c); ok {
+	req := p.newRequest(requestScope(c))
+	if ok = probed(p, c, req, req.prepare); ok {
 		for _, cl := range req.calls {
 			if cl.ban != nil {
 				deciders = append(deciders, &cl.rule.Ban.Base)
@@ -37,6 +37,16 @@ func ProbeKeys(p *Route, c *gin.Context, slots bool) (keys []string, deciders []
 		}
 	}
 	return req.keys, deciders, ok
+}
+
+// probed runs prepare, req's prepare or prepareSlots, on c, and answers c
+// as Serve does when it fails; it reports whether prepare succeeded.
+func probed(p *Route, c *gin.Context, req *request, prepare func(*gin.Context) (*rule.Base, error)) bool {
+	failed, err := prepare(c)
+	if err != nil {
+		answers{p}.identityFailed(c, req.scope, failed, err)
+	}
+	return err == nil
 }
 
 // ProbeDebug writes the debug line of a refusal of c's request by r, as

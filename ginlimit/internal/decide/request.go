@@ -60,6 +60,16 @@ type request struct {
 	buf [80]byte
 }
 
+// requestScope returns the scope of c's request: its method and route
+// template, or the fixed scope of a request that matched no route.
+func requestScope(c *gin.Context) rule.Scope {
+	route := c.FullPath()
+	if route == "" {
+		return rule.Scope{Method: rule.UnmatchedMethod, Route: rule.UnmatchedRoute}
+	}
+	return rule.Scope{Method: c.Request.Method, Route: route}
+}
+
 // newRequest returns the memory of a decision on every rate rule of p.
 func (p *Route) newRequest(s rule.Scope) *request {
 	req := &request{p: p, scope: s}
@@ -91,18 +101,24 @@ func (req *request) alloc(rules []*rule.Rate, records int) {
 }
 
 // setCall makes req.calls[i] rule r's for identity w (nil for none) at
-// cost, with its Ban's when r has one, and places it. An override that
-// applies (liveView, below) takes r's place, from the route's in-process
-// view of them: no Redis call. A rule of the
-// request's plan has a Ban when the rule it stands for has one (see
-// compilePlans), so alloc gave it its share.
+// cost (putCall).
 func (req *request) setCall(i int, r *rule.Rate, w *rule.Who, cost int) {
+	key, ban := r.KeyPair(req.p.Named, req.scope, w)
+	req.putCall(i, r, key, ban, cost)
+}
+
+// putCall makes req.calls[i] rule r's on key at cost, with its Ban's on
+// ban when r has one, and places it. An override that applies (liveView,
+// below) takes r's place, from the route's in-process view of them: no
+// Redis call. A rule of the request's plan has a Ban when the rule it
+// stands for has one (see compilePlans), so alloc gave it its share.
+func (req *request) putCall(i int, r *rule.Rate, key, ban string, cost int) {
 	p := req.p
 	cl := &req.calls[i]
 	*cl = call{rule: r, ban: cl.ban}
-	cl.key, cl.cost = rule.BuildKey(&r.Base, p.Named, req.scope, w), cost
+	cl.key, cl.cost = key, cost
 	if r.Ban != nil {
-		*cl.ban = share{key: rule.BuildKey(&r.Ban.Base, p.Named, req.scope, w), cost: 1}
+		*cl.ban = share{key: ban, cost: 1}
 	}
 	if v := p.view.Load(); v != nil {
 		cl.rule = v.resolve(r, cl.key, p.Named, req.scope)
@@ -139,12 +155,13 @@ func (req *request) rec(i int) int {
 }
 
 // prepare finds each rate rule's identity, key and cost for req, or
-// answers the request (401, 400 or 500) and returns false.
+// returns the rule whose identity it could not find, and why: the request
+// is then answered with 401, 400 or 500 (answers.identityFailed).
 //
 // The identity lives on prepare's stack, its IP text in req.buf (free until
 // the headers are written): only the keys leave it. (A debug line about a
 // refusal finds the identity again: see debug.)
-func (req *request) prepare(c *gin.Context) bool {
+func (req *request) prepare(c *gin.Context) (*rule.Base, error) {
 	p := req.p
 	w := rule.Who{Text: req.buf[:0]}
 	for i := range req.calls {
@@ -153,16 +170,15 @@ func (req *request) prepare(c *gin.Context) bool {
 			r = r.PlanFor(c)
 		}
 		if err := r.Identify(c, &w); err != nil {
-			out := answers{p}
-			out.identityFailed(c, req.scope, &r.Base, err)
-			return false
+			return &r.Base, err
 		}
-		req.setCall(i, r, &w, r.Cost)
+		key, ban := r.KeyPair(p.Named, req.scope, &w)
+		req.putCall(i, r, key, ban, r.Cost)
 		if r.CostFunc != nil {
 			req.calls[i].cost = r.CostFunc(c)
 		}
 	}
-	return true
+	return nil, nil
 }
 
 // inFlight reports whether req is the in-flight step's (newSlotRequest),
@@ -179,21 +195,19 @@ func (p *Route) newSlotRequest(s rule.Scope) *request {
 }
 
 // prepareSlots finds each in-flight rule's identity and key for req, or
-// answers the request (401, 400 or 500) and returns false. As in prepare,
-// the identity's IP text lives in req.buf.
-func (req *request) prepareSlots(c *gin.Context) bool {
+// returns the rule whose identity it could not find, and why, as prepare
+// does. As in prepare, the identity's IP text lives in req.buf.
+func (req *request) prepareSlots(c *gin.Context) (*rule.Base, error) {
 	p := req.p
 	w := rule.Who{Text: req.buf[:0]}
 	for i, r := range p.Slots {
 		key, err := r.Key(c, &w, p.Named, req.scope)
 		if err != nil {
-			out := answers{p}
-			out.identityFailed(c, req.scope, &r.Base, err)
-			return false
+			return &r.Base, err
 		}
 		req.keys[i] = key
 	}
-	return true
+	return nil, nil
 }
 
 // keyOf returns the key of req's call whose rule (or its Ban) is r; "" when

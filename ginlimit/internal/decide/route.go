@@ -268,7 +268,7 @@ func (p *Route) Peek(ctx context.Context, r *rule.Rate, s rule.Scope, w *rule.Wh
 	req := &request{p: p, scope: s}
 	req.alloc([]*rule.Rate{r}, r.Records())
 	req.setCall(0, r, w, max(r.Cost, 1))
-	reply, _, err := p.Engine.Run(ctx, p.Queue, p.Timeout, peekScript, req.keys, req.severalArgs())
+	reply, _, err := p.runScript(ctx, peekScript, req.keys, req.severalArgs())
 	if err != nil {
 		return Decision{}, fmt.Errorf("ginlimit: Peek: rule %q: %w", r.Name, err)
 	}
@@ -283,7 +283,7 @@ func (p *Route) Peek(ctx context.Context, r *rule.Rate, s rule.Scope, w *rule.Wh
 // the slots free now, and Allowed whether a request would get one.
 func (p *Route) PeekSlots(ctx context.Context, r *rule.InFlight, key string) (Decision, error) {
 	rules := []*rule.InFlight{r}
-	reply, _, err := p.Engine.Run(ctx, p.Queue, p.Timeout, slotScript, []string{key}, slotArgs(p.Clock, rules, "peek", "peek"))
+	reply, _, err := p.runScript(ctx, slotScript, []string{key}, slotArgs(p.Clock, rules, "peek", "peek"))
 	if err == nil {
 		var d Decision
 		if d, err = parseSlots(rules, reply); err == nil {

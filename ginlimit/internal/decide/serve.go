@@ -27,17 +27,16 @@ func (p *Route) Serve(c *gin.Context) {
 	out := answers{p}
 	p.Fleet.Touch()
 	p.Seen.note(c)
-	scope := rule.RequestScope(c)
-	req := p.newRequest(scope)
-	if !req.prepare(c) {
-		return
-	}
+	req := p.newRequest(requestScope(c))
+	failed, err := req.prepare(c)
 	var slots *request
-	if len(p.Slots) > 0 {
+	if err == nil && len(p.Slots) > 0 {
 		slots = p.newSlotRequest(req.scope)
-		if !slots.prepareSlots(c) {
-			return
-		}
+		failed, err = slots.prepareSlots(c)
+	}
+	if err != nil {
+		out.identityFailed(c, req.scope, failed, err)
+		return
 	}
 	ctx := c.Request.Context()
 	var start time.Time
@@ -311,7 +310,7 @@ func (p answers) policyFor(req *request) string {
 			b = append(b, ", "...)
 		}
 		b = append(b, r.PolicyHeader...)
-		b = p.appendPK(b, req, r)
+		b = appendPK(b, p.partition(req, r))
 	}
 	switch {
 	case !perRequest:
@@ -330,21 +329,18 @@ func (p answers) policyFor(req *request) string {
 	return string(b)
 }
 
-// appendPK appends the IETF draft's partition key parameter of rule r for
-// req, when r hashes the identity it counts (HashIdentities): ";pk=:"
-// and the base64 of the 128-bit HMAC that stands for the identity in the
-// key. It is keyed with the rule's secret, so it names the client's count
-// the same way on every instance and across restarts, and tells nothing
-// of the identity. A rule without a secret sends no pk: there is no key
-// that is both secret and the same on every instance, and an unkeyed hash
-// of an IP address or a user id is undone by trying every value. A rule
-// whose count req does not hold (an in-flight rule on the rate rules'
-// answer) sends none either.
-func (p answers) appendPK(b []byte, req *request, r *rule.Base) []byte {
-	if r.HashKey == nil || len(r.Dims) == 0 {
-		return b
-	}
-	part := r.Partition(p.keyOf(req, r))
+// appendPK appends the IETF draft's partition key parameter of a rule
+// that hashes the identity it counts (HashIdentities), for part, its
+// partition in a request (answers.partition): ";pk=:" and the base64 of
+// the 128-bit HMAC that stands for the identity in the key. It is keyed
+// with the rule's secret, so it names the client's count the same way on
+// every instance and across restarts, and tells nothing of the identity.
+// A rule without a secret sends no pk (part is ""): there is no key that
+// is both secret and the same on every instance, and an unkeyed hash of
+// an IP address or a user id is undone by trying every value. A rule
+// whose count the request does not hold (an in-flight rule on the rate
+// rules' answer) sends none either.
+func appendPK(b []byte, part string) []byte {
 	var raw [rule.HashHex / 2]byte
 	if part == "" {
 		return b
@@ -355,6 +351,16 @@ func (p answers) appendPK(b []byte, req *request, r *rule.Base) []byte {
 	b = append(b, ";pk=:"...)
 	b = base64.StdEncoding.AppendEncode(b, raw[:])
 	return append(b, ':')
+}
+
+// partition is the partition of rule r's key in req (rule.Base.Partition),
+// for its pk (appendPK): "" when r hashes no identity, or req holds no key
+// of r.
+func (p answers) partition(req *request, r *rule.Base) string {
+	if r.HashKey == nil || len(r.Dims) == 0 {
+		return ""
+	}
+	return r.Partition(p.keyOf(req, r))
 }
 
 // keyOf is rule r's key in req: a rate rule's, its Ban's or its plan's in
@@ -393,10 +399,10 @@ func (p answers) writeHeaders(h http.Header, req *request) {
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = p.appendPK(appendRateLimit(b, d.Rules[i].decider, &d.Rules[i]), req, d.Rules[i].decider)
+			b = appendPK(appendRateLimit(b, d.Rules[i].decider, &d.Rules[i]), p.partition(req, d.Rules[i].decider))
 		}
 	} else {
-		b = p.appendPK(appendRateLimit(b, d.decider, d), req, d.decider)
+		b = appendPK(appendRateLimit(b, d.decider, d), p.partition(req, d.decider))
 	}
 	rl := len(b)
 	b = strconv.AppendInt(b, int64(d.Remaining), 10)

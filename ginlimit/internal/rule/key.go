@@ -112,16 +112,6 @@ const (
 // Shared rule, whatever the route: what makes the count the group's.
 const SharedRoute = "shared"
 
-// requestScope returns the scope of a request: its method and route
-// template, or the fixed scope of an unmatched request.
-func RequestScope(c *gin.Context) Scope {
-	route := c.FullPath()
-	if route == "" {
-		return Scope{Method: UnmatchedMethod, Route: UnmatchedRoute}
-	}
-	return Scope{Method: c.Request.Method, Route: route}
-}
-
 // label is the scope as observers, logs and errors name it: "GET /x",
 // "unmatched", or "Policy.Allow".
 func (s Scope) Label() string {
@@ -376,6 +366,17 @@ func (r *Base) Partition(key string) string {
 	return key[len(key)-HashHex:]
 }
 
+// KeyPair is r's key for scope s and identity w (nil for none), on a
+// route whose keys name their rule when named (BuildKey), and its Ban's
+// ("" for a rule without one).
+func (r *Rate) KeyPair(named bool, s Scope, w *Who) (key, ban string) {
+	key = BuildKey(&r.Base, named, s, w)
+	if r.Ban != nil {
+		ban = BuildKey(&r.Ban.Base, named, s, w)
+	}
+	return key, ban
+}
+
 // PlanFor returns the rule of the request's plan, or r: the first thing
 // a request is counted by, before its identity and its key.
 func (r *Rate) PlanFor(c *gin.Context) *Rate {
@@ -445,25 +446,25 @@ func (r *Base) Seal(w *Who) {
 	w.N = 1
 }
 
-// clientIP resolves the client's address and its bucket text into w.
+// clientIP resolves the client's bucket and its text into w.
 func (r *Base) clientIP(c *gin.Context, w *Who, label string) error {
-	addr, err := r.IPs.Resolve(c.Request)
+	bucket, err := r.IPs.ClientBucket(c.Request)
 	if err != nil {
 		return err
 	}
-	r.ipWho(w, addr, label)
+	ipWho(w, bucket, label)
 	return nil
 }
 
-// ipWho adds to w the text that stands for addr in a key, under label: an
-// IPv4 address itself, an IPv6 address its bucket (see
-// identity.IP.Bucket).
-func (r *Base) ipWho(w *Who, addr netip.Addr, label string) {
+// ipWho adds to w the text that stands for an address in a key, under
+// label, from its bucket (identity.IP.Bucket): an IPv4 address itself, an
+// IPv6 address its bucket.
+func ipWho(w *Who, bucket netip.Prefix, label string) {
 	start := len(w.Text)
-	if addr.Is4() {
-		w.Text = addr.AppendTo(w.Text)
+	if a := bucket.Addr(); a.Is4() {
+		w.Text = a.AppendTo(w.Text)
 	} else {
-		w.Text = r.IPs.Bucket(addr).AppendTo(w.Text)
+		w.Text = bucket.AppendTo(w.Text)
 	}
 	// Appending never rewrites bytes below len, and an append that moves
 	// the text leaves the earlier parts on the old array, still theirs.
@@ -484,7 +485,7 @@ func (r *Base) TargetWho(w *Who, t Target) error {
 			if !t.IP.IsValid() {
 				return errors.New("it counts per IP: give Target.IP")
 			}
-			r.ipWho(w, t.IP.Unmap(), "ip")
+			ipWho(w, r.IPs.Bucket(t.IP.Unmap()), "ip")
 			usedIP = true
 		case KindUser:
 			switch {
@@ -492,7 +493,7 @@ func (r *Base) TargetWho(w *Who, t Target) error {
 				w.Add("user", t.User, IDSafe)
 				usedUser = true
 			case r.AnonByIP && t.IP.IsValid() && !r.Counts(KindIP):
-				r.ipWho(w, t.IP.Unmap(), "anon")
+				ipWho(w, r.IPs.Bucket(t.IP.Unmap()), "anon")
 				usedIP = true
 			case r.AnonByIP:
 				return errors.New("it counts per user: give Target.User, or Target.IP for anonymous callers (UserOrIP)")

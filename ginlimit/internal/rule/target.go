@@ -68,11 +68,11 @@ func (a *Aim) ZsetKeys(named bool) []string {
 
 // keys is r's keys for scope s and identity w: its Ban's, then its own.
 func (r *Rate) keys(named bool, s Scope, w *Who) []string {
-	key := BuildKey(&r.Base, named, s, w)
-	if r.Ban == nil {
+	key, ban := r.KeyPair(named, s, w)
+	if ban == "" {
 		return []string{key}
 	}
-	return []string{BuildKey(&r.Ban.Base, named, s, w), key}
+	return []string{ban, key}
 }
 
 // AimAt resolves t to what it names among all, a route's rules, or to an
