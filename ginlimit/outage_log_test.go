@@ -52,6 +52,23 @@ func waitLog(t *testing.T, logs *syncBuffer, want string) {
 // leaving no warning to check.
 func TestFailureLogsTheOutageOnceWithItsCause(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rule []Option
+	}{
+		{"rate", []Option{Limit(1000), Window(time.Minute)}},
+		{"in-flight", []Option{Rule(Name("busy"), InFlight(1000, time.Minute))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			outageLoggedOnce(t, tc.rule)
+		})
+	}
+}
+
+// outageLoggedOnce is TestFailureLogsTheOutageOnceWithItsCause on a route
+// with rule.
+func outageLoggedOnce(t *testing.T, rule []Option) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -59,8 +76,8 @@ func TestFailureLogsTheOutageOnceWithItsCause(t *testing.T) {
 	var e *gin.Engine
 	for attempt := 1; ; attempt++ {
 		logs, e = &syncBuffer{}, gin.New()
-		e.GET("/x", RateLimit(Redis(c), Key(prefix(t)), Limit(1000), Window(time.Minute), OnFailure(FailClosed),
-			withLogger(slog.New(slog.NewTextHandler(logs, nil)))), ok)
+		e.GET("/x", RateLimit(append([]Option{Redis(c), Key(prefix(t)), OnFailure(FailClosed),
+			withLogger(slog.New(slog.NewTextHandler(logs, nil)))}, rule...)...), ok)
 		getUntil(t, e, http.StatusOK)
 		if !strings.Contains(logs.String(), "level=WARN") {
 			break

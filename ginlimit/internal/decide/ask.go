@@ -735,6 +735,7 @@ func (req *request) takeSlots(ctx context.Context) (*holding, error) {
 		req.d = Decision{Rule: first.Name, Allowed: p.OnFail == FailOpen && !saturated, Limit: first.Limit, decider: &first.Base}
 	}
 	req.d.Err = err
+	req.d.brk = brk // so that an outage's failures are logged by OutageLog, not one warning each
 	if !req.d.Allowed {
 		h.release()
 		return nil, err

@@ -48,9 +48,10 @@ func (t *LogThrottle) Log(ctx context.Context, l *slog.Logger, level slog.Level,
 // connection, say); its end, the first answer after it, at info, with how
 // long Redis failed and how many calls failed meanwhile. The decisions
 // taken meanwhile under the failure policy are logged at debug only
-// (Policy.answer). Outages that start less than LogEvery after a logged
-// one (a flapping Redis) are counted into the next line, and their ends
-// are not logged.
+// (Policy.answer). An outage that starts less than LogEvery after a
+// logged one (a flapping Redis) is logged by its first failure after
+// LogEvery, with the count of those held back; one that ended before is
+// not, and neither is its end.
 type OutageLog struct {
 	Logger *slog.Logger // nil: slog.Default() at the time of logging
 	starts LogThrottle

@@ -12,7 +12,8 @@ import (
 type Watcher interface {
 	// Failing is told the first Redis failure of a node after an answer
 	// (or since the engine was made), with its error. It returns whether
-	// it reported it: only then is the end of that outage reported.
+	// it reported it: only then is the end of that outage reported. Until
+	// it does, it is told each further failure of the outage.
 	Failing(cause error) bool
 	// Answering is told that a node whose failure Failing reported has
 	// answered a call: down is how long since that failure, and failures
@@ -46,6 +47,11 @@ func (h *health) note(w Watcher, failed bool, err error) {
 		h.failures.Add(1)
 		if h.since.Load() == 0 && h.since.CompareAndSwap(0, time.Now().UnixNano()) {
 			h.reported.Store(w.Failing(err))
+		} else if !h.reported.Load() && w.Failing(err) {
+			// The Watcher held back this outage's start (a flapping Redis
+			// had just been reported): it still lasts, so it is reported
+			// now, and its end will be.
+			h.reported.Store(true)
 		}
 		return
 	}

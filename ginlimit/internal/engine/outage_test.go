@@ -52,3 +52,39 @@ func TestLeaseLaneReportsAnOutageOnce(t *testing.T) {
 		t.Errorf("one outage seen by both lanes was reported failing %d times, answering %d times; want 1 and 1", f, a)
 	}
 }
+
+// heldBackWatcher reports a failure only when told to, as OutageLog's
+// throttle does for an outage that starts soon after a logged one.
+type heldBackWatcher struct {
+	report    bool
+	failing   int
+	answering []int64
+}
+
+func (w *heldBackWatcher) Failing(error) bool { w.failing++; return w.report }
+
+func (w *heldBackWatcher) Answering(_ time.Duration, failures int64) {
+	w.answering = append(w.answering, failures)
+}
+
+// TestAHeldBackOutageIsReportedWhileItLasts: a Redis that failed once and
+// answered (a blip the Watcher reported), then failed for good while the
+// Watcher held reports back, is reported by a later failure of the same
+// outage, and its end is reported. Without that, a long outage right
+// after a blip would never be reported.
+func TestAHeldBackOutageIsReportedWhileItLasts(t *testing.T) {
+	var h health
+	w := &heldBackWatcher{report: true}
+	h.note(w, true, context.DeadlineExceeded) // the blip, reported
+	h.note(w, false, nil)                     // and its end
+	w.report = false
+	h.note(w, true, context.DeadlineExceeded) // the outage starts, held back
+	h.note(w, true, context.DeadlineExceeded) // still held back
+	w.report = true
+	h.note(w, true, context.DeadlineExceeded) // reported now
+	h.note(w, true, context.DeadlineExceeded) // reported already: not told again
+	h.note(w, false, nil)
+	if w.failing != 4 || len(w.answering) != 2 || w.answering[1] != 4 {
+		t.Errorf("Failing told %d times, ends %v; want 4, and two ends, the second after 4 failures", w.failing, w.answering)
+	}
+}
