@@ -16,13 +16,14 @@ import (
 	"github.com/ginlimit/ginlimit/metrics"
 )
 
-// ginlimitOutcomes reads package ginlimit's source (../ginlimit) and returns
+// ginlimitOutcomes reads the source of the package that defines ginlimit's
+// Outcome (../ginlimit/internal/decide; ginlimit's are aliases) and returns
 // the value of every exported Outcome... constant, and the values of those
-// that are decisions: the ones ginlimit's outcomeOf can return. The list is
+// that are decisions: the ones its outcomeOf can return. The list is
 // the code's own, so a constant added there is checked here without an edit.
 func ginlimitOutcomes(t *testing.T) (all map[string]string, decisions []string) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "ginlimit", "*.go"))
+	files, err := filepath.Glob(filepath.Join("..", "ginlimit", "internal", "decide", "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func ginlimitOutcomes(t *testing.T) (all map[string]string, decisions []string) 
 		}
 	}
 	if len(all) == 0 || outcomeOf == nil {
-		t.Fatalf("found %d Outcome constants and outcomeOf %v in ../ginlimit: has the source moved?", len(all), outcomeOf != nil)
+		t.Fatalf("found %d Outcome constants and outcomeOf %v in ../ginlimit/internal/decide: has the source moved?", len(all), outcomeOf != nil)
 	}
 	ast.Inspect(outcomeOf.Body, func(n ast.Node) bool {
 		if r, ok := n.(*ast.ReturnStmt); ok && len(r.Results) == 1 {
