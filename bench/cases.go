@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -112,8 +113,15 @@ func (k clientKind) Short() string {
 	return "ContextTimeoutEnabled"
 }
 
-// allCases lists the cases in report order.
+// allCases lists the cases in report order: the floors, the seeds' recipe,
+// the peers, the raw scripts, then ginlimit's variants by algorithm.
 func allCases() []*benchCase {
+	return slices.Concat(floorCases(), seedsCases(), peerCases(), rawScriptCases(),
+		ginlimitLogCases(), ginlimitCounterCases(), ginlimitFixedCases(), ginlimitBucketCases())
+}
+
+// floorCases returns the floors: a PING and a no-op script, which decide nothing.
+func floorCases() []*benchCase {
 	return []*benchCase{
 		{
 			ID: "ping", Name: "floor: PING", Algorithm: "none", Floor: true,
@@ -134,6 +142,13 @@ func allCases() []*benchCase {
 				}, nil
 			},
 		},
+	}
+}
+
+// seedsCases returns the seeds' recipe as published, and its variants for the
+// script-cost and memory sections.
+func seedsCases() []*benchCase {
+	return []*benchCase{
 		{
 			ID: "seeds", Name: "seeds' recipe (ZSET, app clock)", Algorithm: "sliding log, ZSET, app clock in ms",
 			Log: true, Exact: true, Memory: true, Flood: true,
@@ -159,6 +174,12 @@ func allCases() []*benchCase {
 			Note: "The seeds' recipe with one change: the script reads the Redis clock (TIME, in ms) instead of taking the app's, " +
 				"as every ginlimit script does. In the script-cost section only: it shows what the Redis clock alone costs Redis.",
 		},
+	}
+}
+
+// peerCases returns the other libraries ginlimit is compared with.
+func peerCases() []*benchCase {
+	return []*benchCase{
 		{
 			ID: "redis_rate", Name: "redis_rate v10 (GCRA)", Algorithm: "GCRA, one string per key",
 			Memory: true, Flood: true,
@@ -174,6 +195,13 @@ func allCases() []*benchCase {
 			Note: "limiter.Get(ctx, key) on drivers/store/redis: one EVALSHA of an INCRBY+PEXPIRE script per decision " +
 				"(no MULTI); a rejected request is counted too. Its window starts at a key's first request.",
 		},
+	}
+}
+
+// rawScriptCases returns ginlimit's scripts called raw, and the floor of a
+// log in one string: the Redis work under ginlimit's own.
+func rawScriptCases() []*benchCase {
+	return []*benchCase{
 		{
 			ID: "ginlimit-script", Name: "ginlimit's sliding-log script, raw EVALSHA", Algorithm: "sliding log, one string of 4-byte entries, Redis clock",
 			RedisKey: func(key string) string { return "raw:{" + key + "}" },
@@ -213,6 +241,13 @@ func allCases() []*benchCase {
 			New:      newRawScript(ginlimit.TokenBucket, 0, "raw-bucket:"),
 			Note:     "As the sliding-log script raw, for the token bucket (burst = the limit); in the script-cost section only.",
 		},
+	}
+}
+
+// ginlimitLogCases returns ginlimit's sliding log with the deny cache off,
+// with its defaults on each kind of client, and with the auto-pipeliner.
+func ginlimitLogCases() []*benchCase {
+	return []*benchCase{
 		{
 			ID: "ginlimit", Name: "ginlimit sliding log, DenyCache(0)", Algorithm: "sliding log, one string of 4-byte entries, Redis clock",
 			Log: true, Exact: true, Memory: true, Flood: true,
@@ -244,6 +279,13 @@ func allCases() []*benchCase {
 			New:      newGinlimit("bench-autopipeline:", ginlimit.DenyCache(0)),
 			Note:     "p.Allow(ctx, key, 1) with the deny cache off (the auto-pipeliner is on by default).",
 		},
+	}
+}
+
+// ginlimitCounterCases returns ginlimit's sliding counter with the deny cache
+// off and with its defaults.
+func ginlimitCounterCases() []*benchCase {
+	return []*benchCase{
 		{
 			ID: "ginlimit-counter", Name: "ginlimit sliding counter, DenyCache(0)", Algorithm: "sliding counter, one string of 10 sub-window counts, Redis clock in µs",
 			Exact: true, Memory: true, Flood: true,
@@ -261,6 +303,13 @@ func allCases() []*benchCase {
 			New:      newGinlimit("bench-counter-defaults:", ginlimit.Algorithm(ginlimit.SlidingCounter)),
 			Note:     "p.Allow(ctx, key, 1) with Algorithm(SlidingCounter) and otherwise ginlimit's defaults (deny cache on); flood only.",
 		},
+	}
+}
+
+// ginlimitFixedCases returns ginlimit's fixed window with the deny cache off
+// and with its defaults.
+func ginlimitFixedCases() []*benchCase {
+	return []*benchCase{
 		{
 			ID: "ginlimit-fixed", Name: "ginlimit fixed window, DenyCache(0)", Algorithm: "fixed window on the Redis clock, string {start, count}",
 			Exact: true, Memory: true, Flood: true, Aligned: true,
@@ -277,6 +326,13 @@ func allCases() []*benchCase {
 			New:      newGinlimit("bench-fixed-defaults:", ginlimit.Algorithm(ginlimit.FixedWindow)),
 			Note:     "p.Allow(ctx, key, 1) with Algorithm(FixedWindow) and otherwise ginlimit's defaults (deny cache on); flood only.",
 		},
+	}
+}
+
+// ginlimitBucketCases returns ginlimit's token bucket with the deny cache off
+// and with its defaults.
+func ginlimitBucketCases() []*benchCase {
+	return []*benchCase{
 		{
 			ID: "ginlimit-bucket", Name: "ginlimit token bucket, DenyCache(0)", Algorithm: "token bucket (GCRA), one string per key, Redis clock in µs",
 			Memory: true, Flood: true,

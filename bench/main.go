@@ -242,7 +242,31 @@ type results struct {
 // measureAll runs every section for the selected cases, one after another.
 func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool) (*results, error) {
 	res := &results{}
-	var throughput, costed []*benchCase
+	throughput, costed := splitCases(cases)
+	var err error
+	if res.cells, err = e.measureThroughputSection(ctx, throughput); err != nil {
+		return nil, err
+	}
+	if res.costs, err = e.measureCostSection(ctx, costed); err != nil {
+		return nil, err
+	}
+	if res.memory, err = e.measureMemorySection(ctx, cases); err != nil {
+		return nil, err
+	}
+	if res.floods, err = e.measureFloodSection(ctx, cases); err != nil {
+		return nil, err
+	}
+	if withHTTP {
+		if res.http, res.e2e, err = e.measureHTTPSections(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// splitCases returns the cases of the throughput tables and those of the
+// script-cost section, in the order of cases.
+func splitCases(cases []*benchCase) (throughput, costed []*benchCase) {
 	for _, c := range cases {
 		if !c.FloodOnly && !c.CostOnly {
 			throughput = append(throughput, c)
@@ -251,11 +275,18 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 			costed = append(costed, c)
 		}
 	}
+	return throughput, costed
+}
+
+// measureThroughputSection measures the throughput cells of cases at each
+// concurrency of -callers.
+func (e *env) measureThroughputSection(ctx context.Context, cases []*benchCase) ([]cellResult, error) {
+	var all []cellResult
 	for _, n := range e.cfg.callers {
-		if len(throughput) == 0 {
+		if len(cases) == 0 {
 			break
 		}
-		cells, err := e.measureThroughput(ctx, throughput, n)
+		cells, err := e.measureThroughput(ctx, cases, n)
 		if err != nil {
 			return nil, fmt.Errorf("%d callers: %w (redis-server: %v)", n, err, e.srv.alive())
 		}
@@ -263,23 +294,33 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 			progress("%-25s %4d callers: %8.0f decisions/s, p50 %8.1f µs, %d non-decisions, CPU client/redis/others %v",
 				cell.Case.ID, n, cell.Run.PerSec(), us(cell.Run.Hist.quantile(0.5)), cell.Run.NonDecisions, cell.CPU.use())
 		}
-		res.cells = append(res.cells, cells...)
+		all = append(all, cells...)
 	}
-	if len(costed) > 0 {
-		costs, err := e.measureScriptCost(ctx, costed)
-		if err != nil {
-			return nil, fmt.Errorf("script cost: %w (redis-server: %v)", err, e.srv.alive())
-		}
-		for _, c := range costs {
-			a, _ := c.Admit.ServerUsecPerCall()
-			r, _ := c.Reject.ServerUsecPerCall()
-			progress("%-25s Redis µs/call: admit %.2f, reject %.2f", c.Case.ID, a, r)
-		}
-		res.costs = costs
+	return all, nil
+}
+
+// measureCostSection measures the Redis time per call of cases on the admit
+// and reject paths; nil when there are none.
+func (e *env) measureCostSection(ctx context.Context, cases []*benchCase) ([]scriptCost, error) {
+	if len(cases) == 0 {
+		return nil, nil
 	}
-	fail := func(c *benchCase, what string, err error) error {
-		return fmt.Errorf("%s, %s: %w (redis-server: %v)", c.ID, what, err, e.srv.alive())
+	costs, err := e.measureScriptCost(ctx, cases)
+	if err != nil {
+		return nil, fmt.Errorf("script cost: %w (redis-server: %v)", err, e.srv.alive())
 	}
+	for _, c := range costs {
+		a, _ := c.Admit.ServerUsecPerCall()
+		r, _ := c.Reject.ServerUsecPerCall()
+		progress("%-25s Redis µs/call: admit %.2f, reject %.2f", c.Case.ID, a, r)
+	}
+	return costs, nil
+}
+
+// measureMemorySection measures the memory of one key of each Memory case at
+// each limit of the memory table.
+func (e *env) measureMemorySection(ctx context.Context, cases []*benchCase) ([]memoryResult, error) {
+	var all []memoryResult
 	for _, c := range cases {
 		if !c.Memory {
 			continue
@@ -287,39 +328,55 @@ func (e *env) measureAll(ctx context.Context, cases []*benchCase, withHTTP bool)
 		for _, limit := range []int{100, 1_000, 10_000} {
 			m, err := measureMemory(ctx, e.admin, e.srv.Addr, c, limit)
 			if err != nil {
-				return nil, fail(c, fmt.Sprintf("memory at limit %d", limit), err)
+				return nil, e.caseErr(c, fmt.Sprintf("memory at limit %d", limit), err)
 			}
 			progress("%-25s memory at limit %d: %d bytes", c.ID, limit, m.Bytes)
-			res.memory = append(res.memory, m)
+			all = append(all, m)
 		}
 	}
+	return all, nil
+}
+
+// measureFloodSection runs the flood of each Flood case.
+func (e *env) measureFloodSection(ctx context.Context, cases []*benchCase) ([]floodResult, error) {
+	var all []floodResult
 	for _, c := range cases {
 		if !c.Flood {
 			continue
 		}
 		f, err := flood{admin: e.admin, addr: e.srv.Addr, workers: e.workers}.run(ctx, c, e.cfg.floodN)
 		if err != nil {
-			return nil, fail(c, "flood", err)
+			return nil, e.caseErr(c, "flood", err)
 		}
 		progress("%-25s flood: %d admitted, %d script calls", c.ID, f.Run.Allowed, f.ScriptCalls)
-		res.floods = append(res.floods, f)
+		all = append(all, f)
 	}
-	if withHTTP {
-		for _, canned := range []bool{false, true} {
-			h, err := e.benchHTTP(ctx, canned)
-			if err != nil {
-				return nil, fmt.Errorf("http (canned reply %v): %w", canned, err)
-			}
-			progress("http %s: bare %d ns/op, limited %d ns/op", h.Env, h.Bare.NsPerOp(), h.Limited.NsPerOp())
-			res.http = append(res.http, h)
-		}
-		cells, err := e.measureEndToEnd(ctx)
+	return all, nil
+}
+
+// caseErr wraps err of case c's measurement of what, with the state of
+// redis-server.
+func (e *env) caseErr(c *benchCase, what string, err error) error {
+	return fmt.Errorf("%s, %s: %w (redis-server: %v)", c.ID, what, err, e.srv.alive())
+}
+
+// measureHTTPSections runs the HTTP benchmarks, with real Redis then with
+// a canned reply, and the end-to-end HTTP comparison.
+func (e *env) measureHTTPSections(ctx context.Context) ([]httpResult, []cellResult, error) {
+	var hs []httpResult
+	for _, canned := range []bool{false, true} {
+		h, err := e.benchHTTP(ctx, canned)
 		if err != nil {
-			return nil, fmt.Errorf("http end to end: %w (redis-server: %v)", err, e.srv.alive())
+			return nil, nil, fmt.Errorf("http (canned reply %v): %w", canned, err)
 		}
-		res.e2e = cells
+		progress("http %s: bare %d ns/op, limited %d ns/op", h.Env, h.Bare.NsPerOp(), h.Limited.NsPerOp())
+		hs = append(hs, h)
 	}
-	return res, nil
+	cells, err := e.measureEndToEnd(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("http end to end: %w (redis-server: %v)", err, e.srv.alive())
+	}
+	return hs, cells, nil
 }
 
 // us converts d to microseconds.

@@ -183,38 +183,7 @@ func (w *workers) run(ctx context.Context, d decider, spec runSpec) runResult {
 		go func() {
 			defer wg.Done()
 			<-start
-			keys, nk := spec.keys, len(spec.keys)
-			for {
-				if spec.total > 0 && claimed.Add(1) > spec.total {
-					return
-				}
-				key := keys[0]
-				if nk > 1 {
-					key = keys[s.rng.IntN(nk)]
-				}
-				t0 := time.Now()
-				ok, err := d(ctx, key)
-				t1 := time.Now()
-				s.calls++
-				switch {
-				case err != nil:
-					s.nonDecisions++
-					if errors.Is(err, ginlimit.ErrSaturated) {
-						s.saturated++
-					}
-					if s.firstErr == nil {
-						s.firstErr = err
-					}
-				case ok:
-					s.allowed++
-				}
-				if !spec.rejectedOnly || (err == nil && !ok) {
-					s.hist.record(t1.Sub(t0))
-				}
-				if spec.total == 0 && !t1.Before(deadline) {
-					return
-				}
-			}
+			s.runCalls(ctx, d, spec, &claimed, deadline)
 		}()
 	}
 	runtime.GC()
@@ -227,7 +196,55 @@ func (w *workers) run(ctx context.Context, d decider, spec runSpec) runResult {
 	elapsed := time.Since(t0)
 	runtime.ReadMemStats(&m1)
 
-	r := runResult{Elapsed: elapsed, Hist: newHistogram(), Mallocs: m1.Mallocs - m0.Mallocs}
+	return sumStates(states, elapsed, m1.Mallocs-m0.Mallocs)
+}
+
+// runCalls calls d until spec's total is claimed (when it has one) or the
+// deadline has passed, and counts and records each call in s.
+func (s *workerState) runCalls(ctx context.Context, d decider, spec runSpec, claimed *atomic.Int64, deadline time.Time) {
+	keys, nk := spec.keys, len(spec.keys)
+	for {
+		if spec.total > 0 && claimed.Add(1) > spec.total {
+			return
+		}
+		key := keys[0]
+		if nk > 1 {
+			key = keys[s.rng.IntN(nk)]
+		}
+		t0 := time.Now()
+		ok, err := d(ctx, key)
+		t1 := time.Now()
+		s.count(ok, err)
+		if !spec.rejectedOnly || (err == nil && !ok) {
+			s.hist.record(t1.Sub(t0))
+		}
+		if spec.total == 0 && !t1.Before(deadline) {
+			return
+		}
+	}
+}
+
+// count counts one call's outcome: a decision that admitted or not, or a
+// non-decision (see decider).
+func (s *workerState) count(ok bool, err error) {
+	s.calls++
+	switch {
+	case err != nil:
+		s.nonDecisions++
+		if errors.Is(err, ginlimit.ErrSaturated) {
+			s.saturated++
+		}
+		if s.firstErr == nil {
+			s.firstErr = err
+		}
+	case ok:
+		s.allowed++
+	}
+}
+
+// sumStates sums the callers' counts and histograms into one run's result.
+func sumStates(states []*workerState, elapsed time.Duration, mallocs uint64) runResult {
+	r := runResult{Elapsed: elapsed, Hist: newHistogram(), Mallocs: mallocs}
 	for _, s := range states {
 		r.Calls += s.calls
 		r.Allowed += s.allowed

@@ -64,21 +64,44 @@ func renderReport(e *env, res *results) string {
 
 type writer func(format string, args ...any)
 
+// renderThroughput renders the throughput section: one table per
+// concurrency, the ratios, the 1-caller latencies against the no-op and
+// where the Redis time goes.
 func renderThroughput(w writer, cells []cellResult) {
-	find := func(id string, callers int) *cellResult {
-		for i := range cells {
-			if cells[i].Case.ID == id && cells[i].Callers == callers {
-				return &cells[i]
-			}
-		}
-		return nil
+	callers := cellCallers(cells)
+	renderThroughputIntro(w)
+	for _, n := range callers {
+		renderThroughputTable(w, cells, n)
 	}
+	renderRatios(w, cells, callers)
+	renderNoopLatency(w, cells)
+	renderRedisTime(w, cells, callers[0])
+}
+
+// findCell returns the cell of case id at callers, or nil.
+func findCell(cells []cellResult, id string, callers int) *cellResult {
+	for i := range cells {
+		if cells[i].Case.ID == id && cells[i].Callers == callers {
+			return &cells[i]
+		}
+	}
+	return nil
+}
+
+// cellCallers returns the concurrencies of cells, in their order.
+func cellCallers(cells []cellResult) []int {
 	var callers []int
 	for _, c := range cells {
 		if !slices.Contains(callers, c.Callers) {
 			callers = append(callers, c.Callers)
 		}
 	}
+	return callers
+}
+
+// renderThroughputIntro renders the section's heading and what its columns
+// mean.
+func renderThroughputIntro(w writer) {
 	w("## Decisions: throughput, latency, allocations, Redis time\n\n")
 	w("Every decision is admitted (the limit is never reached at these rates), so this is the cost of one decision. "+
 		"÷ redis_rate and ÷ seeds are the case's decisions/s divided by theirs at the same concurrency. "+
@@ -90,93 +113,112 @@ func renderThroughput(w writer, cells []cellResult) {
 		"the machine has %d cores in all. "+
 		"At 1 caller the client and redis-server sleep between calls, so a round trip includes waking idle CPUs and moves with the machine's other load; "+
 		"at %d connections and beyond, the client's pool is the queue, and latency includes waiting for a connection.\n\n", runtime.NumCPU(), 10*runtime.GOMAXPROCS(0))
-	for _, n := range callers {
-		rr, seeds := find("redis_rate", n), find("seeds", n)
-		w("### %d caller%s\n\n", n, plural(n))
-		w("| case | decisions/s | ÷ redis_rate | ÷ seeds | p50 µs | p99 µs | allocs/decision | Redis µs/call | Redis calls/decision | Redis µs/decision | denied | non-decisions | CPU %% client / redis / others |\n")
-		w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-		for _, c := range cells {
-			if c.Callers != n {
-				continue
+}
+
+// renderThroughputTable renders the table of the cells at n callers.
+func renderThroughputTable(w writer, cells []cellResult, n int) {
+	rr, seeds := findCell(cells, "redis_rate", n), findCell(cells, "seeds", n)
+	w("### %d caller%s\n\n", n, plural(n))
+	w("| case | decisions/s | ÷ redis_rate | ÷ seeds | p50 µs | p99 µs | allocs/decision | Redis µs/call | Redis calls/decision | Redis µs/decision | denied | non-decisions | CPU %% client / redis / others |\n")
+	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, c := range cells {
+		if c.Callers != n {
+			continue
+		}
+		perCall := "–"
+		if v, ok := c.ServerUsecPerCall(); ok {
+			perCall = fmt.Sprintf("%.2f", v)
+		}
+		calls, usec := c.ServerPerCall()
+		denied := c.Run.Denied()
+		if c.Case.Floor {
+			denied = 0
+		}
+		w("| %s | %.0f | %s | %s | %.1f | %.1f | %.2f | %s | %.3f | %.2f | %d | %s | %v |\n",
+			c.Case.Name, c.Run.PerSec(), ratio(c, rr), ratio(c, seeds),
+			us(c.Run.Hist.quantile(0.5)), us(c.Run.Hist.quantile(0.99)), c.AllocsPerCall(),
+			perCall, calls, usec, denied, nonDecisionText(c.Run), c.CPU.use())
+	}
+	w("\n")
+}
+
+// renderNoopLatency renders the 1-caller p50 latencies against the EVALSHA
+// no-op's (and the raw sliding-log script's, when it ran), when the no-op ran.
+func renderNoopLatency(w writer, cells []cellResult) {
+	noop := findCell(cells, "noop", 1)
+	if noop == nil {
+		return
+	}
+	base := noop.Run.Hist.quantile(0.5)
+	w("### 1 caller: p50 latency against the EVALSHA no-op\n\n")
+	raw := findCell(cells, "ginlimit-script", 1)
+	if raw == nil {
+		w("| case | p50 µs | ÷ EVALSHA `return 1` p50 (%.1f µs) |\n|---|--:|--:|\n", us(base))
+	} else {
+		w("The last column splits a ginlimit sliding-log case's latency: its p50 over that of the same script called raw " +
+			"is ginlimit's own share; the raw script's over the no-op is the script's.\n\n")
+		w("| case | p50 µs | ÷ EVALSHA `return 1` p50 (%.1f µs) | ÷ the sliding-log script raw (%.1f µs) |\n|---|--:|--:|--:|\n",
+			us(base), us(raw.Run.Hist.quantile(0.5)))
+	}
+	for _, c := range cells {
+		if c.Callers != 1 {
+			continue
+		}
+		p50 := c.Run.Hist.quantile(0.5)
+		w("| %s | %.1f | %.2f |", c.Case.Name, us(p50), float64(p50)/float64(base))
+		if raw != nil {
+			own := "–"
+			if strings.HasPrefix(c.Case.Name, "ginlimit sliding log") {
+				own = fmt.Sprintf("%.2f", float64(p50)/float64(raw.Run.Hist.quantile(0.5)))
 			}
-			perCall := "–"
-			if v, ok := c.ServerUsecPerCall(); ok {
-				perCall = fmt.Sprintf("%.2f", v)
-			}
-			calls, usec := c.ServerPerCall()
-			denied := c.Run.Denied()
-			if c.Case.Floor {
-				denied = 0
-			}
-			w("| %s | %.0f | %s | %s | %.1f | %.1f | %.2f | %s | %.3f | %.2f | %d | %s | %v |\n",
-				c.Case.Name, c.Run.PerSec(), ratio(c, rr), ratio(c, seeds),
-				us(c.Run.Hist.quantile(0.5)), us(c.Run.Hist.quantile(0.99)), c.AllocsPerCall(),
-				perCall, calls, usec, denied, nonDecisionText(c.Run), c.CPU.use())
+			w(" %s |", own)
 		}
 		w("\n")
 	}
-	renderRatios(w, cells, callers)
+	w("\n")
+}
 
-	if noop := find("noop", 1); noop != nil {
-		base := noop.Run.Hist.quantile(0.5)
-		w("### 1 caller: p50 latency against the EVALSHA no-op\n\n")
-		raw := find("ginlimit-script", 1)
-		if raw == nil {
-			w("| case | p50 µs | ÷ EVALSHA `return 1` p50 (%.1f µs) |\n|---|--:|--:|\n", us(base))
-		} else {
-			w("The last column splits a ginlimit sliding-log case's latency: its p50 over that of the same script called raw " +
-				"is ginlimit's own share; the raw script's over the no-op is the script's.\n\n")
-			w("| case | p50 µs | ÷ EVALSHA `return 1` p50 (%.1f µs) | ÷ the sliding-log script raw (%.1f µs) |\n|---|--:|--:|--:|\n",
-				us(base), us(raw.Run.Hist.quantile(0.5)))
-		}
-		for _, c := range cells {
-			if c.Callers != 1 {
-				continue
-			}
-			p50 := c.Run.Hist.quantile(0.5)
-			w("| %s | %.1f | %.2f |", c.Case.Name, us(p50), float64(p50)/float64(base))
-			if raw != nil {
-				own := "–"
-				if strings.HasPrefix(c.Case.Name, "ginlimit sliding log") {
-					own = fmt.Sprintf("%.2f", float64(p50)/float64(raw.Run.Hist.quantile(0.5)))
-				}
-				w(" %s |", own)
-			}
-			w("\n")
-		}
-		w("\n")
-	}
-
-	w("### Where the Redis time goes (%d caller%s)\n\n", callers[0], plural(callers[0]))
+// renderRedisTime renders where each case's Redis time goes at n callers:
+// the script's time, the commands it runs, and the difference.
+func renderRedisTime(w writer, cells []cellResult, n int) {
+	w("### Where the Redis time goes (%d caller%s)\n\n", n, plural(n))
 	w("Commands that a script runs are counted in commandstats as commands of their own, and their time is inside the script's. " +
 		"Each entry is calls per decision × µs per call. Script overhead = the script's µs per decision − its commands' µs per decision: " +
 		"the cost of running the Lua itself (argument parsing, string building, calls into Redis, the reply).\n\n")
 	w("| case | script µs/decision | commands inside, per decision | commands µs/decision | script overhead µs/decision |\n|---|--:|---|--:|--:|\n")
 	for _, c := range cells {
-		if c.Callers != callers[0] || c.Case.ID == "ping" {
+		if c.Callers != n || c.Case.ID == "ping" {
 			continue
 		}
-		n := float64(max(1, c.Run.Calls))
-		script := float64(c.Stats["evalsha"].Usec+c.Stats["eval"].Usec) / n
-		in := c.Stats.inner()
-		names := make([]string, 0, len(in))
-		var innerUsec int64
-		for name, st := range in {
-			names = append(names, name)
-			innerUsec += st.Usec
-		}
-		slices.Sort(names)
-		var parts []string
-		for _, name := range names {
-			st := in[name]
-			parts = append(parts, fmt.Sprintf("%s %.3f × %.2f", name, float64(st.Calls)/n, float64(st.Usec)/float64(max(1, st.Calls))))
-		}
-		w("| %s | %.2f | %s | %.2f | %.2f |\n", c.Case.Name, script, orDash(strings.Join(parts, ", ")),
-			float64(innerUsec)/n, script-float64(innerUsec)/n)
+		calls := float64(max(1, c.Run.Calls))
+		script := float64(c.Stats["evalsha"].Usec+c.Stats["eval"].Usec) / calls
+		inside, innerUsec := innerCommandsText(c.Stats, calls)
+		w("| %s | %.2f | %s | %.2f | %.2f |\n", c.Case.Name, script, orDash(inside),
+			float64(innerUsec)/calls, script-float64(innerUsec)/calls)
 	}
 	w("\n[^stats]: All four libraries send exactly one EVALSHA per decision (ulule/limiter v3.11's Redis store included: " +
 		"it runs an INCRBY/PEXPIRE script, not MULTI), so no MULTI/EXEC sums were needed; " +
 		"the commands a script runs are not added, because their time is already in the script's.\n\n")
+}
+
+// innerCommandsText returns the commands that scripts ran, in name order,
+// each as calls per decision (of calls decisions) × µs per call, and their
+// µs in all.
+func innerCommandsText(stats cmdStats, calls float64) (string, int64) {
+	in := stats.inner()
+	names := make([]string, 0, len(in))
+	var innerUsec int64
+	for name, st := range in {
+		names = append(names, name)
+		innerUsec += st.Usec
+	}
+	slices.Sort(names)
+	var parts []string
+	for _, name := range names {
+		st := in[name]
+		parts = append(parts, fmt.Sprintf("%s %.3f × %.2f", name, float64(st.Calls)/calls, float64(st.Usec)/float64(max(1, st.Calls))))
+	}
+	return strings.Join(parts, ", "), innerUsec
 }
 
 func ratio(c cellResult, base *cellResult) string {

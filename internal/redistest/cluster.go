@@ -286,58 +286,86 @@ func (c *Cluster) checkNodes(ctx context.Context, admins []*redis.Client) error 
 	ids := make([]string, len(admins))
 	var first [clusterSlots]int8
 	for i, a := range admins {
-		info, err := a.ClusterInfo(ctx).Result()
-		if err != nil {
-			return fmt.Errorf("%s: CLUSTER INFO: %w", c.nodes[i].Addr, err)
+		addr := c.nodes[i].Addr
+		if err := checkClusterInfo(ctx, a, addr); err != nil {
+			return err
 		}
-		for _, want := range []string{"cluster_state:ok", "cluster_slots_ok:16384", "cluster_known_nodes:3", "cluster_size:3"} {
-			if !strings.Contains(info, want+"\r\n") {
-				return fmt.Errorf("%s: CLUSTER INFO lacks %s:\n%s", c.nodes[i].Addr, want, info)
-			}
-		}
+		var err error
 		if ids[i], err = a.Do(ctx, "CLUSTER", "MYID").Text(); err != nil {
-			return fmt.Errorf("%s: CLUSTER MYID: %w", c.nodes[i].Addr, err)
+			return fmt.Errorf("%s: CLUSTER MYID: %w", addr, err)
 		}
-		//lint:ignore SA1019 CLUSTER SLOTS still answers on Redis 7 and its reply is simpler to check than CLUSTER SHARDS'.
-		slots, err := a.ClusterSlots(ctx).Result()
+		owner, err := c.slotMap(ctx, a, addr, index)
 		if err != nil {
-			return fmt.Errorf("%s: CLUSTER SLOTS: %w", c.nodes[i].Addr, err)
-		}
-		var owner [clusterSlots]int8
-		for s := range owner {
-			owner[s] = -1
-		}
-		for _, r := range slots {
-			if len(r.Nodes) == 0 || r.Start < 0 || r.End >= clusterSlots || r.Start > r.End {
-				return fmt.Errorf("%s: CLUSTER SLOTS: bad range %+v", c.nodes[i].Addr, r)
-			}
-			m, ok := index[r.Nodes[0].Addr]
-			if !ok {
-				return fmt.Errorf("%s: CLUSTER SLOTS: unknown master %q", c.nodes[i].Addr, r.Nodes[0].Addr)
-			}
-			for s := r.Start; s <= r.End; s++ {
-				owner[s] = int8(m)
-			}
-		}
-		served := make([]bool, len(c.nodes))
-		for s, m := range owner {
-			if m < 0 {
-				return fmt.Errorf("%s: CLUSTER SLOTS: slot %d unassigned", c.nodes[i].Addr, s)
-			}
-			served[m] = true
-		}
-		for m, ok := range served {
-			if !ok {
-				return fmt.Errorf("%s: CLUSTER SLOTS: node %s serves no slot", c.nodes[i].Addr, c.nodes[m].Addr)
-			}
+			return err
 		}
 		if i == 0 {
 			first = owner
 		} else if owner != first {
-			return fmt.Errorf("%s and %s disagree on the slot map", c.nodes[0].Addr, c.nodes[i].Addr)
+			return fmt.Errorf("%s and %s disagree on the slot map", c.nodes[0].Addr, addr)
 		}
 	}
 	c.ids, c.owner = ids, first
+	return nil
+}
+
+// checkClusterInfo checks that the node at addr, through a, sees a healthy
+// cluster of three masters with every slot served.
+func checkClusterInfo(ctx context.Context, a *redis.Client, addr string) error {
+	info, err := a.ClusterInfo(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("%s: CLUSTER INFO: %w", addr, err)
+	}
+	for _, want := range []string{"cluster_state:ok", "cluster_slots_ok:16384", "cluster_known_nodes:3", "cluster_size:3"} {
+		if !strings.Contains(info, want+"\r\n") {
+			return fmt.Errorf("%s: CLUSTER INFO lacks %s:\n%s", addr, want, info)
+		}
+	}
+	return nil
+}
+
+// slotMap returns each slot's master, as its place in c.nodes (index maps
+// an address to it), as the node at addr sees it through a, when every slot
+// has a master and every master serves a slot.
+func (c *Cluster) slotMap(ctx context.Context, a *redis.Client, addr string, index map[string]int) ([clusterSlots]int8, error) {
+	var owner [clusterSlots]int8
+	//lint:ignore SA1019 CLUSTER SLOTS still answers on Redis 7 and its reply is simpler to check than CLUSTER SHARDS'.
+	slots, err := a.ClusterSlots(ctx).Result()
+	if err != nil {
+		return owner, fmt.Errorf("%s: CLUSTER SLOTS: %w", addr, err)
+	}
+	for s := range owner {
+		owner[s] = -1
+	}
+	for _, r := range slots {
+		if len(r.Nodes) == 0 || r.Start < 0 || r.End >= clusterSlots || r.Start > r.End {
+			return owner, fmt.Errorf("%s: CLUSTER SLOTS: bad range %+v", addr, r)
+		}
+		m, ok := index[r.Nodes[0].Addr]
+		if !ok {
+			return owner, fmt.Errorf("%s: CLUSTER SLOTS: unknown master %q", addr, r.Nodes[0].Addr)
+		}
+		for s := r.Start; s <= r.End; s++ {
+			owner[s] = int8(m)
+		}
+	}
+	return owner, c.checkSlotsServed(owner, addr)
+}
+
+// checkSlotsServed checks that owner, the slot map the node at addr sees,
+// gives every slot a master and every node a slot.
+func (c *Cluster) checkSlotsServed(owner [clusterSlots]int8, addr string) error {
+	served := make([]bool, len(c.nodes))
+	for s, m := range owner {
+		if m < 0 {
+			return fmt.Errorf("%s: CLUSTER SLOTS: slot %d unassigned", addr, s)
+		}
+		served[m] = true
+	}
+	for m, ok := range served {
+		if !ok {
+			return fmt.Errorf("%s: CLUSTER SLOTS: node %s serves no slot", addr, c.nodes[m].Addr)
+		}
+	}
 	return nil
 }
 
