@@ -58,7 +58,7 @@ const (
 	// change on [ResetChannel]: an instance that hears the notice applies
 	// the change at once, one that missed it within OverridePoll and one
 	// the bounds of
-	// the two calls that read them (1 s each), 4 s in all, while Redis
+	// the two calls that read them (1 s each), 5 s in all, while Redis
 	// answers. The instance
 	// that set it applies it before SetLimit returns. The version key,
 	// LimitsKey+":version", is random, so that a Redis that lost both keys

@@ -25,8 +25,8 @@ const InstancesKey = fleet.InstancesKey
 // and a live one drops out only after a whole TTL of failed beats (a
 // stall, an open breaker, lost beats). Counting too many only makes an
 // outage admit less. The beats and the polls of the overrides
-// ([OverridePoll]) take turns: an idle instance makes one Redis call a
-// second. [Limiter.Close] takes the id out.
+// ([OverridePoll]) take turns: an idle instance makes one Redis call
+// every 1.5 s. [Limiter.Close] takes the id out.
 const (
 	HeartbeatPeriod = fleet.HeartbeatPeriod
 	HeartbeatTTL    = fleet.HeartbeatTTL

@@ -13,7 +13,7 @@
 // (beat.lua) and the overrides' version (limits_version.lua); each echoes
 // on the instance's own channel, which only its subscription hears, so
 // that a subscription that still receives costs no PING. An idle instance
-// makes one call per Tick, and a missed notice is caught within
+// makes one call per Tick (1.5 s), and a missed notice is caught within
 // HeartbeatPeriod (an instance joining) or OverridePoll (an override); a
 // missed reset within the route's MaxStaleness, the bound of everything a
 // deny cache holds.

@@ -15,7 +15,7 @@ func (f *Fleet) load(ctx context.Context) error {
 	f.refresh.Lock()
 	defer f.refresh.Unlock()
 	f.stale.Store(false)
-	reply, err := f.cfg.Engine.AsideTexts(ctx, Tick, loadScript, []string{LimitsKey, LimitsVersionKey}, nil)
+	reply, err := f.cfg.Engine.AsideTexts(ctx, callBound, loadScript, []string{LimitsKey, LimitsVersionKey}, nil)
 	if err != nil {
 		f.stale.Store(true) // the next tick tries again
 		return err

@@ -4,9 +4,9 @@ import "context"
 
 // beat renews the instance's id and takes the count Redis answers; when
 // Redis does not answer, the count stays the last one seen. A beat waits
-// at most one Tick, so beats never pile up.
+// at most callBound, less than a Tick, so beats never pile up.
 func (f *Fleet) beat(ctx context.Context) error {
-	reply, _, err := f.cfg.Engine.Aside(ctx, Tick, beatScript, []string{InstancesKey},
+	reply, _, err := f.cfg.Engine.Aside(ctx, callBound, beatScript, []string{InstancesKey},
 		[]any{f.id, HeartbeatTTL.Milliseconds(), ResetChannel, f.echo})
 	if err != nil {
 		return err
@@ -28,7 +28,7 @@ func (f *Fleet) leave() {
 	if !f.cfg.Count.Heard() {
 		return
 	}
-	_, _, _ = f.cfg.Engine.Aside(context.Background(), Tick, leaveScript, []string{InstancesKey}, []any{f.id})
+	_, _, _ = f.cfg.Engine.Aside(context.Background(), callBound, leaveScript, []string{InstancesKey}, []any{f.id})
 }
 
 // Beat renews the instance's id now, as the loop does every
