@@ -111,7 +111,7 @@ func startCluster(t testing.TB, server, cli string) (_ *Cluster, err error) {
 		if err != nil {
 			err = fmt.Errorf("%w%s", err, c.logTails())
 			for _, s := range c.nodes {
-				s.Stop()
+				s.close()
 			}
 		}
 	}()
@@ -201,7 +201,7 @@ func startNode(t testing.TB, bin, dir string, used map[int]bool) (*Server, int, 
 		s := &Server{t: t, bin: bin, port: port, dir: dir, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 		if lastErr = s.startClusterNode(bus); lastErr == nil {
 			used[port], used[bus] = true, true
-			t.Cleanup(s.Stop)
+			t.Cleanup(s.close)
 			return s, bus, nil
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ type Server struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{}
+	held   func() // releases the port held while stopped (reserve); nil while running
 }
 
 // Start starts a redis-server for t and registers its shutdown with
@@ -56,7 +58,7 @@ func Start(t testing.TB) *Server {
 		}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 		if lastErr = s.start(); lastErr == nil {
-			t.Cleanup(s.Stop)
+			t.Cleanup(s.close)
 			return s
 		}
 	}
@@ -105,9 +107,16 @@ func (s *Server) launch(extra []string, logFile string) error {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		info, err := c.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
+			// Another test's server may hold the port, and answer for a
+			// server that is still failing to bind it.
+			if !strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+				_ = cmd.Process.Kill()
+				<-exited
+				return fmt.Errorf("port %d answers for another redis-server", s.port)
+			}
 			s.cmd, s.exited = cmd, exited
 			return nil
 		}
@@ -117,8 +126,9 @@ func (s *Server) launch(extra []string, logFile string) error {
 	return fmt.Errorf("redis-server on port %d did not answer PING", s.port)
 }
 
-// Stop kills the server and waits for it to exit. Stopping a stopped server
-// does nothing.
+// Stop kills the server and waits for it to exit; until Restart, its port
+// refuses connections and, where it can be held (reserve), no other
+// server takes it. Stopping a stopped server does nothing.
 func (s *Server) Stop() {
 	if s.cmd == nil {
 		return
@@ -126,12 +136,26 @@ func (s *Server) Stop() {
 	_ = s.cmd.Process.Kill()
 	<-s.exited
 	s.cmd, s.exited = nil, nil
+	s.held = reserve(s.port)
+}
+
+// close stops the server for good, and lets its port go.
+func (s *Server) close() {
+	s.Stop()
+	if s.held != nil {
+		s.held()
+		s.held = nil
+	}
 }
 
 // Restart starts a stopped server again on the same port, empty.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
+	if s.held != nil {
+		s.held()
+		s.held = nil
+	}
 	var err error
 	for range 50 {
 		if err = s.start(); err == nil {
