@@ -425,34 +425,14 @@ func newRawScript(alg ginlimit.AlgorithmKind, param int64, prefix string) func(*
 
 // noopScript is the floor of a script call: EVALSHA of a script that does
 // nothing.
-var noopScript = redis.NewScript("return 1")
+var noopScript = redis.NewScript(noopLua)
 
 // logFloorScript is the floor of a log in one string: what a decision
 // that admits must do in Redis (read the state, append an entry and the
 // state after it, reply as ginlimit's scripts do), with no logic. It admits
 // while the string holds fewer than ARGV[1] entries, and empties the string
 // every 128 entries, so that it stays as small as the log's.
-var logFloorScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local key = KEYS[1]
-local tr = redis.call('GETRANGE', key, '-63', '-1')
-local n = 0
-if #tr == 63 then
-  n = struct.unpack('>I4', tr, 7)
-else
-  tr = string.rep('\0', 63)
-end
-if n >= tonumber(ARGV[1]) then
-  return struct.pack('>i8i8i8i8i8i8', now, 1, 0, 0, 0, 0)
-end
-if n >= 128 then
-  redis.call('SET', key, tr)
-  n = 0
-end
-redis.call('SETRANGE', key, string.format('%d', 4 * n), struct.pack('>I4I6I4', n, now / 1000, n + 1) .. string.sub(tr, 11))
-return struct.pack('>i8i8i8i8i8i8', now, 0, 1, 0, 0, 0)
-`)
+var logFloorScript = redis.NewScript(logFloorSource)
 
 // newLogFloor runs logFloorScript with the limit.
 func newLogFloor(rdb *redis.Client, limit int, _ time.Duration) (decider, error) {
@@ -476,30 +456,13 @@ func newLogFloor(rdb *redis.Client, limit int, _ time.Duration) (decider, error)
 // KEYS[1] the ZSET; ARGV: now_ms, window_ms, limit, window_seconds, member.
 var seedsScript = redis.NewScript(seedsSource)
 
-// seedsSource is the recipe's Lua, as published.
-const seedsSource = `
-local key = KEYS[1]
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
-local count = redis.call('ZCARD', key)
-if count < limit then
-  redis.call('ZADD', key, now, ARGV[5])
-  redis.call('EXPIRE', key, ARGV[4])
-  return 1
-else
-  return 0
-end
-`
 
 func seedsKey(key string) string { return "seeds:" + key }
 
 // seedsOnRedisTimeScript is the recipe with its one line that takes the
 // app's clock (ARGV[1], then ignored) reading the Redis clock instead.
 var seedsOnRedisTimeScript = redis.NewScript(strings.Replace(seedsSource,
-	"local now = tonumber(ARGV[1])",
-	"local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)", 1))
+	"local now = tonumber(ARGV[1])", redisClockLua, 1))
 
 // newSeedsOnRedisTime is newSeeds on seedsOnRedisTimeScript.
 func newSeedsOnRedisTime(rdb *redis.Client, limit int, window time.Duration) (decider, error) {

@@ -614,7 +614,7 @@ func TestInFlightObserverPanicReleasesTheSlot(t *testing.T) {
 // must not be taken as ErrSaturated ("the call never left this process")
 // with no release sent: the script did run and leased a slot, which would
 // stay taken until its lease ends (30 s here) while nothing holds it.
-// Redis is made to answer late by a 600 ms script on another connection.
+// Redis is made to answer late by a 600 ms DEBUG SLEEP on another connection.
 func TestInFlightDeadlineReleasesTheSlot(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -629,15 +629,9 @@ func TestInFlightDeadlineReleasesTheSlot(t *testing.T) {
 	go func() {
 		c := srv.Client()
 		defer c.Close()
-		busy <- c.Eval(context.Background(), `
-local s = redis.call('TIME')
-local t0 = s[1] * 1000000 + s[2]
-while true do
-  local n = redis.call('TIME')
-  if n[1] * 1000000 + n[2] - t0 > 600000 then return 1 end
-end`, nil).Err()
+		busy <- c.Do(context.Background(), "DEBUG", "SLEEP", "0.6").Err()
 	}()
-	time.Sleep(100 * time.Millisecond) // the busy script has started
+	time.Sleep(100 * time.Millisecond) // the sleep has started
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
 	w := httptest.NewRecorder()

@@ -83,7 +83,9 @@ func (s *Server) start() error { return s.launch(nil, "") }
 func (s *Server) launch(extra []string, logFile string) error {
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--daemonize", "no", "--loglevel", "warning"}
+		"--daemonize", "no", "--loglevel", "warning",
+		// DEBUG SLEEP makes a Redis slow on purpose, for tests of timeouts.
+		"--enable-debug-command", "local"}
 	if logFile != "" {
 		args = append(args, "--logfile", logFile)
 	}

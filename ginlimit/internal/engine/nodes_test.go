@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	_ "embed"
 	"testing"
 	"time"
 
@@ -11,7 +12,10 @@ import (
 )
 
 // one is a script that touches no key and answers {1}.
-var one = redis.NewScript(`return {1}`)
+var one = redis.NewScript(oneLua)
+
+//go:embed testdata/one.lua
+var oneLua string
 
 // TestRingShardChurnKeepsNoStaleNodes: service discovery moves a
 // Ring shard between two addresses (a failover, a rescheduled pod) many

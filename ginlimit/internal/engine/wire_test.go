@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	_ "embed"
 	"encoding/binary"
 	"slices"
 	"testing"
@@ -48,7 +49,10 @@ func FuzzDecodeAgreesWithLuaInts(f *testing.F) {
 
 // packedOne is a script that touches no key and answers 1 packed as the
 // decision scripts pack their integers (lua.Ints).
-var packedOne = redis.NewScript(`return '\0\0\0\0\0\0\0\1'`)
+var packedOne = redis.NewScript(packedOneLua)
+
+//go:embed testdata/packed_one.lua
+var packedOneLua string
 
 // TestReplyShapes: on every path of a call (directly on a client that
 // honours the context, through the clone that bounds reads, through the
