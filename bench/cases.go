@@ -456,7 +456,6 @@ func newLogFloor(rdb *redis.Client, limit int, _ time.Duration) (decider, error)
 // KEYS[1] the ZSET; ARGV: now_ms, window_ms, limit, window_seconds, member.
 var seedsScript = redis.NewScript(seedsSource)
 
-
 func seedsKey(key string) string { return "seeds:" + key }
 
 // seedsOnRedisTimeScript is the recipe with its one line that takes the
