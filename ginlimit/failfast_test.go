@@ -214,10 +214,13 @@ func TestSilentRedisCostsATimeout(t *testing.T) {
 // it: one connection reset while Redis is fine. Told to (holdNext), it
 // holds the reply to the next command it reads for that long (the next
 // that names holdOnly, when it is set, so that the Limiter's upkeep calls
-// do not take the hold): a reply that this process reads late.
+// do not take the hold): a reply that this process reads late. Once
+// cutNaming is set, it closes the connection of every command that names
+// it: a Redis gone under that call, and only that one.
 type breakingProxy struct {
 	ln        net.Listener
 	breakNext atomic.Bool
+	cutNaming atomic.Value // a string
 	holdNext  atomic.Int64 // a time.Duration
 	holdOnly  atomic.Value // a string
 	broken    atomic.Int64
@@ -272,6 +275,9 @@ func startBreakingProxy(t *testing.T, upstream string) *breakingProxy {
 					n, err := client.Read(buf)
 					if n > 0 && p.breakNext.CompareAndSwap(true, false) {
 						p.broken.Add(1)
+						return
+					}
+					if cut, _ := p.cutNaming.Load().(string); n > 0 && cut != "" && bytes.Contains(buf[:n], []byte(cut)) {
 						return
 					}
 					if only, _ := p.holdOnly.Load().(string); n > 0 && (only == "" || bytes.Contains(buf[:n], []byte(only))) {
